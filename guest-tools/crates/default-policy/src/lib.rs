@@ -1,0 +1,33 @@
+//! The default shell policy: the four process tools with generous limits. A foreground command
+//! that outlives its timeout is handed over to the background, never silently leaked or
+//! killed.
+
+use policy_core::exports::toolhost::plugin::tool::{CallContext, Guest, ToolDefinition};
+use policy_core::{OnTimeout, Policy, Settings};
+use std::time::Duration;
+
+const POLICY: Policy = Policy {
+    name: "default",
+    settings: Settings {
+        default_timeout: Duration::from_secs(10),
+        max_timeout: Duration::from_secs(30 * 60),
+        output_cap_bytes: 32 * 1024,
+        on_timeout: OnTimeout::Handover,
+        list_limit: 20,
+    },
+    deny: &[],
+};
+
+struct DefaultPolicy;
+
+impl Guest for DefaultPolicy {
+    fn tools() -> Vec<ToolDefinition> {
+        policy_core::tools(&POLICY)
+    }
+
+    fn call(name: String, arguments: String, context: CallContext) -> Result<String, String> {
+        policy_core::call(&POLICY, &name, &arguments, &context)
+    }
+}
+
+policy_core::export_policy!(DefaultPolicy with_types_in policy_core);

@@ -1,0 +1,33 @@
+//! The guarded shell policy: the same four tools, stricter. Destructive commands are refused
+//! before they run (each refusal names its rule), a foreground command is killed with its
+//! whole process group at its timeout, and the longest timeout is lower.
+
+use policy_core::exports::toolhost::plugin::tool::{CallContext, Guest, ToolDefinition};
+use policy_core::{OnTimeout, Policy, Settings};
+use std::time::Duration;
+
+const POLICY: Policy = Policy {
+    name: "guarded",
+    settings: Settings {
+        default_timeout: Duration::from_secs(10),
+        max_timeout: Duration::from_secs(5 * 60),
+        output_cap_bytes: 32 * 1024,
+        on_timeout: OnTimeout::Kill,
+        list_limit: 20,
+    },
+    deny: policy_core::GUARDED_RULES,
+};
+
+struct GuardedPolicy;
+
+impl Guest for GuardedPolicy {
+    fn tools() -> Vec<ToolDefinition> {
+        policy_core::tools(&POLICY)
+    }
+
+    fn call(name: String, arguments: String, context: CallContext) -> Result<String, String> {
+        policy_core::call(&POLICY, &name, &arguments, &context)
+    }
+}
+
+policy_core::export_policy!(GuardedPolicy with_types_in policy_core);

@@ -1,0 +1,327 @@
+//! The `execute` tool: run a shell command in the foreground (bounded by a timeout) or in the
+//! background, and report its outcome in a shape a model can act on.
+
+use crate::args::{Args, format_duration};
+use crate::settings::{OnTimeout, Settings};
+use crate::toolhost::plugin::process::{self as host, ReadFrom, Signal, StartRequest};
+use crate::{Obj, Policy, bound_output, deny, tool_definition, millis, process_error, truncation_json};
+use serde_json::{Map, Value, json};
+use std::time::{Duration, Instant};
+
+/// The environment every command gets, so nothing waits for a human: editors, pagers and
+/// credential prompts are disabled, colours are off.
+pub const NON_INTERACTIVE_ENV: &[(&str, &str)] = &[
+    ("GIT_EDITOR", "true"),
+    ("GIT_SEQUENCE_EDITOR", "true"),
+    ("EDITOR", "true"),
+    ("VISUAL", "true"),
+    ("GIT_TERMINAL_PROMPT", "0"),
+    ("NO_COLOR", "1"),
+    ("TERM", "dumb"),
+    ("PAGER", "cat"),
+    ("GIT_PAGER", "cat"),
+    // Lets scripts know they run under an agent's tool.
+    ("TOOLHOST_AGENT", "1"),
+];
+
+/// How long a killed foreground command gets to flush its last output.
+const KILL_COLLECT: Duration = Duration::from_secs(2);
+
+const ARGS: &[&str] = &["command", "timeout", "workdir", "run_in_background"];
+
+pub fn definition(policy: &Policy) -> crate::exports::toolhost::plugin::tool::ToolDefinition {
+    let s = &policy.settings;
+    let on_timeout = match s.on_timeout {
+        OnTimeout::Handover => {
+            "If a foreground command outlives its timeout it is NOT killed: it keeps running as a \
+             background process, and the result gives its background_process_id to follow with \
+             process_output or stop with process_signal."
+        }
+        OnTimeout::Kill => {
+            "If a foreground command outlives its timeout, its whole process group is killed and \
+             the result says so."
+        }
+    };
+    let refusals = if policy.deny.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " This policy refuses destructive commands ({}).",
+            policy
+                .deny
+                .iter()
+                .map(|r| r.reason)
+                .collect::<Vec<_>>()
+                .join("; ")
+        )
+    };
+    let description = format!(
+        "Run a shell command (`sh -c`) and return its combined stdout and stderr, exit code and \
+         duration. Commands run non-interactively: stdin is empty and editors, pagers and \
+         credential prompts are disabled, so never run anything that waits for input. For \
+         servers, watchers, long builds or anything that should keep running, set \
+         run_in_background to true (never end the command with `&`); then read its output with \
+         process_output and stop it with process_signal. Foreground commands time out after {} \
+         by default (at most {}). {on_timeout} Output longer than {} KiB keeps its beginning \
+         and its end; the middle is cut and the result says how much.{refusals}",
+        format_duration(s.default_timeout),
+        format_duration(s.max_timeout),
+        s.output_cap_bytes / 1024,
+    );
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "command": {
+                "type": "string",
+                "description": "The shell command to run, e.g. \"cargo test 2>&1 | tail -50\". Runs with `sh -c`; pipes, redirections and && work."
+            },
+            "timeout": {
+                "type": "string",
+                "description": format!(
+                    "Foreground time limit as a duration such as \"500ms\", \"30s\" or \"5m\". Default {}, longest {}. Ignored for background commands.",
+                    format_duration(s.default_timeout), format_duration(s.max_timeout)),
+            },
+            "workdir": {
+                "type": "string",
+                "description": "Directory to run in (absolute path recommended). Must exist. Default: the host's working directory."
+            },
+            "run_in_background": {
+                "type": "boolean",
+                "description": "true to start the command and return at once with a background_process_id, for servers, watchers and long jobs. Default false."
+            }
+        },
+        "required": ["command"],
+        "additionalProperties": false
+    });
+    tool_definition("execute", description, schema)
+}
+
+/// How a command is to be run, after argument checks and the trailing-`&` rule.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub command: String,
+    pub background: bool,
+    /// The trailing `&` was turned into a background run.
+    pub promoted: bool,
+}
+
+/// Apply the trailing-ampersand rule: a single trailing `&` (after trimming) means
+/// "background" and is stripped; `&&` and `|&` are ordinary shell syntax and stay. With
+/// `run_in_background` the command is passed unchanged.
+pub fn plan(command: &str, run_in_background: bool) -> Plan {
+    if run_in_background {
+        return Plan {
+            command: command.to_string(),
+            background: true,
+            promoted: false,
+        };
+    }
+    let trimmed = command.trim_end();
+    if trimmed.ends_with('&') && !trimmed.ends_with("&&") && !trimmed.ends_with("|&") {
+        let stripped = trimmed[..trimmed.len() - 1].trim_end().to_string();
+        if !stripped.trim().is_empty() {
+            return Plan {
+                command: stripped,
+                background: true,
+                promoted: true,
+            };
+        }
+    }
+    Plan {
+        command: command.to_string(),
+        background: false,
+        promoted: false,
+    }
+}
+
+/// A note suggesting a file-reading tool for commands that just dump files.
+pub fn file_dump_note(command: &str) -> Option<&'static str> {
+    let c = command.trim_start();
+    let mut words = c.split_whitespace();
+    let first = words.next()?;
+    let has_more = c.len() > first.len() && c[first.len()..].starts_with(char::is_whitespace);
+    let dump = match first {
+        "cat" => has_more,
+        "rg" | "grep" => {
+            let rest: Vec<&str> = words.collect();
+            rest.contains(&"--include-all") || rest.first() == Some(&"-l")
+        }
+        _ => false,
+    };
+    dump.then_some(
+        "This command dumps file contents or file lists; a dedicated file-reading or search \
+         tool, if you have one, returns them more compactly.",
+    )
+}
+
+pub fn run(policy: &Policy, settings: &Settings, args: &str) -> Result<Map<String, Value>, String> {
+    let args = Args::parse(args, ARGS)?;
+    let command = args.required_string("command")?;
+    let requested_timeout = args.duration("timeout")?;
+    let workdir = args.string("workdir")?.map(str::to_string);
+    let background = args.bool("run_in_background")?.unwrap_or(false);
+
+    if let Some(rule) = deny::check(policy.deny, command) {
+        return Err(format!(
+            "refused by the {} policy, rule `{}`: {}. Nothing was run.",
+            policy.name, rule.name, rule.reason
+        ));
+    }
+
+    let plan = plan(command, background);
+    let mut notes: Vec<String> = Vec::new();
+    if plan.promoted {
+        notes.push(
+            "The trailing `&` was removed and the command runs in the background; next time \
+             set run_in_background to true instead."
+                .to_string(),
+        );
+    }
+    let mut timeout = requested_timeout.unwrap_or(settings.default_timeout);
+    if timeout > settings.max_timeout {
+        notes.push(format!(
+            "The timeout {} was above this policy's maximum and was clamped to {}.",
+            format_duration(timeout),
+            format_duration(settings.max_timeout)
+        ));
+        timeout = settings.max_timeout;
+    }
+    if let Some(note) = file_dump_note(&plan.command) {
+        notes.push(note.to_string());
+    }
+
+    let started = Instant::now();
+    let env = NON_INTERACTIVE_ENV
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let id = host::start(&StartRequest {
+        command: plan.command.clone(),
+        workdir,
+        env,
+        background: plan.background,
+    })
+    .map_err(process_error)?;
+
+    let mut result = Obj::default();
+    if plan.background {
+        notes.push(format!(
+            "Started in the background as process {id}. Read its output with process_output \
+             (process_id \"{id}\", optionally with wait) and stop it with process_signal."
+        ));
+        return Ok(result
+            .set("success", true)
+            .set("output", "")
+            .set("wall_duration_ms", millis(started.elapsed()))
+            .set("background_process_id", id)
+            .set("note", notes.join(" "))
+            .build());
+    }
+
+    let mut out = host::wait(&id, millis(timeout), ReadFrom::All).map_err(process_error)?;
+    let mut timed_out = false;
+    let mut killed = false;
+    if out.running {
+        timed_out = true;
+        if settings.on_timeout == OnTimeout::Kill {
+            host::send_signal(&id, Signal::Kill).map_err(process_error)?;
+            out = host::wait(&id, millis(KILL_COLLECT), ReadFrom::All).map_err(process_error)?;
+            killed = true;
+        }
+    }
+
+    let (text, truncation) = bound_output(out.text, out.truncation, settings.output_cap_bytes);
+    result
+        .set("output", text)
+        .set("wall_duration_ms", millis(started.elapsed()));
+    if let Some(t) = &truncation {
+        result.set("truncated", truncation_json(t));
+        result.opt("output_file", out.log_path.clone());
+        notes.push(
+            "Output was cut in the middle; output_file holds all of it (grep or page through it)."
+                .to_string(),
+        );
+    }
+
+    if timed_out && !killed {
+        result
+            .set("success", false)
+            .set("exit_code", -1)
+            .set("error", format!("timed out after {}", format_duration(timeout)))
+            .set("background_process_id", id.clone());
+        notes.push(format!(
+            "The command is STILL RUNNING as background process {id}. Follow it with \
+             process_output (process_id \"{id}\", wait \"30s\" to block until it finishes) or stop \
+             it with process_signal. To let a command finish in the foreground, pass a longer \
+             timeout."
+        ));
+    } else if timed_out {
+        result
+            .set("success", false)
+            .set("exit_code", out.exit_code.unwrap_or(-1))
+            .set(
+                "error",
+                format!(
+                    "timed out after {}; the command and its process group were killed",
+                    format_duration(timeout)
+                ),
+            );
+        result.opt("signal", out.signal.clone());
+        notes.push(format!(
+            "The {} policy kills commands at their timeout. Pass a longer timeout (at most {}) or \
+             use run_in_background for long jobs.",
+            policy.name,
+            format_duration(settings.max_timeout)
+        ));
+    } else {
+        let code = out.exit_code.unwrap_or(-1);
+        result.set("success", code == 0).set("exit_code", code);
+        if let Some(sig) = &out.signal {
+            result
+                .set("signal", sig.clone())
+                .set("error", format!("killed by {sig}"));
+        } else if code != 0 {
+            result.set("error", format!("exit code {code}"));
+        }
+    }
+    if !notes.is_empty() {
+        result.set("note", notes.join(" "));
+    }
+    Ok(result.build())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ampersand_table() {
+        let cases = [
+            ("sleep 1 &", false, "sleep 1", true),
+            ("sleep 1 &  ", false, "sleep 1", true),
+            ("a && b", false, "a && b", false),
+            ("a", false, "a", false),
+            ("a && b &", false, "a && b", true),
+            ("a |& b", false, "a |& b", false),
+            ("a |&", false, "a |&", false),
+            ("server &", true, "server &", true),
+            ("&", false, "&", false),
+        ];
+        for (input, flag, command, background) in cases {
+            let p = plan(input, flag);
+            assert_eq!((p.command.as_str(), p.background), (command, background), "{input:?}");
+        }
+    }
+
+    #[test]
+    fn file_dump_patterns() {
+        assert!(file_dump_note("cat foo.txt").is_some());
+        assert!(file_dump_note("  cat\tfoo").is_some());
+        assert!(file_dump_note("grep -r x . --include-all").is_some());
+        assert!(file_dump_note("rg -l pattern").is_some());
+        assert!(file_dump_note("cat").is_none());
+        assert!(file_dump_note("catalog x").is_none());
+        assert!(file_dump_note("grep pattern file").is_none());
+        assert!(file_dump_note("echo cat x").is_none());
+    }
+}

@@ -1,0 +1,164 @@
+//! The logic shared by the bundled shell tool policies (`default-policy`, `guarded-policy`):
+//! the `execute`, `process_output`, `process_list` and `process_signal` tools, parameterised
+//! by a [`Policy`].
+//!
+//! A policy component is a few lines: describe its [`Policy`], implement the exported `tool`
+//! interface by calling [`tools`] and [`call`], and export it with [`export_policy!`]:
+//!
+//! ```ignore
+//! struct Mine;
+//! impl policy_core::exports::toolhost::plugin::tool::Guest for Mine {
+//!     fn tools() -> Vec<ToolDefinition> { policy_core::tools(&POLICY) }
+//!     fn call(name: String, args: String, cx: CallContext) -> Result<String, String> {
+//!         policy_core::call(&POLICY, &name, &args, &cx)
+//!     }
+//! }
+//! policy_core::export_policy!(Mine with_types_in policy_core);
+//! ```
+
+mod args;
+mod deny;
+mod execute;
+mod process_tools;
+mod settings;
+
+wit_bindgen::generate!({
+    world: "toolhost:plugin/shell-tools",
+    path: "../../../wit",
+    default_bindings_module: "policy_core",
+    pub_export_macro: true,
+    export_macro_name: "export_policy",
+});
+
+use exports::toolhost::plugin::tool::{CallContext, ToolDefinition};
+use serde_json::{Map, Value, json};
+use std::time::Duration;
+
+pub use deny::{DenyRule, GUARDED_RULES};
+pub use settings::{OnTimeout, Settings};
+
+/// What distinguishes one policy from another. Values here are defaults: a plugin's manifest
+/// config table may override the knobs in [`Settings`].
+pub struct Policy {
+    /// Short policy name, shown in notes (e.g. `default`, `guarded`).
+    pub name: &'static str,
+    /// Default knobs.
+    pub settings: Settings,
+    /// Commands refused before they run.
+    pub deny: &'static [DenyRule],
+}
+
+/// The tools every shell policy provides.
+pub fn tools(policy: &Policy) -> Vec<ToolDefinition> {
+    vec![
+        execute::definition(policy),
+        process_tools::output_definition(),
+        process_tools::list_definition(),
+        process_tools::signal_definition(),
+    ]
+}
+
+/// Run tool `name` under `policy`.
+pub fn call(policy: &Policy, name: &str, args: &str, cx: &CallContext) -> Result<String, String> {
+    let settings = Settings::from_config(&policy.settings, &cx.config)?;
+    let result = match name {
+        "execute" => execute::run(policy, &settings, args)?,
+        "process_output" => process_tools::output(&settings, args)?,
+        "process_list" => process_tools::list(&settings, args)?,
+        "process_signal" => process_tools::signal(args)?,
+        other => {
+            return Err(format!(
+                "unknown tool `{other}`; this plugin provides execute, process_output, process_list, process_signal"
+            ));
+        }
+    };
+    Ok(Value::Object(result).to_string())
+}
+
+/// Build a tool definition from its parts.
+fn tool_definition(name: &str, description: String, schema: Value) -> ToolDefinition {
+    ToolDefinition {
+        name: name.to_string(),
+        description,
+        input_schema: schema.to_string(),
+    }
+}
+
+/// A JSON object builder that leaves absent values out of the result.
+#[derive(Default)]
+struct Obj(Map<String, Value>);
+
+impl Obj {
+    fn set(&mut self, key: &str, value: impl Into<Value>) -> &mut Self {
+        self.0.insert(key.to_string(), value.into());
+        self
+    }
+
+    fn opt(&mut self, key: &str, value: Option<impl Into<Value>>) -> &mut Self {
+        if let Some(v) = value {
+            self.0.insert(key.to_string(), v.into());
+        }
+        self
+    }
+
+    fn build(&mut self) -> Map<String, Value> {
+        std::mem::take(&mut self.0)
+    }
+}
+
+/// The host's truncation record as JSON.
+fn truncation_json(t: &toolhost::plugin::output_buffer::Truncation) -> Value {
+    json!({
+        "original_bytes": t.original_bytes,
+        "retained_bytes": t.retained_bytes,
+        "omitted_bytes": t.omitted_bytes,
+        "strategy": t.strategy,
+    })
+}
+
+/// Bound `text` to `cap` bytes, keeping head and tail, and merge the host's truncation (of the
+/// process output) with ours (of the text), so the numbers describe the original stream.
+fn bound_output(
+    text: String,
+    host: Option<toolhost::plugin::output_buffer::Truncation>,
+    cap: usize,
+) -> (String, Option<toolhost::plugin::output_buffer::Truncation>) {
+    use toolhost::plugin::output_buffer::{HeadTailBuffer, Truncation};
+    if text.len() <= cap {
+        return (text, host);
+    }
+    // Leave room for the omission marker so the whole text stays within the cap.
+    let budget = cap.saturating_sub(64).max(2);
+    let head = (budget / 2) as u32;
+    let tail = (budget - budget / 2) as u32;
+    let buffer = HeadTailBuffer::new(head, tail);
+    buffer.write(text.as_bytes());
+    let rendered = buffer.render();
+    let ours = rendered.truncation.map(|t| t.omitted_bytes).unwrap_or(0);
+    let original = host
+        .as_ref()
+        .map(|t| t.original_bytes)
+        .unwrap_or(text.len() as u64);
+    let omitted = (host.as_ref().map(|t| t.omitted_bytes).unwrap_or(0) + ours).min(original);
+    let merged = Truncation {
+        original_bytes: original,
+        retained_bytes: original - omitted,
+        omitted_bytes: omitted,
+        strategy: "head_tail".to_string(),
+    };
+    (rendered.text, Some(merged))
+}
+
+/// A process error as a message for the model.
+fn process_error(e: toolhost::plugin::process::ProcessError) -> String {
+    use toolhost::plugin::process::ProcessError as E;
+    match e {
+        E::NotFound(m) => format!("{m} (process_list shows the processes of this session)"),
+        E::NotRunning(m) | E::InvalidRequest(m) | E::LimitReached(m) | E::Failed(m) => m,
+    }
+}
+
+/// Milliseconds of a duration, saturating.
+fn millis(d: Duration) -> u64 {
+    d.as_millis().min(u64::MAX as u128) as u64
+}

@@ -1,0 +1,201 @@
+//! The tools that follow processes after `execute` started them: `process_output`,
+//! `process_list` and `process_signal`.
+
+use crate::args::{Args, format_duration};
+use crate::exports::toolhost::plugin::tool::ToolDefinition;
+use crate::settings::Settings;
+use crate::toolhost::plugin::process::{self as host, Output, ReadFrom, Signal};
+use crate::{Obj, bound_output, millis, tool_definition, process_error, truncation_json};
+use serde_json::{Map, Value, json};
+use std::time::Duration;
+
+/// Longest command text shown in a listing.
+const LIST_COMMAND_CHARS: usize = 80;
+/// How long process_signal waits to report whether the process is gone.
+const SIGNAL_SETTLE: Duration = Duration::from_secs(1);
+
+pub fn output_definition() -> ToolDefinition {
+    tool_definition(
+        "process_output",
+        "Read the output of a process started by execute (a background process, or a \
+         foreground one that outlived its timeout), with whether it is still running and its \
+         exit code. Pass wait (e.g. \"30s\") to block until the process exits or the wait \
+         elapses, whichever is first. Pass only_new: true to get just the output produced since \
+         your previous read of this process."
+            .to_string(),
+        json!({
+            "type": "object",
+            "properties": {
+                "process_id": {"type": "string", "description": "The id from execute's background_process_id or from process_list."},
+                "wait": {"type": "string", "description": "Block up to this long (\"10s\", \"2m\") for the process to exit before reading. Default: read at once."},
+                "only_new": {"type": "boolean", "description": "true: only output written since the previous process_output read of this process. Default false: all retained output."}
+            },
+            "required": ["process_id"],
+            "additionalProperties": false
+        }),
+    )
+}
+
+pub fn list_definition() -> ToolDefinition {
+    tool_definition(
+        "process_list",
+        "List the processes this session started: running ones first, then the most recent. \
+         Each entry has the id (for process_output and process_signal), the command, whether it \
+         is running, its exit code and start time. Exited processes are forgotten a few minutes \
+         after they end."
+            .to_string(),
+        json!({"type": "object", "properties": {}, "additionalProperties": false}),
+    )
+}
+
+pub fn signal_definition() -> ToolDefinition {
+    tool_definition(
+        "process_signal",
+        "Stop or interrupt a process started by execute, together with every process it \
+         started. signal: \"terminate\" (SIGTERM, then SIGKILL if it is still alive after a \
+         grace period; the default), \"kill\" (SIGKILL at once) or \"interrupt\" (SIGINT, like \
+         Ctrl-C)."
+            .to_string(),
+        json!({
+            "type": "object",
+            "properties": {
+                "process_id": {"type": "string", "description": "The id from execute or process_list."},
+                "signal": {"type": "string", "enum": ["terminate", "kill", "interrupt"], "description": "Which signal to send. Default \"terminate\"."}
+            },
+            "required": ["process_id"],
+            "additionalProperties": false
+        }),
+    )
+}
+
+pub fn output(settings: &Settings, args: &str) -> Result<Map<String, Value>, String> {
+    let args = Args::parse(args, &["process_id", "wait", "only_new"])?;
+    let id = args.required_string("process_id")?;
+    let wait = args.duration("wait")?;
+    let from = if args.bool("only_new")?.unwrap_or(false) {
+        ReadFrom::Unread
+    } else {
+        ReadFrom::All
+    };
+    let out = match wait {
+        Some(w) => host::wait(id, millis(w), from),
+        None => host::read(id, from),
+    }
+    .map_err(process_error)?;
+    let mut result = describe_output(settings, id, out);
+    if let (Some(w), Some(Value::Bool(true))) = (wait, result.get("running")) {
+        result.insert(
+            "note".into(),
+            Value::String(format!(
+                "Still running after waiting {}. Call process_output again (only_new: true reads just what is new), or stop it with process_signal.",
+                format_duration(w)
+            )),
+        );
+    }
+    Ok(result)
+}
+
+fn describe_output(settings: &Settings, id: &str, out: Output) -> Map<String, Value> {
+    let (text, truncation) = bound_output(out.text, out.truncation, settings.output_cap_bytes);
+    let mut r = Obj::default();
+    r.set("process_id", id)
+        .set("running", out.running)
+        .opt("exit_code", out.exit_code)
+        .opt("signal", out.signal)
+        .set("output", text)
+        .set("duration_ms", out.duration_ms);
+    if let Some(t) = &truncation {
+        r.set("truncated", truncation_json(t))
+            .opt("output_file", out.log_path);
+    }
+    r.build()
+}
+
+pub fn list(settings: &Settings, args: &str) -> Result<Map<String, Value>, String> {
+    Args::parse(args, &[])?;
+    let all = host::list();
+    let total = all.len();
+    let entries: Vec<Value> = all
+        .into_iter()
+        .take(settings.list_limit)
+        .map(|p| {
+            let mut e = Obj::default();
+            e.set("id", p.id)
+                .set("command", shorten(&p.command, LIST_COMMAND_CHARS))
+                .set("running", p.running)
+                .opt("exit_code", p.exit_code)
+                .opt("signal", p.signal)
+                .set("started_ms", p.started_ms)
+                .set("background", p.background);
+            Value::Object(e.build())
+        })
+        .collect();
+    let mut r = Obj::default();
+    r.set("processes", entries);
+    if total > settings.list_limit {
+        r.set("omitted", total - settings.list_limit).set(
+            "note",
+            format!(
+                "{} older processes are not shown.",
+                total - settings.list_limit
+            ),
+        );
+    }
+    Ok(r.build())
+}
+
+pub fn signal(args: &str) -> Result<Map<String, Value>, String> {
+    let args = Args::parse(args, &["process_id", "signal"])?;
+    // Check the signal before the id, so a bad signal is reported even for a bad id.
+    let signal = match args.string("signal")?.map(str::trim) {
+        None | Some("terminate") => Signal::Terminate,
+        Some("kill") => Signal::Kill,
+        Some("interrupt") => Signal::Interrupt,
+        Some(other) => {
+            return Err(format!(
+                "unknown signal \"{other}\"; use \"terminate\", \"kill\" or \"interrupt\""
+            ));
+        }
+    };
+    let id = args.required_string("process_id")?;
+    host::send_signal(id, signal).map_err(process_error)?;
+    let name = match signal {
+        Signal::Terminate => "terminate",
+        Signal::Kill => "kill",
+        Signal::Interrupt => "interrupt",
+    };
+    // Give it a moment to go, so the answer can say whether it did.
+    let out = host::wait(id, millis(SIGNAL_SETTLE), ReadFrom::Cursor(u64::MAX))
+        .map_err(process_error)?;
+    let mut r = Obj::default();
+    r.set("process_id", id)
+        .set("signal", name)
+        .set("running", out.running)
+        .opt("exit_code", out.exit_code)
+        .opt("signal_received", out.signal);
+    let message = if out.running {
+        match signal {
+            Signal::Terminate => {
+                "SIGTERM sent to the process group; it is still running and gets SIGKILL if it has not exited after the grace period."
+            }
+            Signal::Kill => "SIGKILL sent to the process group; it has not been reaped yet.",
+            Signal::Interrupt => {
+                "SIGINT sent to the process group; it is still running. Use terminate or kill to stop it."
+            }
+        }
+    } else {
+        "The process has exited."
+    };
+    r.set("message", message);
+    Ok(r.build())
+}
+
+fn shorten(text: &str, max_chars: usize) -> String {
+    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one_line.chars().count() <= max_chars {
+        return one_line;
+    }
+    let mut s: String = one_line.chars().take(max_chars - 1).collect();
+    s.push('…');
+    s
+}

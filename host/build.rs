@@ -1,0 +1,105 @@
+//! Builds the guest components in `guest-tools/` for `wasm32-wasip2`, the way wasmtime builds
+//! its own test programs: a nested `cargo build` with its own target directory, so the guest
+//! crates are never compiled for the host target.
+//!
+//! For every component `NAME.wasm` it sets `TOOLHOST_GUEST_<NAME>` (upper case, `-` -> `_`) to
+//! the built file's path; `src/bundled.rs` embeds the bundled policies with `include_bytes!`
+//! and the test fixtures are found by path.
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const TARGET: &str = "wasm32-wasip2";
+
+fn main() {
+    let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    let root = manifest_dir.parent().expect("host/ lives in the workspace");
+    let guests = root.join("guest-tools");
+    println!("cargo:rerun-if-changed={}", guests.join("Cargo.toml").display());
+    println!("cargo:rerun-if-changed={}", guests.join("Cargo.lock").display());
+    for dir in ["crates", "fixtures"] {
+        println!("cargo:rerun-if-changed={}", guests.join(dir).display());
+    }
+    println!("cargo:rerun-if-changed={}", root.join("wit").display());
+
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets it"));
+    // OUT_DIR is <target>/<profile>/build/toolhost-<hash>/out: share one guest target dir
+    // between profiles and `cargo check`/`clippy`, so the guests build once.
+    let target_dir = out_dir
+        .ancestors()
+        .nth(4)
+        .map(|t| t.join("wasm-guests"))
+        .unwrap_or_else(|| out_dir.join("wasm-guests"));
+
+    ensure_wasm_target();
+
+    let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.arg("build")
+        .arg("--release")
+        .arg("--locked")
+        .arg("--target")
+        .arg(TARGET)
+        .arg("--manifest-path")
+        .arg(guests.join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .arg("--workspace");
+    // Don't leak the outer build's configuration (clippy's wrapper, host rustflags, a forced
+    // target dir) into the guest build.
+    for var in [
+        "RUSTC_WORKSPACE_WRAPPER",
+        "RUSTC_WRAPPER",
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+        "CARGO_BUILD_RUSTFLAGS",
+        "CARGO_PRIMARY_PACKAGE",
+    ] {
+        cmd.env_remove(var);
+    }
+    let status = cmd.status().expect("failed to run cargo for the guest components");
+    assert!(status.success(), "building the guest components failed");
+
+    let release = target_dir.join(TARGET).join("release");
+    let mut found = 0;
+    for entry in std::fs::read_dir(&release).expect("guest build output exists") {
+        let path = entry.expect("readable dir entry").path();
+        if path.extension().is_some_and(|e| e == "wasm") {
+            let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+            let var = format!("TOOLHOST_GUEST_{}", stem.to_uppercase().replace('-', "_"));
+            println!("cargo:rustc-env={var}={}", path.display());
+            found += 1;
+        }
+    }
+    assert!(found > 0, "no guest component was built in {}", release.display());
+}
+
+/// rustup installs the targets named in rust-toolchain.toml only when it installs the toolchain
+/// itself; on a machine that already had the toolchain, add the target here.
+fn ensure_wasm_target() {
+    let rustc = env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let sysroot = Command::new(rustc)
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+    let installed = sysroot
+        .as_deref()
+        .map(|s| Path::new(s).join("lib/rustlib").join(TARGET).exists())
+        .unwrap_or(false);
+    if installed {
+        return;
+    }
+    let mut cmd = Command::new("rustup");
+    cmd.args(["target", "add", TARGET]);
+    if let Some(toolchain) = env::var_os("RUSTUP_TOOLCHAIN") {
+        cmd.arg("--toolchain").arg(toolchain);
+    }
+    match cmd.status() {
+        Ok(s) if s.success() => {}
+        _ => println!("cargo:warning=could not install the {TARGET} target; run `rustup target add {TARGET}`"),
+    }
+}

@@ -1,0 +1,63 @@
+//! The guest components built into the binary by `build.rs`: the bundled policies, so that
+//! `toolhost` works with zero configuration, and the test fixtures (found by path).
+
+/// A policy component compiled into the binary.
+#[derive(Debug, Clone, Copy)]
+pub struct BundledPlugin {
+    /// Policy name (`default`, `guarded`).
+    pub name: &'static str,
+    /// File name used by `toolhost plugins export`.
+    pub file_name: &'static str,
+    /// One line on what it is.
+    pub summary: &'static str,
+    /// The component bytes.
+    pub bytes: &'static [u8],
+}
+
+/// The default policy: generous limits, foreground timeouts handed over to the background.
+pub const DEFAULT: BundledPlugin = BundledPlugin {
+    name: "default",
+    file_name: "default-policy.wasm",
+    summary: "execute/process_* with timeouts handed over to the background",
+    bytes: include_bytes!(env!("TOOLHOST_GUEST_DEFAULT_POLICY")),
+};
+
+/// The guarded policy: destructive commands refused, foreground timeouts killed.
+pub const GUARDED: BundledPlugin = BundledPlugin {
+    name: "guarded",
+    file_name: "guarded-policy.wasm",
+    summary: "refuses destructive commands, kills at timeout, lower maximum timeout",
+    bytes: include_bytes!(env!("TOOLHOST_GUEST_GUARDED_POLICY")),
+};
+
+/// Every bundled policy.
+pub const ALL: &[BundledPlugin] = &[DEFAULT, GUARDED];
+
+/// The bundled policy called `name`.
+pub fn find(name: &str) -> Option<&'static BundledPlugin> {
+    ALL.iter().find(|p| p.name == name)
+}
+
+/// The bundled policies' names.
+pub fn names() -> Vec<&'static str> {
+    ALL.iter().map(|p| p.name).collect()
+}
+
+/// Write every bundled policy into `dir` (created if missing); returns the written paths.
+pub fn export(dir: &std::path::Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+    std::fs::create_dir_all(dir)?;
+    ALL.iter()
+        .map(|p| {
+            let path = dir.join(p.file_name);
+            std::fs::write(&path, p.bytes)?;
+            Ok(path)
+        })
+        .collect()
+}
+
+/// Paths of the test fixture components (not embedded: tests load them from disk).
+#[doc(hidden)]
+pub mod fixtures {
+    /// A guest that spins, allocates without end, panics or hangs on purpose.
+    pub const HOSTILE: &str = env!("TOOLHOST_GUEST_HOSTILE");
+}

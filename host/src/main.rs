@@ -1,0 +1,204 @@
+//! The `toolhost` command line: list the tools, call one, export the bundled policies, serve
+//! them over MCP. Results go to stdout; logs go to stderr.
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use toolhost::{CallError, ToolHost, bundled};
+
+#[derive(Parser)]
+#[command(name = "toolhost", version, about = "Give an AI agent a shell: sandboxed WebAssembly tool policies over a native process host")]
+struct Cli {
+    /// Load every `*.wasm` component in DIR besides the bundled policy (repeatable). A
+    /// plugin's tool replaces a bundled tool of the same name.
+    #[arg(long = "plugins", value_name = "DIR", global = true)]
+    plugin_dirs: Vec<PathBuf>,
+
+    /// The bundled policy to load: `default`, `guarded`, or `none`.
+    #[arg(long, value_name = "NAME", default_value = "default", global = true)]
+    policy: String,
+
+    /// Directory for full process output logs (default: $XDG_STATE_HOME/toolhost/output).
+    #[arg(long, value_name = "DIR", global = true)]
+    state_dir: Option<PathBuf>,
+
+    /// Do not cache compiled components on disk.
+    #[arg(long, global = true)]
+    no_cache: bool,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the loaded tools as JSON.
+    Tools {
+        /// Shape of each tool definition.
+        #[arg(long, value_enum, default_value_t = Format::Plain)]
+        format: Format,
+    },
+    /// Call one tool and print its result JSON. Exit 1 on a tool error.
+    Call {
+        /// Tool name, e.g. `execute`.
+        tool: String,
+        /// Arguments as a JSON object, e.g. '{"command":"echo hello"}'.
+        #[arg(default_value = "{}")]
+        arguments: String,
+        /// Scope (session) id for the call.
+        #[arg(long, default_value = "cli")]
+        scope: String,
+    },
+    /// Manage plugins.
+    Plugins {
+        #[command(subcommand)]
+        command: PluginsCommand,
+    },
+    /// Serve the tools over the Model Context Protocol (stdio).
+    Serve,
+}
+
+#[derive(Subcommand)]
+enum PluginsCommand {
+    /// Write the bundled policy components to DIR, to start a policy of your own from.
+    Export {
+        /// Target directory (created if missing).
+        dir: PathBuf,
+    },
+    /// List the loaded plugins and where they came from.
+    List,
+}
+
+/// Tool definition shapes.
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    /// `{name, description, input_schema}`.
+    Plain,
+    /// MCP `tools/list` entries: `{name, description, inputSchema}`.
+    Mcp,
+    /// OpenAI function tools: `{type: "function", function: {name, description, parameters}}`.
+    Openai,
+    /// Anthropic tools: `{name, description, input_schema}`.
+    Anthropic,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TOOLHOST_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("toolhost: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("toolhost: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn build_host(cli: &Cli) -> Result<ToolHost> {
+    let mut builder = ToolHost::builder().bundled_policy(match cli.policy.as_str() {
+        "none" => None,
+        name => Some(name),
+    });
+    for dir in &cli.plugin_dirs {
+        builder = builder.plugin_dir(dir);
+    }
+    if cli.no_cache {
+        builder = builder.cache_dir(None);
+    }
+    if let Some(dir) = &cli.state_dir {
+        let config = toolhost::process::ProcessManagerConfig {
+            state_dir: Some(dir.clone()),
+            ..Default::default()
+        };
+        builder = builder.process_config(config);
+    }
+    builder.build().await.context("loading plugins")
+}
+
+async fn run(cli: Cli) -> Result<ExitCode> {
+    match &cli.command {
+        Command::Plugins {
+            command: PluginsCommand::Export { dir },
+        } => {
+            for path in bundled::export(dir)
+                .with_context(|| format!("writing to {}", dir.display()))?
+            {
+                println!("{}", path.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Plugins {
+            command: PluginsCommand::List,
+        } => {
+            let host = build_host(&cli).await?;
+            let plugins: Vec<_> = host
+                .plugins()
+                .into_iter()
+                .map(|(name, origin)| serde_json::json!({"name": name, "origin": origin}))
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&plugins)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Tools { format } => {
+            let host = build_host(&cli).await?;
+            let tools: Vec<serde_json::Value> = host
+                .tools()
+                .into_iter()
+                .map(|t| match format {
+                    Format::Plain | Format::Anthropic => serde_json::json!({
+                        "name": t.name, "description": t.description, "input_schema": t.input_schema
+                    }),
+                    Format::Mcp => serde_json::json!({
+                        "name": t.name, "description": t.description, "inputSchema": t.input_schema
+                    }),
+                    Format::Openai => serde_json::json!({
+                        "type": "function",
+                        "function": {"name": t.name, "description": t.description, "parameters": t.input_schema}
+                    }),
+                })
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&tools)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Call {
+            tool,
+            arguments,
+            scope,
+        } => {
+            let host = build_host(&cli).await?;
+            let outcome = host.call(scope, tool, arguments).await;
+            host.shutdown().await;
+            match outcome {
+                Ok(result) => {
+                    println!("{result}");
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e @ (CallError::Tool(_) | CallError::UnknownTool { .. } | CallError::Plugin { .. })) => {
+                    eprintln!("toolhost: {}", one_line(&e.to_string()));
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
+        Command::Serve => {
+            anyhow::bail!("`toolhost serve` (MCP over stdio) is not available in this build yet")
+        }
+    }
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}

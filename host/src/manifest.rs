@@ -1,0 +1,245 @@
+//! Plugin manifests: `NAME.toml` beside `NAME.wasm`, holding the plugin's capability grants,
+//! its resource limits and a free-form config table handed to the guest on every call.
+//!
+//! ```toml
+//! [grants]
+//! process = true                 # may start and control processes (deny by default)
+//! workdir_root = "/home/me/src"  # processes run only in this directory or below it
+//! max_timeout = "10m"            # longest a single wait on a process may block
+//!
+//! [limits]
+//! memory = "64MiB"               # linear memory plus guest buffers
+//! cpu_time = "5s"                # guest running time per call (waits not counted)
+//! wall_time = "1h"               # whole call, waits included
+//!
+//! [config]                       # free-form, passed to the guest as JSON
+//! default_timeout = "30s"
+//! ```
+
+use crate::sandbox::CallLimits;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Why a manifest could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// The file could not be read.
+    #[error("cannot read manifest {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or has unknown keys / wrong types.
+    #[error("invalid manifest {path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// A plugin's manifest.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Manifest {
+    /// What the plugin may touch.
+    pub grants: Grants,
+    /// Per-call resource limits.
+    pub limits: CallLimits,
+    /// The `[config]` table, handed to the guest as JSON.
+    pub config: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Capability grants. Everything is denied unless granted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Grants {
+    /// May use the process capability.
+    pub process: bool,
+    /// Processes run only at or below this directory (canonical).
+    pub workdir_root: Option<PathBuf>,
+    /// Longest a single process wait may block.
+    pub max_timeout: Option<Duration>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawManifest {
+    #[serde(default)]
+    grants: RawGrants,
+    #[serde(default)]
+    limits: RawLimits,
+    #[serde(default)]
+    config: toml::Table,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawGrants {
+    #[serde(default)]
+    process: bool,
+    workdir_root: Option<PathBuf>,
+    max_timeout: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    memory: Option<String>,
+    cpu_time: Option<String>,
+    wall_time: Option<String>,
+}
+
+impl Manifest {
+    /// The manifest of a bundled policy: process access, default limits, no config.
+    pub fn bundled() -> Manifest {
+        Manifest {
+            grants: Grants {
+                process: true,
+                ..Grants::default()
+            },
+            ..Manifest::default()
+        }
+    }
+
+    /// Read `path`; a missing file means "no grants, default limits".
+    pub fn load(path: &Path) -> Result<Manifest, ManifestError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Manifest::parse(&text, path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Manifest::default()),
+            Err(source) => Err(ManifestError::Read {
+                path: path.to_path_buf(),
+                source,
+            }),
+        }
+    }
+
+    /// Parse manifest text; `path` is used in messages and to resolve a relative workdir root
+    /// (relative to the manifest's directory).
+    pub fn parse(text: &str, path: &Path) -> Result<Manifest, ManifestError> {
+        let invalid = |message: String| ManifestError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        };
+        let raw: RawManifest = toml::from_str(text).map_err(|e| invalid(e.message().to_string()))?;
+        let duration = |key: &str, value: &Option<String>| -> Result<Option<Duration>, ManifestError> {
+            match value {
+                None => Ok(None),
+                Some(text) => match humantime::parse_duration(text) {
+                    Ok(d) if !d.is_zero() => Ok(Some(d)),
+                    Ok(_) => Err(invalid(format!("`{key}` must be greater than zero"))),
+                    Err(e) => Err(invalid(format!(
+                        "`{key}` = {text:?} is not a duration like \"30s\" or \"5m\": {e}"
+                    ))),
+                },
+            }
+        };
+        let workdir_root = match raw.grants.workdir_root {
+            None => None,
+            Some(dir) => {
+                let base = path.parent().unwrap_or(Path::new("."));
+                let dir = if dir.is_relative() { base.join(dir) } else { dir };
+                Some(dir.canonicalize().map_err(|e| {
+                    invalid(format!(
+                        "`workdir_root` {} cannot be used: {e}",
+                        dir.display()
+                    ))
+                })?)
+            }
+        };
+        let mut limits = CallLimits::default();
+        if let Some(text) = &raw.limits.memory {
+            limits.memory_bytes = parse_size(text)
+                .ok_or_else(|| invalid(format!("`memory` = {text:?} is not a size like \"64MiB\"")))?;
+        }
+        if let Some(d) = duration("cpu_time", &raw.limits.cpu_time)? {
+            limits.cpu_time = d;
+        }
+        if let Some(d) = duration("wall_time", &raw.limits.wall_time)? {
+            limits.wall_time = d;
+        }
+        let config = serde_json::to_value(&raw.config)
+            .ok()
+            .and_then(|v| v.as_object().cloned())
+            .unwrap_or_default();
+        Ok(Manifest {
+            grants: Grants {
+                process: raw.grants.process,
+                workdir_root,
+                max_timeout: duration("max_timeout", &raw.grants.max_timeout)?,
+            },
+            limits,
+            config,
+        })
+    }
+
+    /// The config table as JSON text for the call context.
+    pub fn config_json(&self) -> String {
+        serde_json::Value::Object(self.config.clone()).to_string()
+    }
+}
+
+/// Parse `"64MiB"`, `"512KiB"`, `"1GiB"`, `"1000000"` (bytes).
+fn parse_size(text: &str) -> Option<usize> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: usize = digits.parse().ok()?;
+    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(mult).filter(|n| *n > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_manifest_parses() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let text = format!(
+            "[grants]\nprocess = true\nworkdir_root = {:?}\nmax_timeout = \"2m\"\n\
+             [limits]\nmemory = \"32MiB\"\ncpu_time = \"2s\"\nwall_time = \"10m\"\n\
+             [config]\ndefault_timeout = \"30s\"\nlist_limit = 5\n",
+            dir.path()
+        );
+        let m = Manifest::parse(&text, &dir.path().join("p.toml")).expect("parses");
+        assert!(m.grants.process);
+        assert_eq!(m.grants.max_timeout, Some(Duration::from_secs(120)));
+        assert_eq!(
+            m.grants.workdir_root.as_deref(),
+            Some(dir.path().canonicalize().expect("canon").as_path())
+        );
+        assert_eq!(m.limits.memory_bytes, 32 << 20);
+        assert_eq!(m.limits.cpu_time, Duration::from_secs(2));
+        assert_eq!(m.limits.wall_time, Duration::from_secs(600));
+        let config: serde_json::Value = serde_json::from_str(&m.config_json()).expect("json");
+        assert_eq!(config["default_timeout"], "30s");
+        assert_eq!(config["list_limit"], 5);
+    }
+
+    #[test]
+    fn empty_and_missing_manifests_grant_nothing() {
+        let m = Manifest::parse("", Path::new("x.toml")).expect("parses");
+        assert!(!m.grants.process);
+        assert_eq!(m.config_json(), "{}");
+        let missing = Manifest::load(Path::new("/nonexistent/dir/x.toml")).expect("missing is ok");
+        assert_eq!(missing, Manifest::default());
+    }
+
+    #[test]
+    fn bad_manifests_name_the_problem() {
+        let cases = [
+            ("[grants]\nprocesss = true\n", "processs"),
+            ("[limits]\nmemory = \"lots\"\n", "memory"),
+            ("[limits]\ncpu_time = \"fast\"\n", "cpu_time"),
+            ("[grants]\nmax_timeout = \"0s\"\n", "max_timeout"),
+            ("[grants]\nworkdir_root = \"/no/such/dir\"\n", "workdir_root"),
+            ("[grants\n", "x.toml"),
+        ];
+        for (text, needle) in cases {
+            let err = Manifest::parse(text, Path::new("x.toml")).expect_err(text);
+            assert!(err.to_string().contains(needle), "{text}: {err}");
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! The process capability: what guests may ask of the host about processes.
+//!
+//! [`ProcessBackend`] is the seam between the WIT imports and whatever runs processes: the
+//! real [`ProcessManager`] (process groups, bounded capture, reaping) or the scripted fake in
+//! [`crate::testing`]. Every method takes the caller's scope, which the host fills in from the
+//! call context; a process of another scope is reported as not found.
+
+#[path = "manager_stub.rs"]
+mod manager;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use crate::buffer::Truncation;
+pub use manager::{ProcessManager, ProcessManagerConfig};
+
+/// A command to run.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StartRequest {
+    /// Passed to the shell as `sh -c COMMAND`.
+    pub command: String,
+    /// Working directory; `None` means the backend's default.
+    pub workdir: Option<PathBuf>,
+    /// Variables added to the host environment (these win).
+    pub env: Vec<(String, String)>,
+    /// Started in the background (informational).
+    pub background: bool,
+}
+
+/// Where a read of a process's output starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadFrom {
+    /// All retained output.
+    All,
+    /// Output after this byte position.
+    Cursor(u64),
+    /// Output after the end of the previous `All` or `Unread` read of this process
+    /// (`Cursor` reads do not move that mark).
+    Unread,
+}
+
+/// A signal for a whole process group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// SIGTERM, escalating to SIGKILL after the grace period.
+    Terminate,
+    /// SIGKILL.
+    Kill,
+    /// SIGINT.
+    Interrupt,
+}
+
+impl Signal {
+    /// The lowercase name used by tools (`terminate`, `kill`, `interrupt`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Signal::Terminate => "terminate",
+            Signal::Kill => "kill",
+            Signal::Interrupt => "interrupt",
+        }
+    }
+}
+
+/// A process's output and state at the moment of a read.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OutputSnapshot {
+    /// Rendered output from the requested position; always valid UTF-8.
+    pub text: String,
+    /// Still running.
+    pub running: bool,
+    /// Exit code once exited (128+N when killed by signal N).
+    pub exit_code: Option<i32>,
+    /// Terminating signal name, e.g. `SIGKILL`.
+    pub signal: Option<String>,
+    /// Present when output in the requested range is missing from `text`.
+    pub truncation: Option<Truncation>,
+    /// Total bytes written by the process so far.
+    pub cursor: u64,
+    /// File holding the complete output (up to the cap).
+    pub log_path: Option<PathBuf>,
+    /// Milliseconds from start to exit, or to now.
+    pub duration_ms: u64,
+}
+
+/// One process in a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessInfo {
+    /// Short opaque id.
+    pub id: String,
+    /// Command as given.
+    pub command: String,
+    /// Working directory it ran in.
+    pub workdir: PathBuf,
+    /// Started in the background.
+    pub background: bool,
+    /// Still running.
+    pub running: bool,
+    /// Start time, Unix ms.
+    pub started_ms: u64,
+    /// Exit time, Unix ms.
+    pub exited_ms: Option<u64>,
+    /// Exit code (128+N for signal N).
+    pub exit_code: Option<i32>,
+    /// Terminating signal name.
+    pub signal: Option<String>,
+}
+
+/// Why a process operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProcessError {
+    /// No such process in the caller's scope.
+    #[error("no process with id `{0}`")]
+    NotFound(String),
+    /// The process has exited already.
+    #[error("process `{0}` is not running (it has exited)")]
+    NotRunning(String),
+    /// The request is wrong (empty command, bad workdir, ...).
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// A limit was reached (running processes per scope, ...).
+    #[error("{0}")]
+    LimitReached(String),
+    /// The OS refused (spawn or signal failed).
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// A boxed, sendable future, so that [`ProcessBackend`] can be used as a trait object.
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Something that runs processes for guests. All methods are scoped; see the module docs.
+///
+/// Used as `Arc<dyn ProcessBackend>`; async methods return [`BoxFuture`]s.
+pub trait ProcessBackend: Send + Sync + 'static {
+    /// Start a process; returns its id.
+    fn start<'a>(
+        &'a self,
+        scope: &'a str,
+        request: StartRequest,
+    ) -> BoxFuture<'a, Result<String, ProcessError>>;
+
+    /// Wait until exit or `timeout`, then read from `from`. Returns as soon as it exits.
+    fn wait<'a>(
+        &'a self,
+        scope: &'a str,
+        id: &'a str,
+        timeout: Duration,
+        from: ReadFrom,
+    ) -> BoxFuture<'a, Result<OutputSnapshot, ProcessError>>;
+
+    /// Read output from `from` without waiting.
+    fn read(&self, scope: &str, id: &str, from: ReadFrom) -> Result<OutputSnapshot, ProcessError>;
+
+    /// The scope's processes: running first, then newest first.
+    fn list(&self, scope: &str) -> Vec<ProcessInfo>;
+
+    /// Signal the process group. `Terminate` escalates to SIGKILL after the grace period
+    /// without the caller waiting for it.
+    fn signal(&self, scope: &str, id: &str, signal: Signal) -> Result<(), ProcessError>;
+
+    /// Terminate every process of `scope` (the session ended) and wait until they are gone
+    /// (bounded by the kill grace period).
+    fn end_scope<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, ()>;
+}

@@ -1,0 +1,308 @@
+//! What a guest instance sees during one call: the per-call store data ([`CallState`]) and the
+//! host side of the WIT imports (process capability, head/tail buffer resource).
+//!
+//! Everything a guest could abuse is checked here, in the host: the scope comes from the call
+//! context the host built, never from the guest; workdirs must lie under the plugin's granted
+//! root; guest-created buffers draw on a per-call memory budget; time spent waiting in host
+//! calls is tracked so the CPU limit charges only the guest's own running time.
+
+use crate::bindings::{wit_buffer, wit_process};
+use crate::buffer::HeadTailBuffer;
+use crate::process::{ProcessBackend, ReadFrom, StartRequest};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wasmtime::component::{Resource, ResourceTable};
+use wasmtime::{StoreLimits, StoreLimitsBuilder};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+/// Largest head or tail a guest may ask a buffer for.
+const MAX_GUEST_BUFFER_PART: u32 = 16 * 1024 * 1024;
+/// Bytes of guest stdout/stderr kept for the host log per call.
+const GUEST_LOG_BYTES: usize = 256 * 1024;
+
+/// A guest-created head/tail buffer (the `head-tail-buffer` WIT resource).
+pub struct GuestBuffer {
+    inner: HeadTailBuffer,
+    size: usize,
+}
+
+/// The process capability as granted to one plugin.
+#[derive(Clone)]
+pub struct ProcessGrant {
+    /// Where processes run.
+    pub backend: Arc<dyn ProcessBackend>,
+    /// Workdirs must be inside this directory (canonicalised); also the default workdir.
+    pub workdir_root: Option<PathBuf>,
+    /// Longest a single `wait` may block.
+    pub max_wait: Option<Duration>,
+}
+
+/// Limits applied to one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallLimits {
+    /// Linear memory and guest buffers together.
+    pub memory_bytes: usize,
+    /// Guest running time (time waiting in host calls is not counted).
+    pub cpu_time: Duration,
+    /// Whole call, waits included.
+    pub wall_time: Duration,
+}
+
+impl Default for CallLimits {
+    fn default() -> Self {
+        CallLimits {
+            memory_bytes: 64 * 1024 * 1024,
+            cpu_time: Duration::from_secs(5),
+            wall_time: Duration::from_secs(60 * 60),
+        }
+    }
+}
+
+/// Store data of one call: a fresh one per call, dropped with the instance.
+pub struct CallState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(crate) limits: StoreLimits,
+    scope: String,
+    process: Option<ProcessGrant>,
+    buffer_budget: usize,
+    started: Instant,
+    in_host: Duration,
+    stdout: MemoryOutputPipe,
+    stderr: MemoryOutputPipe,
+}
+
+impl CallState {
+    /// Fresh state for a call in `scope`. The guest gets no preopened directories, no network,
+    /// no environment, no arguments and no stdin; its stdout/stderr are captured for the log.
+    pub fn new(scope: &str, limits: &CallLimits, process: Option<ProcessGrant>) -> Self {
+        let stdout = MemoryOutputPipe::new(GUEST_LOG_BYTES);
+        let stderr = MemoryOutputPipe::new(GUEST_LOG_BYTES);
+        let wasi = WasiCtx::builder()
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .build();
+        CallState {
+            wasi,
+            table: ResourceTable::new(),
+            limits: StoreLimitsBuilder::new()
+                .memory_size(limits.memory_bytes)
+                .instances(16)
+                .tables(64)
+                .memories(16)
+                .trap_on_grow_failure(true)
+                .build(),
+            scope: scope.to_string(),
+            process,
+            buffer_budget: limits.memory_bytes,
+            started: Instant::now(),
+            in_host: Duration::ZERO,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// Time the guest itself has run: wall time since the call began minus time spent
+    /// waiting inside host calls.
+    pub fn guest_time(&self) -> Duration {
+        self.started.elapsed().saturating_sub(self.in_host)
+    }
+
+    /// What the guest printed to stdout and stderr (bounded), for the log and error messages.
+    pub fn guest_output(&self) -> (String, String) {
+        (
+            String::from_utf8_lossy(&self.stdout.contents()).into_owned(),
+            String::from_utf8_lossy(&self.stderr.contents()).into_owned(),
+        )
+    }
+
+    fn grant(&self) -> wasmtime::Result<&ProcessGrant> {
+        // Unreachable for a well-formed load (a component importing `process` without the
+        // grant is refused), but never trust that: trap instead.
+        self.process
+            .as_ref()
+            .ok_or_else(|| wasmtime::format_err!("this plugin has no process grant"))
+    }
+
+    fn check_request(
+        grant: &ProcessGrant,
+        request: wit_process::StartRequest,
+    ) -> Result<StartRequest, wit_process::ProcessError> {
+        let workdir = match (&request.workdir, &grant.workdir_root) {
+            (None, root) => root.clone(),
+            (Some(dir), None) => Some(PathBuf::from(dir)),
+            (Some(dir), Some(root)) => {
+                let path = PathBuf::from(dir);
+                let path = if path.is_relative() {
+                    root.join(path)
+                } else {
+                    path
+                };
+                let canonical = path.canonicalize().map_err(|e| {
+                    wit_process::ProcessError::InvalidRequest(format!(
+                        "workdir `{dir}` cannot be used: {e}"
+                    ))
+                })?;
+                if !canonical.starts_with(root) {
+                    return Err(wit_process::ProcessError::InvalidRequest(format!(
+                        "workdir `{dir}` is outside the directory this plugin may use ({})",
+                        root.display()
+                    )));
+                }
+                Some(canonical)
+            }
+        };
+        Ok(StartRequest {
+            command: request.command,
+            workdir,
+            env: request.env,
+            background: request.background,
+        })
+    }
+
+    /// Run a host future, charging its time to the host rather than to the guest's CPU limit.
+    async fn in_host<F: Future>(
+        &mut self,
+        grant: ProcessGrant,
+        f: impl FnOnce(ProcessGrant, String) -> F,
+    ) -> F::Output {
+        let start = Instant::now();
+        let out = f(grant, self.scope.clone()).await;
+        self.in_host += start.elapsed();
+        out
+    }
+}
+
+impl WasiView for CallState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl wit_process::Host for CallState {
+    async fn start(
+        &mut self,
+        request: wit_process::StartRequest,
+    ) -> wasmtime::Result<Result<String, wit_process::ProcessError>> {
+        let grant = self.grant()?;
+        let request = match Self::check_request(grant, request) {
+            Ok(r) => r,
+            Err(e) => return Ok(Err(e)),
+        };
+        let grant = grant.clone();
+        let result = self
+            .in_host(grant, |g, scope| async move { g.backend.start(&scope, request).await })
+            .await;
+        Ok(result.map_err(Into::into))
+    }
+
+    async fn wait(
+        &mut self,
+        id: String,
+        timeout_ms: u64,
+        from: wit_process::ReadFrom,
+    ) -> wasmtime::Result<Result<wit_process::Output, wit_process::ProcessError>> {
+        let grant = self.grant()?;
+        let mut timeout = Duration::from_millis(timeout_ms);
+        if let Some(max) = grant.max_wait {
+            timeout = timeout.min(max);
+        }
+        let from: ReadFrom = from.into();
+        let grant = grant.clone();
+        let result = self
+            .in_host(grant, |g, scope| async move { g.backend.wait(&scope, &id, timeout, from).await })
+            .await;
+        Ok(result.map(Into::into).map_err(Into::into))
+    }
+
+    async fn read(
+        &mut self,
+        id: String,
+        from: wit_process::ReadFrom,
+    ) -> wasmtime::Result<Result<wit_process::Output, wit_process::ProcessError>> {
+        let grant = self.grant()?;
+        Ok(grant
+            .backend
+            .read(&self.scope, &id, from.into())
+            .map(Into::into)
+            .map_err(Into::into))
+    }
+
+    async fn list(&mut self) -> wasmtime::Result<Vec<wit_process::ProcessInfo>> {
+        let grant = self.grant()?;
+        Ok(grant
+            .backend
+            .list(&self.scope)
+            .into_iter()
+            .map(Into::into)
+            .collect())
+    }
+
+    async fn send_signal(
+        &mut self,
+        id: String,
+        signal: wit_process::Signal,
+    ) -> wasmtime::Result<Result<(), wit_process::ProcessError>> {
+        let grant = self.grant()?;
+        Ok(grant
+            .backend
+            .signal(&self.scope, &id, signal.into())
+            .map_err(Into::into))
+    }
+}
+
+impl wit_buffer::Host for CallState {}
+
+impl wit_buffer::HostHeadTailBuffer for CallState {
+    async fn new(
+        &mut self,
+        head_bytes: u32,
+        tail_bytes: u32,
+    ) -> wasmtime::Result<Resource<GuestBuffer>> {
+        let head = head_bytes.clamp(1, MAX_GUEST_BUFFER_PART) as usize;
+        let tail = tail_bytes.clamp(1, MAX_GUEST_BUFFER_PART) as usize;
+        let size = head + tail;
+        if size > self.buffer_budget {
+            wasmtime::bail!(
+                "guest buffers would exceed the plugin's memory limit ({} bytes left, {size} asked)",
+                self.buffer_budget
+            );
+        }
+        self.buffer_budget -= size;
+        Ok(self.table.push(GuestBuffer {
+            inner: HeadTailBuffer::new(head, tail),
+            size,
+        })?)
+    }
+
+    async fn write(&mut self, buffer: Resource<GuestBuffer>, data: Vec<u8>) -> wasmtime::Result<()> {
+        self.table.get_mut(&buffer)?.inner.write(&data);
+        Ok(())
+    }
+
+    async fn total_bytes(&mut self, buffer: Resource<GuestBuffer>) -> wasmtime::Result<u64> {
+        Ok(self.table.get(&buffer)?.inner.total_bytes())
+    }
+
+    async fn render(
+        &mut self,
+        buffer: Resource<GuestBuffer>,
+    ) -> wasmtime::Result<wit_buffer::Rendered> {
+        let rendered = self.table.get(&buffer)?.inner.render();
+        Ok(wit_buffer::Rendered {
+            text: rendered.text,
+            truncation: rendered.truncation.map(Into::into),
+        })
+    }
+
+    async fn drop(&mut self, buffer: Resource<GuestBuffer>) -> wasmtime::Result<()> {
+        let removed = self.table.delete(buffer)?;
+        self.buffer_budget += removed.size;
+        Ok(())
+    }
+}

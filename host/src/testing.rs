@@ -1,0 +1,425 @@
+//! A fake process capability for testing guest policies deterministically.
+//!
+//! [`FakeProcesses`] implements the same [`ProcessBackend`] the real process manager does, but
+//! runs nothing: each start takes the next queued [`Script`] (or the default one), records the
+//! request, and plays back scripted output, exit status and timing. Time is logical: a
+//! process scripted to run for 30 s is "still running" after a 10 s wait and exits during a
+//! later wait, all instantly. Signals are recorded and end a running script as a real kill
+//! would.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use toolhost::testing::{FakeProcesses, Script};
+//! # async fn demo() -> anyhow::Result<()> {
+//! let fake = FakeProcesses::new();
+//! fake.push(Script::exits(0).output("hello\n"));
+//! let host = toolhost::ToolHost::builder()
+//!     .process_backend(fake.clone())
+//!     .build()
+//!     .await?;
+//! let result = host.call("test", "execute", r#"{"command":"echo hello"}"#).await?;
+//! assert!(result.contains("hello"));
+//! assert_eq!(fake.starts()[0].request.command, "echo hello");
+//! # Ok(()) }
+//! ```
+
+use crate::buffer::HeadTailBuffer;
+use crate::process::{
+    BoxFuture, OutputSnapshot, ProcessBackend, ProcessError, ProcessInfo, ReadFrom, Signal,
+    StartRequest,
+};
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// How a scripted process ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// Exits with this code after its run time.
+    Code(i32),
+    /// Dies of signal number N (exit code 128+N) after its run time.
+    Signal(i32),
+    /// Runs until signalled.
+    Never,
+}
+
+/// What a started fake process does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Script {
+    /// Output visible from the start (all of it, for a process that exits at once).
+    pub output: Vec<u8>,
+    /// Output that appears only when the process exits.
+    pub final_output: Vec<u8>,
+    /// Logical run time before it ends.
+    pub runs_for: Duration,
+    /// How it ends.
+    pub ending: Ending,
+}
+
+impl Script {
+    /// Exits at once with `code` and no output.
+    pub fn exits(code: i32) -> Script {
+        Script {
+            output: Vec::new(),
+            final_output: Vec::new(),
+            runs_for: Duration::ZERO,
+            ending: Ending::Code(code),
+        }
+    }
+
+    /// Runs until signalled.
+    pub fn never_exits() -> Script {
+        Script {
+            ending: Ending::Never,
+            ..Script::exits(0)
+        }
+    }
+
+    /// Dies of signal number `signal` after its run time.
+    pub fn killed_by(signal: i32) -> Script {
+        Script {
+            ending: Ending::Signal(signal),
+            ..Script::exits(0)
+        }
+    }
+
+    /// Output visible from the start.
+    pub fn output(mut self, bytes: impl AsRef<[u8]>) -> Script {
+        self.output = bytes.as_ref().to_vec();
+        self
+    }
+
+    /// Output that appears when it exits.
+    pub fn final_output(mut self, bytes: impl AsRef<[u8]>) -> Script {
+        self.final_output = bytes.as_ref().to_vec();
+        self
+    }
+
+    /// Logical run time before it ends.
+    pub fn runs_for(mut self, d: Duration) -> Script {
+        self.runs_for = d;
+        self
+    }
+}
+
+/// A start request as the fake received it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedStart {
+    /// The caller's scope.
+    pub scope: String,
+    /// The request.
+    pub request: StartRequest,
+    /// The id handed out (`None` if the start was scripted to fail).
+    pub id: Option<String>,
+}
+
+struct FakeProcess {
+    scope: String,
+    request: StartRequest,
+    script: Script,
+    elapsed: Duration,
+    finished: Option<(i32, Option<String>)>,
+    buffer: HeadTailBuffer,
+    last_read: u64,
+    started_ms: u64,
+}
+
+#[derive(Default)]
+struct State {
+    queue: VecDeque<Script>,
+    default: Option<Script>,
+    next_start_error: Option<ProcessError>,
+    read_error: Option<ProcessError>,
+    starts: Vec<RecordedStart>,
+    signals: Vec<(String, Signal)>,
+    processes: HashMap<String, FakeProcess>,
+    order: Vec<String>,
+    counter: u64,
+}
+
+/// A scripted, deterministic [`ProcessBackend`]. See the module docs.
+#[derive(Default)]
+pub struct FakeProcesses {
+    state: Mutex<State>,
+}
+
+impl FakeProcesses {
+    /// A fake whose unscripted processes exit at once with code 0 and no output.
+    pub fn new() -> Arc<FakeProcesses> {
+        Arc::new(FakeProcesses::default())
+    }
+
+    /// Queue `script` for the next start.
+    pub fn push(&self, script: Script) {
+        self.lock().queue.push_back(script);
+    }
+
+    /// Use `script` for every start with nothing queued.
+    pub fn set_default(&self, script: Script) {
+        self.lock().default = Some(script);
+    }
+
+    /// Make the next start fail with `error`.
+    pub fn fail_next_start(&self, error: ProcessError) {
+        self.lock().next_start_error = Some(error);
+    }
+
+    /// Make every wait and read fail with `error` (`None` to stop).
+    pub fn fail_reads(&self, error: Option<ProcessError>) {
+        self.lock().read_error = error;
+    }
+
+    /// Every start request so far, in order.
+    pub fn starts(&self) -> Vec<RecordedStart> {
+        self.lock().starts.clone()
+    }
+
+    /// Every signal sent so far, in order.
+    pub fn signals(&self) -> Vec<(String, Signal)> {
+        self.lock().signals.clone()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn signal_name(n: i32) -> String {
+    match n {
+        2 => "SIGINT".to_string(),
+        9 => "SIGKILL".to_string(),
+        15 => "SIGTERM".to_string(),
+        n => format!("SIG{n}"),
+    }
+}
+
+impl FakeProcess {
+    fn advance(&mut self, by: Duration) {
+        if self.finished.is_some() {
+            return;
+        }
+        let remaining = self.script.runs_for.saturating_sub(self.elapsed);
+        if self.script.ending != Ending::Never && remaining <= by {
+            self.elapsed = self.script.runs_for;
+            let final_output = std::mem::take(&mut self.script.final_output);
+            self.buffer.write(&final_output);
+            self.finished = Some(match self.script.ending {
+                Ending::Code(c) => (c, None),
+                Ending::Signal(n) => (128 + n, Some(signal_name(n))),
+                Ending::Never => (0, None),
+            });
+        } else {
+            self.elapsed += by;
+        }
+    }
+
+    fn kill(&mut self, n: i32) {
+        if self.finished.is_none() {
+            self.finished = Some((128 + n, Some(signal_name(n))));
+        }
+    }
+
+    fn snapshot(&mut self, from: ReadFrom) -> OutputSnapshot {
+        let start = match from {
+            ReadFrom::All => 0,
+            ReadFrom::Cursor(c) => c,
+            ReadFrom::Unread => self.last_read,
+        };
+        let rendered = self.buffer.render_from(start);
+        let cursor = self.buffer.total_bytes();
+        if matches!(from, ReadFrom::All | ReadFrom::Unread) {
+            self.last_read = cursor;
+        }
+        OutputSnapshot {
+            text: rendered.text,
+            running: self.finished.is_none(),
+            exit_code: self.finished.as_ref().map(|f| f.0),
+            signal: self.finished.as_ref().and_then(|f| f.1.clone()),
+            truncation: rendered.truncation,
+            cursor,
+            log_path: None,
+            duration_ms: self.elapsed.as_millis() as u64,
+        }
+    }
+}
+
+impl State {
+    fn process(&mut self, scope: &str, id: &str) -> Result<&mut FakeProcess, ProcessError> {
+        match self.processes.get_mut(id) {
+            Some(p) if p.scope == scope => Ok(p),
+            _ => Err(ProcessError::NotFound(id.to_string())),
+        }
+    }
+}
+
+impl ProcessBackend for FakeProcesses {
+    fn start<'a>(
+        &'a self,
+        scope: &'a str,
+        request: StartRequest,
+    ) -> BoxFuture<'a, Result<String, ProcessError>> {
+        Box::pin(async move {
+            let mut state = self.lock();
+            if let Some(error) = state.next_start_error.take() {
+                state.starts.push(RecordedStart {
+                    scope: scope.to_string(),
+                    request,
+                    id: None,
+                });
+                return Err(error);
+            }
+            let script = state
+                .queue
+                .pop_front()
+                .or_else(|| state.default.clone())
+                .unwrap_or_else(|| Script::exits(0));
+            state.counter += 1;
+            let id = format!("fake{}", state.counter);
+            let mut buffer = HeadTailBuffer::default();
+            buffer.write(&script.output);
+            let mut process = FakeProcess {
+                scope: scope.to_string(),
+                request: request.clone(),
+                script,
+                elapsed: Duration::ZERO,
+                finished: None,
+                buffer,
+                last_read: 0,
+                started_ms: state.counter,
+            };
+            process.advance(Duration::ZERO);
+            state.processes.insert(id.clone(), process);
+            state.order.push(id.clone());
+            state.starts.push(RecordedStart {
+                scope: scope.to_string(),
+                request,
+                id: Some(id.clone()),
+            });
+            Ok(id)
+        })
+    }
+
+    fn wait<'a>(
+        &'a self,
+        scope: &'a str,
+        id: &'a str,
+        timeout: Duration,
+        from: ReadFrom,
+    ) -> BoxFuture<'a, Result<OutputSnapshot, ProcessError>> {
+        Box::pin(async move {
+            let mut state = self.lock();
+            if let Some(e) = state.read_error.clone() {
+                return Err(e);
+            }
+            let process = state.process(scope, id)?;
+            process.advance(timeout);
+            Ok(process.snapshot(from))
+        })
+    }
+
+    fn read(&self, scope: &str, id: &str, from: ReadFrom) -> Result<OutputSnapshot, ProcessError> {
+        let mut state = self.lock();
+        if let Some(e) = state.read_error.clone() {
+            return Err(e);
+        }
+        Ok(state.process(scope, id)?.snapshot(from))
+    }
+
+    fn list(&self, scope: &str) -> Vec<ProcessInfo> {
+        let state = self.lock();
+        let mut list: Vec<ProcessInfo> = state
+            .order
+            .iter()
+            .rev()
+            .filter_map(|id| state.processes.get(id).map(|p| (id, p)))
+            .filter(|(_, p)| p.scope == scope)
+            .map(|(id, p)| ProcessInfo {
+                id: id.clone(),
+                command: p.request.command.clone(),
+                workdir: p.request.workdir.clone().unwrap_or_else(|| PathBuf::from(".")),
+                background: p.request.background,
+                running: p.finished.is_none(),
+                started_ms: p.started_ms,
+                exited_ms: p.finished.as_ref().map(|_| p.started_ms),
+                exit_code: p.finished.as_ref().map(|f| f.0),
+                signal: p.finished.as_ref().and_then(|f| f.1.clone()),
+            })
+            .collect();
+        list.sort_by_key(|p| !p.running);
+        list
+    }
+
+    fn signal(&self, scope: &str, id: &str, signal: Signal) -> Result<(), ProcessError> {
+        let mut state = self.lock();
+        let process = state.process(scope, id)?;
+        if process.finished.is_some() {
+            return Err(ProcessError::NotRunning(id.to_string()));
+        }
+        process.kill(match signal {
+            Signal::Terminate => 15,
+            Signal::Kill => 9,
+            Signal::Interrupt => 2,
+        });
+        state.signals.push((id.to_string(), signal));
+        Ok(())
+    }
+
+    fn end_scope<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let mut state = self.lock();
+            for p in state.processes.values_mut().filter(|p| p.scope == scope) {
+                p.kill(15);
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn scripted_process_runs_on_logical_time() {
+        let fake = FakeProcesses::new();
+        fake.push(
+            Script::exits(3)
+                .output("partial\n")
+                .final_output("done\n")
+                .runs_for(Duration::from_secs(30)),
+        );
+        let id = fake.start("s", StartRequest::default()).await.expect("start");
+        let first = fake
+            .wait("s", &id, Duration::from_secs(10), ReadFrom::All)
+            .await
+            .expect("wait");
+        assert!(first.running);
+        assert_eq!(first.text, "partial\n");
+        let second = fake
+            .wait("s", &id, Duration::from_secs(30), ReadFrom::Unread)
+            .await
+            .expect("wait");
+        assert!(!second.running);
+        assert_eq!(second.exit_code, Some(3));
+        assert_eq!(second.text, "done\n");
+        assert!(matches!(
+            fake.read("other", &id, ReadFrom::All),
+            Err(ProcessError::NotFound(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn signals_end_running_scripts_and_are_recorded() {
+        let fake = FakeProcesses::new();
+        fake.push(Script::never_exits());
+        let id = fake.start("s", StartRequest::default()).await.expect("start");
+        fake.signal("s", &id, Signal::Kill).expect("signal");
+        let out = fake.read("s", &id, ReadFrom::All).expect("read");
+        assert_eq!((out.exit_code, out.signal.as_deref()), (Some(137), Some("SIGKILL")));
+        assert_eq!(fake.signals(), vec![(id.clone(), Signal::Kill)]);
+        assert!(matches!(
+            fake.signal("s", &id, Signal::Kill),
+            Err(ProcessError::NotRunning(_))
+        ));
+    }
+}
