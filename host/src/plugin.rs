@@ -311,27 +311,30 @@ impl Plugin {
 /// A short, specific description of a guest failure: the panic message if the guest printed
 /// one, the trap otherwise.
 fn describe_failure(error: &wasmtime::Error, stderr: &str) -> String {
-    let chain = format!("{error:#}");
-    let reason = if chain.contains("forcing trap when growing memory")
-        || chain.contains("memory limit")
+    // The outermost context is a wasm backtrace; the cause below it says what happened.
+    let cause = error
+        .chain()
+        .map(|e| e.to_string())
+        .find(|m| !m.starts_with("error while executing at wasm backtrace"))
+        .unwrap_or_else(|| error.root_cause().to_string());
+    let reason = if cause.contains("forcing trap when growing memory")
+        || cause.contains("memory limit")
     {
         "memory limit exceeded".to_string()
     } else if let Some(trap) = error.downcast_ref::<wasmtime::Trap>() {
         format!("trapped: {trap}")
     } else {
-        // Our own epoch callback error and host-side traps come through as plain errors.
-        error.to_string()
+        cause
     };
-    match stderr.lines().find(|l| l.contains("panicked at")) {
-        Some(_) => {
-            let panic: Vec<&str> = stderr
-                .lines()
-                .skip_while(|l| !l.contains("panicked at"))
-                .take(2)
-                .collect();
-            format!("{reason} ({})", panic.join(" ").trim())
-        }
-        None => reason,
+    let panic: Vec<&str> = stderr
+        .lines()
+        .skip_while(|l| !l.contains("panicked at"))
+        .take(2)
+        .collect();
+    if panic.is_empty() {
+        reason
+    } else {
+        format!("{reason} ({})", panic.join(" ").trim())
     }
 }
 

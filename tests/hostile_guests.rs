@@ -1,0 +1,86 @@
+//! Deliberately hostile guests (runaway loop, memory bomb, panic, endless wait) must each end
+//! in a clear tool error naming the plugin, within the plugin's limits, and the host must serve
+//! the next call normally.
+
+use std::time::{Duration, Instant};
+use toolhost::CallError;
+use toolhost::testing::FakeProcesses;
+use toolhost_e2e::{fake_host, hostile_component, json, plugin_dir};
+
+const MANIFEST: &str = r#"
+[grants]
+process = true
+
+[limits]
+memory = "32MiB"
+cpu_time = "1s"
+wall_time = "3s"
+"#;
+
+async fn expect_plugin_failure(tool: &str, needle: &str, within: Duration) {
+    let dir = plugin_dir(&hostile_component(), "hostile", Some(MANIFEST));
+    let host = fake_host(dir.path(), FakeProcesses::new()).await;
+    let started = Instant::now();
+    let err = host
+        .call("s1", tool, "{}")
+        .await
+        .expect_err("hostile call must fail");
+    let elapsed = started.elapsed();
+    match &err {
+        CallError::Plugin { plugin, reason } => {
+            assert_eq!(plugin, "hostile");
+            assert!(
+                reason.contains(needle),
+                "{tool}: reason {reason:?} lacks {needle:?}"
+            );
+        }
+        other => panic!("{tool}: expected a plugin failure, got {other:?}"),
+    }
+    assert!(
+        elapsed < within,
+        "{tool} took {elapsed:?}, expected under {within:?}"
+    );
+    // The host keeps serving: a well-behaved call on the same host works.
+    let ok = host.call("s1", "scope", "{}").await.expect("healthy call");
+    assert_eq!(json(&ok)["scope"], "s1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runaway_loop_hits_the_cpu_limit() {
+    expect_plugin_failure("spin", "CPU time limit", Duration::from_secs(10)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_bomb_hits_the_memory_limit() {
+    expect_plugin_failure("bomb", "memory limit", Duration::from_secs(10)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn panic_becomes_a_tool_error_with_the_message() {
+    expect_plugin_failure("panic", "hostile guest panicked on purpose", Duration::from_secs(10))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endless_host_waits_are_cut_by_a_limit() {
+    // With the fake backend the waits return at once, so the guest loop burns CPU.
+    expect_plugin_failure("hang", "limit exceeded", Duration::from_secs(10)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn process_import_without_grant_is_refused_at_load() {
+    let dir = plugin_dir(&hostile_component(), "hostile", None);
+    let err = toolhost::ToolHost::builder()
+        .bundled_policy(None)
+        .plugin_dir(dir.path())
+        .process_backend(FakeProcesses::new())
+        .cache_dir(None)
+        .build()
+        .await
+        .err()
+        .expect("load must fail");
+    let message = err.to_string();
+    assert!(message.contains("hostile"), "{message}");
+    assert!(message.contains("process"), "{message}");
+    assert!(message.contains("[grants]"), "{message}");
+}
