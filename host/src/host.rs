@@ -9,7 +9,7 @@ use crate::bundled::{self, BundledPlugin};
 use crate::manifest::{Manifest, ManifestError};
 use crate::plugin::{CallError, LoadError, Loader, Plugin};
 use crate::process::{ProcessBackend, ProcessManager, ProcessManagerConfig};
-use crate::sandbox::CallState;
+use crate::sandbox::{CallOptions, CallState};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -62,6 +62,7 @@ pub struct ToolHostBuilder {
     backend: Option<Arc<dyn ProcessBackend>>,
     process_config: ProcessManagerConfig,
     cache_dir: Option<PathBuf>,
+    watch: bool,
 }
 
 impl Default for ToolHostBuilder {
@@ -72,6 +73,7 @@ impl Default for ToolHostBuilder {
             backend: None,
             process_config: ProcessManagerConfig::default(),
             cache_dir: default_cache_dir(),
+            watch: false,
         }
     }
 }
@@ -109,6 +111,13 @@ impl ToolHostBuilder {
         self
     }
 
+    /// Watch the plugin directories and reload when a component or manifest is added,
+    /// replaced or removed (see [`ToolHost::changes`]).
+    pub fn watch_plugins(mut self, watch: bool) -> Self {
+        self.watch = watch;
+        self
+    }
+
     /// Build the host and load the plugins. Must run inside a tokio runtime.
     pub async fn build(self) -> Result<ToolHost, HostError> {
         let engine_error = |e: wasmtime::Error| HostError::Engine(format!("{e:#}"));
@@ -142,6 +151,7 @@ impl ToolHostBuilder {
             policy: self.policy,
             plugin_dirs: self.plugin_dirs,
             registry: RwLock::new(Arc::new(Registry::default())),
+            changes: tokio::sync::watch::channel(0).0,
         };
         host.reload().await?;
         Ok(host)
@@ -171,6 +181,7 @@ pub struct ToolHost {
     policy: Option<String>,
     plugin_dirs: Vec<PathBuf>,
     registry: RwLock<Arc<Registry>>,
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl ToolHost {
@@ -214,7 +225,14 @@ impl ToolHost {
         }
         let registry = Arc::new(Registry { plugins, by_tool });
         *self.registry.write().unwrap_or_else(|e| e.into_inner()) = registry;
+        self.changes.send_modify(|generation| *generation += 1);
         Ok(())
+    }
+
+    /// A receiver that sees a new value every time the set of tools is (re)loaded: MCP
+    /// servers turn it into `notifications/tools/list_changed`.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// Load a bundled component.
@@ -286,6 +304,18 @@ impl ToolHost {
     /// Call `tool` with `arguments` (a JSON object as text) on behalf of `scope`. Returns the
     /// tool's result JSON text.
     pub async fn call(&self, scope: &str, tool: &str, arguments: &str) -> Result<String, CallError> {
+        self.call_with(scope, tool, arguments, CallOptions::default())
+            .await
+    }
+
+    /// [`Self::call`] with progress reporting and/or cancellation.
+    pub async fn call_with(
+        &self,
+        scope: &str,
+        tool: &str,
+        arguments: &str,
+        options: CallOptions,
+    ) -> Result<String, CallError> {
         let plugin = {
             let registry = self.snapshot();
             match registry.by_tool.get(tool) {
@@ -303,7 +333,7 @@ impl ToolHost {
                 }
             }
         };
-        plugin.call(scope, tool, arguments).await
+        plugin.call(scope, tool, arguments, options).await
     }
 
     /// Terminate every process of `scope` (its session ended).

@@ -19,3 +19,5 @@ pub mod testing;
 
 pub use host::{HostError, ToolHost, ToolHostBuilder, ToolInfo, default_cache_dir, plugin_files};
 pub use plugin::{CallError, LoadError};
+pub use sandbox::{CallOptions, Progress, ProgressSink};
+pub use tokio_util::sync::CancellationToken;

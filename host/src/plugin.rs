@@ -5,7 +5,7 @@
 use crate::bindings::{CallContext, ShellToolsPre, ToolDefinition, WIT_PACKAGE, WIT_VERSION};
 use crate::manifest::Manifest;
 use crate::process::ProcessBackend;
-use crate::sandbox::{CallLimits, CallState, ProcessGrant};
+use crate::sandbox::{CallLimits, CallOptions, CallState, ProcessGrant};
 use sha2::{Digest, Sha256};
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -185,7 +185,7 @@ impl Plugin {
             reason,
         };
         let tools = self
-            .run("(load)", |instance, store| {
+            .run("(load)", CallOptions::default(), |instance, store| {
                 Box::pin(async move {
                     instance
                         .toolhost_plugin_tool()
@@ -234,14 +234,20 @@ impl Plugin {
     }
 
     /// Call tool `tool` with `arguments` (JSON text) in `scope`.
-    pub async fn call(&self, scope: &str, tool: &str, arguments: &str) -> Result<String, CallError> {
+    pub async fn call(
+        &self,
+        scope: &str,
+        tool: &str,
+        arguments: &str,
+        options: CallOptions,
+    ) -> Result<String, CallError> {
         let context = CallContext {
             scope: scope.to_string(),
             config: self.config.clone(),
         };
         let tool = tool.to_string();
         let arguments = arguments.to_string();
-        self.run(scope, move |instance, store| {
+        self.run(scope, options, move |instance, store| {
             Box::pin(async move {
                 instance
                     .toolhost_plugin_tool()
@@ -258,6 +264,7 @@ impl Plugin {
     async fn run<R: Send>(
         &self,
         scope: &str,
+        options: CallOptions,
         f: impl for<'a> FnOnce(
             &'a crate::bindings::ShellTools,
             &'a mut Store<CallState>,
@@ -268,7 +275,7 @@ impl Plugin {
         let limits = self.limits;
         let mut store = Store::new(
             self.pre.engine(),
-            CallState::new(scope, &limits, self.grant.clone()),
+            CallState::new(scope, &limits, self.grant.clone(), options),
         );
         store.limiter(|state| &mut state.limits);
         store.set_epoch_deadline(1);

@@ -11,6 +11,7 @@ use crate::buffer::HeadTailBuffer;
 use crate::process::{ProcessBackend, ReadFrom, StartRequest};
 use std::path::PathBuf;
 use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 use std::time::{Duration, Instant};
 use wasmtime::component::{Resource, ResourceTable};
 use wasmtime::{StoreLimits, StoreLimitsBuilder};
@@ -37,6 +38,34 @@ pub struct ProcessGrant {
     pub workdir_root: Option<PathBuf>,
     /// Longest a single `wait` may block.
     pub max_wait: Option<Duration>,
+}
+
+/// Receives progress updates of a long call: the latest output lines of the process the
+/// guest is waiting on, about once a second.
+pub type ProgressSink = Arc<dyn Fn(Progress) + Send + Sync>;
+
+/// One progress update.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Progress {
+    /// Milliseconds since the wait began.
+    pub elapsed_ms: u64,
+    /// The last few lines of output.
+    pub message: String,
+}
+
+/// How often a waiting call reports progress.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+/// Lines of output in one progress update.
+const PROGRESS_LINES: usize = 5;
+
+/// Per-call options from the caller (an MCP session, the library user).
+#[derive(Clone, Default)]
+pub struct CallOptions {
+    /// Where progress updates go while the guest waits on a process.
+    pub progress: Option<ProgressSink>,
+    /// Cancelled when the caller gives up: a wait in progress returns at once as if it had
+    /// timed out, so the policy handles the process as it handles a timeout.
+    pub cancel: Option<CancellationToken>,
 }
 
 /// Limits applied to one call.
@@ -72,12 +101,18 @@ pub struct CallState {
     in_host: Duration,
     stdout: MemoryOutputPipe,
     stderr: MemoryOutputPipe,
+    options: CallOptions,
 }
 
 impl CallState {
     /// Fresh state for a call in `scope`. The guest gets no preopened directories, no network,
     /// no environment, no arguments and no stdin; its stdout/stderr are captured for the log.
-    pub fn new(scope: &str, limits: &CallLimits, process: Option<ProcessGrant>) -> Self {
+    pub fn new(
+        scope: &str,
+        limits: &CallLimits,
+        process: Option<ProcessGrant>,
+        options: CallOptions,
+    ) -> Self {
         let stdout = MemoryOutputPipe::new(GUEST_LOG_BYTES);
         let stderr = MemoryOutputPipe::new(GUEST_LOG_BYTES);
         let wasi = WasiCtx::builder()
@@ -101,6 +136,7 @@ impl CallState {
             in_host: Duration::ZERO,
             stdout,
             stderr,
+            options,
         }
     }
 
@@ -214,8 +250,11 @@ impl wit_process::Host for CallState {
         }
         let from: ReadFrom = from.into();
         let grant = grant.clone();
+        let options = self.options.clone();
         let result = self
-            .in_host(grant, |g, scope| async move { g.backend.wait(&scope, &id, timeout, from).await })
+            .in_host(grant, |g, scope| async move {
+                wait_with_options(&*g.backend, &scope, &id, timeout, from, &options).await
+            })
             .await;
         Ok(result.map(Into::into).map_err(Into::into))
     }
@@ -254,6 +293,53 @@ impl wit_process::Host for CallState {
             .signal(&self.scope, &id, signal.into())
             .map_err(Into::into))
     }
+}
+
+/// Wait on a process, reporting progress and honouring cancellation when the caller asked for
+/// them. Without either it is a single event-driven wait.
+async fn wait_with_options(
+    backend: &dyn ProcessBackend,
+    scope: &str,
+    id: &str,
+    timeout: Duration,
+    from: ReadFrom,
+    options: &CallOptions,
+) -> Result<crate::process::OutputSnapshot, crate::process::ProcessError> {
+    if options.progress.is_none() && options.cancel.is_none() {
+        return backend.wait(scope, id, timeout, from).await;
+    }
+    let started = Instant::now();
+    let cancel = options.cancel.clone().unwrap_or_default();
+    let mut reported = backend.read(scope, id, ReadFrom::Cursor(u64::MAX))?.cursor;
+    loop {
+        let left = timeout.saturating_sub(started.elapsed());
+        let step = match options.progress {
+            Some(_) => left.min(PROGRESS_EVERY),
+            None => left,
+        };
+        let snapshot = tokio::select! {
+            r = backend.wait(scope, id, step, ReadFrom::Cursor(u64::MAX)) => r?,
+            _ = cancel.cancelled() => break,
+        };
+        if !snapshot.running || started.elapsed() >= timeout {
+            break;
+        }
+        if let Some(progress) = &options.progress {
+            if snapshot.cursor > reported {
+                let fresh = backend.read(scope, id, ReadFrom::Cursor(reported))?;
+                reported = fresh.cursor;
+                let lines: Vec<&str> = fresh.text.lines().filter(|l| !l.trim().is_empty()).collect();
+                let last = &lines[lines.len().saturating_sub(PROGRESS_LINES)..];
+                if !last.is_empty() {
+                    progress(Progress {
+                        elapsed_ms: started.elapsed().as_millis() as u64,
+                        message: last.join("\n"),
+                    });
+                }
+            }
+        }
+    }
+    backend.read(scope, id, from)
 }
 
 impl wit_buffer::Host for CallState {}
