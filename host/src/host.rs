@@ -8,6 +8,7 @@ use crate::bindings::{ShellTools, ToolDefinition};
 use crate::bundled::{self, BundledPlugin};
 use crate::manifest::{Manifest, ManifestError};
 use crate::plugin::{CallError, LoadError, Loader, Plugin};
+use sha2::{Digest, Sha256};
 use crate::process::{ProcessBackend, ProcessManager, ProcessManagerConfig};
 use crate::sandbox::{CallOptions, CallState};
 use std::collections::BTreeMap;
@@ -36,6 +37,9 @@ pub enum HostError {
     /// A manifest is invalid.
     #[error(transparent)]
     Manifest(#[from] ManifestError),
+    /// The plugin directories cannot be watched.
+    #[error("cannot watch plugin directories: {0}")]
+    Watch(String),
     /// An unknown bundled policy was asked for.
     #[error("unknown bundled policy `{0}`; bundled: {1}")]
     UnknownPolicy(String, String),
@@ -145,16 +149,37 @@ impl ToolHostBuilder {
             backend,
             cache_dir: self.cache_dir,
         };
-        let host = ToolHost {
+        let inner = Arc::new(HostInner {
             loader,
             manager,
             policy: self.policy,
             plugin_dirs: self.plugin_dirs,
             registry: RwLock::new(Arc::new(Registry::default())),
+            reloading: tokio::sync::Mutex::new(()),
             changes: tokio::sync::watch::channel(0).0,
+        });
+        inner.reload(true).await?;
+        let watcher = if self.watch {
+            Some(crate::watch::watch_plugin_dirs(&inner.plugin_dirs, {
+                let weak = Arc::downgrade(&inner);
+                move || {
+                    let weak = weak.clone();
+                    async move {
+                        if let Some(inner) = weak.upgrade() {
+                            if let Err(e) = inner.reload(false).await {
+                                tracing::error!("plugin reload failed: {e}");
+                            }
+                        }
+                    }
+                }
+            })?)
+        } else {
+            None
         };
-        host.reload().await?;
-        Ok(host)
+        Ok(ToolHost {
+            inner,
+            _watcher: watcher,
+        })
     }
 }
 
@@ -163,6 +188,161 @@ impl ToolHostBuilder {
 struct Registry {
     plugins: Vec<Arc<Plugin>>,
     by_tool: BTreeMap<String, Arc<Plugin>>,
+    /// Plugins loaded from files, with the fingerprint of the component and manifest they
+    /// were loaded from, so a reload recompiles only what changed.
+    files: BTreeMap<PathBuf, (String, Arc<Plugin>)>,
+}
+
+impl HostInner {
+    /// Load the bundled policy and every plugin directory and swap the result in. Unchanged
+    /// files keep their loaded plugin. `strict` (at start-up): any failure is an error. Not
+    /// strict (hot reload): a plugin that fails to load is logged and its previous version,
+    /// if any, keeps serving.
+    async fn reload(&self, strict: bool) -> Result<(), HostError> {
+        let _guard = self.reloading.lock().await;
+        let previous = self.snapshot();
+        let mut plugins = Vec::new();
+        if let Some(policy) = &self.policy {
+            let bundled_plugin = match previous.plugins.iter().find(|p| p.origin() == "bundled") {
+                Some(p) => p.clone(),
+                None => {
+                    let bundled = bundled::find(policy).ok_or_else(|| {
+                        HostError::UnknownPolicy(policy.clone(), bundled::names().join(", "))
+                    })?;
+                    Arc::new(load_bundled(&self.loader, bundled).await?)
+                }
+            };
+            plugins.push(bundled_plugin);
+        }
+        let mut files = BTreeMap::new();
+        for dir in &self.plugin_dirs {
+            let paths = match plugin_files(dir) {
+                Ok(paths) => paths,
+                Err(e) if !strict => {
+                    tracing::error!("{e}");
+                    Vec::new()
+                }
+                Err(e) => return Err(e),
+            };
+            for path in paths {
+                let loaded = match read_plugin_file(&path) {
+                    Ok((bytes, manifest_text, fingerprint)) => {
+                        match previous.files.get(&path) {
+                            Some((old, plugin)) if *old == fingerprint => Ok((fingerprint, plugin.clone())),
+                            _ => load_file(&self.loader, &path, &bytes, manifest_text.as_deref())
+                                .await
+                                .map(|p| (fingerprint, Arc::new(p))),
+                        }
+                    }
+                    Err(e) => Err(e),
+                };
+                match loaded {
+                    Ok((fingerprint, plugin)) => {
+                        plugins.push(plugin.clone());
+                        files.insert(path, (fingerprint, plugin));
+                    }
+                    Err(e) if strict => return Err(e),
+                    Err(e) => {
+                        tracing::error!("{e}");
+                        if let Some((fingerprint, plugin)) = previous.files.get(&path) {
+                            tracing::warn!(plugin = plugin.name(), "keeping the previous version");
+                            plugins.push(plugin.clone());
+                            files.insert(path, (fingerprint.clone(), plugin.clone()));
+                        }
+                    }
+                }
+            }
+        }
+        let mut by_tool: BTreeMap<String, Arc<Plugin>> = BTreeMap::new();
+        for plugin in &plugins {
+            for tool in plugin.tools() {
+                if let Some(replaced) = by_tool.insert(tool.name.clone(), plugin.clone()) {
+                    tracing::info!(
+                        tool = %tool.name,
+                        replaced = replaced.name(),
+                        by = plugin.name(),
+                        "tool replaced by a later plugin"
+                    );
+                }
+            }
+        }
+        let unchanged = plugins.len() == previous.plugins.len()
+            && plugins.iter().zip(&previous.plugins).all(|(a, b)| Arc::ptr_eq(a, b));
+        if unchanged {
+            return Ok(());
+        }
+        for plugin in &plugins {
+            tracing::info!(plugin = plugin.name(), origin = plugin.origin(), tools = plugin.tools().len(), "plugin loaded");
+        }
+        let registry = Arc::new(Registry { plugins, by_tool, files });
+        *self.registry.write().unwrap_or_else(|e| e.into_inner()) = registry;
+        self.changes.send_modify(|generation| *generation += 1);
+        Ok(())
+    }
+
+    fn snapshot(&self) -> Arc<Registry> {
+        self.registry
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+/// Load a bundled component.
+async fn load_bundled(loader: &Loader, bundled: &BundledPlugin) -> Result<Plugin, HostError> {
+    Ok(Plugin::load(
+        loader,
+        bundled.name,
+        "bundled".to_string(),
+        bundled.bytes,
+        &Manifest::bundled(),
+    )
+    .await?)
+}
+
+/// A plugin file's bytes, its manifest text (if any) and a fingerprint of both.
+fn read_plugin_file(path: &Path) -> Result<(Vec<u8>, Option<String>, String), HostError> {
+    let bytes = std::fs::read(path).map_err(|e| HostError::PluginDir {
+        path: path.to_path_buf(),
+        message: format!("cannot read: {e}"),
+    })?;
+    let manifest_path = path.with_extension("toml");
+    let manifest = match std::fs::read_to_string(&manifest_path) {
+        Ok(text) => Some(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(source) => {
+            return Err(ManifestError::Read {
+                path: manifest_path,
+                source,
+            }
+            .into());
+        }
+    };
+    let mut sha = Sha256::new();
+    sha.update(&bytes);
+    sha.update([u8::from(manifest.is_some())]);
+    sha.update(manifest.as_deref().unwrap_or("").as_bytes());
+    let fingerprint = sha.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    Ok((bytes, manifest, fingerprint))
+}
+
+/// Load plugin `path` (named after its file stem) from its bytes and manifest text.
+async fn load_file(
+    loader: &Loader,
+    path: &Path,
+    bytes: &[u8],
+    manifest_text: Option<&str>,
+) -> Result<Plugin, HostError> {
+    let name = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("plugin")
+        .to_string();
+    let manifest = match manifest_text {
+        Some(text) => Manifest::parse(text, &path.with_extension("toml"))?,
+        None => Manifest::default(),
+    };
+    Ok(Plugin::load(loader, &name, path.display().to_string(), bytes, &manifest).await?)
 }
 
 /// The embeddable host: load plugins, list tools, call them within a scope, shut down.
@@ -176,11 +356,20 @@ struct Registry {
 /// # Ok(()) }
 /// ```
 pub struct ToolHost {
+    inner: Arc<HostInner>,
+    /// Keeps the plugin directory watch alive (hot swap).
+    _watcher: Option<notify::RecommendedWatcher>,
+}
+
+/// The state a reload needs, shared with the watcher task.
+struct HostInner {
     loader: Loader,
     manager: Option<Arc<ProcessManager>>,
     policy: Option<String>,
     plugin_dirs: Vec<PathBuf>,
     registry: RwLock<Arc<Registry>>,
+    /// Serialises reloads.
+    reloading: tokio::sync::Mutex<()>,
     changes: tokio::sync::watch::Sender<u64>,
 }
 
@@ -192,88 +381,23 @@ impl ToolHost {
 
     /// The process backend plugins with the process grant use.
     pub fn process_backend(&self) -> &Arc<dyn ProcessBackend> {
-        &self.loader.backend
+        &self.inner.loader.backend
     }
 
-    /// Load the bundled policy and every plugin directory afresh and swap the result in.
-    /// On error the previous plugin set keeps serving.
+    /// Reload the plugin directories now (as the watcher does): changed plugins are loaded
+    /// afresh; one that fails to load is logged and its previous version keeps serving.
     pub async fn reload(&self) -> Result<(), HostError> {
-        let mut plugins = Vec::new();
-        if let Some(policy) = &self.policy {
-            let bundled = bundled::find(policy).ok_or_else(|| {
-                HostError::UnknownPolicy(policy.clone(), bundled::names().join(", "))
-            })?;
-            plugins.push(Arc::new(self.load_bundled(bundled).await?));
-        }
-        for dir in &self.plugin_dirs {
-            for path in plugin_files(dir)? {
-                plugins.push(Arc::new(self.load_file(&path).await?));
-            }
-        }
-        let mut by_tool: BTreeMap<String, Arc<Plugin>> = BTreeMap::new();
-        for plugin in &plugins {
-            for tool in plugin.tools() {
-                if let Some(previous) = by_tool.insert(tool.name.clone(), plugin.clone()) {
-                    tracing::info!(
-                        tool = %tool.name,
-                        replaced = previous.name(),
-                        by = plugin.name(),
-                        "tool replaced by a later plugin"
-                    );
-                }
-            }
-        }
-        let registry = Arc::new(Registry { plugins, by_tool });
-        *self.registry.write().unwrap_or_else(|e| e.into_inner()) = registry;
-        self.changes.send_modify(|generation| *generation += 1);
-        Ok(())
+        self.inner.reload(false).await
     }
 
-    /// A receiver that sees a new value every time the set of tools is (re)loaded: MCP
-    /// servers turn it into `notifications/tools/list_changed`.
+    /// A receiver that sees a new value every time the set of tools changes: MCP servers turn
+    /// it into `notifications/tools/list_changed`.
     pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.changes.subscribe()
-    }
-
-    /// Load a bundled component.
-    pub async fn load_bundled(&self, bundled: &BundledPlugin) -> Result<Plugin, HostError> {
-        Ok(Plugin::load(
-            &self.loader,
-            bundled.name,
-            "bundled".to_string(),
-            bundled.bytes,
-            &Manifest::bundled(),
-        )
-        .await?)
-    }
-
-    /// Load a component file with the manifest beside it (`NAME.toml`).
-    pub async fn load_file(&self, path: &Path) -> Result<Plugin, HostError> {
-        let name = path
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .unwrap_or("plugin")
-            .to_string();
-        let bytes = std::fs::read(path).map_err(|e| HostError::PluginDir {
-            path: path.to_path_buf(),
-            message: format!("cannot read: {e}"),
-        })?;
-        let manifest = Manifest::load(&path.with_extension("toml"))?;
-        Ok(Plugin::load(
-            &self.loader,
-            &name,
-            path.display().to_string(),
-            &bytes,
-            &manifest,
-        )
-        .await?)
+        self.inner.changes.subscribe()
     }
 
     fn snapshot(&self) -> Arc<Registry> {
-        self.registry
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.inner.snapshot()
     }
 
     /// The tools currently offered, sorted by name.
@@ -338,13 +462,13 @@ impl ToolHost {
 
     /// Terminate every process of `scope` (its session ended).
     pub async fn end_scope(&self, scope: &str) {
-        self.loader.backend.end_scope(scope).await;
+        self.inner.loader.backend.end_scope(scope).await;
     }
 
     /// Stop: terminate every process the host started (SIGTERM, then SIGKILL after a short
     /// grace). Dropping the host also kills them, without the grace.
     pub async fn shutdown(&self) {
-        if let Some(manager) = &self.manager {
+        if let Some(manager) = &self.inner.manager {
             manager.shutdown().await;
         }
     }

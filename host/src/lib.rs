@@ -16,6 +16,7 @@ pub mod plugin;
 pub mod process;
 pub mod sandbox;
 pub mod testing;
+mod watch;
 
 pub use host::{HostError, ToolHost, ToolHostBuilder, ToolInfo, default_cache_dir, plugin_files};
 pub use plugin::{CallError, LoadError};
