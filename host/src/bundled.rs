@@ -60,4 +60,6 @@ pub fn export(dir: &std::path::Path) -> std::io::Result<Vec<std::path::PathBuf>>
 pub mod fixtures {
     /// A guest that spins, allocates without end, panics or hangs on purpose.
     pub const HOSTILE: &str = env!("TOOLHOST_GUEST_HOSTILE");
+    /// A plugin built against a newer WIT package version than this host implements.
+    pub const FUTURE_VERSION: &str = env!("TOOLHOST_GUEST_FUTURE_VERSION");
 }

@@ -1,0 +1,190 @@
+//! Plugin directories, manifests and hot swap: grants are enforced by the host, config reaches
+//! the guest, and swapping components in a running host changes behaviour without a restart.
+
+use std::path::Path;
+use std::time::Duration;
+use toolhost::testing::{FakeProcesses, Script};
+use toolhost::{CallError, ToolHost, bundled};
+use toolhost_e2e::{json, test_cache_dir};
+
+const GRANT: &str = "[grants]\nprocess = true\n";
+
+fn install(dir: &Path, name: &str, bytes: &[u8], manifest: Option<&str>) {
+    // Write beside, then rename: the watcher must never see a half-written component.
+    let tmp = dir.join(format!(".{name}.partial"));
+    std::fs::write(&tmp, bytes).expect("write component");
+    if let Some(text) = manifest {
+        std::fs::write(dir.join(format!("{name}.toml")), text).expect("write manifest");
+    }
+    std::fs::rename(&tmp, dir.join(format!("{name}.wasm"))).expect("rename component");
+}
+
+async fn watching_host(dir: &Path, fake: std::sync::Arc<FakeProcesses>) -> ToolHost {
+    ToolHost::builder()
+        .bundled_policy(None)
+        .plugin_dir(dir)
+        .process_backend(fake)
+        .cache_dir(Some(test_cache_dir()))
+        .watch_plugins(true)
+        .build()
+        .await
+        .expect("host builds")
+}
+
+/// Wait until the tool set changes (the watcher reloaded), or fail after a generous bound.
+async fn next_change(changes: &mut tokio::sync::watch::Receiver<u64>) {
+    tokio::time::timeout(Duration::from_secs(10), changes.changed())
+        .await
+        .expect("the host reloads after the plugin directory changes")
+        .expect("host alive");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn swapping_policies_changes_behaviour_without_restart() {
+    let dir = tempfile::tempdir().expect("dir");
+    let fake = FakeProcesses::new();
+    let host = watching_host(dir.path(), fake.clone()).await;
+    assert!(host.tools().is_empty());
+    let mut changes = host.changes();
+
+    install(dir.path(), "policy", bundled::DEFAULT.bytes, Some(GRANT));
+    next_change(&mut changes).await;
+    assert_eq!(host.tools().len(), 4);
+    let dangerous = r#"{"command":"rm -rf /"}"#;
+    host.call("s", "execute", dangerous).await.expect("default policy runs it (on the fake)");
+    assert_eq!(fake.starts().len(), 1);
+
+    install(dir.path(), "policy", bundled::GUARDED.bytes, None);
+    next_change(&mut changes).await;
+    let refused = host.call("s", "execute", dangerous).await.expect_err("guarded refuses");
+    assert!(refused.to_string().contains("recursive-delete-root"), "{refused}");
+    assert_eq!(fake.starts().len(), 1, "nothing new ran");
+
+    install(dir.path(), "policy", bundled::DEFAULT.bytes, None);
+    next_change(&mut changes).await;
+    host.call("s", "execute", dangerous).await.expect("default again");
+    assert_eq!(fake.starts().len(), 2);
+
+    std::fs::remove_file(dir.path().join("policy.wasm")).expect("remove");
+    next_change(&mut changes).await;
+    assert!(host.tools().is_empty());
+    let err = host.call("s", "execute", "{}").await.expect_err("gone");
+    assert!(matches!(err, CallError::UnknownTool { .. }), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_replacement_keeps_the_previous_version_serving() {
+    let dir = tempfile::tempdir().expect("dir");
+    let fake = FakeProcesses::new();
+    install(dir.path(), "policy", bundled::DEFAULT.bytes, Some(GRANT));
+    let host = watching_host(dir.path(), fake.clone()).await;
+    assert_eq!(host.tools().len(), 4);
+
+    install(dir.path(), "policy", b"\0asm garbage", None);
+    // Give the watcher time to see and reject it; a direct reload reports the same outcome.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    host.reload().await.expect("a lenient reload does not fail");
+    assert_eq!(host.tools().len(), 4);
+    host.call("s", "execute", r#"{"command":"echo still here"}"#)
+        .await
+        .expect("previous version still serves");
+}
+
+#[tokio::test]
+async fn manifest_config_reaches_the_guest() {
+    let dir = tempfile::tempdir().expect("dir");
+    install(
+        dir.path(),
+        "policy",
+        bundled::DEFAULT.bytes,
+        Some("[grants]\nprocess = true\n[config]\ndefault_timeout = \"2s\"\n"),
+    );
+    let fake = FakeProcesses::new();
+    fake.push(Script::never_exits());
+    let host = toolhost_e2e::fake_host(dir.path(), fake.clone()).await;
+    let r = json(&host.call("s", "execute", r#"{"command":"sleep 9"}"#).await.expect("result"));
+    assert_eq!(r["error"], "timed out after 2s");
+
+    // A typo in the config is reported, not ignored.
+    std::fs::write(dir.path().join("policy.toml"), "[grants]\nprocess = true\n[config]\ndefault_timout = \"2s\"\n").expect("write");
+    host.reload().await.expect("reload");
+    let err = host.call("s", "execute", r#"{"command":"true"}"#).await.expect_err("bad config");
+    assert!(err.to_string().contains("default_timout"), "{err}");
+}
+
+#[tokio::test]
+async fn workdir_root_is_enforced_by_the_host() {
+    let root = tempfile::tempdir().expect("root");
+    std::fs::create_dir(root.path().join("inside")).expect("mkdir");
+    let dir = tempfile::tempdir().expect("dir");
+    let manifest = format!("[grants]\nprocess = true\nworkdir_root = {:?}\n", root.path());
+    install(dir.path(), "policy", bundled::DEFAULT.bytes, Some(&manifest));
+    let fake = FakeProcesses::new();
+    let host = toolhost_e2e::fake_host(dir.path(), fake.clone()).await;
+
+    let err = host
+        .call("s", "execute", r#"{"command":"ls","workdir":"/"}"#)
+        .await
+        .expect_err("outside the root");
+    assert!(err.to_string().contains("outside"), "{err}");
+    let escape = host
+        .call("s", "execute", r#"{"command":"ls","workdir":"inside/../.."}"#)
+        .await
+        .expect_err("escape via ..");
+    assert!(escape.to_string().contains("outside"), "{escape}");
+    assert!(fake.starts().is_empty());
+
+    host.call("s", "execute", r#"{"command":"ls","workdir":"inside"}"#).await.expect("inside");
+    host.call("s", "execute", r#"{"command":"ls"}"#).await.expect("default workdir");
+    let starts = fake.starts();
+    let canonical = root.path().canonicalize().expect("canon");
+    assert_eq!(starts[0].request.workdir.as_deref(), Some(canonical.join("inside").as_path()));
+    assert_eq!(starts[1].request.workdir.as_deref(), Some(canonical.as_path()));
+}
+
+#[tokio::test]
+async fn a_component_of_another_wit_version_is_refused_naming_both() {
+    let dir = tempfile::tempdir().expect("dir");
+    let bytes = std::fs::read(bundled::fixtures::FUTURE_VERSION).expect("fixture");
+    install(dir.path(), "future", &bytes, None);
+    let err = ToolHost::builder()
+        .bundled_policy(None)
+        .plugin_dir(dir.path())
+        .process_backend(FakeProcesses::new())
+        .cache_dir(None)
+        .build()
+        .await
+        .err()
+        .expect("refused");
+    let message = err.to_string();
+    assert!(message.contains("0.2.0") && message.contains("0.1.0"), "{message}");
+    assert!(message.contains("future"), "{message}");
+}
+
+#[tokio::test]
+async fn a_plugin_tool_replaces_the_bundled_one() {
+    let dir = tempfile::tempdir().expect("dir");
+    install(dir.path(), "strict", bundled::GUARDED.bytes, Some(GRANT));
+    let host = ToolHost::builder()
+        .plugin_dir(dir.path())
+        .process_backend(FakeProcesses::new())
+        .cache_dir(Some(test_cache_dir()))
+        .build()
+        .await
+        .expect("host");
+    let tools = host.tools();
+    assert_eq!(tools.len(), 4);
+    assert!(tools.iter().all(|t| t.plugin == "strict"), "{tools:?}");
+}
+
+#[tokio::test]
+async fn missing_plugin_dir_is_a_clear_error() {
+    let err = ToolHost::builder()
+        .plugin_dir("/no/such/plugins")
+        .process_backend(FakeProcesses::new())
+        .build()
+        .await
+        .err()
+        .expect("error");
+    assert!(err.to_string().contains("/no/such/plugins"), "{err}");
+}
