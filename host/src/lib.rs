@@ -12,6 +12,7 @@ pub mod buffer;
 pub mod bundled;
 mod host;
 pub mod manifest;
+pub mod mcp;
 pub mod plugin;
 pub mod process;
 pub mod sandbox;

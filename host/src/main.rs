@@ -55,8 +55,24 @@ enum Command {
         #[command(subcommand)]
         command: PluginsCommand,
     },
-    /// Serve the tools over the Model Context Protocol (stdio).
-    Serve,
+    /// Serve the tools over the Model Context Protocol: on stdin/stdout, or with --http as
+    /// streamable HTTP at http://ADDR/mcp. Each MCP session is its own scope; its processes
+    /// are terminated when it ends.
+    Serve {
+        /// Serve streamable HTTP on ADDR (e.g. 127.0.0.1:8080; port 0 picks one, announced on
+        /// stderr) instead of stdio. Needs a bearer token (--token-file or TOOLHOST_TOKEN).
+        #[arg(long, value_name = "ADDR")]
+        http: Option<String>,
+        /// File holding the bearer token HTTP clients must send (default: $TOOLHOST_TOKEN).
+        #[arg(long, value_name = "FILE", requires = "http")]
+        token_file: Option<PathBuf>,
+        /// Allow listening on a non-loopback address.
+        #[arg(long, requires = "http")]
+        allow_remote: bool,
+        /// Close an HTTP session idle this long, terminating its processes.
+        #[arg(long, value_name = "DURATION", default_value = "30m", requires = "http")]
+        idle_timeout: humantime::Duration,
+    },
 }
 
 #[derive(Subcommand)]
@@ -126,6 +142,8 @@ async fn build_host(cli: &Cli) -> Result<ToolHost> {
         };
         builder = builder.process_config(config);
     }
+    // A server runs long: pick up plugin changes (and tell MCP clients about them).
+    builder = builder.watch_plugins(matches!(cli.command, Command::Serve { .. }));
     builder.build().await.context("loading plugins")
 }
 
@@ -193,10 +211,57 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 }
             }
         }
-        Command::Serve => {
-            anyhow::bail!("`toolhost serve` (MCP over stdio) is not available in this build yet")
+        Command::Serve {
+            http,
+            token_file,
+            allow_remote,
+            idle_timeout,
+        } => {
+            let http = match http {
+                Some(addr) => {
+                    let options = toolhost::mcp::HttpOptions {
+                        addr: addr.clone(),
+                        token: serve_token(token_file.as_deref())?,
+                        allow_remote: *allow_remote,
+                        idle_timeout: (*idle_timeout).into(),
+                    };
+                    // Refuse a bad address or token before loading anything.
+                    options.resolve().await?;
+                    Some(options)
+                }
+                None => None,
+            };
+            let host = std::sync::Arc::new(build_host(&cli).await?);
+            match http {
+                Some(options) => toolhost::mcp::serve_http(host, options).await?,
+                None => toolhost::mcp::serve_stdio(host).await?,
+            }
+            // Every process is gone. Exit now rather than wait for the runtime to drain a
+            // blocking stdin read that may never end.
+            std::process::exit(0)
         }
     }
+}
+
+/// The HTTP bearer token: the first line of `file`, or `$TOOLHOST_TOKEN`.
+fn serve_token(file: Option<&std::path::Path>) -> Result<String> {
+    let token = match file {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("reading the token file {}", path.display()))?
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
+        None => std::env::var("TOOLHOST_TOKEN").unwrap_or_default().trim().to_string(),
+    };
+    if token.is_empty() {
+        anyhow::bail!(
+            "`toolhost serve --http` needs a bearer token: put one in a file and pass \
+             --token-file FILE, or set TOOLHOST_TOKEN"
+        );
+    }
+    Ok(token)
 }
 
 fn one_line(text: &str) -> String {
