@@ -1,0 +1,354 @@
+//! Helpers for the MCP end-to-end tests and the MCP latency benchmark: the `toolhost` binary
+//! (built on demand), a hand-written JSON-RPC client over a `toolhost serve` child's stdio, and
+//! a scan of `/proc` for leftover processes.
+//!
+//! Included with `#[path]` by each test target, so not every item is used by every target.
+#![allow(dead_code)]
+
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::{mpsc, oneshot};
+
+/// The protocol version the hand-written clients speak.
+pub const PROTOCOL_VERSION: &str = "2025-06-18";
+
+/// How long a test waits for any single answer before failing.
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The `toolhost` binary of the profile these tests were built with, built (once per test
+/// binary) with `cargo build` so it is never stale.
+pub fn toolhost_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let exe = std::env::current_exe().expect("current exe");
+        // <target>/<profile>/deps/<test>
+        let profile_dir = exe
+            .parent()
+            .and_then(|deps| deps.parent())
+            .expect("test binary lives in <target>/<profile>/deps")
+            .to_path_buf();
+        let target_dir = profile_dir.parent().expect("target dir").to_path_buf();
+        let profile = profile_dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("debug")
+            .to_string();
+        let bin = profile_dir.join("toolhost");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+        let mut build = std::process::Command::new(cargo);
+        build
+            .args(["build", "--quiet", "-p", "toolhost", "--bin", "toolhost"])
+            .arg("--manifest-path")
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml"))
+            .arg("--target-dir")
+            .arg(&target_dir);
+        match profile.as_str() {
+            "debug" => {}
+            "release" => {
+                build.arg("--release");
+            }
+            other => {
+                build.args(["--profile", other]);
+            }
+        }
+        match build.status() {
+            Ok(status) if status.success() => {}
+            outcome => eprintln!(
+                "warning: `cargo build -p toolhost` failed ({outcome:?}); using {} as it is",
+                bin.display()
+            ),
+        }
+        assert!(
+            bin.is_file(),
+            "the toolhost binary is missing at {}; run `cargo build -p toolhost` first",
+            bin.display()
+        );
+        bin
+    })
+    .clone()
+}
+
+/// A compiled-component cache shared by the MCP tests, so servers start quickly.
+pub fn cache_env() -> (&'static str, String) {
+    (
+        "XDG_CACHE_HOME",
+        std::env::temp_dir()
+            .join("toolhost-mcp-test-cache")
+            .display()
+            .to_string(),
+    )
+}
+
+/// A unique marker for commands whose processes a test looks for in `/proc`.
+pub fn marker() -> String {
+    static COUNTER: AtomicI64 = AtomicI64::new(0);
+    format!(
+        "{}{:04}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// The pids of live (not zombie) processes whose command line contains `needle`.
+pub fn processes_with(needle: &str) -> Vec<u32> {
+    let mut pids = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return pids;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == std::process::id() {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if !cmdline.contains(needle) {
+            continue;
+        }
+        let zombie = std::fs::read_to_string(entry.path().join("stat"))
+            .map(|s| {
+                s.rsplit_once(')')
+                    .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+            })
+            .unwrap_or(true);
+        if !zombie {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Wait up to `limit` until no live process's command line contains `needle`.
+pub async fn wait_gone(needle: &str, limit: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if processes_with(needle).is_empty() {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Wait up to `limit` until some live process's command line contains `needle`.
+pub async fn wait_present(needle: &str, limit: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if !processes_with(needle).is_empty() {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+type Pending = Arc<Mutex<HashMap<i64, oneshot::Sender<Value>>>>;
+
+/// A JSON-RPC client speaking MCP to a `toolhost serve` child over its stdin/stdout.
+pub struct StdioClient {
+    /// The server process.
+    pub child: Child,
+    stdin: Option<ChildStdin>,
+    next_id: AtomicI64,
+    pending: Pending,
+    notifications: mpsc::UnboundedReceiver<Value>,
+}
+
+impl StdioClient {
+    /// Start `toolhost GLOBAL_ARGS... serve` without initializing.
+    pub fn spawn(global_args: &[&str]) -> StdioClient {
+        let (cache_key, cache_value) = cache_env();
+        let mut child = Command::new(toolhost_bin())
+            .args(global_args)
+            .arg("serve")
+            .env(cache_key, cache_value)
+            .env("TOOLHOST_LOG", "error")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start toolhost serve");
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().expect("stdout");
+        let pending: Pending = Arc::default();
+        let (notify_tx, notifications) = mpsc::unbounded_channel();
+        let reader_pending = pending.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let message: Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("server wrote a non-JSON line ({e}): {line}"));
+                let is_response = message.get("result").is_some() || message.get("error").is_some();
+                match message.get("id").and_then(Value::as_i64) {
+                    Some(id) if is_response => {
+                        let waiter = reader_pending.lock().expect("lock").remove(&id);
+                        if let Some(waiter) = waiter {
+                            let _ = waiter.send(message);
+                        }
+                    }
+                    _ => {
+                        let _ = notify_tx.send(message);
+                    }
+                }
+            }
+        });
+        StdioClient {
+            child,
+            stdin,
+            next_id: AtomicI64::new(1),
+            pending,
+            notifications,
+        }
+    }
+
+    /// Start `toolhost GLOBAL_ARGS... serve` and complete the MCP handshake.
+    pub async fn start(global_args: &[&str]) -> StdioClient {
+        let mut client = StdioClient::spawn(global_args);
+        let init = client.initialize().await;
+        assert!(init.get("result").is_some(), "initialize failed: {init}");
+        client
+    }
+
+    /// `initialize` then `notifications/initialized`; returns the initialize response.
+    pub async fn initialize(&mut self) -> Value {
+        let response = self
+            .request(
+                "initialize",
+                json!({
+                    "protocolVersion": PROTOCOL_VERSION,
+                    "capabilities": {},
+                    "clientInfo": {"name": "toolhost-e2e", "version": "0"}
+                }),
+            )
+            .await;
+        self.notify("notifications/initialized", json!({})).await;
+        response
+    }
+
+    /// Write one JSON-RPC message.
+    pub async fn send(&mut self, message: Value) {
+        let stdin = self.stdin.as_mut().expect("stdin is open");
+        let mut line = message.to_string();
+        line.push('\n');
+        stdin.write_all(line.as_bytes()).await.expect("write");
+        stdin.flush().await.expect("flush");
+    }
+
+    /// Send a request; returns its id and a receiver for the response message.
+    pub async fn start_request(
+        &mut self,
+        method: &str,
+        params: Value,
+    ) -> (i64, oneshot::Receiver<Value>) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().expect("lock").insert(id, tx);
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
+        (id, rx)
+    }
+
+    /// Send a request and wait for the whole response message.
+    pub async fn request(&mut self, method: &str, params: Value) -> Value {
+        let (_, rx) = self.start_request(method, params).await;
+        await_response(rx).await
+    }
+
+    /// Send a notification.
+    pub async fn notify(&mut self, method: &str, params: Value) {
+        self.send(json!({"jsonrpc": "2.0", "method": method, "params": params}))
+            .await;
+    }
+
+    /// `tools/call`; returns the `result` object (panics on a protocol error).
+    pub async fn call_tool(&mut self, name: &str, arguments: Value) -> Value {
+        let response = self
+            .request("tools/call", json!({"name": name, "arguments": arguments}))
+            .await;
+        match response.get("result") {
+            Some(result) => result.clone(),
+            None => panic!("tools/call {name} failed: {response}"),
+        }
+    }
+
+    /// The next notification (or server request) within `limit`.
+    pub async fn next_notification(&mut self, limit: Duration) -> Option<Value> {
+        tokio::time::timeout(limit, self.notifications.recv())
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// Close the server's stdin (the client disconnects).
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    /// Wait up to `limit` for the server to exit; returns its exit code.
+    pub async fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        match tokio::time::timeout(limit, self.child.wait()).await {
+            Ok(Ok(status)) => Some(status.code().unwrap_or(-1)),
+            _ => None,
+        }
+    }
+}
+
+/// Wait for a response with the standard timeout.
+pub async fn await_response(rx: oneshot::Receiver<Value>) -> Value {
+    tokio::time::timeout(ANSWER_TIMEOUT, rx)
+        .await
+        .expect("no response in time")
+        .expect("the server closed the connection before answering")
+}
+
+/// The structured content of a successful tool result, checked against its text content.
+pub fn structured(result: &Value) -> Value {
+    assert_ne!(
+        result.get("isError"),
+        Some(&Value::Bool(true)),
+        "tool error: {result}"
+    );
+    let structured = result
+        .get("structuredContent")
+        .cloned()
+        .unwrap_or_else(|| panic!("no structuredContent: {result}"));
+    let text = result["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text content: {result}"));
+    let parsed: Value = serde_json::from_str(text).expect("text content is the result JSON");
+    assert_eq!(parsed, structured, "text and structured content differ");
+    structured
+}
+
+/// The text of an `isError` tool result.
+pub fn tool_error(result: &Value) -> String {
+    assert_eq!(
+        result.get("isError"),
+        Some(&Value::Bool(true)),
+        "expected a tool error: {result}"
+    );
+    result["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}

@@ -1,0 +1,376 @@
+//! `toolhost serve` over stdio, driven by a hand-written JSON-RPC client: the handshake, tool
+//! listing, calls and their result shapes, errors, parallelism, progress, cancellation,
+//! tool-list changes, and no process outliving its session.
+
+#[path = "mcp_common/mod.rs"]
+mod mcp_common;
+
+use mcp_common::*;
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+#[tokio::test]
+async fn initialize_and_list_tools() {
+    let mut client = StdioClient::spawn(&[]);
+    let init = client.initialize().await;
+    let result = &init["result"];
+    assert_eq!(result["protocolVersion"], PROTOCOL_VERSION, "{init}");
+    assert_eq!(result["serverInfo"]["name"], "toolhost", "{init}");
+    assert_eq!(
+        result["capabilities"]["tools"]["listChanged"], true,
+        "{init}"
+    );
+
+    let list = client.request("tools/list", json!({})).await;
+    let tools = list["result"]["tools"].as_array().expect("tools array");
+    let mut names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "execute",
+            "process_list",
+            "process_output",
+            "process_signal"
+        ]
+    );
+    for tool in tools {
+        assert_eq!(tool["inputSchema"]["type"], "object", "{tool}");
+        assert!(
+            tool["description"].as_str().is_some_and(|d| !d.is_empty()),
+            "{tool}"
+        );
+    }
+    let execute = tools
+        .iter()
+        .find(|t| t["name"] == "execute")
+        .expect("execute");
+    assert_eq!(execute["inputSchema"]["required"], json!(["command"]));
+}
+
+#[tokio::test]
+async fn execute_returns_text_and_structured_content() {
+    let mut client = StdioClient::start(&[]).await;
+    let result = client
+        .call_tool("execute", json!({"command": "echo hello"}))
+        .await;
+    let output = structured(&result);
+    assert_eq!(output["exit_code"], 0, "{output}");
+    assert_eq!(output["success"], true, "{output}");
+    assert_eq!(output["output"].as_str().map(str::trim), Some("hello"));
+
+    // A command that ran and failed is a result, not a tool error.
+    let failed = client
+        .call_tool("execute", json!({"command": "echo oops >&2; exit 3"}))
+        .await;
+    let failed = structured(&failed);
+    assert_eq!(failed["exit_code"], 3, "{failed}");
+    assert_eq!(failed["success"], false, "{failed}");
+    assert!(
+        failed["output"]
+            .as_str()
+            .is_some_and(|o| o.contains("oops"))
+    );
+}
+
+#[tokio::test]
+async fn bad_arguments_are_tool_errors() {
+    let mut client = StdioClient::start(&[]).await;
+    let unknown = client.call_tool("execute", json!({"bogus": 1})).await;
+    assert!(tool_error(&unknown).contains("bogus"), "{unknown}");
+    let missing = client.call_tool("execute", json!({})).await;
+    assert!(tool_error(&missing).contains("command"), "{missing}");
+    let no_such_process = client
+        .call_tool("process_output", json!({"process_id": "nope"}))
+        .await;
+    assert!(!tool_error(&no_such_process).is_empty());
+}
+
+#[tokio::test]
+async fn unknown_tool_is_a_protocol_error() {
+    let mut client = StdioClient::start(&[]).await;
+    let response = client
+        .request(
+            "tools/call",
+            json!({"name": "no_such_tool", "arguments": {}}),
+        )
+        .await;
+    let error = response
+        .get("error")
+        .unwrap_or_else(|| panic!("expected a JSON-RPC error: {response}"));
+    assert_eq!(error["code"], -32602, "{response}");
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(message.contains("no_such_tool"), "{message}");
+    assert!(
+        message.contains("execute"),
+        "names the available tools: {message}"
+    );
+}
+
+#[tokio::test]
+async fn background_process_output_and_signal() {
+    let mut client = StdioClient::start(&[]).await;
+    let started = client
+        .call_tool(
+            "execute",
+            json!({"command": "echo started; sleep 30", "run_in_background": true}),
+        )
+        .await;
+    let started = structured(&started);
+    let id = started["background_process_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no background_process_id: {started}"))
+        .to_string();
+
+    let listed = structured(&client.call_tool("process_list", json!({})).await);
+    assert!(listed.to_string().contains(&id), "{listed}");
+
+    let mut output = Value::Null;
+    for _ in 0..50 {
+        output = structured(
+            &client
+                .call_tool("process_output", json!({"process_id": id}))
+                .await,
+        );
+        if output.to_string().contains("started") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(output.to_string().contains("started"), "{output}");
+    assert_eq!(output["running"], true, "{output}");
+
+    let signalled = client
+        .call_tool(
+            "process_signal",
+            json!({"process_id": id, "signal": "kill"}),
+        )
+        .await;
+    structured(&signalled);
+    let after = structured(
+        &client
+            .call_tool("process_output", json!({"process_id": id, "wait": "5s"}))
+            .await,
+    );
+    assert_eq!(after["running"], false, "{after}");
+}
+
+#[tokio::test]
+async fn concurrent_calls_run_in_parallel() {
+    let mut client = StdioClient::start(&[]).await;
+    // Warm up: the first call compiles nothing, but pays for process-manager setup.
+    client
+        .call_tool("execute", json!({"command": "true"}))
+        .await;
+    let began = Instant::now();
+    let mut waiting = Vec::new();
+    for _ in 0..6 {
+        let (_, rx) = client
+            .start_request(
+                "tools/call",
+                json!({"name": "execute", "arguments": {"command": "sleep 1"}}),
+            )
+            .await;
+        waiting.push(rx);
+    }
+    for rx in waiting {
+        let response = await_response(rx).await;
+        structured(&response["result"]);
+    }
+    let elapsed = began.elapsed();
+    assert!(
+        elapsed < Duration::from_secs(3),
+        "six `sleep 1` calls took {elapsed:?}: calls are serialized"
+    );
+}
+
+#[tokio::test]
+async fn progress_notifications_carry_the_latest_output() {
+    let mut client = StdioClient::start(&[]).await;
+    let (_, rx) = client
+        .start_request(
+            "tools/call",
+            json!({
+                "name": "execute",
+                "arguments": {"command": "for i in 1 2 3; do echo line$i; sleep 1; done"},
+                "_meta": {"progressToken": "progress-1"}
+            }),
+        )
+        .await;
+    let mut updates = Vec::new();
+    while let Some(message) = client.next_notification(Duration::from_secs(5)).await {
+        if message["method"] == "notifications/progress" {
+            updates.push(message);
+            if updates.len() >= 2 {
+                break;
+            }
+        }
+    }
+    let response = await_response(rx).await;
+    structured(&response["result"]);
+    assert!(!updates.is_empty(), "no progress notification");
+    for update in &updates {
+        assert_eq!(update["params"]["progressToken"], "progress-1", "{update}");
+    }
+    assert!(
+        updates.iter().any(|u| u["params"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("line"))),
+        "progress messages hold output lines: {updates:?}"
+    );
+}
+
+#[tokio::test]
+async fn no_progress_without_a_token() {
+    let mut client = StdioClient::start(&[]).await;
+    let result = client
+        .call_tool("execute", json!({"command": "echo a; sleep 2; echo b"}))
+        .await;
+    structured(&result);
+    while let Some(message) = client.next_notification(Duration::from_millis(200)).await {
+        assert_ne!(message["method"], "notifications/progress", "{message}");
+    }
+}
+
+#[tokio::test]
+async fn cancellation_stops_a_waiting_call_promptly() {
+    // The guarded policy kills a foreground command when its wait ends: if cancelling ends
+    // the wait, the process disappears long before the 60s timeout.
+    let mut client = StdioClient::start(&["--policy", "guarded"]).await;
+    let mark = marker();
+    let command = format!("sleep 300.{mark}");
+    let (id, _rx) = client
+        .start_request(
+            "tools/call",
+            json!({"name": "execute", "arguments": {"command": command, "timeout": "60s"}}),
+        )
+        .await;
+    assert!(
+        wait_present(&command, Duration::from_secs(10)).await,
+        "the command started"
+    );
+    let cancelled_at = Instant::now();
+    client
+        .notify(
+            "notifications/cancelled",
+            json!({"requestId": id, "reason": "test"}),
+        )
+        .await;
+    assert!(
+        wait_gone(&command, Duration::from_secs(5)).await,
+        "the cancelled call still waits on its process"
+    );
+    let took = cancelled_at.elapsed();
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    // The session goes on.
+    let result = client
+        .call_tool("execute", json!({"command": "echo still here"}))
+        .await;
+    assert!(structured(&result).to_string().contains("still here"));
+}
+
+#[tokio::test]
+async fn cancelled_foreground_command_is_handed_over_by_the_default_policy() {
+    let mut client = StdioClient::start(&[]).await;
+    let mark = marker();
+    let command = format!("sleep 300.{mark}");
+    let (id, _rx) = client
+        .start_request(
+            "tools/call",
+            json!({"name": "execute", "arguments": {"command": command, "timeout": "60s"}}),
+        )
+        .await;
+    assert!(wait_present(&command, Duration::from_secs(10)).await);
+    client
+        .notify("notifications/cancelled", json!({"requestId": id}))
+        .await;
+    // Still running, now followed like a background process; gone once the session ends.
+    let listed = structured(&client.call_tool("process_list", json!({})).await);
+    assert!(listed.to_string().contains(&mark), "{listed}");
+    client.close_stdin();
+    assert_eq!(client.wait_exit(Duration::from_secs(15)).await, Some(0));
+    assert!(wait_gone(&command, Duration::from_secs(5)).await);
+}
+
+#[tokio::test]
+async fn disconnect_terminates_the_sessions_processes() {
+    let mut client = StdioClient::start(&[]).await;
+    let mark = marker();
+    let command = format!("sleep 300.{mark}");
+    let started = client
+        .call_tool(
+            "execute",
+            json!({"command": command, "run_in_background": true}),
+        )
+        .await;
+    structured(&started);
+    assert!(wait_present(&command, Duration::from_secs(10)).await);
+
+    client.close_stdin();
+    let code = client.wait_exit(Duration::from_secs(15)).await;
+    assert_eq!(code, Some(0), "the server exits cleanly at stdin EOF");
+    assert!(
+        wait_gone(&command, Duration::from_secs(2)).await,
+        "orphaned: {:?}",
+        processes_with(&command)
+    );
+}
+
+#[tokio::test]
+async fn sigterm_terminates_the_sessions_processes() {
+    let mut client = StdioClient::start(&[]).await;
+    let mark = marker();
+    let command = format!("sleep 300.{mark}");
+    structured(
+        &client
+            .call_tool(
+                "execute",
+                json!({"command": command, "run_in_background": true}),
+            )
+            .await,
+    );
+    assert!(wait_present(&command, Duration::from_secs(10)).await);
+
+    let pid = client.child.id().expect("server pid");
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success());
+    let code = client.wait_exit(Duration::from_secs(15)).await;
+    assert!(code.is_some(), "the server exits on SIGTERM");
+    assert!(
+        wait_gone(&command, Duration::from_secs(2)).await,
+        "orphaned: {:?}",
+        processes_with(&command)
+    );
+}
+
+#[tokio::test]
+async fn tool_list_changes_are_announced() {
+    let dir = tempfile::tempdir().expect("dir");
+    let plugins = dir.path().display().to_string();
+    let mut client = StdioClient::start(&["--policy", "none", "--plugins", &plugins]).await;
+    let before = client.request("tools/list", json!({})).await;
+    assert_eq!(before["result"]["tools"], json!([]), "{before}");
+
+    std::fs::write(dir.path().join("policy.toml"), "[grants]\nprocess = true\n").expect("manifest");
+    let partial = dir.path().join(".policy.partial");
+    std::fs::write(&partial, toolhost::bundled::DEFAULT.bytes).expect("component");
+    std::fs::rename(&partial, dir.path().join("policy.wasm")).expect("install");
+
+    let mut announced = false;
+    while let Some(message) = client.next_notification(Duration::from_secs(15)).await {
+        if message["method"] == "notifications/tools/list_changed" {
+            announced = true;
+            break;
+        }
+    }
+    assert!(announced, "no notifications/tools/list_changed");
+    let after = client.request("tools/list", json!({})).await;
+    assert_eq!(
+        after["result"]["tools"].as_array().map(Vec::len),
+        Some(4),
+        "{after}"
+    );
+}
