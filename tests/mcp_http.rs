@@ -1,0 +1,440 @@
+//! `toolhost serve --http` (streamable HTTP at `/mcp`), driven with plain HTTP requests: the
+//! bearer token, the loopback rule, tool calls, per-session isolation of processes, and
+//! processes ending with their session (DELETE or idle expiry).
+
+#[path = "mcp_common/mod.rs"]
+mod mcp_common;
+
+use mcp_common::*;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+const TOKEN: &str = "test-token-0123456789";
+
+/// A running `toolhost serve --http 127.0.0.1:0`.
+struct HttpServer {
+    child: Child,
+    url: String,
+}
+
+impl HttpServer {
+    async fn start(extra: &[&str]) -> HttpServer {
+        let (cache_key, cache_value) = cache_env();
+        let mut child = Command::new(toolhost_bin())
+            .args(["serve", "--http", "127.0.0.1:0"])
+            .args(extra)
+            .env("TOOLHOST_TOKEN", TOKEN)
+            .env("TOOLHOST_LOG", "error")
+            .env(cache_key, cache_value)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start toolhost serve --http");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let url = tokio::time::timeout(ANSWER_TIMEOUT, async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                eprintln!("server: {line}");
+                if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) {
+                    return url.to_string();
+                }
+            }
+            panic!("the server exited without announcing its address");
+        })
+        .await
+        .expect("the server announces its address");
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                eprintln!("server: {line}");
+            }
+        });
+        HttpServer { child, url }
+    }
+
+    /// SIGTERM, then wait for the exit.
+    async fn stop(mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+        }
+        let exited = tokio::time::timeout(Duration::from_secs(15), self.child.wait()).await;
+        assert!(exited.is_ok(), "the server stops on SIGTERM");
+    }
+}
+
+/// One MCP session over HTTP.
+struct Session {
+    http: reqwest::Client,
+    url: String,
+    id: String,
+    next_id: AtomicI64,
+}
+
+/// Parse a response body: one JSON message, or the `data:` events of an SSE stream.
+fn messages(content_type: &str, body: &str) -> Vec<Value> {
+    if content_type.starts_with("application/json") {
+        return vec![serde_json::from_str(body).expect("JSON body")];
+    }
+    let mut out = Vec::new();
+    let mut data = String::new();
+    for line in body.lines().chain(std::iter::once("")) {
+        if let Some(rest) = line.strip_prefix("data:") {
+            data.push_str(rest.trim_start());
+        } else if line.is_empty() && !data.is_empty() {
+            if let Ok(value) = serde_json::from_str(&data) {
+                out.push(value);
+            }
+            data.clear();
+        }
+    }
+    out
+}
+
+async fn post(
+    http: &reqwest::Client,
+    url: &str,
+    token: Option<&str>,
+    session: Option<&str>,
+    body: &Value,
+) -> (StatusCode, Option<String>, Vec<Value>) {
+    let mut request = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(body.to_string());
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    if let Some(session) = session {
+        request = request
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", PROTOCOL_VERSION);
+    }
+    let response = request.send().await.expect("HTTP request");
+    let status = response.status();
+    let session_id = response
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let text = tokio::time::timeout(ANSWER_TIMEOUT, response.text())
+        .await
+        .expect("response body in time")
+        .expect("response body");
+    let parsed = if status.is_success() && !text.is_empty() {
+        messages(&content_type, &text)
+    } else {
+        Vec::new()
+    };
+    (status, session_id, parsed)
+}
+
+fn initialize_body() -> Value {
+    json!({
+        "jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {
+            "protocolVersion": PROTOCOL_VERSION,
+            "capabilities": {},
+            "clientInfo": {"name": "toolhost-e2e", "version": "0"}
+        }
+    })
+}
+
+impl Session {
+    async fn open(server: &HttpServer) -> Session {
+        let http = reqwest::Client::new();
+        let (status, id, answer) =
+            post(&http, &server.url, Some(TOKEN), None, &initialize_body()).await;
+        assert_eq!(status, StatusCode::OK, "initialize: {answer:?}");
+        assert!(
+            answer
+                .iter()
+                .any(|m| m["result"]["serverInfo"]["name"] == "toolhost"),
+            "{answer:?}"
+        );
+        let session = Session {
+            http,
+            url: server.url.clone(),
+            id: id.expect("an Mcp-Session-Id header"),
+            next_id: AtomicI64::new(1),
+        };
+        let (status, _, _) = post(
+            &session.http,
+            &session.url,
+            Some(TOKEN),
+            Some(&session.id),
+            &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        )
+        .await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+        session
+    }
+
+    /// Send a request; returns every message of its response stream (the response last).
+    async fn exchange(&self, method: &str, params: Value) -> Vec<Value> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let (status, _, answer) =
+            post(&self.http, &self.url, Some(TOKEN), Some(&self.id), &body).await;
+        assert_eq!(status, StatusCode::OK, "{method}: {answer:?}");
+        answer
+    }
+
+    /// The response message of a request.
+    async fn request(&self, method: &str, params: Value) -> Value {
+        self.exchange(method, params)
+            .await
+            .into_iter()
+            .rfind(|m| m.get("result").is_some() || m.get("error").is_some())
+            .unwrap_or_else(|| panic!("no response to {method}"))
+    }
+
+    async fn call_tool(&self, name: &str, arguments: Value) -> Value {
+        let response = self
+            .request("tools/call", json!({"name": name, "arguments": arguments}))
+            .await;
+        response
+            .get("result")
+            .cloned()
+            .unwrap_or_else(|| panic!("tools/call {name}: {response}"))
+    }
+
+    async fn delete(self) -> StatusCode {
+        self.http
+            .delete(&self.url)
+            .header("authorization", format!("Bearer {TOKEN}"))
+            .header("mcp-session-id", &self.id)
+            .header("mcp-protocol-version", PROTOCOL_VERSION)
+            .send()
+            .await
+            .expect("DELETE")
+            .status()
+    }
+}
+
+#[tokio::test]
+async fn requests_need_the_right_bearer_token() {
+    let server = HttpServer::start(&[]).await;
+    let http = reqwest::Client::new();
+    let (status, _, _) = post(&http, &server.url, None, None, &initialize_body()).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "no token");
+    let (status, _, _) = post(&http, &server.url, Some("wrong"), None, &initialize_body()).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "wrong token");
+    let almost = &TOKEN[..TOKEN.len() - 1];
+    let (status, _, _) = post(&http, &server.url, Some(almost), None, &initialize_body()).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "a prefix of the token");
+    let basic = http
+        .post(&server.url)
+        .header("authorization", format!("Basic {TOKEN}"))
+        .body(initialize_body().to_string())
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(
+        basic.status(),
+        StatusCode::UNAUTHORIZED,
+        "not a bearer token"
+    );
+    let (status, session, _) =
+        post(&http, &server.url, Some(TOKEN), None, &initialize_body()).await;
+    assert_eq!(status, StatusCode::OK, "the right token");
+    assert!(session.is_some());
+    server.stop().await;
+}
+
+async fn refused(args: &[&str], token: Option<&str>) -> String {
+    let mut command = Command::new(toolhost_bin());
+    command
+        .arg("serve")
+        .args(args)
+        .env_remove("TOOLHOST_TOKEN")
+        .stdin(Stdio::null());
+    if let Some(token) = token {
+        command.env("TOOLHOST_TOKEN", token);
+    }
+    let output = tokio::time::timeout(ANSWER_TIMEOUT, command.output())
+        .await
+        .expect("exits in time")
+        .expect("run toolhost");
+    assert!(!output.status.success(), "it should refuse to start");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[tokio::test]
+async fn refuses_to_start_without_a_token_or_on_a_public_address() {
+    let message = refused(&["--http", "127.0.0.1:0"], None).await;
+    assert!(message.contains("token"), "{message}");
+
+    let empty = tempfile::NamedTempFile::new().expect("temp file");
+    let path = empty.path().display().to_string();
+    let message = refused(&["--http", "127.0.0.1:0", "--token-file", &path], None).await;
+    assert!(message.contains("token"), "{message}");
+
+    let message = refused(&["--http", "0.0.0.0:0"], Some(TOKEN)).await;
+    assert!(message.contains("--allow-remote"), "{message}");
+}
+
+#[tokio::test]
+async fn tools_over_http() {
+    let server = HttpServer::start(&[]).await;
+    let session = Session::open(&server).await;
+    let list = session.request("tools/list", json!({})).await;
+    assert_eq!(
+        list["result"]["tools"].as_array().map(Vec::len),
+        Some(4),
+        "{list}"
+    );
+    let result = session
+        .call_tool("execute", json!({"command": "echo hello"}))
+        .await;
+    let output = structured(&result);
+    assert_eq!(output["output"].as_str().map(str::trim), Some("hello"));
+
+    let bad = session.call_tool("execute", json!({"bogus": true})).await;
+    assert!(tool_error(&bad).contains("bogus"));
+    let unknown = session
+        .request("tools/call", json!({"name": "nope", "arguments": {}}))
+        .await;
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+
+    // Progress arrives on the request's own stream, before the result.
+    let stream = session
+        .exchange(
+            "tools/call",
+            json!({
+                "name": "execute",
+                "arguments": {"command": "echo tick; sleep 2; echo tock"},
+                "_meta": {"progressToken": 7}
+            }),
+        )
+        .await;
+    assert!(
+        stream
+            .iter()
+            .any(|m| m["method"] == "notifications/progress" && m["params"]["progressToken"] == 7),
+        "{stream:?}"
+    );
+    assert!(stream.last().is_some_and(|m| m.get("result").is_some()));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn sessions_cannot_see_each_others_processes() {
+    let server = HttpServer::start(&[]).await;
+    let alice = Session::open(&server).await;
+    let bob = Session::open(&server).await;
+    let started = structured(
+        &alice
+            .call_tool(
+                "execute",
+                json!({"command": "echo secret; sleep 30", "run_in_background": true}),
+            )
+            .await,
+    );
+    let id = started["background_process_id"]
+        .as_str()
+        .expect("process id")
+        .to_string();
+
+    let listed = structured(&bob.call_tool("process_list", json!({})).await);
+    assert!(!listed.to_string().contains(&id), "{listed}");
+    let read = bob
+        .call_tool("process_output", json!({"process_id": id}))
+        .await;
+    assert!(!tool_error(&read).contains("secret"));
+    let signal = bob
+        .call_tool(
+            "process_signal",
+            json!({"process_id": id, "signal": "kill"}),
+        )
+        .await;
+    tool_error(&signal);
+
+    let still = structured(
+        &alice
+            .call_tool("process_output", json!({"process_id": id}))
+            .await,
+    );
+    assert_eq!(still["running"], true, "{still}");
+    assert!(
+        alice
+            .call_tool("process_list", json!({}))
+            .await
+            .to_string()
+            .contains(&id)
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn ending_a_session_terminates_its_processes() {
+    let server = HttpServer::start(&[]).await;
+    let keeper = Session::open(&server).await;
+    let leaver = Session::open(&server).await;
+    let mark = marker();
+    let kept = format!("sleep 300.{mark}1");
+    let ended = format!("sleep 300.{mark}2");
+    for (session, command) in [(&keeper, &kept), (&leaver, &ended)] {
+        structured(
+            &session
+                .call_tool(
+                    "execute",
+                    json!({"command": command, "run_in_background": true}),
+                )
+                .await,
+        );
+    }
+    assert!(wait_present(&ended, Duration::from_secs(10)).await);
+
+    let status = leaver.delete().await;
+    assert!(status.is_success(), "DELETE: {status}");
+    assert!(
+        wait_gone(&ended, Duration::from_secs(10)).await,
+        "the ended session's process survives: {:?}",
+        processes_with(&ended)
+    );
+    assert!(
+        !processes_with(&kept).is_empty(),
+        "other sessions keep theirs"
+    );
+
+    server.stop().await;
+    assert!(
+        wait_gone(&kept, Duration::from_secs(5)).await,
+        "processes outlive the server"
+    );
+}
+
+#[tokio::test]
+async fn idle_sessions_expire_with_their_processes() {
+    let server = HttpServer::start(&["--idle-timeout", "1s"]).await;
+    let session = Session::open(&server).await;
+    let command = format!("sleep 300.{}", marker());
+    structured(
+        &session
+            .call_tool(
+                "execute",
+                json!({"command": command, "run_in_background": true}),
+            )
+            .await,
+    );
+    assert!(wait_present(&command, Duration::from_secs(10)).await);
+    assert!(
+        wait_gone(&command, Duration::from_secs(10)).await,
+        "the idle session's process survives"
+    );
+    server.stop().await;
+}
