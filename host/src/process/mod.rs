@@ -5,7 +5,6 @@
 //! [`crate::testing`]. Every method takes the caller's scope, which the host fills in from the
 //! call context; a process of another scope is reported as not found.
 
-#[path = "manager_stub.rs"]
 mod manager;
 
 use std::path::PathBuf;

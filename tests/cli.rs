@@ -1,0 +1,125 @@
+//! The `toolhost` binary: tools, call, plugins export, exit codes and streams.
+
+use std::process::Command;
+use toolhost_e2e::{json, processes_with, toolhost_bin, unique_marker};
+
+fn toolhost(args: &[&str]) -> std::process::Output {
+    Command::new(toolhost_bin())
+        .args(args)
+        .env("TOOLHOST_LOG", "warn")
+        .output()
+        .expect("run toolhost")
+}
+
+#[test]
+fn tools_lists_every_bundled_tool_with_schema() {
+    let out = toolhost(&["tools"]);
+    assert!(out.status.success());
+    let tools = json(&String::from_utf8_lossy(&out.stdout));
+    let names: Vec<&str> = tools
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "execute",
+            "process_list",
+            "process_output",
+            "process_signal"
+        ]
+    );
+    for tool in tools.as_array().expect("array") {
+        assert!(
+            tool["description"].as_str().is_some_and(|d| d.len() > 40),
+            "{tool}"
+        );
+        assert_eq!(tool["input_schema"]["type"], "object", "{tool}");
+    }
+    let openai = json(&String::from_utf8_lossy(
+        &toolhost(&["tools", "--format", "openai"]).stdout,
+    ));
+    assert_eq!(openai[0]["type"], "function");
+    assert!(openai[0]["function"]["parameters"].is_object());
+    let mcp = json(&String::from_utf8_lossy(
+        &toolhost(&["tools", "--format", "mcp"]).stdout,
+    ));
+    assert!(mcp[0]["inputSchema"].is_object());
+}
+
+#[test]
+fn call_prints_the_result_and_exits_zero_even_for_failing_commands() {
+    let out = toolhost(&["call", "execute", r#"{"command":"echo hello"}"#]);
+    assert!(out.status.success());
+    let r = json(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(r["output"], "hello\n");
+
+    let out = toolhost(&["call", "execute", r#"{"command":"exit 4"}"#]);
+    assert!(
+        out.status.success(),
+        "a command that failed is still a result"
+    );
+    assert_eq!(json(&String::from_utf8_lossy(&out.stdout))["exit_code"], 4);
+}
+
+#[test]
+fn tool_errors_exit_one_with_a_single_line() {
+    for (args, needle) in [
+        (vec!["call", "execute", "{oops"], "not valid JSON"),
+        (vec!["call", "execute", r#"{"command":""}"#], "command"),
+        (vec!["call", "nope", "{}"], "unknown tool `nope`"),
+        (
+            vec!["call", "execute", r#"{"command":"x","timeout":"forever"}"#],
+            "forever",
+        ),
+    ] {
+        let out = toolhost(&args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(out.stdout.is_empty(), "nothing on stdout for {args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let line = stderr.lines().last().unwrap_or_default();
+        assert!(line.contains(needle), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn call_cleans_up_the_processes_it_started() {
+    let marker = unique_marker();
+    let args = format!(r#"{{"command":"sleep {marker}","run_in_background":true}}"#);
+    let out = toolhost(&["call", "execute", &args]);
+    assert!(out.status.success());
+    assert!(
+        processes_with(&marker).is_empty(),
+        "{:?}",
+        processes_with(&marker)
+    );
+}
+
+#[test]
+fn plugins_export_writes_both_policies_and_they_load() {
+    let dir = tempfile::tempdir().expect("dir");
+    let out = toolhost(&["plugins", "export", dir.path().to_str().expect("utf8")]);
+    assert!(out.status.success());
+    for name in ["default-policy.wasm", "guarded-policy.wasm"] {
+        assert!(dir.path().join(name).is_file(), "{name}");
+    }
+    std::fs::remove_file(dir.path().join("default-policy.wasm")).expect("rm");
+    std::fs::write(
+        dir.path().join("guarded-policy.toml"),
+        "[grants]\nprocess = true\n",
+    )
+    .expect("manifest");
+    let out = toolhost(&[
+        "--policy",
+        "none",
+        "--plugins",
+        dir.path().to_str().expect("utf8"),
+        "call",
+        "execute",
+        r#"{"command":"mkfs.ext4 /dev/sda"}"#,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("make-filesystem"));
+}
