@@ -16,8 +16,14 @@ fn main() {
     let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
     let root = manifest_dir.parent().expect("host/ lives in the workspace");
     let guests = root.join("guest-tools");
-    println!("cargo:rerun-if-changed={}", guests.join("Cargo.toml").display());
-    println!("cargo:rerun-if-changed={}", guests.join("Cargo.lock").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        guests.join("Cargo.toml").display()
+    );
+    println!(
+        "cargo:rerun-if-changed={}",
+        guests.join("Cargo.lock").display()
+    );
     for dir in ["crates", "fixtures"] {
         println!("cargo:rerun-if-changed={}", guests.join(dir).display());
     }
@@ -60,7 +66,9 @@ fn main() {
     ] {
         cmd.env_remove(var);
     }
-    let status = cmd.status().expect("failed to run cargo for the guest components");
+    let status = cmd
+        .status()
+        .expect("failed to run cargo for the guest components");
     assert!(status.success(), "building the guest components failed");
 
     let release = target_dir.join(TARGET).join("release");
@@ -68,13 +76,20 @@ fn main() {
     for entry in std::fs::read_dir(&release).expect("guest build output exists") {
         let path = entry.expect("readable dir entry").path();
         if path.extension().is_some_and(|e| e == "wasm") {
-            let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+            let stem = path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or_default();
             let var = format!("TOOLHOST_GUEST_{}", stem.to_uppercase().replace('-', "_"));
             println!("cargo:rustc-env={var}={}", path.display());
             found += 1;
         }
     }
-    assert!(found > 0, "no guest component was built in {}", release.display());
+    assert!(
+        found > 0,
+        "no guest component was built in {}",
+        release.display()
+    );
 }
 
 /// rustup installs the targets named in rust-toolchain.toml only when it installs the toolchain
@@ -100,6 +115,8 @@ fn ensure_wasm_target() {
     }
     match cmd.status() {
         Ok(s) if s.success() => {}
-        _ => println!("cargo:warning=could not install the {TARGET} target; run `rustup target add {TARGET}`"),
+        _ => println!(
+            "cargo:warning=could not install the {TARGET} target; run `rustup target add {TARGET}`"
+        ),
     }
 }

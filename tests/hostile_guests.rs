@@ -57,8 +57,12 @@ async fn memory_bomb_hits_the_memory_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn panic_becomes_a_tool_error_with_the_message() {
-    expect_plugin_failure("panic", "hostile guest panicked on purpose", Duration::from_secs(10))
-        .await;
+    expect_plugin_failure(
+        "panic",
+        "hostile guest panicked on purpose",
+        Duration::from_secs(10),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -51,18 +51,28 @@ async fn swapping_policies_changes_behaviour_without_restart() {
     next_change(&mut changes).await;
     assert_eq!(host.tools().len(), 4);
     let dangerous = r#"{"command":"rm -rf /"}"#;
-    host.call("s", "execute", dangerous).await.expect("default policy runs it (on the fake)");
+    host.call("s", "execute", dangerous)
+        .await
+        .expect("default policy runs it (on the fake)");
     assert_eq!(fake.starts().len(), 1);
 
     install(dir.path(), "policy", bundled::GUARDED.bytes, None);
     next_change(&mut changes).await;
-    let refused = host.call("s", "execute", dangerous).await.expect_err("guarded refuses");
-    assert!(refused.to_string().contains("recursive-delete-root"), "{refused}");
+    let refused = host
+        .call("s", "execute", dangerous)
+        .await
+        .expect_err("guarded refuses");
+    assert!(
+        refused.to_string().contains("recursive-delete-root"),
+        "{refused}"
+    );
     assert_eq!(fake.starts().len(), 1, "nothing new ran");
 
     install(dir.path(), "policy", bundled::DEFAULT.bytes, None);
     next_change(&mut changes).await;
-    host.call("s", "execute", dangerous).await.expect("default again");
+    host.call("s", "execute", dangerous)
+        .await
+        .expect("default again");
     assert_eq!(fake.starts().len(), 2);
 
     std::fs::remove_file(dir.path().join("policy.wasm")).expect("remove");
@@ -102,13 +112,25 @@ async fn manifest_config_reaches_the_guest() {
     let fake = FakeProcesses::new();
     fake.push(Script::never_exits());
     let host = toolhost_e2e::fake_host(dir.path(), fake.clone()).await;
-    let r = json(&host.call("s", "execute", r#"{"command":"sleep 9"}"#).await.expect("result"));
+    let r = json(
+        &host
+            .call("s", "execute", r#"{"command":"sleep 9"}"#)
+            .await
+            .expect("result"),
+    );
     assert_eq!(r["error"], "timed out after 2s");
 
     // A typo in the config is reported, not ignored.
-    std::fs::write(dir.path().join("policy.toml"), "[grants]\nprocess = true\n[config]\ndefault_timout = \"2s\"\n").expect("write");
+    std::fs::write(
+        dir.path().join("policy.toml"),
+        "[grants]\nprocess = true\n[config]\ndefault_timout = \"2s\"\n",
+    )
+    .expect("write");
     host.reload().await.expect("reload");
-    let err = host.call("s", "execute", r#"{"command":"true"}"#).await.expect_err("bad config");
+    let err = host
+        .call("s", "execute", r#"{"command":"true"}"#)
+        .await
+        .expect_err("bad config");
     assert!(err.to_string().contains("default_timout"), "{err}");
 }
 
@@ -117,8 +139,16 @@ async fn workdir_root_is_enforced_by_the_host() {
     let root = tempfile::tempdir().expect("root");
     std::fs::create_dir(root.path().join("inside")).expect("mkdir");
     let dir = tempfile::tempdir().expect("dir");
-    let manifest = format!("[grants]\nprocess = true\nworkdir_root = {:?}\n", root.path());
-    install(dir.path(), "policy", bundled::DEFAULT.bytes, Some(&manifest));
+    let manifest = format!(
+        "[grants]\nprocess = true\nworkdir_root = {:?}\n",
+        root.path()
+    );
+    install(
+        dir.path(),
+        "policy",
+        bundled::DEFAULT.bytes,
+        Some(&manifest),
+    );
     let fake = FakeProcesses::new();
     let host = toolhost_e2e::fake_host(dir.path(), fake.clone()).await;
 
@@ -128,18 +158,32 @@ async fn workdir_root_is_enforced_by_the_host() {
         .expect_err("outside the root");
     assert!(err.to_string().contains("outside"), "{err}");
     let escape = host
-        .call("s", "execute", r#"{"command":"ls","workdir":"inside/../.."}"#)
+        .call(
+            "s",
+            "execute",
+            r#"{"command":"ls","workdir":"inside/../.."}"#,
+        )
         .await
         .expect_err("escape via ..");
     assert!(escape.to_string().contains("outside"), "{escape}");
     assert!(fake.starts().is_empty());
 
-    host.call("s", "execute", r#"{"command":"ls","workdir":"inside"}"#).await.expect("inside");
-    host.call("s", "execute", r#"{"command":"ls"}"#).await.expect("default workdir");
+    host.call("s", "execute", r#"{"command":"ls","workdir":"inside"}"#)
+        .await
+        .expect("inside");
+    host.call("s", "execute", r#"{"command":"ls"}"#)
+        .await
+        .expect("default workdir");
     let starts = fake.starts();
     let canonical = root.path().canonicalize().expect("canon");
-    assert_eq!(starts[0].request.workdir.as_deref(), Some(canonical.join("inside").as_path()));
-    assert_eq!(starts[1].request.workdir.as_deref(), Some(canonical.as_path()));
+    assert_eq!(
+        starts[0].request.workdir.as_deref(),
+        Some(canonical.join("inside").as_path())
+    );
+    assert_eq!(
+        starts[1].request.workdir.as_deref(),
+        Some(canonical.as_path())
+    );
 }
 
 #[tokio::test]
@@ -157,7 +201,10 @@ async fn a_component_of_another_wit_version_is_refused_naming_both() {
         .err()
         .expect("refused");
     let message = err.to_string();
-    assert!(message.contains("0.2.0") && message.contains("0.1.0"), "{message}");
+    assert!(
+        message.contains("0.2.0") && message.contains("0.1.0"),
+        "{message}"
+    );
     assert!(message.contains("future"), "{message}");
 }
 

@@ -10,7 +10,9 @@ use toolhost_e2e::{json, policy_host};
 
 async fn execute(fake: &std::sync::Arc<FakeProcesses>, args: Value) -> Result<Value, CallError> {
     let host = policy_host("default", fake.clone()).await;
-    host.call("s", "execute", &args.to_string()).await.map(|r| json(&r))
+    host.call("s", "execute", &args.to_string())
+        .await
+        .map(|r| json(&r))
 }
 
 fn tool_error(result: Result<Value, CallError>) -> String {
@@ -40,7 +42,11 @@ async fn ampersand_table() {
         let start = &fake.starts()[0];
         assert_eq!(start.request.command, sent, "{command}");
         assert_eq!(start.request.background, background, "{command}");
-        assert_eq!(result["background_process_id"].is_string(), background, "{command}: {result}");
+        assert_eq!(
+            result["background_process_id"].is_string(),
+            background,
+            "{command}: {result}"
+        );
     }
 }
 
@@ -49,21 +55,49 @@ async fn bad_arguments_name_the_bad_value() {
     let fake = FakeProcesses::new();
     let cases = [
         (serde_json::json!({}), "`command` is required"),
-        (serde_json::json!({"command": "  "}), "`command` must not be empty"),
-        (serde_json::json!({"command": 5}), "`command` must be a string, got number 5"),
-        (serde_json::json!({"command": "ls", "run_in_background": "yes"}), "\"yes\""),
-        (serde_json::json!({"command": "ls", "timeout": "soon"}), "\"soon\""),
-        (serde_json::json!({"command": "ls", "timeout": "0s"}), "greater than zero"),
-        (serde_json::json!({"command": "ls", "timeout": "-5s"}), "\"-5s\""),
-        (serde_json::json!({"command": "ls", "timeout": 30}), "number 30"),
-        (serde_json::json!({"command": "ls", "cwd": "/"}), "unknown argument `cwd`"),
+        (
+            serde_json::json!({"command": "  "}),
+            "`command` must not be empty",
+        ),
+        (
+            serde_json::json!({"command": 5}),
+            "`command` must be a string, got number 5",
+        ),
+        (
+            serde_json::json!({"command": "ls", "run_in_background": "yes"}),
+            "\"yes\"",
+        ),
+        (
+            serde_json::json!({"command": "ls", "timeout": "soon"}),
+            "\"soon\"",
+        ),
+        (
+            serde_json::json!({"command": "ls", "timeout": "0s"}),
+            "greater than zero",
+        ),
+        (
+            serde_json::json!({"command": "ls", "timeout": "-5s"}),
+            "\"-5s\"",
+        ),
+        (
+            serde_json::json!({"command": "ls", "timeout": 30}),
+            "number 30",
+        ),
+        (
+            serde_json::json!({"command": "ls", "cwd": "/"}),
+            "unknown argument `cwd`",
+        ),
     ];
     for (args, needle) in cases {
         let message = tool_error(execute(&fake, args.clone()).await);
         assert!(message.contains(needle), "{args}: {message}");
     }
     let host = policy_host("default", fake.clone()).await;
-    let message = tool_error(host.call("s", "execute", "{not json").await.map(|r| json(&r)));
+    let message = tool_error(
+        host.call("s", "execute", "{not json")
+            .await
+            .map(|r| json(&r)),
+    );
     assert!(message.contains("not valid JSON"), "{message}");
     assert!(fake.starts().is_empty(), "nothing may run on bad arguments");
 }
@@ -71,7 +105,9 @@ async fn bad_arguments_name_the_bad_value() {
 #[tokio::test]
 async fn non_interactive_environment_is_set() {
     let fake = FakeProcesses::new();
-    execute(&fake, serde_json::json!({"command": "git commit"})).await.expect("execute");
+    execute(&fake, serde_json::json!({"command": "git commit"}))
+        .await
+        .expect("execute");
     let env = &fake.starts()[0].request.env;
     for (key, value) in [
         ("GIT_EDITOR", "true"),
@@ -85,7 +121,10 @@ async fn non_interactive_environment_is_set() {
         ("GIT_PAGER", "cat"),
         ("TOOLHOST_AGENT", "1"),
     ] {
-        assert!(env.contains(&(key.to_string(), value.to_string())), "{key} missing: {env:?}");
+        assert!(
+            env.contains(&(key.to_string(), value.to_string())),
+            "{key} missing: {env:?}"
+        );
     }
 }
 
@@ -93,7 +132,9 @@ async fn non_interactive_environment_is_set() {
 async fn exit_codes_and_signals_are_reported() {
     let fake = FakeProcesses::new();
     fake.push(Script::exits(0).output("hello\n"));
-    let ok = execute(&fake, serde_json::json!({"command": "echo hello"})).await.expect("ok");
+    let ok = execute(&fake, serde_json::json!({"command": "echo hello"}))
+        .await
+        .expect("ok");
     assert_eq!(ok["success"], true);
     assert_eq!(ok["exit_code"], 0);
     assert_eq!(ok["output"], "hello\n");
@@ -101,13 +142,17 @@ async fn exit_codes_and_signals_are_reported() {
     assert!(ok["wall_duration_ms"].is_u64());
 
     fake.push(Script::exits(2).output("boom\n"));
-    let failed = execute(&fake, serde_json::json!({"command": "false"})).await.expect("result");
+    let failed = execute(&fake, serde_json::json!({"command": "false"}))
+        .await
+        .expect("result");
     assert_eq!(failed["success"], false);
     assert_eq!(failed["exit_code"], 2);
     assert_eq!(failed["error"], "exit code 2");
 
     fake.push(Script::killed_by(9));
-    let killed = execute(&fake, serde_json::json!({"command": "x"})).await.expect("result");
+    let killed = execute(&fake, serde_json::json!({"command": "x"}))
+        .await
+        .expect("result");
     assert_eq!(killed["exit_code"], 137);
     assert_eq!(killed["signal"], "SIGKILL");
     assert_eq!(killed["error"], "killed by SIGKILL");
@@ -117,17 +162,28 @@ async fn exit_codes_and_signals_are_reported() {
 async fn foreground_timeout_hands_the_process_over() {
     let fake = FakeProcesses::new();
     fake.push(Script::never_exits().output("partial line\n"));
-    let r = execute(&fake, serde_json::json!({"command": "sleep 100", "timeout": "1s"}))
-        .await
-        .expect("result");
+    let r = execute(
+        &fake,
+        serde_json::json!({"command": "sleep 100", "timeout": "1s"}),
+    )
+    .await
+    .expect("result");
     assert_eq!(r["success"], false);
     assert_eq!(r["exit_code"], -1);
     assert_eq!(r["error"], "timed out after 1s");
     assert_eq!(r["output"], "partial line\n");
     let id = r["background_process_id"].as_str().expect("id");
     let note = r["note"].as_str().expect("note");
-    assert!(note.contains("STILL RUNNING") && note.contains("process_output") && note.contains("process_signal"), "{note}");
-    assert!(fake.signals().is_empty(), "the default policy must not kill it");
+    assert!(
+        note.contains("STILL RUNNING")
+            && note.contains("process_output")
+            && note.contains("process_signal"),
+        "{note}"
+    );
+    assert!(
+        fake.signals().is_empty(),
+        "the default policy must not kill it"
+    );
     assert_eq!(fake.starts()[0].id.as_deref(), Some(id));
 }
 
@@ -135,11 +191,17 @@ async fn foreground_timeout_hands_the_process_over() {
 async fn timeouts_above_the_maximum_are_clamped() {
     let fake = FakeProcesses::new();
     fake.push(Script::exits(0).runs_for(Duration::from_secs(60)));
-    let r = execute(&fake, serde_json::json!({"command": "make", "timeout": "2h"}))
-        .await
-        .expect("result");
+    let r = execute(
+        &fake,
+        serde_json::json!({"command": "make", "timeout": "2h"}),
+    )
+    .await
+    .expect("result");
     assert_eq!(r["success"], true, "{r}");
-    assert!(r["note"].as_str().expect("note").contains("clamped to 30m"), "{r}");
+    assert!(
+        r["note"].as_str().expect("note").contains("clamped to 30m"),
+        "{r}"
+    );
 }
 
 #[tokio::test]
@@ -148,10 +210,21 @@ async fn start_and_output_errors_become_tool_errors() {
     fake.fail_next_start(ProcessError::InvalidRequest(
         "workdir `/nope` does not exist".to_string(),
     ));
-    let message = tool_error(execute(&fake, serde_json::json!({"command": "ls", "workdir": "/nope"})).await);
-    assert!(message.contains("/nope") && message.contains("does not exist"), "{message}");
+    let message = tool_error(
+        execute(
+            &fake,
+            serde_json::json!({"command": "ls", "workdir": "/nope"}),
+        )
+        .await,
+    );
+    assert!(
+        message.contains("/nope") && message.contains("does not exist"),
+        "{message}"
+    );
 
-    fake.fail_reads(Some(ProcessError::Failed("read failed: pipe broke".to_string())));
+    fake.fail_reads(Some(ProcessError::Failed(
+        "read failed: pipe broke".to_string(),
+    )));
     let message = tool_error(execute(&fake, serde_json::json!({"command": "ls"})).await);
     assert!(message.contains("pipe broke"), "{message}");
 }
@@ -166,7 +239,9 @@ async fn file_dump_commands_get_a_note() {
         ("ls", false),
     ] {
         let fake = FakeProcesses::new();
-        let r = execute(&fake, serde_json::json!({"command": command})).await.expect("result");
+        let r = execute(&fake, serde_json::json!({"command": command}))
+            .await
+            .expect("result");
         let note = r.get("note").and_then(Value::as_str).unwrap_or("");
         assert_eq!(note.contains("file-reading"), noted, "{command}: {note}");
     }
@@ -182,11 +257,21 @@ async fn long_output_keeps_head_and_tail_under_the_cap() {
     }
     text.push_str("error: the final line\n");
     fake.push(Script::exits(1).output(&text));
-    let r = execute(&fake, serde_json::json!({"command": "build"})).await.expect("result");
+    let r = execute(&fake, serde_json::json!({"command": "build"}))
+        .await
+        .expect("result");
     let output = r["output"].as_str().expect("output");
-    assert!(output.len() <= 32 * 1024, "output is {} bytes", output.len());
+    assert!(
+        output.len() <= 32 * 1024,
+        "output is {} bytes",
+        output.len()
+    );
     assert!(output.starts_with("éééé"), "head kept");
-    assert!(output.ends_with("error: the final line\n"), "tail kept: {:?}", &output[output.len() - 60..]);
+    assert!(
+        output.ends_with("error: the final line\n"),
+        "tail kept: {:?}",
+        &output[output.len() - 60..]
+    );
     assert!(!output.contains('\u{FFFD}'), "no character split");
     let t = &r["truncated"];
     assert_eq!(t["original_bytes"], text.len() as u64);
@@ -209,19 +294,39 @@ async fn process_tools_follow_a_background_process() {
     );
     let started = json(
         &host
-            .call("s", "execute", r#"{"command":"./server","run_in_background":true}"#)
+            .call(
+                "s",
+                "execute",
+                r#"{"command":"./server","run_in_background":true}"#,
+            )
             .await
             .expect("start"),
     );
-    let id = started["background_process_id"].as_str().expect("id").to_string();
+    let id = started["background_process_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
 
-    let first = json(&host.call("s", "process_output", &format!(r#"{{"process_id":"{id}"}}"#)).await.expect("read"));
+    let first = json(
+        &host
+            .call(
+                "s",
+                "process_output",
+                &format!(r#"{{"process_id":"{id}"}}"#),
+            )
+            .await
+            .expect("read"),
+    );
     assert_eq!(first["running"], true);
     assert_eq!(first["output"], "ready\n");
 
     let waited = json(
         &host
-            .call("s", "process_output", &format!(r#"{{"process_id":"{id}","wait":"30s","only_new":true}}"#))
+            .call(
+                "s",
+                "process_output",
+                &format!(r#"{{"process_id":"{id}","wait":"30s","only_new":true}}"#),
+            )
             .await
             .expect("wait"),
     );
@@ -234,12 +339,21 @@ async fn process_tools_follow_a_background_process() {
     assert_eq!(list["processes"][0]["background"], true);
 
     // Another scope sees nothing.
-    let other = json(&host.call("other", "process_list", "{}").await.expect("list"));
+    let other = json(
+        &host
+            .call("other", "process_list", "{}")
+            .await
+            .expect("list"),
+    );
     assert_eq!(other["processes"].as_array().map(Vec::len), Some(0));
     let message = tool_error(
-        host.call("other", "process_output", &format!(r#"{{"process_id":"{id}"}}"#))
-            .await
-            .map(|r| json(&r)),
+        host.call(
+            "other",
+            "process_output",
+            &format!(r#"{{"process_id":"{id}"}}"#),
+        )
+        .await
+        .map(|r| json(&r)),
     );
     assert!(message.contains(&id), "{message}");
 }
@@ -251,33 +365,59 @@ async fn process_signal_validates_and_signals() {
     fake.push(Script::never_exits());
     let started = json(
         &host
-            .call("s", "execute", r#"{"command":"sleep 1000","run_in_background":true}"#)
+            .call(
+                "s",
+                "execute",
+                r#"{"command":"sleep 1000","run_in_background":true}"#,
+            )
             .await
             .expect("start"),
     );
-    let id = started["background_process_id"].as_str().expect("id").to_string();
+    let id = started["background_process_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
 
     let bad = tool_error(
-        host.call("s", "process_signal", &format!(r#"{{"process_id":"{id}","signal":"hup"}}"#))
+        host.call(
+            "s",
+            "process_signal",
+            &format!(r#"{{"process_id":"{id}","signal":"hup"}}"#),
+        )
+        .await
+        .map(|r| json(&r)),
+    );
+    assert!(
+        bad.contains("\"hup\"") && bad.contains("terminate"),
+        "{bad}"
+    );
+    let unknown = tool_error(
+        host.call("s", "process_signal", r#"{"process_id":"nope"}"#)
             .await
             .map(|r| json(&r)),
-    );
-    assert!(bad.contains("\"hup\"") && bad.contains("terminate"), "{bad}");
-    let unknown = tool_error(
-        host.call("s", "process_signal", r#"{"process_id":"nope"}"#).await.map(|r| json(&r)),
     );
     assert!(unknown.contains("nope"), "{unknown}");
 
     let r = json(
         &host
-            .call("s", "process_signal", &format!(r#"{{"process_id":"{id}","signal":"kill"}}"#))
+            .call(
+                "s",
+                "process_signal",
+                &format!(r#"{{"process_id":"{id}","signal":"kill"}}"#),
+            )
             .await
             .expect("signal"),
     );
     assert_eq!(r["running"], false);
     assert_eq!(fake.signals(), vec![(id.clone(), Signal::Kill)]);
     let again = tool_error(
-        host.call("s", "process_signal", &format!(r#"{{"process_id":"{id}"}}"#)).await.map(|r| json(&r)),
+        host.call(
+            "s",
+            "process_signal",
+            &format!(r#"{{"process_id":"{id}"}}"#),
+        )
+        .await
+        .map(|r| json(&r)),
     );
     assert!(again.contains("not running"), "{again}");
 }
@@ -287,7 +427,9 @@ async fn process_list_is_capped_with_a_count() {
     let fake = FakeProcesses::new();
     let host = policy_host("default", fake.clone()).await;
     for i in 0..25 {
-        host.call("s", "execute", &format!(r#"{{"command":"echo {i}"}}"#)).await.expect("run");
+        host.call("s", "execute", &format!(r#"{{"command":"echo {i}"}}"#))
+            .await
+            .expect("run");
     }
     let list = json(&host.call("s", "process_list", "{}").await.expect("list"));
     assert_eq!(list["processes"].as_array().map(Vec::len), Some(20));
@@ -300,11 +442,18 @@ async fn guarded_policy_refuses_and_kills() {
     let fake = FakeProcesses::new();
     let host = policy_host("guarded", fake.clone()).await;
     let refused = host
-        .call("s", "execute", r#"{"command":"sudo rm -rf / --no-preserve-root"}"#)
+        .call(
+            "s",
+            "execute",
+            r#"{"command":"sudo rm -rf / --no-preserve-root"}"#,
+        )
         .await
         .expect_err("refused");
     let message = refused.to_string();
-    assert!(message.contains("recursive-delete-root") && message.contains("guarded"), "{message}");
+    assert!(
+        message.contains("recursive-delete-root") && message.contains("guarded"),
+        "{message}"
+    );
     assert!(fake.starts().is_empty(), "nothing ran");
 
     fake.push(Script::never_exits().output("working\n"));
@@ -315,7 +464,10 @@ async fn guarded_policy_refuses_and_kills() {
             .expect("result"),
     );
     assert_eq!(r["success"], false);
-    assert!(r["error"].as_str().expect("error").contains("killed"), "{r}");
+    assert!(
+        r["error"].as_str().expect("error").contains("killed"),
+        "{r}"
+    );
     assert!(r.get("background_process_id").is_none(), "{r}");
     assert_eq!(r["exit_code"], 137);
     let id = fake.starts()[0].id.clone().expect("id");

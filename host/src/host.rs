@@ -8,9 +8,9 @@ use crate::bindings::{ShellTools, ToolDefinition};
 use crate::bundled::{self, BundledPlugin};
 use crate::manifest::{Manifest, ManifestError};
 use crate::plugin::{CallError, LoadError, Loader, Plugin};
-use sha2::{Digest, Sha256};
 use crate::process::{ProcessBackend, ProcessManager, ProcessManagerConfig};
 use crate::sandbox::{CallOptions, CallState};
+use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -132,9 +132,8 @@ impl ToolHostBuilder {
         let mut linker: Linker<CallState> = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_error)?;
         ShellTools::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).map_err(engine_error)?;
-        start_epoch_ticker(&engine).map_err(|e| {
-            HostError::Engine(format!("cannot start the epoch ticker thread: {e}"))
-        })?;
+        start_epoch_ticker(&engine)
+            .map_err(|e| HostError::Engine(format!("cannot start the epoch ticker thread: {e}")))?;
 
         let (backend, manager): (Arc<dyn ProcessBackend>, _) = match self.backend {
             Some(b) => (b, None),
@@ -226,14 +225,14 @@ impl HostInner {
             };
             for path in paths {
                 let loaded = match read_plugin_file(&path) {
-                    Ok((bytes, manifest_text, fingerprint)) => {
-                        match previous.files.get(&path) {
-                            Some((old, plugin)) if *old == fingerprint => Ok((fingerprint, plugin.clone())),
-                            _ => load_file(&self.loader, &path, &bytes, manifest_text.as_deref())
-                                .await
-                                .map(|p| (fingerprint, Arc::new(p))),
+                    Ok((bytes, manifest_text, fingerprint)) => match previous.files.get(&path) {
+                        Some((old, plugin)) if *old == fingerprint => {
+                            Ok((fingerprint, plugin.clone()))
                         }
-                    }
+                        _ => load_file(&self.loader, &path, &bytes, manifest_text.as_deref())
+                            .await
+                            .map(|p| (fingerprint, Arc::new(p))),
+                    },
                     Err(e) => Err(e),
                 };
                 match loaded {
@@ -267,14 +266,26 @@ impl HostInner {
             }
         }
         let unchanged = plugins.len() == previous.plugins.len()
-            && plugins.iter().zip(&previous.plugins).all(|(a, b)| Arc::ptr_eq(a, b));
+            && plugins
+                .iter()
+                .zip(&previous.plugins)
+                .all(|(a, b)| Arc::ptr_eq(a, b));
         if unchanged {
             return Ok(());
         }
         for plugin in &plugins {
-            tracing::info!(plugin = plugin.name(), origin = plugin.origin(), tools = plugin.tools().len(), "plugin loaded");
+            tracing::info!(
+                plugin = plugin.name(),
+                origin = plugin.origin(),
+                tools = plugin.tools().len(),
+                "plugin loaded"
+            );
         }
-        let registry = Arc::new(Registry { plugins, by_tool, files });
+        let registry = Arc::new(Registry {
+            plugins,
+            by_tool,
+            files,
+        });
         *self.registry.write().unwrap_or_else(|e| e.into_inner()) = registry;
         self.changes.send_modify(|generation| *generation += 1);
         Ok(())
@@ -427,7 +438,12 @@ impl ToolHost {
 
     /// Call `tool` with `arguments` (a JSON object as text) on behalf of `scope`. Returns the
     /// tool's result JSON text.
-    pub async fn call(&self, scope: &str, tool: &str, arguments: &str) -> Result<String, CallError> {
+    pub async fn call(
+        &self,
+        scope: &str,
+        tool: &str,
+        arguments: &str,
+    ) -> Result<String, CallError> {
         self.call_with(scope, tool, arguments, CallOptions::default())
             .await
     }

@@ -8,7 +8,11 @@ use std::process::ExitCode;
 use toolhost::{CallError, ToolHost, bundled};
 
 #[derive(Parser)]
-#[command(name = "toolhost", version, about = "Give an AI agent a shell: sandboxed WebAssembly tool policies over a native process host")]
+#[command(
+    name = "toolhost",
+    version,
+    about = "Give an AI agent a shell: sandboxed WebAssembly tool policies over a native process host"
+)]
 struct Cli {
     /// Load every `*.wasm` component in DIR besides the bundled policy (repeatable). A
     /// plugin's tool replaces a bundled tool of the same name.
@@ -70,7 +74,12 @@ enum Command {
         #[arg(long, requires = "http")]
         allow_remote: bool,
         /// Close an HTTP session idle this long, terminating its processes.
-        #[arg(long, value_name = "DURATION", default_value = "30m", requires = "http")]
+        #[arg(
+            long,
+            value_name = "DURATION",
+            default_value = "30m",
+            requires = "http"
+        )]
         idle_timeout: humantime::Duration,
     },
 }
@@ -108,7 +117,10 @@ fn main() -> ExitCode {
         )
         .init();
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("toolhost: cannot start the async runtime: {e}");
@@ -152,8 +164,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Plugins {
             command: PluginsCommand::Export { dir },
         } => {
-            for path in bundled::export(dir)
-                .with_context(|| format!("writing to {}", dir.display()))?
+            for path in
+                bundled::export(dir).with_context(|| format!("writing to {}", dir.display()))?
             {
                 println!("{}", path.display());
             }
@@ -205,7 +217,11 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                     println!("{result}");
                     Ok(ExitCode::SUCCESS)
                 }
-                Err(e @ (CallError::Tool(_) | CallError::UnknownTool { .. } | CallError::Plugin { .. })) => {
+                Err(
+                    e @ (CallError::Tool(_)
+                    | CallError::UnknownTool { .. }
+                    | CallError::Plugin { .. }),
+                ) => {
                     eprintln!("toolhost: {}", one_line(&e.to_string()));
                     Ok(ExitCode::FAILURE)
                 }
@@ -253,7 +269,10 @@ fn serve_token(file: Option<&std::path::Path>) -> Result<String> {
             .unwrap_or_default()
             .trim()
             .to_string(),
-        None => std::env::var("TOOLHOST_TOKEN").unwrap_or_default().trim().to_string(),
+        None => std::env::var("TOOLHOST_TOKEN")
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
     };
     if token.is_empty() {
         anyhow::bail!(

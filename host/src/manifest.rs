@@ -116,24 +116,30 @@ impl Manifest {
             path: path.to_path_buf(),
             message,
         };
-        let raw: RawManifest = toml::from_str(text).map_err(|e| invalid(e.message().to_string()))?;
-        let duration = |key: &str, value: &Option<String>| -> Result<Option<Duration>, ManifestError> {
-            match value {
-                None => Ok(None),
-                Some(text) => match humantime::parse_duration(text) {
-                    Ok(d) if !d.is_zero() => Ok(Some(d)),
-                    Ok(_) => Err(invalid(format!("`{key}` must be greater than zero"))),
-                    Err(e) => Err(invalid(format!(
-                        "`{key}` = {text:?} is not a duration like \"30s\" or \"5m\": {e}"
-                    ))),
-                },
-            }
-        };
+        let raw: RawManifest =
+            toml::from_str(text).map_err(|e| invalid(e.message().to_string()))?;
+        let duration =
+            |key: &str, value: &Option<String>| -> Result<Option<Duration>, ManifestError> {
+                match value {
+                    None => Ok(None),
+                    Some(text) => match humantime::parse_duration(text) {
+                        Ok(d) if !d.is_zero() => Ok(Some(d)),
+                        Ok(_) => Err(invalid(format!("`{key}` must be greater than zero"))),
+                        Err(e) => Err(invalid(format!(
+                            "`{key}` = {text:?} is not a duration like \"30s\" or \"5m\": {e}"
+                        ))),
+                    },
+                }
+            };
         let workdir_root = match raw.grants.workdir_root {
             None => None,
             Some(dir) => {
                 let base = path.parent().unwrap_or(Path::new("."));
-                let dir = if dir.is_relative() { base.join(dir) } else { dir };
+                let dir = if dir.is_relative() {
+                    base.join(dir)
+                } else {
+                    dir
+                };
                 Some(dir.canonicalize().map_err(|e| {
                     invalid(format!(
                         "`workdir_root` {} cannot be used: {e}",
@@ -144,8 +150,9 @@ impl Manifest {
         };
         let mut limits = CallLimits::default();
         if let Some(text) = &raw.limits.memory {
-            limits.memory_bytes = parse_size(text)
-                .ok_or_else(|| invalid(format!("`memory` = {text:?} is not a size like \"64MiB\"")))?;
+            limits.memory_bytes = parse_size(text).ok_or_else(|| {
+                invalid(format!("`memory` = {text:?} is not a size like \"64MiB\""))
+            })?;
         }
         if let Some(d) = duration("cpu_time", &raw.limits.cpu_time)? {
             limits.cpu_time = d;
@@ -234,7 +241,10 @@ mod tests {
             ("[limits]\nmemory = \"lots\"\n", "memory"),
             ("[limits]\ncpu_time = \"fast\"\n", "cpu_time"),
             ("[grants]\nmax_timeout = \"0s\"\n", "max_timeout"),
-            ("[grants]\nworkdir_root = \"/no/such/dir\"\n", "workdir_root"),
+            (
+                "[grants]\nworkdir_root = \"/no/such/dir\"\n",
+                "workdir_root",
+            ),
             ("[grants\n", "x.toml"),
         ];
         for (text, needle) in cases {

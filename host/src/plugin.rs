@@ -86,7 +86,10 @@ impl std::fmt::Debug for Plugin {
         f.debug_struct("Plugin")
             .field("name", &self.name)
             .field("origin", &self.origin)
-            .field("tools", &self.tools.iter().map(|t| &t.name).collect::<Vec<_>>())
+            .field(
+                "tools",
+                &self.tools.iter().map(|t| &t.name).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -144,7 +147,10 @@ impl Plugin {
             plugin: name.to_string(),
             reason: format!("{e:#}"),
         };
-        let pre = loader.linker.instantiate_pre(&component).map_err(link_error)?;
+        let pre = loader
+            .linker
+            .instantiate_pre(&component)
+            .map_err(link_error)?;
         let pre = ShellToolsPre::new(pre).map_err(link_error)?;
         let grant = needs_process.then(|| ProcessGrant {
             backend: loader.backend.clone(),
@@ -324,15 +330,14 @@ fn describe_failure(error: &wasmtime::Error, stderr: &str) -> String {
         .map(|e| e.to_string())
         .find(|m| !m.starts_with("error while executing at wasm backtrace"))
         .unwrap_or_else(|| error.root_cause().to_string());
-    let reason = if cause.contains("forcing trap when growing memory")
-        || cause.contains("memory limit")
-    {
-        "memory limit exceeded".to_string()
-    } else if let Some(trap) = error.downcast_ref::<wasmtime::Trap>() {
-        format!("trapped: {trap}")
-    } else {
-        cause
-    };
+    let reason =
+        if cause.contains("forcing trap when growing memory") || cause.contains("memory limit") {
+            "memory limit exceeded".to_string()
+        } else if let Some(trap) = error.downcast_ref::<wasmtime::Trap>() {
+            format!("trapped: {trap}")
+        } else {
+            cause
+        };
     let panic: Vec<&str> = stderr
         .lines()
         .skip_while(|l| !l.contains("panicked at"))
@@ -374,7 +379,9 @@ async fn compile(
             // directory; wasmtime validates its header before use.
             match unsafe { Component::deserialize_file(engine, path) } {
                 Ok(component) => return Ok(component),
-                Err(e) => tracing::warn!(plugin = name, path = %path.display(), "ignoring unusable cached component: {e}"),
+                Err(e) => {
+                    tracing::warn!(plugin = name, path = %path.display(), "ignoring unusable cached component: {e}")
+                }
             }
         }
     }
@@ -408,7 +415,9 @@ fn store_cached(component: &Component, path: &Path) -> std::io::Result<()> {
 /// Content hash of the component plus the engine's compatibility hash, as hex.
 pub fn cache_key(engine: &Engine, bytes: &[u8]) -> String {
     let mut engine_hash = std::collections::hash_map::DefaultHasher::new();
-    engine.precompile_compatibility_hash().hash(&mut engine_hash);
+    engine
+        .precompile_compatibility_hash()
+        .hash(&mut engine_hash);
     let mut sha = Sha256::new();
     sha.update(bytes);
     sha.update(engine_hash.finish().to_le_bytes());

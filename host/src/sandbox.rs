@@ -11,8 +11,8 @@ use crate::buffer::HeadTailBuffer;
 use crate::process::{ProcessBackend, ReadFrom, StartRequest};
 use std::path::PathBuf;
 use std::sync::Arc;
-use tokio_util::sync::CancellationToken;
 use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
 use wasmtime::component::{Resource, ResourceTable};
 use wasmtime::{StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
@@ -232,7 +232,9 @@ impl wit_process::Host for CallState {
         };
         let grant = grant.clone();
         let result = self
-            .in_host(grant, |g, scope| async move { g.backend.start(&scope, request).await })
+            .in_host(grant, |g, scope| async move {
+                g.backend.start(&scope, request).await
+            })
             .await;
         Ok(result.map_err(Into::into))
     }
@@ -328,7 +330,11 @@ async fn wait_with_options(
             if snapshot.cursor > reported {
                 let fresh = backend.read(scope, id, ReadFrom::Cursor(reported))?;
                 reported = fresh.cursor;
-                let lines: Vec<&str> = fresh.text.lines().filter(|l| !l.trim().is_empty()).collect();
+                let lines: Vec<&str> = fresh
+                    .text
+                    .lines()
+                    .filter(|l| !l.trim().is_empty())
+                    .collect();
                 let last = &lines[lines.len().saturating_sub(PROGRESS_LINES)..];
                 if !last.is_empty() {
                     progress(Progress {
@@ -366,7 +372,11 @@ impl wit_buffer::HostHeadTailBuffer for CallState {
         })?)
     }
 
-    async fn write(&mut self, buffer: Resource<GuestBuffer>, data: Vec<u8>) -> wasmtime::Result<()> {
+    async fn write(
+        &mut self,
+        buffer: Resource<GuestBuffer>,
+        data: Vec<u8>,
+    ) -> wasmtime::Result<()> {
         self.table.get_mut(&buffer)?.inner.write(&data);
         Ok(())
     }

@@ -337,7 +337,11 @@ impl ProcessBackend for FakeProcesses {
             .map(|(id, p)| ProcessInfo {
                 id: id.clone(),
                 command: p.request.command.clone(),
-                workdir: p.request.workdir.clone().unwrap_or_else(|| PathBuf::from(".")),
+                workdir: p
+                    .request
+                    .workdir
+                    .clone()
+                    .unwrap_or_else(|| PathBuf::from(".")),
                 background: p.request.background,
                 running: p.finished.is_none(),
                 started_ms: p.started_ms,
@@ -388,7 +392,10 @@ mod tests {
                 .final_output("done\n")
                 .runs_for(Duration::from_secs(30)),
         );
-        let id = fake.start("s", StartRequest::default()).await.expect("start");
+        let id = fake
+            .start("s", StartRequest::default())
+            .await
+            .expect("start");
         let first = fake
             .wait("s", &id, Duration::from_secs(10), ReadFrom::All)
             .await
@@ -412,10 +419,16 @@ mod tests {
     async fn signals_end_running_scripts_and_are_recorded() {
         let fake = FakeProcesses::new();
         fake.push(Script::never_exits());
-        let id = fake.start("s", StartRequest::default()).await.expect("start");
+        let id = fake
+            .start("s", StartRequest::default())
+            .await
+            .expect("start");
         fake.signal("s", &id, Signal::Kill).expect("signal");
         let out = fake.read("s", &id, ReadFrom::All).expect("read");
-        assert_eq!((out.exit_code, out.signal.as_deref()), (Some(137), Some("SIGKILL")));
+        assert_eq!(
+            (out.exit_code, out.signal.as_deref()),
+            (Some(137), Some("SIGKILL"))
+        );
         assert_eq!(fake.signals(), vec![(id.clone(), Signal::Kill)]);
         assert!(matches!(
             fake.signal("s", &id, Signal::Kill),

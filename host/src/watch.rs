@@ -21,16 +21,15 @@ where
     Fut: Future<Output = ()> + Send,
 {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        match event {
+    let mut watcher =
+        notify::recommended_watcher(move |event: notify::Result<notify::Event>| match event {
             Ok(event) if is_relevant(&event) => {
                 let _ = tx.send(());
             }
             Ok(_) => {}
             Err(e) => tracing::warn!("plugin directory watch error: {e}"),
-        }
-    })
-    .map_err(|e| HostError::Watch(e.to_string()))?;
+        })
+        .map_err(|e| HostError::Watch(e.to_string()))?;
     for dir in dirs {
         watcher
             .watch(dir, RecursiveMode::NonRecursive)
@@ -57,6 +56,5 @@ fn is_relevant(event: &notify::Event) -> bool {
 }
 
 fn is_plugin_file(path: &Path) -> bool {
-    path.extension()
-        .is_some_and(|e| e == "wasm" || e == "toml")
+    path.extension().is_some_and(|e| e == "wasm" || e == "toml")
 }
