@@ -164,10 +164,10 @@ impl ToolHostBuilder {
                 move || {
                     let weak = weak.clone();
                     async move {
-                        if let Some(inner) = weak.upgrade() {
-                            if let Err(e) = inner.reload(false).await {
-                                tracing::error!("plugin reload failed: {e}");
-                            }
+                        if let Some(inner) = weak.upgrade()
+                            && let Err(e) = inner.reload(false).await
+                        {
+                            tracing::error!("plugin reload failed: {e}");
                         }
                     }
                 }

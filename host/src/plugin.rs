@@ -134,13 +134,13 @@ impl Plugin {
             }
         }
         for (export, _) in component.component_type().exports(engine) {
-            if let Some(rest) = export.strip_prefix(&format!("{WIT_PACKAGE}/tool@")) {
-                if rest != WIT_VERSION {
-                    return Err(LoadError::WitVersion {
-                        plugin: name.to_string(),
-                        found: rest.to_string(),
-                    });
-                }
+            if let Some(rest) = export.strip_prefix(&format!("{WIT_PACKAGE}/tool@"))
+                && rest != WIT_VERSION
+            {
+                return Err(LoadError::WitVersion {
+                    plugin: name.to_string(),
+                    found: rest.to_string(),
+                });
             }
         }
         let link_error = |e: wasmtime::Error| LoadError::Link {
@@ -372,16 +372,16 @@ async fn compile(
         reason: e,
     };
     let cached = cache_dir.map(|dir| dir.join(format!("{}.cwasm", cache_key(engine, bytes))));
-    if let Some(path) = &cached {
-        if path.is_file() {
-            // SAFETY: the file was written by `Component::serialize` of this same engine
-            // configuration (the key includes its compatibility hash) into the host's own cache
-            // directory; wasmtime validates its header before use.
-            match unsafe { Component::deserialize_file(engine, path) } {
-                Ok(component) => return Ok(component),
-                Err(e) => {
-                    tracing::warn!(plugin = name, path = %path.display(), "ignoring unusable cached component: {e}")
-                }
+    if let Some(path) = &cached
+        && path.is_file()
+    {
+        // SAFETY: the file was written by `Component::serialize` of this same engine
+        // configuration (the key includes its compatibility hash) into the host's own cache
+        // directory; wasmtime validates its header before use.
+        match unsafe { Component::deserialize_file(engine, path) } {
+            Ok(component) => return Ok(component),
+            Err(e) => {
+                tracing::warn!(plugin = name, path = %path.display(), "ignoring unusable cached component: {e}")
             }
         }
     }
@@ -391,10 +391,10 @@ async fn compile(
         .await
         .map_err(|e| compile_error(e.to_string()))?
         .map_err(|e| compile_error(format!("{e:#}")))?;
-    if let Some(path) = cached {
-        if let Err(e) = store_cached(&component, &path) {
-            tracing::warn!(plugin = name, path = %path.display(), "could not cache compiled component: {e}");
-        }
+    if let Some(path) = cached
+        && let Err(e) = store_cached(&component, &path)
+    {
+        tracing::warn!(plugin = name, path = %path.display(), "could not cache compiled component: {e}");
     }
     Ok(component)
 }

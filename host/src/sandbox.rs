@@ -326,22 +326,22 @@ async fn wait_with_options(
         if !snapshot.running || started.elapsed() >= timeout {
             break;
         }
-        if let Some(progress) = &options.progress {
-            if snapshot.cursor > reported {
-                let fresh = backend.read(scope, id, ReadFrom::Cursor(reported))?;
-                reported = fresh.cursor;
-                let lines: Vec<&str> = fresh
-                    .text
-                    .lines()
-                    .filter(|l| !l.trim().is_empty())
-                    .collect();
-                let last = &lines[lines.len().saturating_sub(PROGRESS_LINES)..];
-                if !last.is_empty() {
-                    progress(Progress {
-                        elapsed_ms: started.elapsed().as_millis() as u64,
-                        message: last.join("\n"),
-                    });
-                }
+        if let Some(progress) = &options.progress
+            && snapshot.cursor > reported
+        {
+            let fresh = backend.read(scope, id, ReadFrom::Cursor(reported))?;
+            reported = fresh.cursor;
+            let lines: Vec<&str> = fresh
+                .text
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .collect();
+            let last = &lines[lines.len().saturating_sub(PROGRESS_LINES)..];
+            if !last.is_empty() {
+                progress(Progress {
+                    elapsed_ms: started.elapsed().as_millis() as u64,
+                    message: last.join("\n"),
+                });
             }
         }
     }

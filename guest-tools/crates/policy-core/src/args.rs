@@ -97,7 +97,9 @@ pub fn parse_duration(what: &str, text: &str) -> Result<Duration, String> {
         format!("`{what}` is not a duration (\"{text}\": {e}); write it like \"500ms\", \"30s\" or \"5m\"")
     })?;
     if d.is_zero() {
-        return Err(format!("`{what}` must be greater than zero, got \"{text}\""));
+        return Err(format!(
+            "`{what}` must be greater than zero, got \"{text}\""
+        ));
     }
     Ok(d)
 }

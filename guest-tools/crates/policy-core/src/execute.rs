@@ -4,7 +4,9 @@
 use crate::args::{Args, format_duration};
 use crate::settings::{OnTimeout, Settings};
 use crate::toolhost::plugin::process::{self as host, ReadFrom, Signal, StartRequest};
-use crate::{Obj, Policy, bound_output, deny, tool_definition, millis, process_error, truncation_json};
+use crate::{
+    Obj, Policy, bound_output, deny, millis, process_error, tool_definition, truncation_json,
+};
 use serde_json::{Map, Value, json};
 use std::time::{Duration, Instant};
 
@@ -247,7 +249,10 @@ pub fn run(policy: &Policy, settings: &Settings, args: &str) -> Result<Map<Strin
         result
             .set("success", false)
             .set("exit_code", -1)
-            .set("error", format!("timed out after {}", format_duration(timeout)))
+            .set(
+                "error",
+                format!("timed out after {}", format_duration(timeout)),
+            )
             .set("background_process_id", id.clone());
         notes.push(format!(
             "The command is STILL RUNNING as background process {id}. Follow it with \
@@ -309,7 +314,11 @@ mod tests {
         ];
         for (input, flag, command, background) in cases {
             let p = plan(input, flag);
-            assert_eq!((p.command.as_str(), p.background), (command, background), "{input:?}");
+            assert_eq!(
+                (p.command.as_str(), p.background),
+                (command, background),
+                "{input:?}"
+            );
         }
     }
 

@@ -5,7 +5,7 @@ use crate::args::{Args, format_duration};
 use crate::exports::toolhost::plugin::tool::ToolDefinition;
 use crate::settings::Settings;
 use crate::toolhost::plugin::process::{self as host, Output, ReadFrom, Signal};
-use crate::{Obj, bound_output, millis, tool_definition, process_error, truncation_json};
+use crate::{Obj, bound_output, millis, process_error, tool_definition, truncation_json};
 use serde_json::{Map, Value, json};
 use std::time::Duration;
 
@@ -165,8 +165,8 @@ pub fn signal(args: &str) -> Result<Map<String, Value>, String> {
         Signal::Interrupt => "interrupt",
     };
     // Give it a moment to go, so the answer can say whether it did.
-    let out = host::wait(id, millis(SIGNAL_SETTLE), ReadFrom::Cursor(u64::MAX))
-        .map_err(process_error)?;
+    let out =
+        host::wait(id, millis(SIGNAL_SETTLE), ReadFrom::Cursor(u64::MAX)).map_err(process_error)?;
     let mut r = Obj::default();
     r.set("process_id", id)
         .set("signal", name)
