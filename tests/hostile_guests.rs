@@ -88,3 +88,42 @@ async fn process_import_without_grant_is_refused_at_load() {
     assert!(message.contains("process"), "{message}");
     assert!(message.contains("[grants]"), "{message}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_waiting_forever_on_a_real_process_hits_the_wall_clock_limit() {
+    let dir = plugin_dir(&hostile_component(), "hostile", Some(MANIFEST));
+    let state = tempfile::tempdir().expect("state");
+    let host = toolhost::ToolHost::builder()
+        .bundled_policy(None)
+        .plugin_dir(dir.path())
+        .process_config(toolhost::process::ProcessManagerConfig {
+            state_dir: Some(state.path().to_path_buf()),
+            kill_grace: Duration::from_millis(200),
+            ..Default::default()
+        })
+        .cache_dir(None)
+        .build()
+        .await
+        .expect("host");
+    let started = Instant::now();
+    let err = host.call("s1", "hang", "{}").await.expect_err("cut off");
+    assert!(
+        err.to_string().contains("wall-clock limit exceeded"),
+        "{err}"
+    );
+    // Waiting inside the host is not guest CPU time: the wall limit (3 s), not the CPU limit
+    // (1 s), ended it.
+    assert!(started.elapsed() >= Duration::from_secs(3));
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let ok = host.call("s1", "scope", "{}").await.expect("healthy call");
+    assert_eq!(json(&ok)["scope"], "s1");
+    // The process it started is still the host's to clean up.
+    let list = host.process_backend().list("s1");
+    assert_eq!(list.len(), 1);
+    assert!(list[0].running);
+    host.shutdown().await;
+    assert!(
+        host.process_backend().list("s1").is_empty()
+            || !host.process_backend().list("s1")[0].running
+    );
+}

@@ -13,9 +13,9 @@ wasmtime::component::bindgen!({
     },
 });
 
-pub use exports::toolhost::plugin::tool::{CallContext, ToolDefinition};
 pub use self::toolhost::plugin::output_buffer as wit_buffer;
 pub use self::toolhost::plugin::process as wit_process;
+pub use exports::toolhost::plugin::tool::{CallContext, ToolDefinition};
 
 /// The version of the WIT package this host implements.
 pub const WIT_PACKAGE: &str = "toolhost:plugin";

@@ -6,6 +6,7 @@
 //! process = true                 # may start and control processes (deny by default)
 //! workdir_root = "/home/me/src"  # processes run only in this directory or below it
 //! max_timeout = "10m"            # longest a single wait on a process may block
+//! env = ["PATH", "HOME", "LANG"] # host variables processes inherit (absent: all of them)
 //!
 //! [limits]
 //! memory = "64MiB"               # linear memory plus guest buffers
@@ -55,6 +56,9 @@ pub struct Grants {
     pub workdir_root: Option<PathBuf>,
     /// Longest a single process wait may block.
     pub max_timeout: Option<Duration>,
+    /// Host environment variables the plugin's processes inherit; `None` (no `env` key)
+    /// means all of them. What the guest sets itself is passed on either way.
+    pub env: Option<Vec<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -75,6 +79,7 @@ struct RawGrants {
     process: bool,
     workdir_root: Option<PathBuf>,
     max_timeout: Option<String>,
+    env: Option<Vec<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -169,6 +174,7 @@ impl Manifest {
                 process: raw.grants.process,
                 workdir_root,
                 max_timeout: duration("max_timeout", &raw.grants.max_timeout)?,
+                env: raw.grants.env,
             },
             limits,
             config,
@@ -205,7 +211,7 @@ mod tests {
     fn full_manifest_parses() {
         let dir = tempfile::tempdir().expect("tempdir");
         let text = format!(
-            "[grants]\nprocess = true\nworkdir_root = {:?}\nmax_timeout = \"2m\"\n\
+            "[grants]\nprocess = true\nworkdir_root = {:?}\nmax_timeout = \"2m\"\nenv = [\"PATH\"]\n\
              [limits]\nmemory = \"32MiB\"\ncpu_time = \"2s\"\nwall_time = \"10m\"\n\
              [config]\ndefault_timeout = \"30s\"\nlist_limit = 5\n",
             dir.path()
@@ -213,6 +219,7 @@ mod tests {
         let m = Manifest::parse(&text, &dir.path().join("p.toml")).expect("parses");
         assert!(m.grants.process);
         assert_eq!(m.grants.max_timeout, Some(Duration::from_secs(120)));
+        assert_eq!(m.grants.env, Some(vec!["PATH".to_string()]));
         assert_eq!(
             m.grants.workdir_root.as_deref(),
             Some(dir.path().canonicalize().expect("canon").as_path())

@@ -156,6 +156,7 @@ impl Plugin {
             backend: loader.backend.clone(),
             workdir_root: manifest.grants.workdir_root.clone(),
             max_wait: manifest.grants.max_timeout,
+            env_allowlist: manifest.grants.env.clone(),
         });
         let mut plugin = Plugin {
             name: name.to_string(),

@@ -38,6 +38,8 @@ pub struct ProcessGrant {
     pub workdir_root: Option<PathBuf>,
     /// Longest a single `wait` may block.
     pub max_wait: Option<Duration>,
+    /// Host environment variables the plugin's processes inherit (`None`: all).
+    pub env_allowlist: Option<Vec<String>>,
 }
 
 /// Receives progress updates of a long call: the latest output lines of the process the
@@ -195,6 +197,7 @@ impl CallState {
             workdir,
             env: request.env,
             background: request.background,
+            inherit_env: grant.env_allowlist.clone(),
         })
     }
 
@@ -312,7 +315,9 @@ async fn wait_with_options(
     }
     let started = Instant::now();
     let cancel = options.cancel.clone().unwrap_or_default();
-    let mut reported = backend.read(scope, id, ReadFrom::Cursor(u64::MAX))?.cursor;
+    // The first update carries the latest lines written so far, even those written before
+    // this wait began.
+    let mut reported = 0;
     loop {
         let left = timeout.saturating_sub(started.elapsed());
         let step = match options.progress {

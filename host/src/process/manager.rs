@@ -62,7 +62,10 @@ use spawner::Spawner;
 use sys::{ChildSpec, Exit, SpawnStep, WaitTarget};
 
 /// Bytes read from a pipe at a time, at most.
-const READ_CHUNK: usize = 64 * 1024;
+const READ_CHUNK: usize = 256 * 1024;
+/// Pipe capacity asked of the kernel (best effort; capped by `/proc/sys/fs/pipe-max-size`):
+/// a larger pipe means fewer wake-ups per byte for chatty processes.
+const PIPE_BYTES: i32 = 1024 * 1024;
 /// Bytes read from a pipe at a time at first (grown when reads fill it).
 const FIRST_READ_CHUNK: usize = 4 * 1024;
 /// How long dropping the manager waits for killed leaders before leaving them unreaped.
@@ -279,6 +282,7 @@ impl ProcessManager {
             workdir,
             env,
             background,
+            inherit_env,
         } = request;
         if self.is_closed() {
             return Err(shut_down());
@@ -300,11 +304,14 @@ impl ProcessManager {
         // One pipe (both ends close-on-exec in the parent); the child gets the write end as
         // both stdout and stderr.
         let (reader, writer) = io::pipe().map_err(pipe_error)?;
+        // Best effort: a smaller pipe only costs throughput.
+        let _ = nix::fcntl::fcntl(&reader, nix::fcntl::FcntlArg::F_SETPIPE_SZ(PIPE_BYTES));
         let output = pipe::Receiver::from_owned_fd(OwnedFd::from(reader)).map_err(pipe_error)?;
         let spec = ChildSpec::new(
             &self.config.shell,
             &command,
             &env,
+            inherit_env.as_deref(),
             &workdir,
             OwnedFd::from(writer),
             self.config.nice,
@@ -1336,6 +1343,29 @@ mod tests {
                 "{error:?}"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn an_inherit_list_limits_the_host_environment() {
+        let (_dir, manager) = manager();
+        let id = manager
+            .start(
+                SCOPE,
+                StartRequest {
+                    command: r#"printf '%s|%s|%s' "$PATH" "${HOME-unset}" "$MINE""#.to_owned(),
+                    env: vec![("MINE".to_owned(), "set".to_owned())],
+                    inherit_env: Some(vec!["PATH".to_owned()]),
+                    ..StartRequest::default()
+                },
+            )
+            .await
+            .expect("start");
+        let snapshot = manager.wait(SCOPE, &id, LONG, ReadFrom::All).await;
+        let host_path = std::env::var("PATH").unwrap_or_default();
+        assert_eq!(
+            snapshot.expect("wait").text,
+            format!("{host_path}|unset|set")
+        );
     }
 
     #[tokio::test]

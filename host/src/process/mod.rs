@@ -24,6 +24,9 @@ pub struct StartRequest {
     pub env: Vec<(String, String)>,
     /// Started in the background (informational).
     pub background: bool,
+    /// Which host environment variables the process inherits: `None` means all of them,
+    /// `Some(names)` only those (a plugin's `env` grant). `env` is added either way.
+    pub inherit_env: Option<Vec<String>>,
 }
 
 /// Where a read of a process's output starts.

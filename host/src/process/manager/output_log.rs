@@ -5,7 +5,7 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use tokio::io::AsyncWriteExt;
+use std::io::Write;
 
 /// Where logs go when the configuration names no directory:
 /// `$XDG_STATE_HOME/toolhost/output`, else `$HOME/.local/state/toolhost/output`.
@@ -33,7 +33,9 @@ pub(super) fn create_dir(dir: &Path) -> io::Result<()> {
 /// An open log file being appended to.
 pub(super) struct OutputLog {
     path: PathBuf,
-    file: tokio::fs::File,
+    /// Written synchronously: appends of at most a read chunk to a page-cached file are
+    /// cheaper than a hop to tokio's blocking pool per chunk.
+    file: std::fs::File,
     written: u64,
     cap: u64,
     failed: bool,
@@ -60,7 +62,7 @@ impl OutputLog {
         };
         Ok(Self {
             path,
-            file: tokio::fs::File::from_std(file),
+            file,
             written: 0,
             cap,
             failed: false,
@@ -79,7 +81,7 @@ impl OutputLog {
         }
         let room = usize::try_from(self.cap - self.written).unwrap_or(usize::MAX);
         let chunk = &data[..data.len().min(room)];
-        match self.file.write_all(chunk).await {
+        match self.file.write_all(chunk) {
             Ok(()) => self.written += chunk.len() as u64,
             Err(error) => {
                 tracing::warn!(path = %self.path.display(), %error, "cannot write output log");
@@ -93,7 +95,7 @@ impl OutputLog {
         if self.failed {
             return;
         }
-        if let Err(error) = self.file.flush().await {
+        if let Err(error) = self.file.flush() {
             tracing::warn!(path = %self.path.display(), %error, "cannot write output log");
             self.failed = true;
         }

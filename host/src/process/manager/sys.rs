@@ -135,13 +135,14 @@ pub(super) struct ChildSpec {
 }
 
 impl ChildSpec {
-    /// `shell -c command` in `workdir`, with the host environment plus `env` (which wins),
-    /// stdout and stderr both `output`, stdin `/dev/null`. A `shell` without a `/` is looked
-    /// up in `PATH`.
+    /// `shell -c command` in `workdir`, with the host environment (only the `inherit` names,
+    /// if given) plus `env` (which wins), stdout and stderr both `output`, stdin `/dev/null`. A
+    /// `shell` without a `/` is looked up in `PATH`.
     pub(super) fn new(
         shell: &Path,
         command: &str,
         env: &[(String, String)],
+        inherit: Option<&[String]>,
         workdir: &Path,
         output: OwnedFd,
         nice: i32,
@@ -153,6 +154,9 @@ impl ChildSpec {
             cstring(command.as_bytes())?,
         ];
         let mut vars: Vec<(OsString, OsString)> = std::env::vars_os()
+            .filter(|(key, _)| {
+                inherit.is_none_or(|names| names.iter().any(|name| OsStr::new(name) == key))
+            })
             .filter(|(key, _)| !env.iter().any(|(name, _)| OsStr::new(name) == key))
             .collect();
         vars.extend(
@@ -564,6 +568,7 @@ mod tests {
             Path::new("/bin/sh"),
             command,
             &[],
+            None,
             workdir,
             writer.into(),
             0,
@@ -604,6 +609,7 @@ mod tests {
             Path::new("/nonexistent/sh"),
             "true",
             &[],
+            None,
             Path::new("/"),
             writer.into(),
             0,
