@@ -4,9 +4,6 @@
 //!
 //! Run with `cargo bench -p toolhost-e2e --bench mcp_latency`.
 
-#[path = "../tests/mcp_common/mod.rs"]
-mod mcp_common;
-
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -35,14 +32,14 @@ async fn native_once() -> Duration {
 }
 
 async fn run() {
-    let mut client = mcp_common::StdioClient::start(&[]).await;
+    let mut client = toolhost_e2e::mcp_client::StdioClient::start(&[]).await;
     let mut mcp_once = async || {
         let began = Instant::now();
         let result = client
             .call_tool("execute", json!({"command": "true"}))
             .await;
         let elapsed = began.elapsed();
-        let output = mcp_common::structured(&result);
+        let output = toolhost_e2e::mcp_client::structured(&result);
         assert_eq!(output["exit_code"], 0, "{output}");
         elapsed
     };

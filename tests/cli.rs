@@ -1,7 +1,7 @@
 //! The `toolhost` binary: tools, call, plugins export, exit codes and streams.
 
 use std::process::Command;
-use toolhost_e2e::{json, processes_with, toolhost_bin, unique_marker};
+use toolhost_e2e::{json, marker, processes_with, toolhost_bin};
 
 fn toolhost(args: &[&str]) -> std::process::Output {
     Command::new(toolhost_bin())
@@ -86,7 +86,7 @@ fn tool_errors_exit_one_with_a_single_line() {
 
 #[test]
 fn call_cleans_up_the_processes_it_started() {
-    let marker = unique_marker();
+    let marker = marker();
     let args = format!(r#"{{"command":"sleep {marker}","run_in_background":true}}"#);
     let out = toolhost(&["call", "execute", &args]);
     assert!(out.status.success());

@@ -1,7 +1,13 @@
-//! Helpers shared by the end-to-end tests: plugin directories with fixture components and
-//! manifests, and hosts built on them.
+//! Helpers shared by the end-to-end tests and benchmarks: plugin directories with fixture
+//! components and manifests, hosts built on them, the `toolhost` binary (built on demand), a
+//! scan of `/proc` for leftover processes, and an MCP client ([`mcp_client`]).
+
+pub mod mcp_client;
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
 use tempfile::TempDir;
 use toolhost::ToolHost;
 use toolhost::testing::FakeProcesses;
@@ -75,62 +81,151 @@ pub async fn real_host(policy: &str) -> (ToolHost, TempDir) {
     (host, state)
 }
 
-/// The `toolhost` binary, built once per test process with the same cargo and profile.
+/// The `toolhost` binary of the profile these tests were built with, built (once per test
+/// binary) with `cargo build` so it is never stale.
 pub fn toolhost_bin() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            // target/<profile>/deps/<test-binary> -> target/<profile>/toolhost
-            let exe = std::env::current_exe().expect("current exe");
-            let profile_dir = exe
-                .parent()
-                .and_then(Path::parent)
-                .expect("test binary lives in target/<profile>/deps");
-            let release = profile_dir.file_name().is_some_and(|n| n == "release");
-            let mut cmd = std::process::Command::new(env!("CARGO"));
-            cmd.args(["build", "--quiet", "-p", "toolhost", "--bin", "toolhost"])
-                .current_dir(env!("CARGO_MANIFEST_DIR"));
-            if release {
-                cmd.arg("--release");
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let exe = std::env::current_exe().expect("current exe");
+        // <target>/<profile>/deps/<test>
+        let profile_dir = exe
+            .parent()
+            .and_then(|deps| deps.parent())
+            .expect("test binary lives in <target>/<profile>/deps")
+            .to_path_buf();
+        let target_dir = profile_dir.parent().expect("target dir").to_path_buf();
+        let profile = profile_dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("debug")
+            .to_string();
+        let bin = profile_dir.join("toolhost");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+        let mut build = std::process::Command::new(cargo);
+        build
+            .args(["build", "--quiet", "-p", "toolhost", "--bin", "toolhost"])
+            .arg("--manifest-path")
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml"))
+            .arg("--target-dir")
+            .arg(&target_dir);
+        match profile.as_str() {
+            "debug" => {}
+            "release" => {
+                build.arg("--release");
             }
-            let status = cmd.status().expect("run cargo build");
-            assert!(status.success(), "building the toolhost binary failed");
-            let bin = profile_dir.join("toolhost");
-            assert!(bin.is_file(), "no binary at {}", bin.display());
-            bin
-        })
-        .clone()
-}
-
-/// Processes whose command line contains `marker`, from /proc.
-pub fn processes_with(marker: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    if let Ok(entries) = std::fs::read_dir("/proc") {
-        for entry in entries.flatten() {
-            let path = entry.path().join("cmdline");
-            if let Ok(raw) = std::fs::read(&path) {
-                let cmdline = String::from_utf8_lossy(&raw).replace('\0', " ");
-                if cmdline.contains(marker) && !cmdline.contains("grep") {
-                    found.push(cmdline);
-                }
+            other => {
+                build.args(["--profile", other]);
             }
         }
-    }
-    found
+        match build.status() {
+            Ok(status) if status.success() => {}
+            outcome => eprintln!(
+                "warning: `cargo build -p toolhost` failed ({outcome:?}); using {} as it is",
+                bin.display()
+            ),
+        }
+        assert!(
+            bin.is_file(),
+            "the toolhost binary is missing at {}; run `cargo build -p toolhost` first",
+            bin.display()
+        );
+        bin
+    })
+    .clone()
 }
 
-/// `sleep` processes whose command line contains `marker`.
+/// A compiled-component cache shared by the MCP tests, so servers start quickly.
+pub fn cache_env() -> (&'static str, String) {
+    (
+        "XDG_CACHE_HOME",
+        std::env::temp_dir()
+            .join("toolhost-mcp-test-cache")
+            .display()
+            .to_string(),
+    )
+}
+
+/// A unique marker for commands whose processes a test looks for in `/proc`.
+pub fn marker() -> String {
+    static COUNTER: AtomicI64 = AtomicI64::new(0);
+    format!(
+        "{}{:04}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// The pids of live (not zombie) processes whose command line contains `needle`.
+pub fn processes_with(needle: &str) -> Vec<u32> {
+    let mut pids = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return pids;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == std::process::id() {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if !cmdline.contains(needle) {
+            continue;
+        }
+        let zombie = std::fs::read_to_string(entry.path().join("stat"))
+            .map(|s| {
+                s.rsplit_once(')')
+                    .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+            })
+            .unwrap_or(true);
+        if !zombie {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Wait up to `limit` until no live process's command line contains `needle`.
+pub async fn wait_gone(needle: &str, limit: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if processes_with(needle).is_empty() {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Wait up to `limit` until some live process's command line contains `needle`.
+pub async fn wait_present(needle: &str, limit: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if !processes_with(needle).is_empty() {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// How many live `sleep` processes have `marker` on their command line.
 pub fn sleeps_with(marker: &str) -> usize {
     processes_with(marker)
-        .iter()
-        .filter(|c| c.starts_with("sleep "))
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(b"sleep\0"))
+        })
         .count()
-}
-
-/// A marker unique to this test run, for finding processes in /proc.
-pub fn unique_marker() -> String {
-    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    // `sleep` takes fractional seconds: the marker is a distinctive duration.
-    format!("{}.{}{:03}", 300 + n, std::process::id() % 100_000, n)
 }

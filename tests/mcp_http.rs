@@ -2,10 +2,6 @@
 //! bearer token, the loopback rule, tool calls, per-session isolation of processes, and
 //! processes ending with their session (DELETE or idle expiry).
 
-#[path = "mcp_common/mod.rs"]
-mod mcp_common;
-
-use mcp_common::*;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::process::Stdio;
@@ -13,6 +9,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
+use toolhost_e2e::mcp_client::*;
+use toolhost_e2e::{cache_env, marker, processes_with, toolhost_bin, wait_gone, wait_present};
 
 const TOKEN: &str = "test-token-0123456789";
 

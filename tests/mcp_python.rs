@@ -6,9 +6,6 @@
 //! the first run (needs `python3` with `venv` and access to PyPI) and reused afterwards. Set
 //! `TOOLHOST_SKIP_PYTHON=1` to skip this test on machines without them.
 
-#[path = "mcp_common/mod.rs"]
-mod mcp_common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -71,10 +68,10 @@ fn python_sdk_client_lists_tools_and_runs_echo() {
     }
     let python = python_with_mcp();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/mcp_client.py");
-    let (cache_key, cache_value) = mcp_common::cache_env();
+    let (cache_key, cache_value) = toolhost_e2e::cache_env();
     let output = Command::new(&python)
         .arg(&script)
-        .arg(mcp_common::toolhost_bin())
+        .arg(toolhost_e2e::toolhost_bin())
         .env(cache_key, cache_value)
         .env("TOOLHOST_LOG", "error")
         .output()

@@ -2,12 +2,10 @@
 //! listing, calls and their result shapes, errors, parallelism, progress, cancellation,
 //! tool-list changes, and no process outliving its session.
 
-#[path = "mcp_common/mod.rs"]
-mod mcp_common;
-
-use mcp_common::*;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
+use toolhost_e2e::mcp_client::*;
+use toolhost_e2e::{marker, processes_with, wait_gone, wait_present};
 
 #[tokio::test]
 async fn initialize_and_list_tools() {
@@ -373,4 +371,43 @@ async fn tool_list_changes_are_announced() {
         Some(4),
         "{after}"
     );
+}
+
+/// Wait for the next `notifications/tools/list_changed`.
+async fn list_changed(client: &mut StdioClient) {
+    while let Some(message) = client.next_notification(Duration::from_secs(15)).await {
+        if message["method"] == "notifications/tools/list_changed" {
+            return;
+        }
+    }
+    panic!("no notifications/tools/list_changed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn swapping_policies_in_a_running_server_changes_behaviour() {
+    let dir = tempfile::tempdir().expect("dir");
+    let plugins = dir.path().display().to_string();
+    let install = |bytes: &[u8]| {
+        let partial = dir.path().join(".policy.partial");
+        std::fs::write(&partial, bytes).expect("component");
+        std::fs::rename(&partial, dir.path().join("policy.wasm")).expect("install");
+    };
+    std::fs::write(dir.path().join("policy.toml"), "[grants]\nprocess = true\n").expect("manifest");
+    install(toolhost::bundled::DEFAULT.bytes);
+    let mut client = StdioClient::start(&["--policy", "none", "--plugins", &plugins]).await;
+    // Harmless either way: the device does not exist.
+    let risky = json!({"command": "mkfs.ext4 /dev/toolhost-no-such-device"});
+
+    let ran = client.call_tool("execute", risky.clone()).await;
+    assert_ne!(ran["isError"], true, "default policy runs it: {ran}");
+
+    install(toolhost::bundled::GUARDED.bytes);
+    list_changed(&mut client).await;
+    let refused = tool_error(&client.call_tool("execute", risky.clone()).await);
+    assert!(refused.contains("make-filesystem"), "{refused}");
+
+    install(toolhost::bundled::DEFAULT.bytes);
+    list_changed(&mut client).await;
+    let ran = client.call_tool("execute", risky).await;
+    assert_ne!(ran["isError"], true, "default policy again: {ran}");
 }

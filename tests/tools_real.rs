@@ -4,7 +4,7 @@
 use serde_json::Value;
 use std::time::{Duration, Instant};
 use toolhost::ToolHost;
-use toolhost_e2e::{json, processes_with, real_host, sleeps_with, unique_marker};
+use toolhost_e2e::{json, marker, processes_with, real_host, sleeps_with};
 
 async fn call(host: &ToolHost, tool: &str, args: Value) -> Value {
     json(
@@ -132,7 +132,7 @@ async fn a_timed_out_command_is_handed_over_and_can_be_followed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn background_processes_are_listed_and_stopped_with_their_children() {
     let (host, _state) = real_host("default").await;
-    let marker = unique_marker();
+    let marker = marker();
     let r = call(
         &host,
         "execute",
@@ -187,7 +187,7 @@ async fn background_processes_are_listed_and_stopped_with_their_children() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_guarded_policy_kills_at_the_timeout() {
     let (host, _state) = real_host("guarded").await;
-    let marker = unique_marker();
+    let marker = marker();
     let r = call(
         &host,
         "execute",
@@ -240,7 +240,7 @@ async fn concurrent_calls_run_in_parallel() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_leaves_no_process_behind() {
     let (host, _state) = real_host("default").await;
-    let marker = unique_marker();
+    let marker = marker();
     call(&host, "execute", serde_json::json!({"command": format!("sleep {marker} & sleep {marker}"), "run_in_background": true})).await;
     call(
         &host,

@@ -1,16 +1,12 @@
-//! Helpers for the MCP end-to-end tests and the MCP latency benchmark: the `toolhost` binary
-//! (built on demand), a hand-written JSON-RPC client over a `toolhost serve` child's stdio, and
-//! a scan of `/proc` for leftover processes.
-//!
-//! Included with `#[path]` by each test target, so not every item is used by every target.
-#![allow(dead_code)]
+//! A hand-written MCP (JSON-RPC) client over a `toolhost serve` child's stdio, for the MCP
+//! end-to-end tests and the MCP latency benchmark.
 
+use crate::{cache_env, toolhost_bin};
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
@@ -21,145 +17,6 @@ pub const PROTOCOL_VERSION: &str = "2025-06-18";
 
 /// How long a test waits for any single answer before failing.
 pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The `toolhost` binary of the profile these tests were built with, built (once per test
-/// binary) with `cargo build` so it is never stale.
-pub fn toolhost_bin() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let exe = std::env::current_exe().expect("current exe");
-        // <target>/<profile>/deps/<test>
-        let profile_dir = exe
-            .parent()
-            .and_then(|deps| deps.parent())
-            .expect("test binary lives in <target>/<profile>/deps")
-            .to_path_buf();
-        let target_dir = profile_dir.parent().expect("target dir").to_path_buf();
-        let profile = profile_dir
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("debug")
-            .to_string();
-        let bin = profile_dir.join("toolhost");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-        let mut build = std::process::Command::new(cargo);
-        build
-            .args(["build", "--quiet", "-p", "toolhost", "--bin", "toolhost"])
-            .arg("--manifest-path")
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml"))
-            .arg("--target-dir")
-            .arg(&target_dir);
-        match profile.as_str() {
-            "debug" => {}
-            "release" => {
-                build.arg("--release");
-            }
-            other => {
-                build.args(["--profile", other]);
-            }
-        }
-        match build.status() {
-            Ok(status) if status.success() => {}
-            outcome => eprintln!(
-                "warning: `cargo build -p toolhost` failed ({outcome:?}); using {} as it is",
-                bin.display()
-            ),
-        }
-        assert!(
-            bin.is_file(),
-            "the toolhost binary is missing at {}; run `cargo build -p toolhost` first",
-            bin.display()
-        );
-        bin
-    })
-    .clone()
-}
-
-/// A compiled-component cache shared by the MCP tests, so servers start quickly.
-pub fn cache_env() -> (&'static str, String) {
-    (
-        "XDG_CACHE_HOME",
-        std::env::temp_dir()
-            .join("toolhost-mcp-test-cache")
-            .display()
-            .to_string(),
-    )
-}
-
-/// A unique marker for commands whose processes a test looks for in `/proc`.
-pub fn marker() -> String {
-    static COUNTER: AtomicI64 = AtomicI64::new(0);
-    format!(
-        "{}{:04}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-/// The pids of live (not zombie) processes whose command line contains `needle`.
-pub fn processes_with(needle: &str) -> Vec<u32> {
-    let mut pids = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return pids;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if pid == std::process::id() {
-            continue;
-        }
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if !cmdline.contains(needle) {
-            continue;
-        }
-        let zombie = std::fs::read_to_string(entry.path().join("stat"))
-            .map(|s| {
-                s.rsplit_once(')')
-                    .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
-            })
-            .unwrap_or(true);
-        if !zombie {
-            pids.push(pid);
-        }
-    }
-    pids
-}
-
-/// Wait up to `limit` until no live process's command line contains `needle`.
-pub async fn wait_gone(needle: &str, limit: Duration) -> bool {
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if processes_with(needle).is_empty() {
-            return true;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Wait up to `limit` until some live process's command line contains `needle`.
-pub async fn wait_present(needle: &str, limit: Duration) -> bool {
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if !processes_with(needle).is_empty() {
-            return true;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 type Pending = Arc<Mutex<HashMap<i64, oneshot::Sender<Value>>>>;
 
