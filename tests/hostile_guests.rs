@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 use toolhost::CallError;
 use toolhost::testing::FakeProcesses;
-use toolhost_e2e::{fake_host, hostile_component, json, plugin_dir};
+use toolhost_e2e::{fake_host, fake_host_error, hostile_component, json, plugin_dir};
 
 const MANIFEST: &str = r#"
 [grants]
@@ -74,15 +74,7 @@ async fn endless_host_waits_are_cut_by_a_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn process_import_without_grant_is_refused_at_load() {
     let dir = plugin_dir(&hostile_component(), "hostile", None);
-    let err = toolhost::ToolHost::builder()
-        .bundled_policy(None)
-        .plugin_dir(dir.path())
-        .process_backend(FakeProcesses::new())
-        .cache_dir(None)
-        .build()
-        .await
-        .err()
-        .expect("load must fail");
+    let err = fake_host_error(dir.path()).await;
     let message = err.to_string();
     assert!(message.contains("hostile"), "{message}");
     assert!(message.contains("process"), "{message}");

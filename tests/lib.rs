@@ -40,6 +40,19 @@ pub async fn fake_host(dir: &Path, fake: std::sync::Arc<FakeProcesses>) -> ToolH
         .expect("host builds")
 }
 
+/// The error of building a host like [`fake_host`] does, for loads that must be refused.
+pub async fn fake_host_error(dir: &Path) -> toolhost::HostError {
+    ToolHost::builder()
+        .bundled_policy(None)
+        .plugin_dir(dir)
+        .process_backend(FakeProcesses::new())
+        .cache_dir(None)
+        .build()
+        .await
+        .err()
+        .expect("loading the plugin directory must fail")
+}
+
 /// Parse a tool result as JSON.
 pub fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("result is not JSON ({e}): {text}"))

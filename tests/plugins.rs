@@ -191,15 +191,7 @@ async fn a_component_of_another_wit_version_is_refused_naming_both() {
     let dir = tempfile::tempdir().expect("dir");
     let bytes = std::fs::read(bundled::fixtures::FUTURE_VERSION).expect("fixture");
     install(dir.path(), "future", &bytes, None);
-    let err = ToolHost::builder()
-        .bundled_policy(None)
-        .plugin_dir(dir.path())
-        .process_backend(FakeProcesses::new())
-        .cache_dir(None)
-        .build()
-        .await
-        .err()
-        .expect("refused");
+    let err = toolhost_e2e::fake_host_error(dir.path()).await;
     let message = err.to_string();
     assert!(
         message.contains("0.2.0") && message.contains("0.1.0"),

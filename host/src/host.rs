@@ -333,7 +333,7 @@ fn read_plugin_file(path: &Path) -> Result<(Vec<u8>, Option<String>, String), Ho
     sha.update(&bytes);
     sha.update([u8::from(manifest.is_some())]);
     sha.update(manifest.as_deref().unwrap_or("").as_bytes());
-    let fingerprint = sha.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let fingerprint = crate::plugin::hex(&sha.finalize());
     Ok((bytes, manifest, fingerprint))
 }
 

@@ -423,6 +423,10 @@ pub fn cache_key(engine: &Engine, bytes: &[u8]) -> String {
     sha.update(bytes);
     sha.update(engine_hash.finish().to_le_bytes());
     sha.update(env!("CARGO_PKG_VERSION").as_bytes());
-    let digest = sha.finalize();
-    digest.iter().take(20).map(|b| format!("{b:02x}")).collect()
+    hex(&sha.finalize()[..20])
+}
+
+/// Lower-case hex of `bytes`.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
