@@ -47,6 +47,7 @@ fn tools_lists_every_bundled_tool_with_schema() {
         &toolhost(&["tools", "--format", "mcp"]).stdout,
     ));
     assert!(mcp[0]["inputSchema"].is_object());
+    assert_eq!(mcp[0]["outputSchema"]["type"], "object");
 }
 
 #[test]

@@ -473,3 +473,88 @@ async fn guarded_policy_refuses_and_kills() {
     let id = fake.starts()[0].id.clone().expect("id");
     assert_eq!(fake.signals(), vec![(id, Signal::Kill)]);
 }
+
+/// `value` has every required property of `schema` and no property it does not declare,
+/// each of the declared JSON type (one level deep: enough for these flat results).
+fn assert_conforms(value: &Value, schema: &Value) {
+    let properties = schema["properties"].as_object().expect("properties");
+    let object = value.as_object().expect("result object");
+    for required in schema["required"].as_array().expect("required") {
+        let key = required.as_str().expect("name");
+        assert!(object.contains_key(key), "missing `{key}` in {value}");
+    }
+    for (key, v) in object {
+        let declared = properties
+            .get(key)
+            .unwrap_or_else(|| panic!("undeclared `{key}` in {value}"));
+        let ok = match declared["type"].as_str() {
+            Some("string") => v.is_string(),
+            Some("boolean") => v.is_boolean(),
+            Some("integer") => v.is_i64() || v.is_u64(),
+            Some("object") => v.is_object(),
+            Some("array") => v.is_array(),
+            other => panic!("unexpected type {other:?}"),
+        };
+        assert!(ok, "`{key}` = {v} is not {}", declared["type"]);
+    }
+}
+
+#[tokio::test]
+async fn results_conform_to_the_declared_output_schemas() {
+    let fake = FakeProcesses::new();
+    let host = policy_host("default", fake.clone()).await;
+    let schemas: std::collections::HashMap<String, Value> = host
+        .tools()
+        .into_iter()
+        .map(|t| {
+            (
+                t.name,
+                t.output_schema.expect("every bundled tool declares one"),
+            )
+        })
+        .collect();
+    let mut long = String::new();
+    while long.len() < 40_000 {
+        long.push_str("line of output\n");
+    }
+    fake.push(Script::exits(0).output("ok\n"));
+    fake.push(Script::killed_by(9).output(&long));
+    fake.push(Script::never_exits().output("partial\n"));
+    let mut ids = Vec::new();
+    for args in [
+        r#"{"command":"echo ok"}"#,
+        r#"{"command":"big"}"#,
+        r#"{"command":"sleep 100","timeout":"1s"}"#,
+        r#"{"command":"server","run_in_background":true}"#,
+    ] {
+        let r = json(&host.call("s", "execute", args).await.expect("execute"));
+        assert_conforms(&r, &schemas["execute"]);
+        if let Some(id) = r["background_process_id"].as_str() {
+            ids.push(id.to_string());
+        }
+    }
+    for id in &ids {
+        let args = format!(r#"{{"process_id":"{id}","wait":"1s"}}"#);
+        let r = json(
+            &host
+                .call("s", "process_output", &args)
+                .await
+                .expect("output"),
+        );
+        assert_conforms(&r, &schemas["process_output"]);
+    }
+    let list = json(&host.call("s", "process_list", "{}").await.expect("list"));
+    assert_conforms(&list, &schemas["process_list"]);
+    let item_schema = &schemas["process_list"]["properties"]["processes"]["items"];
+    for item in list["processes"].as_array().expect("array") {
+        assert_conforms(item, item_schema);
+    }
+    let args = format!(r#"{{"process_id":"{}","signal":"kill"}}"#, ids[0]);
+    let r = json(
+        &host
+            .call("s", "process_signal", &args)
+            .await
+            .expect("signal"),
+    );
+    assert_conforms(&r, &schemas["process_signal"]);
+}

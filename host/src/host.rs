@@ -54,6 +54,9 @@ pub struct ToolInfo {
     pub description: String,
     /// JSON Schema of the arguments.
     pub input_schema: serde_json::Value,
+    /// JSON Schema of successful results, when the tool declares one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<serde_json::Value>,
     /// The providing plugin.
     #[serde(skip)]
     pub plugin: String,
@@ -496,6 +499,10 @@ fn tool_info(tool: &ToolDefinition, plugin: &str) -> ToolInfo {
         description: tool.description.clone(),
         input_schema: serde_json::from_str(&tool.input_schema)
             .unwrap_or_else(|_| serde_json::json!({"type": "object"})),
+        output_schema: tool
+            .output_schema
+            .as_deref()
+            .and_then(|s| serde_json::from_str(s).ok()),
         plugin: plugin.to_string(),
     }
 }

@@ -192,9 +192,15 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                     Format::Plain | Format::Anthropic => serde_json::json!({
                         "name": t.name, "description": t.description, "input_schema": t.input_schema
                     }),
-                    Format::Mcp => serde_json::json!({
-                        "name": t.name, "description": t.description, "inputSchema": t.input_schema
-                    }),
+                    Format::Mcp => {
+                        let mut tool = serde_json::json!({
+                            "name": t.name, "description": t.description, "inputSchema": t.input_schema
+                        });
+                        if let Some(output) = t.output_schema {
+                            tool["outputSchema"] = output;
+                        }
+                        tool
+                    }
                     Format::Openai => serde_json::json!({
                         "type": "function",
                         "function": {"name": t.name, "description": t.description, "parameters": t.input_schema}

@@ -221,19 +221,26 @@ impl Plugin {
             if !seen.insert(tool.name.clone()) {
                 return Err(bad(format!("tool `{}` is listed twice", tool.name)));
             }
-            match serde_json::from_str::<serde_json::Value>(&tool.input_schema) {
-                Ok(serde_json::Value::Object(_)) => {}
-                Ok(_) => {
-                    return Err(bad(format!(
-                        "the input schema of `{}` is not a JSON object",
-                        tool.name
-                    )));
-                }
-                Err(e) => {
-                    return Err(bad(format!(
-                        "the input schema of `{}` is not JSON: {e}",
-                        tool.name
-                    )));
+            let schemas = [
+                ("input", Some(&tool.input_schema)),
+                ("output", tool.output_schema.as_ref()),
+            ];
+            for (kind, schema) in schemas {
+                let Some(schema) = schema else { continue };
+                match serde_json::from_str::<serde_json::Value>(schema) {
+                    Ok(serde_json::Value::Object(_)) => {}
+                    Ok(_) => {
+                        return Err(bad(format!(
+                            "the {kind} schema of `{}` is not a JSON object",
+                            tool.name
+                        )));
+                    }
+                    Err(e) => {
+                        return Err(bad(format!(
+                            "the {kind} schema of `{}` is not JSON: {e}",
+                            tool.name
+                        )));
+                    }
                 }
             }
         }

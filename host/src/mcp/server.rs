@@ -192,7 +192,11 @@ fn mcp_tool(tool: ToolInfo) -> Tool {
             object
         }
     };
-    Tool::new(tool.name, tool.description, Arc::new(schema))
+    let mcp = Tool::new(tool.name, tool.description, Arc::new(schema));
+    match tool.output_schema {
+        Some(serde_json::Value::Object(output)) => mcp.with_raw_output_schema(Arc::new(output)),
+        _ => mcp,
+    }
 }
 
 impl ServerHandler for ToolServer {

@@ -95,7 +95,23 @@ pub fn definition(policy: &Policy) -> crate::exports::toolhost::plugin::tool::To
         "required": ["command"],
         "additionalProperties": false
     });
-    tool_definition("execute", description, schema)
+    let output = json!({
+        "type": "object",
+        "properties": {
+            "success": {"type": "boolean", "description": "Exit code 0 within the timeout (background: started)."},
+            "output": {"type": "string", "description": "stdout and stderr merged; head and tail kept when long."},
+            "exit_code": {"type": "integer", "description": "-1 while still running after a timeout; 128+N when killed by signal N."},
+            "wall_duration_ms": {"type": "integer"},
+            "error": {"type": "string", "description": "Why it failed: exit code, signal or timeout."},
+            "signal": {"type": "string", "description": "The signal that killed it, e.g. SIGKILL."},
+            "truncated": crate::truncation_schema(),
+            "output_file": {"type": "string", "description": "The complete output, when the text was cut."},
+            "background_process_id": {"type": "string", "description": "Follow it with process_output, stop it with process_signal."},
+            "note": {"type": "string"}
+        },
+        "required": ["success", "output", "wall_duration_ms"]
+    });
+    tool_definition("execute", description, schema, output)
 }
 
 /// How a command is to be run, after argument checks and the trailing-`&` rule.

@@ -76,12 +76,28 @@ pub fn call(policy: &Policy, name: &str, args: &str, cx: &CallContext) -> Result
 }
 
 /// Build a tool definition from its parts.
-fn tool_definition(name: &str, description: String, schema: Value) -> ToolDefinition {
+fn tool_definition(name: &str, description: String, input: Value, output: Value) -> ToolDefinition {
     ToolDefinition {
         name: name.to_string(),
         description,
-        input_schema: schema.to_string(),
+        input_schema: input.to_string(),
+        output_schema: Some(output.to_string()),
     }
+}
+
+/// The JSON Schema of a truncation record.
+fn truncation_schema() -> Value {
+    json!({
+        "type": "object",
+        "description": "Present when output was cut: byte counts of the original stream.",
+        "properties": {
+            "original_bytes": {"type": "integer"},
+            "retained_bytes": {"type": "integer"},
+            "omitted_bytes": {"type": "integer"},
+            "strategy": {"type": "string"}
+        },
+        "required": ["original_bytes", "retained_bytes", "omitted_bytes", "strategy"]
+    })
 }
 
 /// A JSON object builder that leaves absent values out of the result.

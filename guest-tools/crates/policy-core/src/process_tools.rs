@@ -5,7 +5,9 @@ use crate::args::{Args, format_duration};
 use crate::exports::toolhost::plugin::tool::ToolDefinition;
 use crate::settings::Settings;
 use crate::toolhost::plugin::process::{self as host, Output, ReadFrom, Signal};
-use crate::{Obj, bound_output, millis, process_error, tool_definition, truncation_json};
+use crate::{
+    Obj, bound_output, millis, process_error, tool_definition, truncation_json, truncation_schema,
+};
 use serde_json::{Map, Value, json};
 use std::time::Duration;
 
@@ -33,6 +35,21 @@ pub fn output_definition() -> ToolDefinition {
             "required": ["process_id"],
             "additionalProperties": false
         }),
+        json!({
+            "type": "object",
+            "properties": {
+                "process_id": {"type": "string"},
+                "running": {"type": "boolean"},
+                "exit_code": {"type": "integer", "description": "Once exited; 128+N when killed by signal N."},
+                "signal": {"type": "string", "description": "The signal that killed it, e.g. SIGKILL."},
+                "output": {"type": "string"},
+                "duration_ms": {"type": "integer"},
+                "truncated": truncation_schema(),
+                "output_file": {"type": "string", "description": "The complete output, when the text was cut."},
+                "note": {"type": "string"}
+            },
+            "required": ["process_id", "running", "output", "duration_ms"]
+        }),
     )
 }
 
@@ -45,6 +62,30 @@ pub fn list_definition() -> ToolDefinition {
          after they end."
             .to_string(),
         json!({"type": "object", "properties": {}, "additionalProperties": false}),
+        json!({
+            "type": "object",
+            "properties": {
+                "processes": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "id": {"type": "string"},
+                            "command": {"type": "string"},
+                            "running": {"type": "boolean"},
+                            "exit_code": {"type": "integer"},
+                            "signal": {"type": "string"},
+                            "started_ms": {"type": "integer", "description": "Unix milliseconds."},
+                            "background": {"type": "boolean"}
+                        },
+                        "required": ["id", "command", "running", "started_ms", "background"]
+                    }
+                },
+                "omitted": {"type": "integer", "description": "Older processes not listed."},
+                "note": {"type": "string"}
+            },
+            "required": ["processes"]
+        }),
     )
 }
 
@@ -64,6 +105,18 @@ pub fn signal_definition() -> ToolDefinition {
             },
             "required": ["process_id"],
             "additionalProperties": false
+        }),
+        json!({
+            "type": "object",
+            "properties": {
+                "process_id": {"type": "string"},
+                "signal": {"type": "string", "description": "The signal sent."},
+                "running": {"type": "boolean", "description": "Whether it was still running a moment later."},
+                "exit_code": {"type": "integer"},
+                "signal_received": {"type": "string", "description": "The signal it died of."},
+                "message": {"type": "string"}
+            },
+            "required": ["process_id", "signal", "running", "message"]
         }),
     )
 }
