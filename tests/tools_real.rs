@@ -256,3 +256,52 @@ async fn shutdown_leaves_no_process_behind() {
         processes_with(&marker)
     );
 }
+
+fn thread_count() -> usize {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Threads:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|n| n.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_waiting_guests_cost_no_thread_each() {
+    let (host, _state) = real_host("default").await;
+    let host = std::sync::Arc::new(host);
+    let before = thread_count();
+    let calls: Vec<_> = (0..50)
+        .map(|_| {
+            let host = host.clone();
+            tokio::spawn(async move {
+                host.call("s", "execute", r#"{"command":"sleep 2","timeout":"30s"}"#)
+                    .await
+            })
+        })
+        .collect();
+    // Wait until every process is running, so all 50 guests are inside `wait`.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while host
+        .process_backend()
+        .list("s")
+        .iter()
+        .filter(|p| p.running)
+        .count()
+        < 50
+    {
+        assert!(Instant::now() < deadline, "the 50 calls did not all start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let during = thread_count();
+    assert!(
+        during < before + 10,
+        "threads grew from {before} to {during} with 50 guests waiting"
+    );
+    for call in calls {
+        let r = json(&call.await.expect("join").expect("call"));
+        assert_eq!(r["success"], true, "{r}");
+    }
+}
