@@ -124,3 +124,45 @@ fn plugins_export_writes_both_policies_and_they_load() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("make-filesystem"));
 }
+
+#[test]
+fn workdir_and_shell_flags_configure_the_processes() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().to_str().expect("utf8");
+    let out = toolhost(&[
+        "--workdir",
+        path,
+        "--shell",
+        "bash",
+        "call",
+        "execute",
+        r#"{"command":"pwd; echo $BASH_VERSION | cut -c1"}"#,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let output = json(&String::from_utf8_lossy(&out.stdout))["output"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let mut lines = output.lines();
+    assert_eq!(lines.next(), Some(path));
+    assert!(
+        lines
+            .next()
+            .is_some_and(|l| l.chars().all(|c| c.is_ascii_digit()) && !l.is_empty()),
+        "{output}"
+    );
+
+    let out = toolhost(&[
+        "--workdir",
+        "/no/such/dir",
+        "call",
+        "execute",
+        r#"{"command":"true"}"#,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such/dir"));
+}

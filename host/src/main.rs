@@ -27,6 +27,14 @@ struct Cli {
     #[arg(long, value_name = "DIR", global = true)]
     state_dir: Option<PathBuf>,
 
+    /// Default working directory of processes (default: the current directory).
+    #[arg(long, value_name = "DIR", global = true)]
+    workdir: Option<PathBuf>,
+
+    /// Shell that runs commands as `SHELL -c COMMAND` (default: /bin/sh).
+    #[arg(long, value_name = "PATH", global = true)]
+    shell: Option<PathBuf>,
+
     /// Do not cache compiled components on disk.
     #[arg(long, global = true)]
     no_cache: bool,
@@ -147,13 +155,22 @@ async fn build_host(cli: &Cli) -> Result<ToolHost> {
     if cli.no_cache {
         builder = builder.cache_dir(None);
     }
+    let mut config = toolhost::process::ProcessManagerConfig::default();
     if let Some(dir) = &cli.state_dir {
-        let config = toolhost::process::ProcessManagerConfig {
-            state_dir: Some(dir.clone()),
-            ..Default::default()
-        };
-        builder = builder.process_config(config);
+        config.state_dir = Some(dir.clone());
     }
+    if let Some(shell) = &cli.shell {
+        config.shell = shell.clone();
+    }
+    if let Some(dir) = &cli.workdir {
+        anyhow::ensure!(
+            dir.is_dir(),
+            "--workdir {} is not an existing directory",
+            dir.display()
+        );
+        config.default_workdir = Some(dir.clone());
+    }
+    builder = builder.process_config(config);
     // A server runs long: pick up plugin changes (and tell MCP clients about them).
     builder = builder.watch_plugins(matches!(cli.command, Command::Serve { .. }));
     builder.build().await.context("loading plugins")
