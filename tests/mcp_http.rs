@@ -436,3 +436,25 @@ async fn idle_sessions_expire_with_their_processes() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn the_token_does_not_reach_commands() {
+    let server = HttpServer::start(&[]).await;
+    let session = Session::open(&server).await;
+    let result = session
+        .call_tool(
+            "execute",
+            json!({"command": "env; cat /proc/$PPID/environ 2>&1 | tr '\\0' '\\n'"}),
+        )
+        .await;
+    let output = structured(&result)["output"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        output.contains("PATH="),
+        "the command saw its environment: {output}"
+    );
+    assert!(!output.contains(TOKEN), "the token leaked: {output}");
+    server.stop().await;
+}

@@ -227,3 +227,46 @@ async fn missing_plugin_dir_is_a_clear_error() {
         .expect("error");
     assert!(err.to_string().contains("/no/such/plugins"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_max_timeout_grant_caps_waits_and_the_result_says_so() {
+    let dir = tempfile::tempdir().expect("dir");
+    install(
+        dir.path(),
+        "policy",
+        bundled::DEFAULT.bytes,
+        Some("[grants]\nprocess = true\nmax_timeout = \"1s\"\n"),
+    );
+    let state = tempfile::tempdir().expect("state");
+    let host = ToolHost::builder()
+        .bundled_policy(None)
+        .plugin_dir(dir.path())
+        .process_config(toolhost::process::ProcessManagerConfig {
+            state_dir: Some(state.path().to_path_buf()),
+            ..Default::default()
+        })
+        .cache_dir(Some(test_cache_dir()))
+        .build()
+        .await
+        .expect("host");
+    let started = std::time::Instant::now();
+    let r = json(
+        &host
+            .call("s", "execute", r#"{"command":"sleep 5","timeout":"4s"}"#)
+            .await
+            .expect("result"),
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "the host cut the wait at 1s"
+    );
+    assert_eq!(r["error"], "timed out after 1s", "{r}");
+    assert!(
+        r["note"]
+            .as_str()
+            .expect("note")
+            .contains("host limits a single wait"),
+        "{r}"
+    );
+    host.shutdown().await;
+}

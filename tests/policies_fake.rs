@@ -558,3 +558,41 @@ async fn results_conform_to_the_declared_output_schemas() {
     );
     assert_conforms(&r, &schemas["process_signal"]);
 }
+
+#[tokio::test]
+async fn process_output_waits_are_clamped_to_the_maximum() {
+    let fake = FakeProcesses::new();
+    let host = policy_host("default", fake.clone()).await;
+    fake.push(Script::never_exits());
+    let started = json(
+        &host
+            .call(
+                "s",
+                "execute",
+                r#"{"command":"server","run_in_background":true}"#,
+            )
+            .await
+            .expect("start"),
+    );
+    let id = started["background_process_id"].as_str().expect("id");
+    let r = json(
+        &host
+            .call(
+                "s",
+                "process_output",
+                &format!(r#"{{"process_id":"{id}","wait":"2h"}}"#),
+            )
+            .await
+            .expect("output"),
+    );
+    let note = r["note"].as_str().expect("note");
+    assert!(
+        note.contains("clamped to 30m") && note.contains("Still running"),
+        "{note}"
+    );
+    assert_eq!(
+        r["duration_ms"],
+        30 * 60 * 1000,
+        "waited the clamped time (logical)"
+    );
+}

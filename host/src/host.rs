@@ -221,8 +221,15 @@ impl HostInner {
             let paths = match plugin_files(dir) {
                 Ok(paths) => paths,
                 Err(e) if !strict => {
-                    tracing::error!("{e}");
-                    Vec::new()
+                    // Fail closed: an unreadable directory keeps its plugins, so a stricter
+                    // policy is not silently replaced by the bundled one.
+                    tracing::error!("{e}; keeping the plugins loaded from it");
+                    previous
+                        .files
+                        .keys()
+                        .filter(|p| p.starts_with(dir))
+                        .cloned()
+                        .collect()
                 }
                 Err(e) => return Err(e),
             };

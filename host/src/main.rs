@@ -116,7 +116,18 @@ enum Format {
     Anthropic,
 }
 
+/// `TOOLHOST_TOKEN`, taken out of the environment at start so that no command inherits it.
+static ENV_TOKEN: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
 fn main() -> ExitCode {
+    // Commands run with the host's environment and as the host's user: keep the bearer token
+    // out of both the environment they inherit and /proc/<host>/environ (a non-dumpable
+    // process's /proc files are not readable by other processes of the same user).
+    let _ = ENV_TOKEN.set(std::env::var("TOOLHOST_TOKEN").ok());
+    scrub_env_token();
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        eprintln!("toolhost: warning: cannot make the host non-dumpable: {e}");
+    }
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -292,7 +303,10 @@ fn serve_token(file: Option<&std::path::Path>) -> Result<String> {
             .unwrap_or_default()
             .trim()
             .to_string(),
-        None => std::env::var("TOOLHOST_TOKEN")
+        None => ENV_TOKEN
+            .get()
+            .cloned()
+            .flatten()
             .unwrap_or_default()
             .trim()
             .to_string(),
@@ -304,6 +318,25 @@ fn serve_token(file: Option<&std::path::Path>) -> Result<String> {
         );
     }
     Ok(token)
+}
+
+/// Remove `TOOLHOST_TOKEN` from the environment, and overwrite its value in the process's
+/// original environment block too: `/proc/<host>/environ` shows that block, not the current
+/// environment, and a privileged process can still read it.
+fn scrub_env_token() {
+    use nix::libc;
+    // SAFETY: called first thing in `main`, before any other thread exists. `getenv` returns a
+    // pointer to the NUL-terminated value inside the environment block (writable memory set
+    // up by the kernel at exec); overwriting its bytes in place keeps its length and
+    // terminator, and nothing else holds a reference to it.
+    unsafe {
+        let value = libc::getenv(c"TOOLHOST_TOKEN".as_ptr());
+        if !value.is_null() {
+            let len = libc::strlen(value);
+            std::ptr::write_bytes(value, b'x', len);
+        }
+        std::env::remove_var("TOOLHOST_TOKEN");
+    }
 }
 
 fn one_line(text: &str) -> String {

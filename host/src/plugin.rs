@@ -56,6 +56,16 @@ pub enum CallError {
     Plugin { plugin: String, reason: String },
 }
 
+/// Longest a component may take to list its tools when it is loaded.
+const LOAD_WALL_TIME: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Why a guest instance runs: to list its tools at load (no process access, short wall
+/// limit), or for a tool call.
+enum Phase {
+    Load,
+    Call(CallOptions),
+}
+
 /// What loading a plugin needs: the engine, the linker with every host import, the process
 /// backend to grant, and where compiled components are cached.
 #[derive(Clone)]
@@ -192,7 +202,7 @@ impl Plugin {
             reason,
         };
         let tools = self
-            .run("(load)", CallOptions::default(), |instance, store| {
+            .run("(load)", Phase::Load, |instance, store| {
                 Box::pin(async move {
                     instance
                         .toolhost_plugin_tool()
@@ -261,7 +271,7 @@ impl Plugin {
         };
         let tool = tool.to_string();
         let arguments = arguments.to_string();
-        self.run(scope, options, move |instance, store| {
+        self.run(scope, Phase::Call(options), move |instance, store| {
             Box::pin(async move {
                 instance
                     .toolhost_plugin_tool()
@@ -278,7 +288,7 @@ impl Plugin {
     async fn run<R: Send>(
         &self,
         scope: &str,
-        options: CallOptions,
+        phase: Phase,
         f: impl for<'a> FnOnce(
             &'a crate::bindings::ShellTools,
             &'a mut Store<CallState>,
@@ -286,12 +296,20 @@ impl Plugin {
             Box<dyn Future<Output = wasmtime::Result<Result<R, String>>> + Send + 'a>,
         > + Send,
     ) -> Result<Result<R, String>, CallError> {
-        let limits = self.limits;
+        let mut limits = self.limits;
+        let (grant, options) = match phase {
+            // Listing tools needs no processes, and must not stall a (re)load.
+            Phase::Load => {
+                limits.wall_time = limits.wall_time.min(LOAD_WALL_TIME);
+                (None, CallOptions::default())
+            }
+            Phase::Call(options) => (self.grant.clone(), options),
+        };
         let mut store = Store::new(
             self.pre.engine(),
-            CallState::new(scope, &limits, self.grant.clone(), options),
+            CallState::new(scope, &limits, grant, options),
         );
-        store.limiter(|state| &mut state.limits);
+        store.limiter(|state| &mut state.limiter);
         store.set_epoch_deadline(1);
         let cpu = limits.cpu_time;
         store.epoch_deadline_callback(move |cx| {
@@ -338,14 +356,11 @@ fn describe_failure(error: &wasmtime::Error, stderr: &str) -> String {
         .map(|e| e.to_string())
         .find(|m| !m.starts_with("error while executing at wasm backtrace"))
         .unwrap_or_else(|| error.root_cause().to_string());
-    let reason =
-        if cause.contains("forcing trap when growing memory") || cause.contains("memory limit") {
-            "memory limit exceeded".to_string()
-        } else if let Some(trap) = error.downcast_ref::<wasmtime::Trap>() {
-            format!("trapped: {trap}")
-        } else {
-            cause
-        };
+    // Our limiter's and epoch callback's errors say what happened; a bare trap gets named.
+    let reason = match error.downcast_ref::<wasmtime::Trap>() {
+        Some(trap) if !cause.contains("limit exceeded") => format!("trapped: {trap}"),
+        _ => cause,
+    };
     let panic: Vec<&str> = stderr
         .lines()
         .skip_while(|l| !l.contains("panicked at"))

@@ -13,10 +13,84 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
+use wasmtime::ResourceLimiter;
 use wasmtime::component::{Resource, ResourceTable};
-use wasmtime::{StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+/// Bytes charged for a guest buffer beyond its head and tail (struct and table entry).
+const BUFFER_OVERHEAD: usize = 256;
+/// Resources (guest buffers) one call may hold at once.
+const MAX_RESOURCES: usize = 4096;
+/// Elements a single table may grow to.
+const MAX_TABLE_ELEMENTS: usize = 1_000_000;
+
+/// One memory budget per call, shared by every linear memory, every table and every guest
+/// buffer of the call: a component cannot multiply its limit by declaring several memories.
+pub struct CallLimiter {
+    limit: usize,
+    used: usize,
+}
+
+impl CallLimiter {
+    fn charge(&mut self, bytes: usize, what: &str) -> wasmtime::Result<()> {
+        match self.used.checked_add(bytes) {
+            Some(total) if total <= self.limit => {
+                self.used = total;
+                Ok(())
+            }
+            _ => Err(wasmtime::format_err!(
+                "memory limit exceeded: {what} needs {bytes} more bytes, {} of {} in use",
+                self.used,
+                self.limit
+            )),
+        }
+    }
+
+    fn release(&mut self, bytes: usize) {
+        self.used = self.used.saturating_sub(bytes);
+    }
+}
+
+impl ResourceLimiter for CallLimiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        self.charge(desired.saturating_sub(current), "linear memory")?;
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > MAX_TABLE_ELEMENTS {
+            wasmtime::bail!(
+                "memory limit exceeded: a table may hold at most {MAX_TABLE_ELEMENTS} elements"
+            );
+        }
+        let bytes = desired.saturating_sub(current) * std::mem::size_of::<usize>();
+        self.charge(bytes, "a table")?;
+        Ok(true)
+    }
+
+    fn instances(&self) -> usize {
+        16
+    }
+
+    fn tables(&self) -> usize {
+        64
+    }
+
+    fn memories(&self) -> usize {
+        16
+    }
+}
 
 /// Largest head or tail a guest may ask a buffer for.
 const MAX_GUEST_BUFFER_PART: u32 = 16 * 1024 * 1024;
@@ -49,7 +123,7 @@ pub type ProgressSink = Arc<dyn Fn(Progress) + Send + Sync>;
 /// One progress update.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Progress {
-    /// Milliseconds since the wait began.
+    /// Milliseconds since the call began (increases across the call's waits).
     pub elapsed_ms: u64,
     /// The last few lines of output.
     pub message: String,
@@ -95,10 +169,9 @@ impl Default for CallLimits {
 pub struct CallState {
     wasi: WasiCtx,
     table: ResourceTable,
-    pub(crate) limits: StoreLimits,
+    pub(crate) limiter: CallLimiter,
     scope: String,
     process: Option<ProcessGrant>,
-    buffer_budget: usize,
     started: Instant,
     in_host: Duration,
     stdout: MemoryOutputPipe,
@@ -123,17 +196,17 @@ impl CallState {
             .build();
         CallState {
             wasi,
-            table: ResourceTable::new(),
-            limits: StoreLimitsBuilder::new()
-                .memory_size(limits.memory_bytes)
-                .instances(16)
-                .tables(64)
-                .memories(16)
-                .trap_on_grow_failure(true)
-                .build(),
+            table: {
+                let mut table = ResourceTable::new();
+                table.set_max_capacity(MAX_RESOURCES);
+                table
+            },
+            limiter: CallLimiter {
+                limit: limits.memory_bytes,
+                used: 0,
+            },
             scope: scope.to_string(),
             process,
-            buffer_budget: limits.memory_bytes,
             started: Instant::now(),
             in_host: Duration::ZERO,
             stdout,
@@ -256,9 +329,16 @@ impl wit_process::Host for CallState {
         let from: ReadFrom = from.into();
         let grant = grant.clone();
         let options = self.options.clone();
+        let call_started = self.started;
         let result = self
             .in_host(grant, |g, scope| async move {
-                wait_with_options(&*g.backend, &scope, &id, timeout, from, &options).await
+                let wait = Wait {
+                    id: &id,
+                    timeout,
+                    from,
+                    call_started,
+                };
+                wait_with_options(&*g.backend, &scope, wait, &options).await
             })
             .await;
         Ok(result.map(Into::into).map_err(Into::into))
@@ -302,14 +382,28 @@ impl wit_process::Host for CallState {
 
 /// Wait on a process, reporting progress and honouring cancellation when the caller asked for
 /// them. Without either it is a single event-driven wait.
+/// One wait request of a guest.
+struct Wait<'a> {
+    id: &'a str,
+    timeout: Duration,
+    from: ReadFrom,
+    /// When the call began: progress is measured from there, so it only ever increases
+    /// across the waits of one call.
+    call_started: Instant,
+}
+
 async fn wait_with_options(
     backend: &dyn ProcessBackend,
     scope: &str,
-    id: &str,
-    timeout: Duration,
-    from: ReadFrom,
+    wait: Wait<'_>,
     options: &CallOptions,
 ) -> Result<crate::process::OutputSnapshot, crate::process::ProcessError> {
+    let Wait {
+        id,
+        timeout,
+        from,
+        call_started,
+    } = wait;
     if options.progress.is_none() && options.cancel.is_none() {
         return backend.wait(scope, id, timeout, from).await;
     }
@@ -344,7 +438,7 @@ async fn wait_with_options(
             let last = &lines[lines.len().saturating_sub(PROGRESS_LINES)..];
             if !last.is_empty() {
                 progress(Progress {
-                    elapsed_ms: started.elapsed().as_millis() as u64,
+                    elapsed_ms: call_started.elapsed().as_millis() as u64,
                     message: last.join("\n"),
                 });
             }
@@ -363,14 +457,8 @@ impl wit_buffer::HostHeadTailBuffer for CallState {
     ) -> wasmtime::Result<Resource<GuestBuffer>> {
         let head = head_bytes.clamp(1, MAX_GUEST_BUFFER_PART) as usize;
         let tail = tail_bytes.clamp(1, MAX_GUEST_BUFFER_PART) as usize;
-        let size = head + tail;
-        if size > self.buffer_budget {
-            wasmtime::bail!(
-                "guest buffers would exceed the plugin's memory limit ({} bytes left, {size} asked)",
-                self.buffer_budget
-            );
-        }
-        self.buffer_budget -= size;
+        let size = head + tail + BUFFER_OVERHEAD;
+        self.limiter.charge(size, "a guest buffer")?;
         Ok(self.table.push(GuestBuffer {
             inner: HeadTailBuffer::new(head, tail),
             size,
@@ -403,7 +491,7 @@ impl wit_buffer::HostHeadTailBuffer for CallState {
 
     async fn drop(&mut self, buffer: Resource<GuestBuffer>) -> wasmtime::Result<()> {
         let removed = self.table.delete(buffer)?;
-        self.buffer_budget += removed.size;
+        self.limiter.release(removed.size);
         Ok(())
     }
 }

@@ -241,10 +241,30 @@ pub fn run(policy: &Policy, settings: &Settings, args: &str) -> Result<Map<Strin
     let mut killed = false;
     if out.running {
         timed_out = true;
+        // The host may cap a single wait below the policy's timeout (a `max_timeout` grant):
+        // report the time actually waited (the process's own running time).
+        let actually = Duration::from_millis(out.duration_ms);
+        if actually + Duration::from_secs(1) < timeout {
+            notes.push(format!(
+                "The host limits a single wait to about {}.",
+                format_duration(Duration::from_secs(actually.as_secs().max(1)))
+            ));
+            timeout = Duration::from_secs(actually.as_secs().max(1));
+        }
         if settings.on_timeout == OnTimeout::Kill {
-            host::send_signal(&id, Signal::Kill).map_err(process_error)?;
-            out = host::wait(&id, millis(KILL_COLLECT), ReadFrom::All).map_err(process_error)?;
-            killed = true;
+            match host::send_signal(&id, Signal::Kill) {
+                Ok(()) => {
+                    out = host::wait(&id, millis(KILL_COLLECT), ReadFrom::All)
+                        .map_err(process_error)?;
+                    killed = true;
+                }
+                // It finished between the wait and the signal: report it as finished.
+                Err(host::ProcessError::NotRunning(_)) => {
+                    out = host::read(&id, ReadFrom::All).map_err(process_error)?;
+                    timed_out = out.running;
+                }
+                Err(e) => return Err(process_error(e)),
+            }
         }
     }
 

@@ -124,7 +124,12 @@ pub fn signal_definition() -> ToolDefinition {
 pub fn output(settings: &Settings, args: &str) -> Result<Map<String, Value>, String> {
     let args = Args::parse(args, &["process_id", "wait", "only_new"])?;
     let id = args.required_string("process_id")?;
-    let wait = args.duration("wait")?;
+    let mut wait = args.duration("wait")?;
+    let mut clamped = None;
+    if let Some(w) = wait.filter(|w| *w > settings.max_timeout) {
+        clamped = Some(w);
+        wait = Some(settings.max_timeout);
+    }
     let from = if args.bool("only_new")?.unwrap_or(false) {
         ReadFrom::Unread
     } else {
@@ -136,14 +141,22 @@ pub fn output(settings: &Settings, args: &str) -> Result<Map<String, Value>, Str
     }
     .map_err(process_error)?;
     let mut result = describe_output(settings, id, out);
+    let mut notes = Vec::new();
+    if let Some(asked) = clamped {
+        notes.push(format!(
+            "The wait {} was above this policy's maximum and was clamped to {}.",
+            format_duration(asked),
+            format_duration(settings.max_timeout)
+        ));
+    }
     if let (Some(w), Some(Value::Bool(true))) = (wait, result.get("running")) {
-        result.insert(
-            "note".into(),
-            Value::String(format!(
-                "Still running after waiting {}. Call process_output again (only_new: true reads just what is new), or stop it with process_signal.",
-                format_duration(w)
-            )),
-        );
+        notes.push(format!(
+            "Still running after waiting {}. Call process_output again (only_new: true reads just what is new), or stop it with process_signal.",
+            format_duration(w)
+        ));
+    }
+    if !notes.is_empty() {
+        result.insert("note".into(), Value::String(notes.join(" ")));
     }
     Ok(result)
 }
