@@ -7,24 +7,35 @@
 //!   host's memory is never copied or made copy-on-write; `sys.rs`). Before `exec` the child
 //!   leads its own session and process group, asks the kernel for `SIGKILL` when the spawner
 //!   thread dies, and closes every descriptor but its stdio. Signals go to the whole group,
-//!   so they reach grandchildren too.
+//!   so they reach grandchildren too. A start abandoned half-way (its future dropped) kills
+//!   and reaps what it spawned.
 //! * Its stdout and stderr are the write end of one pipe, so output is merged in the order it
 //!   was written; stdin is `/dev/null`. One task (the process's *monitor*) reads the pipe into a
 //!   [`HeadTailBuffer`] and appends it to `<state_dir>/<id>.log` (capped; the file is created
-//!   at the first output, so silent commands cost no file).
+//!   at the first output, so silent commands cost no file). At end-of-file the monitor closes
+//!   the pipe and the log file and frees its read buffer, so a retained record holds no
+//!   descriptor.
 //! * The monitor learns of the exit from a pidfd (or, on kernels without pidfds, `SIGCHLD`),
 //!   never by polling. It then keeps draining the pipe until end-of-file or `drain_timeout`, so
 //!   a daemonised grandchild holding the pipe open cannot hang anyone, and then marks the
 //!   process finished, which wakes every waiter through a `watch` channel. Output that still
-//!   arrives afterwards keeps being recorded until the record goes.
+//!   arrives afterwards keeps being recorded until end-of-file or until the record goes.
 //! * The exited leader is observed with `WNOWAIT` and stays a zombie until the record is
 //!   removed. While it does, its pid, which is also its process group id, cannot be reused,
-//!   so signalling the group can never hit an unrelated process. `retention` after the exit the
-//!   record is removed: leftover group members (daemonised grandchildren) are killed, the
-//!   leader is reaped and the log file is deleted.
-//! * [`ProcessManager::shutdown`] stops everything gracefully; dropping the manager kills every
-//!   group at once. Processes never outlive the manager (a child that moves itself into a new
-//!   session with `setsid` leaves the group and cannot be tracked).
+//!   so signalling the group can never hit an unrelated process, and group members that
+//!   outlive the leader can still be signalled (and are, by `SIGTERM`'s escalation to
+//!   `SIGKILL`). `retention` after the exit the record is removed, or earlier when its scope
+//!   has more than `max_retained_per_scope` finished records (oldest first): leftover group
+//!   members (daemonised grandchildren) are killed, the leader is reaped and the log file is
+//!   deleted. If a monitor stops early (a panic, the runtime shutting down), it kills the
+//!   group, gives back the scope's slot and removes the record all the same.
+//! * What is guaranteed to end with the host: [`ProcessManager::shutdown`] stops every
+//!   group gracefully (`SIGTERM`, then `SIGKILL` after `kill_grace`), and dropping the
+//!   manager `SIGKILL`s every group at once, so neither leaves any group member behind. If
+//!   the host itself is killed outright (`SIGKILL`, a crash), only the leaders die, through
+//!   the parent-death signal, which the kernel does not pass on to their children: the
+//!   leaders' children and grandchildren survive, re-parented. A child that moves itself into
+//!   a new session with `setsid` leaves the group and is never tracked.
 //!
 //! The host must not set `SIGCHLD` to `SIG_IGN` (children would be reaped behind our back).
 
@@ -32,7 +43,7 @@ mod output_log;
 mod spawner;
 mod sys;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -63,9 +74,6 @@ use sys::{ChildSpec, Exit, SpawnStep, WaitTarget};
 
 /// Bytes read from a pipe at a time, at most.
 const READ_CHUNK: usize = 256 * 1024;
-/// Pipe capacity asked of the kernel (best effort; capped by `/proc/sys/fs/pipe-max-size`):
-/// a larger pipe means fewer wake-ups per byte for chatty processes.
-const PIPE_BYTES: i32 = 1024 * 1024;
 /// Bytes read from a pipe at a time at first (grown when reads fill it).
 const FIRST_READ_CHUNK: usize = 4 * 1024;
 /// How long dropping the manager waits for killed leaders before leaving them unreaped.
@@ -91,6 +99,9 @@ pub struct ProcessManagerConfig {
     pub retention: Duration,
     /// Running processes allowed per scope. Default 64.
     pub max_running_per_scope: usize,
+    /// Finished processes kept listed per scope: past this, the oldest finished record is
+    /// removed before its retention ends. Default 256.
+    pub max_retained_per_scope: usize,
     /// How long to keep reading output after the process exits, for grandchildren that still
     /// hold the pipe. Default 2 s.
     pub drain_timeout: Duration,
@@ -115,6 +126,7 @@ impl Default for ProcessManagerConfig {
             kill_grace: Duration::from_secs(5),
             retention: Duration::from_secs(5 * 60),
             max_running_per_scope: 64,
+            max_retained_per_scope: 256,
             drain_timeout: Duration::from_secs(2),
             output_logs: true,
             state_dir: None,
@@ -153,31 +165,41 @@ pub struct ProcessManager {
 #[derive(Default)]
 struct Table {
     entries: HashMap<String, Arc<Entry>>,
-    /// Per scope (absent when both are zero): the limit is checked against these.
-    counts: HashMap<String, ScopeCounts>,
+    /// Per scope (absent when idle: nothing running, starting or retained).
+    scopes: HashMap<String, ScopeState>,
 }
 
-#[derive(Debug, Default, Clone, Copy)]
-struct ScopeCounts {
-    /// Records that are not finished.
+#[derive(Default)]
+struct ScopeState {
+    /// Records that are not finished: the limit is checked against these and `starting`.
     running: usize,
     /// Starts that passed the limit check and have no record yet.
     starting: usize,
+    /// Finished records still listed, oldest finished first.
+    finished: VecDeque<Arc<Entry>>,
+    /// Bumped by `end_scope`: a start that reserved its slot under an older generation is
+    /// not admitted.
+    generation: u64,
 }
 
 impl Table {
-    fn counts(&mut self, scope: &str) -> &mut ScopeCounts {
-        self.counts.entry(scope.to_owned()).or_default()
+    fn scope(&mut self, scope: &str) -> &mut ScopeState {
+        self.scopes.entry(scope.to_owned()).or_default()
     }
 
     fn forget_if_idle(&mut self, scope: &str) {
-        if self
-            .counts
-            .get(scope)
-            .is_some_and(|counts| counts.running == 0 && counts.starting == 0)
-        {
-            self.counts.remove(scope);
+        if self.scopes.get(scope).is_some_and(|state| {
+            state.running == 0 && state.starting == 0 && state.finished.is_empty()
+        }) {
+            self.scopes.remove(scope);
         }
+    }
+
+    /// Whether `entry` is the listed record of its id.
+    fn lists(&self, entry: &Arc<Entry>) -> bool {
+        self.entries
+            .get(&entry.id)
+            .is_some_and(|current| Arc::ptr_eq(current, entry))
     }
 }
 
@@ -303,9 +325,10 @@ impl ProcessManager {
         };
         // One pipe (both ends close-on-exec in the parent); the child gets the write end as
         // both stdout and stderr.
+        // The default capacity: asking for more (`F_SETPIPE_SZ`) would count against the
+        // user's pipe allowance (`pipe-user-pages-soft`), past which every new pipe of the
+        // user gets a single page.
         let (reader, writer) = io::pipe().map_err(pipe_error)?;
-        // Best effort: a smaller pipe only costs throughput.
-        let _ = nix::fcntl::fcntl(&reader, nix::fcntl::FcntlArg::F_SETPIPE_SZ(PIPE_BYTES));
         let output = pipe::Receiver::from_owned_fd(OwnedFd::from(reader)).map_err(pipe_error)?;
         let spec = ChildSpec::new(
             &self.config.shell,
@@ -324,7 +347,7 @@ impl ProcessManager {
         })?;
         let started_at = Instant::now();
         let started_ms = unix_ms();
-        let spawned = spawner.spawn(spec).await.map_err(|error| {
+        let mut spawned = spawner.spawn(spec).await.map_err(|error| {
             if error.step == SpawnStep::Chdir {
                 // E.g. a directory without search permission, or one removed just now.
                 ProcessError::InvalidRequest(format!(
@@ -339,18 +362,14 @@ impl ProcessManager {
                 ))
             }
         })?;
-        // No await below: once spawned, the process is always handed to a monitor.
+        // No await below: once spawned, the process is always handed to a monitor. Until
+        // then, dropping `spawned` (an early return) kills and reaps it.
 
-        let exit_watch = match ExitWatch::new(spawned.pidfd) {
-            Ok(watch) => watch,
-            Err(error) => {
-                let _ = killpg(spawned.pid, NixSignal::SIGKILL);
-                let _ = sys::wait_exited(WaitTarget::Pid(spawned.pid), false, false);
-                return Err(ProcessError::Failed(format!(
-                    "cannot watch the new process for its exit: {error}"
-                )));
-            }
-        };
+        let exit_watch = ExitWatch::new(spawned.take_pidfd()).map_err(|error| {
+            ProcessError::Failed(format!(
+                "cannot watch the new process for its exit: {error}"
+            ))
+        })?;
         let log = match &self.log_dir {
             Some(dir) => LogSlot::Pending(LogTarget {
                 dir: Arc::clone(dir),
@@ -370,7 +389,7 @@ impl ProcessManager {
             started_ms,
             started_at,
             counted: AtomicBool::new(false),
-            leader: Mutex::new(Some(spawned.pid)),
+            leader: Mutex::new(Some(spawned.pid())),
             state: Mutex::new(EntryState {
                 buffer: HeadTailBuffer::new(self.config.head_bytes, self.config.tail_bytes),
                 last_read_end: 0,
@@ -379,34 +398,56 @@ impl ProcessManager {
                 disposed: false,
             }),
             finished,
+            removed: watch::channel(false).0,
         });
-        let admitted = {
+        let refused = {
             let mut table = lock(&self.table);
+            let generation = table.scopes.get(scope).map(|state| state.generation);
+            let refused = if self.is_closed() {
+                Some(shut_down())
+            } else if generation != Some(reservation.generation) {
+                Some(ProcessError::Failed(
+                    "the session ended while the process was starting".to_owned(),
+                ))
+            } else {
+                None
+            };
             reservation.release(&mut table);
-            let admitted = !self.is_closed();
-            if admitted {
+            if refused.is_none() {
                 table.entries.insert(id.clone(), Arc::clone(&entry));
-                table.counts(scope).running += 1;
+                table.scope(scope).running += 1;
                 entry.counted.store(true, Ordering::Relaxed);
             }
-            admitted
+            refused
         };
-        if !admitted {
-            // Shut down while we were spawning: the monitor sees that and cleans up.
+        if refused.is_some() {
+            // Shut down, or the scope ended, while we were spawning: kill it; the monitor
+            // sees it die, then cleans up without lingering.
             let _ = entry.signal_group(NixSignal::SIGKILL);
+            entry.removed.send_replace(true);
         }
         let monitor = Monitor {
-            manager: self.this.clone(),
-            entry,
+            guard: MonitorGuard {
+                manager: self.this.clone(),
+                entry,
+            },
             exit_watch,
-            output,
-            log,
+            output: OutputReader {
+                pipe: output,
+                buf: vec![0u8; FIRST_READ_CHUNK],
+                log,
+            },
             drain_timeout: self.config.drain_timeout,
             retention: self.config.retention,
             closed: self.closed.subscribe(),
         };
+        // The monitor's guard owns the process from here (even if the task never runs).
+        spawned.disarm();
         self.runtime.spawn(monitor.run());
-        if admitted { Ok(id) } else { Err(shut_down()) }
+        match refused {
+            None => Ok(id),
+            Some(error) => Err(error),
+        }
     }
 
     fn resolve_workdir(&self, requested: Option<PathBuf>) -> Result<PathBuf, ProcessError> {
@@ -444,8 +485,10 @@ impl ProcessManager {
 
     fn reserve(&self, scope: &str) -> Result<Reservation<'_>, ProcessError> {
         let mut table = lock(&self.table);
-        let counts = table.counts.get(scope).copied().unwrap_or_default();
-        let busy = counts.running + counts.starting;
+        let busy = table
+            .scopes
+            .get(scope)
+            .map_or(0, |state| state.running + state.starting);
         let max = self.config.max_running_per_scope;
         if busy >= max {
             return Err(ProcessError::LimitReached(format!(
@@ -453,10 +496,12 @@ impl ProcessManager {
                  {max}); wait for one to finish or stop one before starting another"
             )));
         }
-        table.counts(scope).starting += 1;
+        let state = table.scope(scope);
+        state.starting += 1;
         Ok(Reservation {
             manager: self,
             scope: scope.to_owned(),
+            generation: state.generation,
             armed: true,
         })
     }
@@ -466,19 +511,38 @@ impl ProcessManager {
         (seq, format!("{:012x}", permute48(seq, self.seed)))
     }
 
-    /// Record the end of a process and release its slot in the scope's count.
-    fn finish(&self, entry: &Entry, ended: Ended) {
-        {
+    /// Record the end of a process and release its slot in the scope's count. If the scope
+    /// now retains too many finished records, the oldest is removed.
+    fn finish(&self, entry: &Arc<Entry>, ended: Ended) {
+        let evicted = {
             let mut table = lock(&self.table);
             lock(&entry.state).end = Some(ended);
-            if entry.counted.swap(false, Ordering::Relaxed)
-                && let Some(counts) = table.counts.get_mut(&entry.scope)
-            {
-                counts.running = counts.running.saturating_sub(1);
+            let counted = entry.counted.swap(false, Ordering::Relaxed);
+            let listed = table.lists(entry);
+            let max = self.config.max_retained_per_scope;
+            let mut evicted = None;
+            if counted || listed {
+                let state = table.scope(&entry.scope);
+                if counted {
+                    state.running = state.running.saturating_sub(1);
+                }
+                if listed {
+                    state.finished.push_back(Arc::clone(entry));
+                    if state.finished.len() > max {
+                        evicted = state.finished.pop_front();
+                    }
+                }
+                if let Some(old) = &evicted {
+                    table.entries.remove(&old.id);
+                }
                 table.forget_if_idle(&entry.scope);
             }
-        }
+            evicted
+        };
         entry.finished.send_replace(true);
+        if let Some(old) = evicted {
+            old.dispose();
+        }
     }
 
     fn find(&self, scope: &str, id: &str) -> Result<Arc<Entry>, ProcessError> {
@@ -494,12 +558,12 @@ impl ProcessManager {
     fn remove(&self, entry: &Arc<Entry>) {
         {
             let mut table = lock(&self.table);
-            if table
-                .entries
-                .get(&entry.id)
-                .is_some_and(|current| Arc::ptr_eq(current, entry))
-            {
+            if table.lists(entry) {
                 table.entries.remove(&entry.id);
+                if let Some(state) = table.scopes.get_mut(&entry.scope) {
+                    state.finished.retain(|other| !Arc::ptr_eq(other, entry));
+                }
+                table.forget_if_idle(&entry.scope);
             }
         }
         entry.dispose();
@@ -531,7 +595,8 @@ impl ProcessManager {
 
     fn send_signal(&self, scope: &str, id: &str, signal: Signal) -> Result<(), ProcessError> {
         let entry = self.find(scope, id)?;
-        if !entry.is_running() {
+        // A finished process can still be signalled while members of its group outlive it.
+        if !entry.is_running() && !entry.has_leftovers() {
             return Err(ProcessError::NotRunning(id.to_owned()));
         }
         let os_signal = match signal {
@@ -547,11 +612,14 @@ impl ProcessManager {
             )),
         })?;
         if signal == Signal::Terminate {
+            // Whatever is left of the group after the grace is killed, even when the leader
+            // finished in time: members may ignore `SIGTERM` and outlive it. While the leader
+            // is unreaped this is safe (a group left with only the zombie takes no harm);
+            // once it is reaped, `signal_group` sends nothing.
             let grace = self.config.kill_grace;
             self.runtime.spawn(async move {
-                if !entry.wait_finished(Instant::now().checked_add(grace)).await {
-                    let _ = entry.signal_group(NixSignal::SIGKILL);
-                }
+                tokio::time::sleep(grace).await;
+                let _ = entry.signal_group(NixSignal::SIGKILL);
             });
         }
         Ok(())
@@ -604,12 +672,20 @@ impl ProcessBackend for ProcessManager {
 
     fn end_scope<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            let entries: Vec<Arc<Entry>> = lock(&self.table)
-                .entries
-                .values()
-                .filter(|entry| entry.scope == scope)
-                .cloned()
-                .collect();
+            let entries: Vec<Arc<Entry>> = {
+                let mut table = lock(&self.table);
+                // Starts under way now are refused (and their process killed) when they
+                // would be admitted.
+                if let Some(state) = table.scopes.get_mut(scope) {
+                    state.generation = state.generation.wrapping_add(1);
+                }
+                table
+                    .entries
+                    .values()
+                    .filter(|entry| entry.scope == scope)
+                    .cloned()
+                    .collect()
+            };
             self.stop_all(&entries).await;
         })
     }
@@ -663,6 +739,8 @@ impl fmt::Debug for ProcessManager {
 struct Reservation<'a> {
     manager: &'a ProcessManager,
     scope: String,
+    /// The scope's generation when the slot was taken.
+    generation: u64,
     armed: bool,
 }
 
@@ -683,8 +761,8 @@ impl Drop for Reservation<'_> {
 }
 
 fn unreserve(table: &mut Table, scope: &str) {
-    if let Some(counts) = table.counts.get_mut(scope) {
-        counts.starting = counts.starting.saturating_sub(1);
+    if let Some(state) = table.scopes.get_mut(scope) {
+        state.starting = state.starting.saturating_sub(1);
         table.forget_if_idle(scope);
     }
 }
@@ -708,6 +786,9 @@ struct Entry {
     state: Mutex<EntryState>,
     /// `true` once the process has exited and its output is drained.
     finished: watch::Sender<bool>,
+    /// `true` once the record is released (or was never admitted): its monitor stops
+    /// lingering.
+    removed: watch::Sender<bool>,
 }
 
 struct EntryState {
@@ -733,6 +814,15 @@ struct Ended {
 impl Entry {
     fn is_running(&self) -> bool {
         lock(&self.state).end.is_none()
+    }
+
+    /// Whether the leader is unreaped and its group has a member other than the zombie
+    /// leader (checked through `/proc`, so only worth asking once the process finished).
+    fn has_leftovers(&self) -> bool {
+        // Not under the lock (a scan of `/proc` takes a while). If the leader is reaped
+        // meanwhile the answer may be stale, but a signal then goes nowhere anyway.
+        let leader = *lock(&self.leader);
+        leader.is_some_and(sys::group_has_live_member)
     }
 
     fn append(&self, data: &[u8]) {
@@ -865,12 +955,16 @@ impl Entry {
         }
     }
 
-    /// Kill whatever is left of the group, reap the leader, delete the log file.
+    /// Kill whatever is left of the group, reap the leader (at once if it is dead, else as
+    /// soon as it dies, without blocking the caller), delete the log file, and tell the
+    /// monitor to stop lingering. Doing it again does nothing.
     fn dispose(&self) {
-        let _ = self.signal_group(NixSignal::SIGKILL);
-        if !self.try_reap() {
-            tracing::warn!(id = %self.id, "removed a process whose leader could not be reaped");
+        if let Some(pid) = lock(&self.leader).take() {
+            // Forgotten under the lock, so nobody signals the group after this kill; the pid
+            // cannot be reused before `kill_and_reap` reaps it.
+            sys::kill_and_reap(pid);
         }
+        self.removed.send_replace(true);
         self.remove_log();
     }
 
@@ -953,11 +1047,10 @@ impl ExitWatch {
 /// The task that owns one process: reads its output, notices its exit, finishes it, and
 /// removes it after the retention period.
 struct Monitor {
-    manager: Weak<ProcessManager>,
-    entry: Arc<Entry>,
+    /// Owns the process from the moment the monitor exists, whether or not it ever runs.
+    guard: MonitorGuard,
     exit_watch: ExitWatch,
-    output: pipe::Receiver,
-    log: LogSlot,
+    output: OutputReader,
     drain_timeout: Duration,
     retention: Duration,
     closed: watch::Receiver<bool>,
@@ -966,25 +1059,24 @@ struct Monitor {
 impl Monitor {
     async fn run(self) {
         let Monitor {
-            manager,
-            entry,
+            guard,
             exit_watch,
-            mut output,
-            mut log,
+            output,
             drain_timeout,
             retention,
             mut closed,
         } = self;
+        let entry = Arc::clone(&guard.entry);
+        // `None` once the pipe reached end-of-file (and everything reading it is released).
+        let mut output = Some(output);
         let exit = exit_watch.wait(&entry);
         tokio::pin!(exit);
         let mut ended: Option<Ended> = None;
         let mut drain_deadline: Option<Instant> = None;
-        let mut eof = false;
-        let mut buf = vec![0u8; FIRST_READ_CHUNK];
 
         // Until the exit: read and watch for the exit. After it: read until end-of-file or
         // the drain deadline.
-        loop {
+        while let Some(reader) = output.as_mut() {
             let read = if ended.is_none() {
                 tokio::select! {
                     biased;
@@ -993,10 +1085,10 @@ impl Monitor {
                         drain_deadline = Instant::now().checked_add(drain_timeout);
                         continue;
                     }
-                    read = output.read(&mut buf) => read,
+                    read = reader.read() => read,
                 }
             } else if let Some(deadline) = drain_deadline {
-                match tokio::time::timeout_at(deadline, output.read(&mut buf)).await {
+                match tokio::time::timeout_at(deadline, reader.read()).await {
                     Ok(read) => read,
                     Err(_) => {
                         tracing::debug!(
@@ -1007,37 +1099,26 @@ impl Monitor {
                     }
                 }
             } else {
-                output.read(&mut buf).await
+                reader.read().await
             };
-            match read {
-                Ok(0) => {
-                    eof = true;
-                    break;
-                }
-                Ok(n) => record(&entry, &mut log, &mut buf, n).await,
-                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-                Err(error) => {
-                    tracing::warn!(id = %entry.id, %error, "cannot read process output");
-                    eof = true;
-                    break;
-                }
-            }
+            take_read(&mut output, &entry, read).await;
         }
         let ended = match ended {
             Some(ended) => ended,
             // End-of-file before the exit (the process closed its output): wait for the exit.
             None => entry.ended_now((&mut exit).await),
         };
-        if let LogSlot::Open(log) = &mut log {
-            log.finish().await;
+        if let Some(reader) = &mut output {
+            reader.flush().await;
         }
-        match manager.upgrade() {
+        match guard.manager.upgrade() {
             Some(manager) => manager.finish(&entry, ended),
             None => entry.finish_orphaned(ended),
         }
 
         // Retention. Whatever still holds the pipe keeps being read, so it neither blocks
         // on a full pipe nor dies of SIGPIPE before the record goes away.
+        let mut removed = entry.removed.subscribe();
         let linger = tokio::time::sleep(retention);
         tokio::pin!(linger);
         loop {
@@ -1047,21 +1128,123 @@ impl Monitor {
                     // An error means the manager is gone: stop lingering as well.
                     let _ = closed.wait_for(|closed| *closed).await;
                 } => break,
-                read = output.read(&mut buf), if !eof => match read {
-                    Ok(0) => eof = true,
-                    Ok(n) => record(&entry, &mut log, &mut buf, n).await,
-                    Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-                    Err(_) => eof = true,
-                },
+                () = async {
+                    let _ = removed.wait_for(|removed| *removed).await;
+                } => break,
+                read = read_more(&mut output), if output.is_some() => {
+                    take_read(&mut output, &entry, read).await;
+                }
             }
         }
         drop(output);
-        drop(log);
-        match manager.upgrade() {
-            Some(manager) => manager.remove(&entry),
-            None => entry.dispose(),
+        // Removes the record.
+        drop(guard);
+    }
+}
+
+/// Owns a monitor's process: when dropped, at the end of the monitor's run or early (a
+/// panic, the runtime dropping the task), it finishes the process if that has not happened
+/// (killing its group first and giving back its slot in the scope's count) and removes the
+/// record: leftovers killed, leader reaped, log file deleted.
+struct MonitorGuard {
+    manager: Weak<ProcessManager>,
+    entry: Arc<Entry>,
+}
+
+impl Drop for MonitorGuard {
+    fn drop(&mut self) {
+        let manager = self.manager.upgrade();
+        if !*self.entry.finished.borrow() {
+            if std::thread::panicking() {
+                tracing::warn!(id = %self.entry.id, "a process monitor panicked; killing the process");
+            } else {
+                // The runtime is shutting down.
+                tracing::debug!(id = %self.entry.id, "a process monitor was dropped; killing the process");
+            }
+            let _ = self.entry.signal_group(NixSignal::SIGKILL);
+            let ended = self.entry.ended_now(None);
+            match &manager {
+                Some(manager) => manager.finish(&self.entry, ended),
+                None => self.entry.finish_orphaned(ended),
+            }
+        }
+        match manager {
+            Some(manager) => manager.remove(&self.entry),
+            None => self.entry.dispose(),
         }
     }
+}
+
+/// What reads a process's output: the pipe, the read buffer and the log. Dropped as soon
+/// as the pipe reaches end-of-file.
+struct OutputReader {
+    pipe: pipe::Receiver,
+    /// Small at first, grown when reads fill it.
+    buf: Vec<u8>,
+    log: LogSlot,
+}
+
+impl OutputReader {
+    async fn read(&mut self) -> io::Result<usize> {
+        self.pipe.read(&mut self.buf).await
+    }
+
+    /// Take the `n` bytes just read: into the record's buffer and the log. Grows the read
+    /// buffer when a read filled it (small first, so that quiet processes cost little
+    /// memory).
+    async fn record(&mut self, entry: &Entry, n: usize) {
+        let data = &self.buf[..n];
+        entry.append(data);
+        if let LogSlot::Pending(target) = &self.log {
+            self.log = match entry.create_log(target) {
+                Some(file) => LogSlot::Open(file),
+                None => LogSlot::Off,
+            };
+        }
+        if let LogSlot::Open(file) = &mut self.log {
+            file.append(data).await;
+        }
+        if n == self.buf.len() && self.buf.len() < READ_CHUNK {
+            self.buf.resize((self.buf.len() * 4).min(READ_CHUNK), 0);
+        }
+    }
+
+    /// Flush the log file.
+    async fn flush(&mut self) {
+        if let LogSlot::Open(log) = &mut self.log {
+            log.finish().await;
+        }
+    }
+}
+
+/// A read from `output`; never completes when there is nothing to read from any more.
+async fn read_more(output: &mut Option<OutputReader>) -> io::Result<usize> {
+    match output {
+        Some(reader) => reader.read().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Handle the result of a read from `output` (which must be `Some`): record the data, or at
+/// end-of-file (or a read error) flush the log and release the pipe, the log file and the
+/// read buffer.
+async fn take_read(output: &mut Option<OutputReader>, entry: &Entry, read: io::Result<usize>) {
+    let Some(reader) = output.as_mut() else {
+        return;
+    };
+    match read {
+        Ok(0) => {}
+        Ok(n) => {
+            reader.record(entry, n).await;
+            return;
+        }
+        Err(error) if error.kind() == io::ErrorKind::Interrupted => return,
+        Err(error) => {
+            tracing::warn!(id = %entry.id, %error, "cannot read process output");
+        }
+    }
+    reader.flush().await;
+    *output = None;
 }
 
 /// Where a process's log goes.
@@ -1079,25 +1262,6 @@ struct LogTarget {
     cap: u64,
     /// Shared by the manager's processes: warn about an unusable directory only once.
     warned: Arc<AtomicBool>,
-}
-
-/// Take the `n` bytes just read into `buf`: into the buffer and the log. Grows `buf` when a
-/// read filled it (small first, so that quiet processes cost little memory).
-async fn record(entry: &Entry, log: &mut LogSlot, buf: &mut Vec<u8>, n: usize) {
-    let data = &buf[..n];
-    entry.append(data);
-    if let LogSlot::Pending(target) = log {
-        *log = match entry.create_log(target) {
-            Some(file) => LogSlot::Open(file),
-            None => LogSlot::Off,
-        };
-    }
-    if let LogSlot::Open(file) = log {
-        file.append(data).await;
-    }
-    if n == buf.len() && buf.len() < READ_CHUNK {
-        buf.resize((buf.len() * 4).min(READ_CHUNK), 0);
-    }
 }
 
 fn validate_command(command: &str) -> Result<(), ProcessError> {
@@ -1984,6 +2148,228 @@ mod tests {
                 .is_some_and(|exited| exited >= list[2].started_ms)
         );
         assert_eq!(list[0].exited_ms, None);
+    }
+
+    /// What this process's descriptors refer to (`pipe:[N]`, file paths, ...).
+    fn open_descriptors() -> Vec<String> {
+        let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
+            return Vec::new();
+        };
+        fds.flatten()
+            .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+            .map(|target| target.display().to_string())
+            .collect()
+    }
+
+    /// A start of `command` polled once and left waiting for the spawner (retried in the
+    /// unlikely case that the spawner answered at once).
+    async fn start_under_way<'a>(
+        manager: &'a ProcessManager,
+        command: &str,
+    ) -> BoxFuture<'a, Result<String, ProcessError>> {
+        loop {
+            let mut start = manager.start(SCOPE, request(command));
+            let polled = start
+                .as_mut()
+                .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
+            match polled {
+                std::task::Poll::Pending => return start,
+                std::task::Poll::Ready(started) => {
+                    let id = started.expect("start");
+                    manager.signal(SCOPE, &id, Signal::Kill).expect("kill");
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn finished_records_hold_no_descriptors() {
+        let marker = "300.1717";
+        let (_dir, manager) = manager();
+        let snapshot = run(&manager, "readlink /proc/$$/fd/1").await;
+        let pipe = snapshot.text.trim_end().to_owned();
+        assert!(pipe.starts_with("pipe:["), "{pipe}");
+        let log = snapshot.log_path.expect("log path");
+        let log = log
+            .canonicalize()
+            .expect("log exists")
+            .display()
+            .to_string();
+        let open = open_descriptors();
+        assert!(!open.contains(&pipe), "the pipe is still open");
+        assert!(!open.contains(&log), "the log file is still open");
+
+        // A grandchild holds the pipe past the drain deadline: it keeps being read (so that
+        // it does not block) until it ends.
+        let id = start(
+            &manager,
+            &format!("readlink /proc/$$/fd/1; sleep {marker} &"),
+        )
+        .await;
+        let snapshot = manager.wait(SCOPE, &id, LONG, ReadFrom::All).await;
+        let snapshot = snapshot.expect("wait");
+        assert!(!snapshot.running);
+        let pipe = snapshot.text.trim_end().to_owned();
+        assert!(open_descriptors().contains(&pipe));
+        manager
+            .signal(SCOPE, &id, Signal::Kill)
+            .expect("kill the leftover");
+        assert!(eventually(|| !open_descriptors().contains(&pipe)).await);
+        assert!(live_processes_with(marker).is_empty());
+    }
+
+    #[tokio::test]
+    async fn finished_records_beyond_the_cap_are_removed_oldest_first() {
+        let marker = "300.1818";
+        let (_dir, manager) = manager_with(|config| config.max_retained_per_scope = 2);
+        let first = run(
+            &manager,
+            &format!("echo 1; sleep {marker} >/dev/null 2>&1 &"),
+        )
+        .await;
+        let first_log = first.log_path.expect("log path");
+        assert!(eventually(|| !live_processes_with(marker).is_empty()).await);
+        // Running processes and other scopes do not count.
+        let running = start(&manager, "sleep 30").await;
+        run(&manager, "echo 2").await;
+        let other = manager.start("b", request("echo b")).await.expect("start");
+        let waited = manager.wait("b", &other, LONG, ReadFrom::All).await;
+        assert!(!waited.expect("wait").running);
+        let commands = |scope| {
+            manager
+                .list(scope)
+                .into_iter()
+                .map(|info| info.command)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(commands(SCOPE).len(), 3);
+
+        run(&manager, "echo 3").await;
+        assert_eq!(commands(SCOPE), ["sleep 30", "echo 3", "echo 2"]);
+        assert_eq!(commands("b"), ["echo b"]);
+        assert!(!first_log.exists());
+        // The removed record's leftover was killed.
+        assert!(eventually(|| live_processes_with(marker).is_empty()).await);
+        manager.signal(SCOPE, &running, Signal::Kill).expect("kill");
+    }
+
+    #[tokio::test]
+    async fn a_start_dropped_mid_flight_leaves_nothing_behind() {
+        let marker = "300.1919";
+        let (_dir, manager) = manager();
+        let command = format!("sleep {marker}");
+        for round in 0..20 {
+            let start = start_under_way(&manager, &command).await;
+            if round % 2 == 1 {
+                // Let the spawner answer: the answer is then dropped, unread, with the future.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            drop(start);
+        }
+        assert!(
+            eventually(|| live_processes_with(marker).is_empty()).await,
+            "left behind: {:?}",
+            live_processes_with(marker)
+        );
+        // Every slot was given back.
+        let busy = lock(&manager.table)
+            .scopes
+            .get(SCOPE)
+            .map_or(0, |state| state.running + state.starting);
+        assert_eq!(busy, 0);
+    }
+
+    #[tokio::test]
+    async fn terminate_kills_members_that_outlive_the_leader() {
+        let (marker, later) = ("300.2323", "300.2424");
+        // Escalation used to be skipped when the process finished within the grace.
+        let (_dir, manager) = manager_with(|config| {
+            config.kill_grace = Duration::from_millis(600);
+            config.drain_timeout = Duration::from_millis(100);
+        });
+        // The shell dies of SIGTERM at once; the subshell ignores it and holds the pipe.
+        let id = start(
+            &manager,
+            &format!("(trap '' TERM; sleep {marker}) & echo ready; wait"),
+        )
+        .await;
+        wait_for_output(&manager, &id, "ready").await;
+        let begun = Instant::now();
+        manager
+            .signal(SCOPE, &id, Signal::Terminate)
+            .expect("terminate");
+        let snapshot = manager.wait(SCOPE, &id, LONG, ReadFrom::All).await;
+        assert_eq!(snapshot.expect("wait").signal.as_deref(), Some("SIGTERM"));
+        assert!(eventually(|| live_processes_with(marker).is_empty()).await);
+        let waited = begun.elapsed();
+        assert!(waited >= Duration::from_millis(500), "{waited:?}");
+
+        // Finished before the signal: its leftover can still be terminated.
+        let snapshot = run(&manager, &format!("(trap '' TERM; sleep {later}) &")).await;
+        assert_eq!(snapshot.exit_code, Some(0));
+        let id = manager.list(SCOPE)[0].id.clone();
+        assert!(!live_processes_with(later).is_empty());
+        manager
+            .signal(SCOPE, &id, Signal::Terminate)
+            .expect("terminate the leftover");
+        assert!(eventually(|| live_processes_with(later).is_empty()).await);
+        // Only the zombie leader is left of the group now.
+        let not_running = eventually(|| {
+            manager.signal(SCOPE, &id, Signal::Kill) == Err(ProcessError::NotRunning(id.clone()))
+        });
+        assert!(not_running.await);
+    }
+
+    #[tokio::test]
+    async fn end_scope_refuses_starts_still_under_way() {
+        let marker = "300.2020";
+        let (_dir, manager) = manager();
+        let command = format!("sleep {marker}");
+        let start = start_under_way(&manager, &command).await;
+        manager.end_scope(SCOPE).await;
+        let error = start.await.expect_err("refused");
+        let ProcessError::Failed(message) = error else {
+            panic!("not Failed: {error:?}");
+        };
+        assert!(message.contains("ended"), "{message}");
+        assert!(
+            eventually(|| live_processes_with(marker).is_empty()).await,
+            "left behind: {:?}",
+            live_processes_with(marker)
+        );
+        assert!(manager.list(SCOPE).iter().all(|info| !info.running));
+        // The scope can be used again.
+        assert_eq!(run(&manager, "echo again").await.text, "again\n");
+    }
+
+    #[test]
+    fn a_dropped_monitor_kills_its_process_and_gives_back_its_slot() {
+        let marker = "300.2121";
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let (_dir, manager) = runtime.block_on(async {
+            let (dir, manager) = manager();
+            start(&manager, &format!("sleep {marker}")).await;
+            // The monitor is under way.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            (dir, manager)
+        });
+        assert!(!live_processes_with(marker).is_empty());
+        // Drops the monitor's task.
+        drop(runtime);
+        assert!(manager.list(SCOPE).is_empty());
+        assert!(lock(&manager.table).scopes.is_empty());
+        let mut gone = false;
+        for _ in 0..500 {
+            gone = live_processes_with(marker).is_empty();
+            if gone {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(gone, "left behind: {:?}", live_processes_with(marker));
     }
 
     #[test]

@@ -109,6 +109,62 @@ pub(super) fn wait_exited(
     }
 }
 
+/// `SIGKILL` process group `pid` (whose leader is our unreaped child `pid`) and reap the
+/// leader: at once if it is already dead, else from a short-lived thread, so that the caller
+/// never blocks on a dying process. The caller must own `pid` (nobody else may signal or reap
+/// it afterwards).
+pub(super) fn kill_and_reap(pid: Pid) {
+    let _ = nix::sys::signal::killpg(pid, Signal::SIGKILL);
+    reap_soon(pid);
+}
+
+/// Reap our child `pid`, which has exited or been sent `SIGKILL`: at once if it is already
+/// a zombie, else from a short-lived thread (inline if no thread can be started).
+pub(super) fn reap_soon(pid: Pid) {
+    if !matches!(wait_exited(WaitTarget::Pid(pid), true, false), Ok(None)) {
+        // Reaped now, or not ours to reap.
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("toolhost-reaper".to_owned())
+        .spawn(move || {
+            let _ = wait_exited(WaitTarget::Pid(pid), false, false);
+        });
+    if spawned.is_err() {
+        let _ = wait_exited(WaitTarget::Pid(pid), false, false);
+    }
+}
+
+/// Whether process group `pgid` has a member that is not a zombie, by scanning `/proc`.
+/// `true` when `/proc` cannot be read (the caller then just tries the signal).
+pub(super) fn group_has_live_member(pgid: Pid) -> bool {
+    let Ok(proc_dir) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    let pgid = pgid.as_raw().to_string();
+    proc_dir.flatten().any(|entry| {
+        let is_pid = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|name| name.bytes().all(|b| b.is_ascii_digit()));
+        if !is_pid {
+            return false;
+        }
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            return false;
+        };
+        // `pid (comm) state ppid pgrp ...`; the comm may contain anything, so split after its
+        // last `) `.
+        let Some((_, rest)) = stat.rsplit_once(") ") else {
+            return false;
+        };
+        let mut fields = rest.split(' ');
+        let state = fields.next().unwrap_or("Z");
+        let group = fields.nth(1);
+        group == Some(pgid.as_str()) && state != "Z" && state != "X"
+    })
+}
+
 /// `pidfd_open(pid, 0)` (Linux 5.3+). The descriptor is close-on-exec and becomes readable
 /// when the process exits.
 pub(super) fn pidfd_open(pid: Pid) -> io::Result<OwnedFd> {
@@ -619,6 +675,38 @@ mod tests {
         assert_eq!(error.step, SpawnStep::Exec);
         assert_eq!(error.error.kind(), io::ErrorKind::NotFound);
         assert!(error.to_string().starts_with("exec: "), "{error}");
+    }
+
+    #[test]
+    fn zombie_leaders_are_not_live_members_and_get_reaped() {
+        use std::os::fd::AsFd;
+        let forker = Forker::new().expect("forker");
+        let (_reader, exits) = spec("exit 0", Path::new("/"));
+        let (pid, pidfd) = forker.spawn(&exits).expect("spawn");
+        let pidfd = pidfd.unwrap_or_else(|| pidfd_open(pid).expect("pidfd_open"));
+        let seen = wait_exited(WaitTarget::PidFd(pidfd.as_fd()), false, true).expect("waitid");
+        assert_eq!(seen, Some(Exit::Code(0)));
+        // Only the zombie is left of the group.
+        assert!(!group_has_live_member(pid));
+        reap_soon(pid);
+        let gone = wait_exited(WaitTarget::Pid(pid), true, false);
+        assert_eq!(gone.map_err(|e| e.raw_os_error()), Err(Some(libc::ECHILD)));
+
+        let (_reader, sleeps) = spec("exec sleep 30", Path::new("/"));
+        let (pid, _pidfd) = forker.spawn(&sleeps).expect("spawn");
+        assert!(group_has_live_member(pid));
+        kill_and_reap(pid);
+        let mut reaped = false;
+        for _ in 0..500 {
+            // WNOWAIT: only look, leave the reaping to `kill_and_reap`.
+            let waited = wait_exited(WaitTarget::Pid(pid), true, true);
+            if waited.map_err(|e| e.raw_os_error()) == Err(Some(libc::ECHILD)) {
+                reaped = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(reaped, "the killed child was not reaped");
     }
 
     #[test]
