@@ -418,7 +418,19 @@ async fn ending_a_session_terminates_its_processes() {
 
 #[tokio::test]
 async fn idle_sessions_expire_with_their_processes() {
-    let server = HttpServer::start(&["--idle-timeout", "1s"]).await;
+    // Idle expiry allows for the longest call (the plugin's wall limit, 2 s here) on top of
+    // the idle time.
+    let plugins = short_wall_plugins("2s");
+    let dir = plugins.path().to_str().expect("utf8").to_string();
+    let server = HttpServer::start(&[
+        "--idle-timeout",
+        "1s",
+        "--policy",
+        "none",
+        "--plugins",
+        &dir,
+    ])
+    .await;
     let session = Session::open(&server).await;
     let command = format!("sleep 300.{}", marker());
     structured(
@@ -431,10 +443,50 @@ async fn idle_sessions_expire_with_their_processes() {
     );
     assert!(wait_present(&command, Duration::from_secs(10)).await);
     assert!(
-        wait_gone(&command, Duration::from_secs(10)).await,
+        wait_gone(&command, Duration::from_secs(15)).await,
         "the idle session's process survives"
     );
     server.stop().await;
+}
+
+#[tokio::test]
+async fn a_silent_call_longer_than_the_idle_timeout_is_not_cut() {
+    let plugins = short_wall_plugins("20s");
+    let dir = plugins.path().to_str().expect("utf8").to_string();
+    let server = HttpServer::start(&[
+        "--idle-timeout",
+        "1s",
+        "--policy",
+        "none",
+        "--plugins",
+        &dir,
+    ])
+    .await;
+    let session = Session::open(&server).await;
+    let result = session
+        .call_tool(
+            "execute",
+            json!({"command": "sleep 3; echo survived", "timeout": "10s"}),
+        )
+        .await;
+    assert_eq!(structured(&result)["output"], "survived\n");
+    server.stop().await;
+}
+
+/// A plugin directory holding the default policy with the given wall-clock limit.
+fn short_wall_plugins(wall: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::write(
+        dir.path().join("default.wasm"),
+        toolhost::bundled::DEFAULT.bytes,
+    )
+    .expect("component");
+    std::fs::write(
+        dir.path().join("default.toml"),
+        format!("[grants]\nprocess = true\n[limits]\nwall_time = \"{wall}\"\n"),
+    )
+    .expect("manifest");
+    dir
 }
 
 #[tokio::test]

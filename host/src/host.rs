@@ -437,6 +437,16 @@ impl ToolHost {
             .collect()
     }
 
+    /// The longest a single call of any loaded plugin may take (the largest wall-clock limit).
+    pub fn max_call_time(&self) -> Duration {
+        self.snapshot()
+            .plugins
+            .iter()
+            .map(|p| p.wall_time())
+            .max()
+            .unwrap_or_default()
+    }
+
     /// The loaded plugins' names and origins.
     pub fn plugins(&self) -> Vec<(String, String)> {
         self.snapshot()

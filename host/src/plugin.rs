@@ -191,6 +191,11 @@ impl Plugin {
         &self.origin
     }
 
+    /// The longest one call of this plugin may take (its wall-clock limit).
+    pub fn wall_time(&self) -> std::time::Duration {
+        self.limits.wall_time
+    }
+
     /// The tools it provides.
     pub fn tools(&self) -> &[ToolDefinition] {
         &self.tools

@@ -154,7 +154,10 @@ pub async fn serve_http(host: Arc<ToolHost>, options: HttpOptions) -> Result<(),
     let signals = super::spawn_signal_watch(stop.clone())?;
 
     let mut sessions = LocalSessionManager::default();
-    sessions.session_config.keep_alive = Some(options.idle_timeout);
+    // The session timer only restarts on session traffic, and a call without a progress token
+    // is silent until it answers: allow for the longest call on top of the idle time, so a
+    // session is never expired (and its processes killed) in the middle of a call.
+    sessions.session_config.keep_alive = Some(options.idle_timeout + host.max_call_time());
     let mut config = StreamableHttpServerConfig::default()
         .with_cancellation_token(stop.child_token())
         .with_legacy_session_mode(true);
