@@ -113,6 +113,11 @@ impl ToolHostBuilder {
     }
 
     /// Where compiled components are cached; `None` disables the cache.
+    ///
+    /// Compiled code from this directory is loaded and run natively, so it must be as
+    /// trusted as the `toolhost` binary: whoever can write it can run code inside the host.
+    /// When the agent's commands run as the same user as the host, disable the cache (or
+    /// point it at a directory that user cannot write) if a policy must hold against them.
     pub fn cache_dir(mut self, dir: Option<PathBuf>) -> Self {
         self.cache_dir = dir;
         self

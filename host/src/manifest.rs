@@ -4,7 +4,7 @@
 //! ```toml
 //! [grants]
 //! process = true                 # may start and control processes (deny by default)
-//! workdir_root = "/home/me/src"  # processes run only in this directory or below it
+//! workdir_root = "/home/me/src"  # processes start only in this directory or below it
 //! max_timeout = "10m"            # longest a single wait on a process may block
 //! env = ["PATH", "HOME", "LANG"] # host variables processes inherit (absent: all of them)
 //!
@@ -16,6 +16,13 @@
 //! [config]                       # free-form, passed to the guest as JSON
 //! default_timeout = "30s"
 //! ```
+
+//!
+//! What the host enforces is what the *guest* may ask for: a plugin without `process` cannot
+//! run anything, a start request outside `workdir_root` is refused, and processes inherit only
+//! the `env` variables listed. The commands themselves run as the host's user, unconfined: a
+//! command can `cd /` or read files anywhere that user can. Run the host as a dedicated user
+//! (or in a container) when the commands must be contained, not only the policy.
 
 use crate::sandbox::CallLimits;
 use serde::Deserialize;

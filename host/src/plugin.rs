@@ -403,9 +403,10 @@ async fn compile(
     if let Some(path) = &cached
         && path.is_file()
     {
-        // SAFETY: the file was written by `Component::serialize` of this same engine
-        // configuration (the key includes its compatibility hash) into the host's own cache
-        // directory; wasmtime validates its header before use.
+        // SAFETY: the cache directory is trusted like the binary itself (see
+        // `ToolHostBuilder::cache_dir`): its files were written by `Component::serialize` of
+        // this engine configuration (the key includes its compatibility hash), and wasmtime
+        // checks the header and compatibility before use.
         match unsafe { Component::deserialize_file(engine, path) } {
             Ok(component) => return Ok(component),
             Err(e) => {
@@ -434,9 +435,11 @@ fn store_cached(component: &Component, path: &Path) -> std::io::Result<()> {
     let bytes = component
         .serialize()
         .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)?;
+    // A unique temporary name, then an atomic rename: concurrent hosts never see half a file.
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    std::io::Write::write_all(&mut tmp, &bytes)?;
+    tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
 }
 
