@@ -119,3 +119,14 @@ async fn a_guest_waiting_forever_on_a_real_process_hits_the_wall_clock_limit() {
             || !host.process_backend().list("s1")[0].running
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_flooding_its_output_still_succeeds() {
+    let dir = plugin_dir(&hostile_component(), "hostile", Some(MANIFEST));
+    let host = fake_host(dir.path(), FakeProcesses::new()).await;
+    let ok = host
+        .call("s1", "chatty", "{}")
+        .await
+        .expect("printing is never fatal");
+    assert_eq!(json(&ok)["chatty"], true);
+}

@@ -10,6 +10,7 @@
 pub mod bindings;
 pub mod buffer;
 pub mod bundled;
+mod guest_log;
 mod host;
 pub mod manifest;
 pub mod mcp;

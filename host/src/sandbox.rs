@@ -8,6 +8,7 @@
 
 use crate::bindings::{wit_buffer, wit_process};
 use crate::buffer::HeadTailBuffer;
+use crate::guest_log::GuestLog;
 use crate::process::{ProcessBackend, ReadFrom, StartRequest};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,7 +16,6 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use wasmtime::ResourceLimiter;
 use wasmtime::component::{Resource, ResourceTable};
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 /// Bytes charged for a guest buffer beyond its head and tail (struct and table entry).
@@ -174,8 +174,8 @@ pub struct CallState {
     process: Option<ProcessGrant>,
     started: Instant,
     in_host: Duration,
-    stdout: MemoryOutputPipe,
-    stderr: MemoryOutputPipe,
+    stdout: GuestLog,
+    stderr: GuestLog,
     options: CallOptions,
 }
 
@@ -188,8 +188,8 @@ impl CallState {
         process: Option<ProcessGrant>,
         options: CallOptions,
     ) -> Self {
-        let stdout = MemoryOutputPipe::new(GUEST_LOG_BYTES);
-        let stderr = MemoryOutputPipe::new(GUEST_LOG_BYTES);
+        let stdout = GuestLog::new(GUEST_LOG_BYTES);
+        let stderr = GuestLog::new(GUEST_LOG_BYTES);
         let wasi = WasiCtx::builder()
             .stdout(stdout.clone())
             .stderr(stderr.clone())
@@ -223,10 +223,7 @@ impl CallState {
 
     /// What the guest printed to stdout and stderr (bounded), for the log and error messages.
     pub fn guest_output(&self) -> (String, String) {
-        (
-            String::from_utf8_lossy(&self.stdout.contents()).into_owned(),
-            String::from_utf8_lossy(&self.stderr.contents()).into_owned(),
-        )
+        (self.stdout.contents(), self.stderr.contents())
     }
 
     fn grant(&self) -> wasmtime::Result<&ProcessGrant> {

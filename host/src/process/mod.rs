@@ -114,7 +114,7 @@ pub enum ProcessError {
     #[error("no process with id `{0}`")]
     NotFound(String),
     /// The process has exited already.
-    #[error("process `{0}` is not running (it has exited)")]
+    #[error("process `{0}` is not running (it and every process it started have exited)")]
     NotRunning(String),
     /// The request is wrong (empty command, bad workdir, ...).
     #[error("{0}")]
