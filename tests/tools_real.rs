@@ -305,3 +305,21 @@ async fn fifty_waiting_guests_cost_no_thread_each() {
         assert_eq!(r["success"], true, "{r}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_omission_marker_states_the_whole_cut() {
+    let (host, _state) = real_host("default").await;
+    let r = call(
+        &host,
+        "execute",
+        serde_json::json!({"command": "seq 1 500000"}),
+    )
+    .await;
+    let omitted = r["truncated"]["omitted_bytes"].as_u64().expect("omitted");
+    let output = r["output"].as_str().expect("output");
+    assert!(
+        output.contains(&format!("[... {omitted} bytes omitted ...]")),
+        "marker: {}",
+        &output[16000..16400.min(output.len())]
+    );
+}

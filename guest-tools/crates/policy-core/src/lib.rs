@@ -162,7 +162,29 @@ fn bound_output(
         omitted_bytes: omitted,
         strategy: "head_tail".to_string(),
     };
-    (rendered.text, Some(merged))
+    (restate_omission(&rendered.text, omitted), Some(merged))
+}
+
+/// Make the (last) omission marker of `text` state `omitted`, the bytes missing from the whole
+/// stream, rather than only those this second cut removed.
+fn restate_omission(text: &str, omitted: u64) -> String {
+    const OPEN: &str = "[... ";
+    const CLOSE: &str = " bytes omitted ...]";
+    let Some(start) = text.rfind(OPEN) else {
+        return text.to_string();
+    };
+    let digits = &text[start + OPEN.len()..];
+    let end = digits
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(digits.len());
+    if end == 0 || !digits[end..].starts_with(CLOSE) {
+        return text.to_string();
+    }
+    format!(
+        "{}{OPEN}{omitted}{}",
+        &text[..start],
+        &text[start + OPEN.len() + end..]
+    )
 }
 
 /// A process error as a message for the model.
