@@ -420,17 +420,7 @@ async fn ending_a_session_terminates_its_processes() {
 async fn idle_sessions_expire_with_their_processes() {
     // Idle expiry allows for the longest call (the plugin's wall limit, 2 s here) on top of
     // the idle time.
-    let plugins = short_wall_plugins("2s");
-    let dir = plugins.path().to_str().expect("utf8").to_string();
-    let server = HttpServer::start(&[
-        "--idle-timeout",
-        "1s",
-        "--policy",
-        "none",
-        "--plugins",
-        &dir,
-    ])
-    .await;
+    let (server, _plugins) = idle_server("2s").await;
     let session = Session::open(&server).await;
     let command = format!("sleep 300.{}", marker());
     structured(
@@ -451,17 +441,7 @@ async fn idle_sessions_expire_with_their_processes() {
 
 #[tokio::test]
 async fn a_silent_call_longer_than_the_idle_timeout_is_not_cut() {
-    let plugins = short_wall_plugins("20s");
-    let dir = plugins.path().to_str().expect("utf8").to_string();
-    let server = HttpServer::start(&[
-        "--idle-timeout",
-        "1s",
-        "--policy",
-        "none",
-        "--plugins",
-        &dir,
-    ])
-    .await;
+    let (server, _plugins) = idle_server("20s").await;
     let session = Session::open(&server).await;
     let result = session
         .call_tool(
@@ -473,8 +453,9 @@ async fn a_silent_call_longer_than_the_idle_timeout_is_not_cut() {
     server.stop().await;
 }
 
-/// A plugin directory holding the default policy with the given wall-clock limit.
-fn short_wall_plugins(wall: &str) -> tempfile::TempDir {
+/// A server with a 1 s idle timeout serving the default policy with the given wall-clock
+/// limit (the plugin directory is returned so it lives as long as the server).
+async fn idle_server(wall: &str) -> (HttpServer, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("dir");
     std::fs::write(
         dir.path().join("default.wasm"),
@@ -486,7 +467,17 @@ fn short_wall_plugins(wall: &str) -> tempfile::TempDir {
         format!("[grants]\nprocess = true\n[limits]\nwall_time = \"{wall}\"\n"),
     )
     .expect("manifest");
-    dir
+    let path = dir.path().to_str().expect("utf8").to_string();
+    let server = HttpServer::start(&[
+        "--idle-timeout",
+        "1s",
+        "--policy",
+        "none",
+        "--plugins",
+        &path,
+    ])
+    .await;
+    (server, dir)
 }
 
 #[tokio::test]
