@@ -103,15 +103,16 @@ fn plugins_export_writes_both_policies_and_they_load() {
     let dir = tempfile::tempdir().expect("dir");
     let out = toolhost(&["plugins", "export", dir.path().to_str().expect("utf8")]);
     assert!(out.status.success());
-    for name in ["default-policy.wasm", "guarded-policy.wasm"] {
+    for name in [
+        "default-policy.wasm",
+        "default-policy.toml",
+        "guarded-policy.wasm",
+        "guarded-policy.toml",
+    ] {
         assert!(dir.path().join(name).is_file(), "{name}");
     }
+    // The exported manifests grant what the bundled policies have: they load as they are.
     std::fs::remove_file(dir.path().join("default-policy.wasm")).expect("rm");
-    std::fs::write(
-        dir.path().join("guarded-policy.toml"),
-        "[grants]\nprocess = true\n",
-    )
-    .expect("manifest");
     let out = toolhost(&[
         "--policy",
         "none",

@@ -43,16 +43,35 @@ pub fn names() -> Vec<&'static str> {
     ALL.iter().map(|p| p.name).collect()
 }
 
-/// Write every bundled policy into `dir` (created if missing); returns the written paths.
+/// The manifest written beside an exported policy: the grant the bundled policies have.
+const EXPORTED_MANIFEST: &str = "\
+# Grants and limits of this plugin (see docs/writing-a-policy.md).
+[grants]
+process = true
+
+[limits]
+memory = \"64MiB\"
+cpu_time = \"5s\"
+wall_time = \"1h\"
+
+# Policy knobs, handed to the guest: default_timeout, max_timeout, output_cap_bytes,
+# on_timeout (\"handover\" or \"kill\"), list_limit.
+[config]
+";
+
+/// Write every bundled policy into `dir` (created if missing), each with a manifest granting
+/// what the bundled copy has, ready for `--plugins DIR`; returns the written paths.
 pub fn export(dir: &std::path::Path) -> std::io::Result<Vec<std::path::PathBuf>> {
     std::fs::create_dir_all(dir)?;
-    ALL.iter()
-        .map(|p| {
-            let path = dir.join(p.file_name);
-            std::fs::write(&path, p.bytes)?;
-            Ok(path)
-        })
-        .collect()
+    let mut written = Vec::new();
+    for p in ALL {
+        let path = dir.join(p.file_name);
+        std::fs::write(&path, p.bytes)?;
+        let manifest = path.with_extension("toml");
+        std::fs::write(&manifest, EXPORTED_MANIFEST)?;
+        written.extend([path, manifest]);
+    }
+    Ok(written)
 }
 
 /// Paths of the test fixture components (not embedded: tests load them from disk).
