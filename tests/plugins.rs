@@ -120,18 +120,40 @@ async fn manifest_config_reaches_the_guest() {
     );
     assert_eq!(r["error"], "timed out after 2s");
 
-    // A typo in the config is reported, not ignored.
+    // The description states the configured timeout.
+    let execute = host
+        .tools()
+        .into_iter()
+        .find(|t| t.name == "execute")
+        .expect("execute");
+    assert!(
+        execute.description.contains("after 2s"),
+        "{}",
+        execute.description
+    );
+
+    // A typo in the config refuses the load with a message naming it; a running host keeps
+    // the previous version serving.
     std::fs::write(
         dir.path().join("policy.toml"),
         "[grants]\nprocess = true\n[config]\ndefault_timout = \"2s\"\n",
     )
     .expect("write");
-    host.reload().await.expect("reload");
-    let err = host
-        .call("s", "execute", r#"{"command":"true"}"#)
-        .await
-        .expect_err("bad config");
+    host.reload().await.expect("a lenient reload does not fail");
+    fake.push(Script::never_exits());
+    let r = json(
+        &host
+            .call("s", "execute", r#"{"command":"sleep 9"}"#)
+            .await
+            .expect("result"),
+    );
+    assert_eq!(
+        r["error"], "timed out after 2s",
+        "previous version still serves"
+    );
+    let err = toolhost_e2e::fake_host_error(dir.path()).await;
     assert!(err.to_string().contains("default_timout"), "{err}");
+    assert!(err.to_string().contains("refused to load"), "{err}");
 }
 
 #[tokio::test]

@@ -36,6 +36,9 @@ pub enum LoadError {
     /// Imports this host cannot satisfy, or exports missing.
     #[error("plugin `{plugin}` cannot be linked: {reason}")]
     Link { plugin: String, reason: String },
+    /// `tools()` refused to load (typically: its configuration is unusable).
+    #[error("plugin `{plugin}` refused to load: {reason}")]
+    Refused { plugin: String, reason: String },
     /// `tools()` failed or returned something unusable.
     #[error("plugin `{plugin}` returned unusable tool definitions: {reason}")]
     BadTools { plugin: String, reason: String },
@@ -206,19 +209,22 @@ impl Plugin {
             plugin: self.name.clone(),
             reason,
         };
+        let config = self.config.clone();
         let tools = self
             .run("(load)", Phase::Load, |instance, store| {
                 Box::pin(async move {
                     instance
                         .toolhost_plugin_tool()
-                        .call_tools(store)
+                        .call_tools(store, &config)
                         .await
-                        .map(Ok)
                 })
             })
             .await
             .map_err(|e| bad(e.to_string()))?
-            .map_err(bad)?;
+            .map_err(|reason| LoadError::Refused {
+                plugin: self.name.clone(),
+                reason,
+            })?;
         let mut seen = std::collections::HashSet::new();
         for tool in &tools {
             let valid_name = !tool.name.is_empty()

@@ -21,8 +21,8 @@ const POLICY: Policy = Policy {
 struct DefaultPolicy;
 
 impl Guest for DefaultPolicy {
-    fn tools() -> Vec<ToolDefinition> {
-        policy_core::tools(&POLICY)
+    fn tools(config: String) -> Result<Vec<ToolDefinition>, String> {
+        policy_core::tools(&POLICY, &config)
     }
 
     fn call(name: String, arguments: String, context: CallContext) -> Result<String, String> {

@@ -31,8 +31,10 @@ const KILL_COLLECT: Duration = Duration::from_secs(2);
 
 const ARGS: &[&str] = &["command", "timeout", "workdir", "run_in_background"];
 
-pub fn definition(policy: &Policy) -> crate::exports::toolhost::plugin::tool::ToolDefinition {
-    let s = &policy.settings;
+pub fn definition(
+    policy: &Policy,
+    s: &Settings,
+) -> crate::exports::toolhost::plugin::tool::ToolDefinition {
     let on_timeout = match s.on_timeout {
         OnTimeout::Handover => {
             "If a foreground command outlives its timeout it is NOT killed: it keeps running as a \

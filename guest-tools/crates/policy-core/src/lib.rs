@@ -8,7 +8,9 @@
 //! ```ignore
 //! struct Mine;
 //! impl policy_core::exports::toolhost::plugin::tool::Guest for Mine {
-//!     fn tools() -> Vec<ToolDefinition> { policy_core::tools(&POLICY) }
+//!     fn tools(config: String) -> Result<Vec<ToolDefinition>, String> {
+//!         policy_core::tools(&POLICY, &config)
+//!     }
 //!     fn call(name: String, args: String, cx: CallContext) -> Result<String, String> {
 //!         policy_core::call(&POLICY, &name, &args, &cx)
 //!     }
@@ -48,14 +50,15 @@ pub struct Policy {
     pub deny: &'static [DenyRule],
 }
 
-/// The tools every shell policy provides.
-pub fn tools(policy: &Policy) -> Vec<ToolDefinition> {
-    vec![
-        execute::definition(policy),
+/// The tools every shell policy provides, described with the settings `config` gives.
+pub fn tools(policy: &Policy, config: &str) -> Result<Vec<ToolDefinition>, String> {
+    let settings = Settings::from_config(&policy.settings, config)?;
+    Ok(vec![
+        execute::definition(policy, &settings),
         process_tools::output_definition(),
         process_tools::list_definition(),
         process_tools::signal_definition(),
-    ]
+    ])
 }
 
 /// Run tool `name` under `policy`.
