@@ -292,3 +292,43 @@ async fn a_max_timeout_grant_caps_waits_and_the_result_says_so() {
     );
     host.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_in_flight_finishes_on_the_version_it_started_with() {
+    let dir = tempfile::tempdir().expect("dir");
+    install(dir.path(), "policy", bundled::DEFAULT.bytes, Some(GRANT));
+    let state = tempfile::tempdir().expect("state");
+    let host = std::sync::Arc::new(
+        ToolHost::builder()
+            .bundled_policy(None)
+            .plugin_dir(dir.path())
+            .process_config(toolhost::process::ProcessManagerConfig {
+                state_dir: Some(state.path().to_path_buf()),
+                ..Default::default()
+            })
+            .cache_dir(Some(test_cache_dir()))
+            .build()
+            .await
+            .expect("host"),
+    );
+    let slow = r#"{"command":"sleep 5","timeout":"1500ms"}"#;
+    let in_flight = {
+        let host = host.clone();
+        tokio::spawn(async move { host.call("s", "execute", slow).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    install(dir.path(), "policy", bundled::GUARDED.bytes, None);
+    host.reload().await.expect("reload");
+
+    // Started under the default policy: handed over at its timeout, not killed.
+    let old = json(&in_flight.await.expect("join").expect("call"));
+    assert!(old["background_process_id"].is_string(), "{old}");
+    // A new call runs under the guarded policy: killed at its timeout.
+    let new = json(&host.call("s", "execute", slow).await.expect("call"));
+    assert!(new.get("background_process_id").is_none(), "{new}");
+    assert!(
+        new["error"].as_str().expect("error").contains("killed"),
+        "{new}"
+    );
+    host.shutdown().await;
+}
