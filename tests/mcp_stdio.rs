@@ -177,7 +177,7 @@ async fn concurrent_calls_run_in_parallel() {
     }
     let elapsed = began.elapsed();
     assert!(
-        elapsed < Duration::from_secs(3),
+        elapsed < Duration::from_secs(4),
         "six `sleep 1` calls took {elapsed:?}: calls are serialized"
     );
 }
