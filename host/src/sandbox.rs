@@ -147,7 +147,7 @@ pub struct CallOptions {
 /// Limits applied to one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CallLimits {
-    /// Linear memory and guest buffers together.
+    /// Linear memories, tables and guest buffers together.
     pub memory_bytes: usize,
     /// Guest running time (time waiting in host calls is not counted).
     pub cpu_time: Duration,
@@ -227,8 +227,8 @@ impl CallState {
     }
 
     fn grant(&self) -> wasmtime::Result<&ProcessGrant> {
-        // Unreachable for a well-formed load (a component importing `process` without the
-        // grant is refused), but never trust that: trap instead.
+        // No grant while a component lists its tools at load, and none for a plugin without
+        // the process grant (such a component is refused at load anyway): trap.
         self.process
             .as_ref()
             .ok_or_else(|| wasmtime::format_err!("this plugin has no process grant"))
