@@ -12,8 +12,10 @@
 //! * Its stdout and stderr are the write end of one pipe, so output is merged in the order it
 //!   was written; stdin is `/dev/null`. One task (the process's *monitor*) reads the pipe into a
 //!   [`HeadTailBuffer`] and appends it to `<state_dir>/<id>.log` (capped; the file is created
-//!   at the first output, so silent commands cost no file). At end-of-file the monitor closes
-//!   the pipe and the log file and frees its read buffer, so a retained record holds no
+//!   at the first output, so silent commands cost no file). The log file is created, written
+//!   and deleted without holding any lock, so a slow file system never holds up the calls
+//!   that look at the records (`list`, `read`, ...). At end-of-file the monitor closes the
+//!   pipe and the log file and frees its read buffer, so a retained record holds no
 //!   descriptor.
 //! * The monitor learns of the exit from a pidfd (or, on kernels without pidfds, `SIGCHLD`),
 //!   never by polling. It then keeps draining the pipe until end-of-file or `drain_timeout`, so
@@ -31,11 +33,12 @@
 //!   group, gives back the scope's slot and removes the record all the same.
 //! * What is guaranteed to end with the host: [`ProcessManager::shutdown`] stops every
 //!   group gracefully (`SIGTERM`, then `SIGKILL` after `kill_grace`), and dropping the
-//!   manager `SIGKILL`s every group at once, so neither leaves any group member behind. If
-//!   the host itself is killed outright (`SIGKILL`, a crash), only the leaders die, through
-//!   the parent-death signal, which the kernel does not pass on to their children: the
-//!   leaders' children and grandchildren survive, re-parented. A child that moves itself into
-//!   a new session with `setsid` leaves the group and is never tracked.
+//!   manager `SIGKILL`s every group before it returns (the leaders are then reaped from a
+//!   short-lived thread, so the drop never waits for them), so neither leaves any group
+//!   member behind. If the host itself is killed outright (`SIGKILL`, a crash), only the
+//!   leaders die, through the parent-death signal, which the kernel does not pass on to their
+//!   children: the leaders' children and grandchildren survive, re-parented. A child that
+//!   moves itself into a new session with `setsid` leaves the group and is never tracked.
 //!
 //! The host must not set `SIGCHLD` to `SIG_IGN` (children would be reaped behind our back).
 
@@ -76,8 +79,6 @@ use sys::{ChildSpec, Exit, SpawnStep, WaitTarget};
 const READ_CHUNK: usize = 256 * 1024;
 /// Bytes read from a pipe at a time at first (grown when reads fill it).
 const FIRST_READ_CHUNK: usize = 4 * 1024;
-/// How long dropping the manager waits for killed leaders before leaving them unreaped.
-const DROP_REAP_PATIENCE: Duration = Duration::from_millis(500);
 /// After `SIGKILL`, how much longer than `drain_timeout` a stop waits for monitors to finish.
 const KILL_SETTLE: Duration = Duration::from_secs(1);
 
@@ -692,8 +693,9 @@ impl ProcessBackend for ProcessManager {
 }
 
 impl Drop for ProcessManager {
-    /// Kill every process group at once and reap the leaders (waiting at most half a second
-    /// for them to die), then delete the log files.
+    /// `SIGKILL` every process group before returning, hand the leaders to a short-lived
+    /// thread that reaps them as they die (so the dropping thread, possibly a runtime worker,
+    /// never waits for them), then delete the log files.
     fn drop(&mut self) {
         self.closed.send_replace(true);
         let entries: Vec<Arc<Entry>> = lock(&self.table)
@@ -701,24 +703,17 @@ impl Drop for ProcessManager {
             .drain()
             .map(|(_, entry)| entry)
             .collect();
-        for entry in &entries {
-            let _ = entry.signal_group(NixSignal::SIGKILL);
-        }
-        let deadline = std::time::Instant::now() + DROP_REAP_PATIENCE;
-        let mut pending: Vec<&Arc<Entry>> = entries.iter().collect();
-        loop {
-            pending.retain(|entry| !entry.try_reap());
-            if pending.is_empty() || std::time::Instant::now() >= deadline {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        if !pending.is_empty() {
-            tracing::warn!(
-                count = pending.len(),
-                "killed processes did not die in time and were left unreaped"
-            );
-        }
+        let leaders: Vec<Pid> = entries
+            .iter()
+            .filter_map(|entry| {
+                // Taken out under the lock, so nobody signals the group or reaps the leader
+                // after this: the pid is ours alone until `reap_all_soon` reaps it.
+                let pid = lock(&entry.leader).take()?;
+                let _ = killpg(pid, NixSignal::SIGKILL);
+                Some(pid)
+            })
+            .collect();
+        sys::reap_all_soon(leaders);
         for entry in &entries {
             entry.remove_log();
         }
@@ -844,16 +839,16 @@ impl Entry {
     }
 
     /// Create the log file, unless the record has been released meanwhile.
+    ///
+    /// The file system is touched without holding any lock (`list` waits on `state` under
+    /// the table lock, so a slow directory would otherwise hold up every call). A record
+    /// released while the file was being created gets it deleted here.
     fn create_log(&self, target: &LogTarget) -> Option<OutputLog> {
-        let mut state = lock(&self.state);
-        if state.disposed {
+        if lock(&self.state).disposed {
             return None;
         }
-        match OutputLog::create(&target.dir, &self.id, target.cap) {
-            Ok(log) => {
-                state.log_path = Some(log.path().to_owned());
-                Some(log)
-            }
+        let log = match OutputLog::create(&target.dir, &self.id, target.cap) {
+            Ok(log) => log,
             Err(error) => {
                 let dir = target.dir.display();
                 if target.warned.swap(true, Ordering::Relaxed) {
@@ -864,9 +859,26 @@ impl Entry {
                         "cannot create an output log; the process runs without one"
                     );
                 }
-                None
+                return None;
+            }
+        };
+        {
+            let mut state = lock(&self.state);
+            if !state.disposed {
+                // From here `remove_log` deletes it.
+                state.log_path = Some(log.path().to_owned());
+                return Some(log);
             }
         }
+        // Released meanwhile: `remove_log` has run and did not know of this file.
+        let path = log.path().to_owned();
+        drop(log);
+        if let Err(error) = std::fs::remove_file(&path)
+            && error.kind() != io::ErrorKind::NotFound
+        {
+            tracing::warn!(path = %path.display(), %error, "cannot remove an output log");
+        }
+        None
     }
 
     /// Wait until finished or `deadline` (`None`: no deadline). Returns whether finished.
@@ -931,30 +943,6 @@ impl Entry {
         }
     }
 
-    /// Reap the leader if it has exited. Returns whether it is reaped (now or before).
-    fn try_reap(&self) -> bool {
-        let mut leader = lock(&self.leader);
-        let Some(pid) = *leader else {
-            return true;
-        };
-        match sys::wait_exited(WaitTarget::Pid(pid), true, false) {
-            Ok(Some(_)) => {
-                *leader = None;
-                true
-            }
-            Ok(None) => false,
-            Err(error) => {
-                if error.raw_os_error() != Some(nix::libc::ECHILD) {
-                    tracing::warn!(id = %self.id, %error, "cannot reap a process");
-                    return false;
-                }
-                // Not our child any more (reaped elsewhere): forget the pid for good.
-                *leader = None;
-                true
-            }
-        }
-    }
-
     /// Kill whatever is left of the group, reap the leader (at once if it is dead, else as
     /// soon as it dies, without blocking the caller), delete the log file, and tell the
     /// monitor to stop lingering. Doing it again does nothing.
@@ -968,6 +956,8 @@ impl Entry {
         self.remove_log();
     }
 
+    /// Forbid creating the log file from now on and delete it if it exists (not under the
+    /// lock).
     fn remove_log(&self) {
         let path = {
             let mut state = lock(&self.state);
@@ -2109,8 +2099,23 @@ mod tests {
         start(&manager, &format!("sleep {marker} & sleep {marker} & wait")).await;
         start(&manager, &format!("trap '' TERM INT; sleep {marker}")).await;
         assert!(eventually(|| live_processes_with(marker).len() >= 4).await);
+        let leaders: Vec<Pid> = lock(&manager.table)
+            .entries
+            .values()
+            .filter_map(|entry| *lock(&entry.leader))
+            .collect();
+        assert_eq!(leaders.len(), 2);
         drop(manager);
+        // Every group got `SIGKILL` before the drop returned; the leaders are reaped from
+        // another thread, soon after.
         assert!(eventually(|| live_processes_with(marker).is_empty()).await);
+        let reaped = |pid: Pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| Some(stat.rsplit_once(") ")?.1.starts_with('Z')))
+                != Some(true)
+        };
+        assert!(eventually(|| leaders.iter().all(|&pid| reaped(pid))).await);
         let logs = std::fs::read_dir(dir.path().join("logs")).expect("log dir");
         assert_eq!(logs.count(), 0);
     }

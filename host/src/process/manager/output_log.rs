@@ -43,7 +43,7 @@ pub(super) struct OutputLog {
 
 impl OutputLog {
     /// Create `<dir>/<id>.log` (a new file, mode 0600). If the directory is missing it is
-    /// created first.
+    /// created first. Blocking file-system calls: callers must not hold a lock.
     pub(super) fn create(dir: &Path, id: &str, cap: u64) -> io::Result<Self> {
         let path = dir.join(format!("{id}.log"));
         let open = || {

@@ -135,6 +135,29 @@ pub(super) fn reap_soon(pid: Pid) {
     }
 }
 
+/// Reap our children `pids`, which have exited or been sent `SIGKILL`: those already
+/// zombies at once, the rest from one short-lived thread, so that the caller never waits.
+/// If no thread can be started, the rest are left unreaped (zombies until the host exits)
+/// rather than waited for. The caller must own every pid (nobody else may signal or reap it
+/// afterwards).
+pub(super) fn reap_all_soon(mut pids: Vec<Pid>) {
+    pids.retain(|&pid| matches!(wait_exited(WaitTarget::Pid(pid), true, false), Ok(None)));
+    if pids.is_empty() {
+        return;
+    }
+    let count = pids.len();
+    let spawned = std::thread::Builder::new()
+        .name("toolhost-reaper".to_owned())
+        .spawn(move || {
+            for pid in pids {
+                let _ = wait_exited(WaitTarget::Pid(pid), false, false);
+            }
+        });
+    if let Err(error) = spawned {
+        tracing::warn!(count, %error, "cannot start a thread to reap killed processes; left unreaped");
+    }
+}
+
 /// Whether process group `pgid` has a member that is not a zombie, by scanning `/proc`.
 /// `true` when `/proc` cannot be read (the caller then just tries the signal).
 pub(super) fn group_has_live_member(pgid: Pid) -> bool {
