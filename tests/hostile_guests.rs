@@ -84,19 +84,7 @@ async fn process_import_without_grant_is_refused_at_load() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guest_waiting_forever_on_a_real_process_hits_the_wall_clock_limit() {
     let dir = plugin_dir(&hostile_component(), "hostile", Some(MANIFEST));
-    let state = tempfile::tempdir().expect("state");
-    let host = toolhost::ToolHost::builder()
-        .bundled_policy(None)
-        .plugin_dir(dir.path())
-        .process_config(toolhost::process::ProcessManagerConfig {
-            state_dir: Some(state.path().to_path_buf()),
-            kill_grace: Duration::from_millis(200),
-            ..Default::default()
-        })
-        .cache_dir(None)
-        .build()
-        .await
-        .expect("host");
+    let (host, _state) = toolhost_e2e::real_plugin_host(dir.path()).await;
     let started = Instant::now();
     let err = host.call("s1", "hang", "{}").await.expect_err("cut off");
     assert!(

@@ -78,14 +78,22 @@ pub fn test_cache_dir() -> PathBuf {
 /// A host on the real process manager with the bundled `policy`, keeping output logs in a
 /// temporary state directory (returned so it lives as long as the host).
 pub async fn real_host(policy: &str) -> (ToolHost, TempDir) {
+    real_host_with(ToolHost::builder().bundled_policy(Some(policy))).await
+}
+
+/// A host on the real process manager loading only the plugin directory `dir`.
+pub async fn real_plugin_host(dir: &Path) -> (ToolHost, TempDir) {
+    real_host_with(ToolHost::builder().bundled_policy(None).plugin_dir(dir)).await
+}
+
+async fn real_host_with(builder: toolhost::ToolHostBuilder) -> (ToolHost, TempDir) {
     let state = tempfile::tempdir().expect("state dir");
     let config = toolhost::process::ProcessManagerConfig {
         state_dir: Some(state.path().to_path_buf()),
         kill_grace: std::time::Duration::from_millis(500),
         ..Default::default()
     };
-    let host = ToolHost::builder()
-        .bundled_policy(Some(policy))
+    let host = builder
         .process_config(config)
         .cache_dir(Some(test_cache_dir()))
         .build()

@@ -259,18 +259,7 @@ async fn a_max_timeout_grant_caps_waits_and_the_result_says_so() {
         bundled::DEFAULT.bytes,
         Some("[grants]\nprocess = true\nmax_timeout = \"1s\"\n"),
     );
-    let state = tempfile::tempdir().expect("state");
-    let host = ToolHost::builder()
-        .bundled_policy(None)
-        .plugin_dir(dir.path())
-        .process_config(toolhost::process::ProcessManagerConfig {
-            state_dir: Some(state.path().to_path_buf()),
-            ..Default::default()
-        })
-        .cache_dir(Some(test_cache_dir()))
-        .build()
-        .await
-        .expect("host");
+    let (host, _state) = toolhost_e2e::real_plugin_host(dir.path()).await;
     let started = std::time::Instant::now();
     let r = json(
         &host
@@ -297,20 +286,8 @@ async fn a_max_timeout_grant_caps_waits_and_the_result_says_so() {
 async fn a_call_in_flight_finishes_on_the_version_it_started_with() {
     let dir = tempfile::tempdir().expect("dir");
     install(dir.path(), "policy", bundled::DEFAULT.bytes, Some(GRANT));
-    let state = tempfile::tempdir().expect("state");
-    let host = std::sync::Arc::new(
-        ToolHost::builder()
-            .bundled_policy(None)
-            .plugin_dir(dir.path())
-            .process_config(toolhost::process::ProcessManagerConfig {
-                state_dir: Some(state.path().to_path_buf()),
-                ..Default::default()
-            })
-            .cache_dir(Some(test_cache_dir()))
-            .build()
-            .await
-            .expect("host"),
-    );
+    let (host, _state) = toolhost_e2e::real_plugin_host(dir.path()).await;
+    let host = std::sync::Arc::new(host);
     let slow = r#"{"command":"sleep 5","timeout":"1500ms"}"#;
     let in_flight = {
         let host = host.clone();

@@ -292,20 +292,7 @@ async fn process_tools_follow_a_background_process() {
             .final_output("bye\n")
             .runs_for(Duration::from_secs(20)),
     );
-    let started = json(
-        &host
-            .call(
-                "s",
-                "execute",
-                r#"{"command":"./server","run_in_background":true}"#,
-            )
-            .await
-            .expect("start"),
-    );
-    let id = started["background_process_id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let id = start_background(&host, "./server").await;
 
     let first = json(
         &host
@@ -363,20 +350,7 @@ async fn process_signal_validates_and_signals() {
     let fake = FakeProcesses::new();
     let host = policy_host("default", fake.clone()).await;
     fake.push(Script::never_exits());
-    let started = json(
-        &host
-            .call(
-                "s",
-                "execute",
-                r#"{"command":"sleep 1000","run_in_background":true}"#,
-            )
-            .await
-            .expect("start"),
-    );
-    let id = started["background_process_id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let id = start_background(&host, "sleep 1000").await;
 
     let bad = tool_error(
         host.call(
@@ -564,17 +538,7 @@ async fn process_output_waits_are_clamped_to_the_maximum() {
     let fake = FakeProcesses::new();
     let host = policy_host("default", fake.clone()).await;
     fake.push(Script::never_exits());
-    let started = json(
-        &host
-            .call(
-                "s",
-                "execute",
-                r#"{"command":"server","run_in_background":true}"#,
-            )
-            .await
-            .expect("start"),
-    );
-    let id = started["background_process_id"].as_str().expect("id");
+    let id = start_background(&host, "server").await;
     let r = json(
         &host
             .call(
@@ -659,4 +623,14 @@ async fn guarded_rules_refuse_destructive_commands_only() {
             .unwrap_or_else(|e| panic!("{cmd:?} was refused: {e}"));
     }
     assert_eq!(fake.starts().len(), allowed.len());
+}
+
+/// Start `command` in the background through `execute`; its process id.
+async fn start_background(host: &toolhost::ToolHost, command: &str) -> String {
+    let args = serde_json::json!({"command": command, "run_in_background": true}).to_string();
+    let started = json(&host.call("s", "execute", &args).await.expect("start"));
+    started["background_process_id"]
+        .as_str()
+        .expect("id")
+        .to_string()
 }
