@@ -1,7 +1,7 @@
 //! The `toolhost` binary: tools, call, plugins export, exit codes and streams.
 
 use std::process::Command;
-use toolhost_e2e::{json, marker, processes_with, toolhost_bin};
+use toolhost_e2e::{json, marker, processes_with, sleeps_with, toolhost_bin};
 
 fn toolhost(args: &[&str]) -> std::process::Output {
     Command::new(toolhost_bin())
@@ -166,4 +166,33 @@ fn workdir_and_shell_flags_configure_the_processes() {
     ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such/dir"));
+}
+
+#[test]
+fn an_interrupted_call_cleans_up_its_processes() {
+    let marker = marker();
+    let args = format!(r#"{{"command":"sleep {marker} & sleep {marker}","timeout":"60s"}}"#);
+    let mut child = Command::new(toolhost_bin())
+        .args(["call", "execute", &args])
+        .env("TOOLHOST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run toolhost");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while sleeps_with(&marker) < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let exit = child.wait().expect("wait");
+    assert_eq!(exit.code(), Some(130));
+    assert_eq!(sleeps_with(&marker), 0, "{:?}", processes_with(&marker));
 }

@@ -244,8 +244,20 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             scope,
         } => {
             let host = build_host(&cli).await?;
-            let outcome = host.call(scope, tool, arguments).await;
+            let stop = interrupted()?;
+            // Ctrl-C or SIGTERM still cleans up: the call is dropped and every process it
+            // started is terminated before the exit.
+            let outcome = tokio::select! {
+                outcome = host.call(scope, tool, arguments) => Some(outcome),
+                name = stop => {
+                    eprintln!("toolhost: {name}: stopping the call and its processes");
+                    None
+                }
+            };
             host.shutdown().await;
+            let Some(outcome) = outcome else {
+                return Ok(ExitCode::from(130));
+            };
             match outcome {
                 Ok(result) => {
                     println!("{result}");
@@ -337,6 +349,19 @@ fn scrub_env_token() {
         }
         std::env::remove_var("TOOLHOST_TOKEN");
     }
+}
+
+/// Resolves with the signal's name on the first SIGINT or SIGTERM.
+fn interrupted() -> Result<impl Future<Output = &'static str>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt()).context("installing a SIGINT handler")?;
+    let mut terminate = signal(SignalKind::terminate()).context("installing a SIGTERM handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => "SIGINT",
+            _ = terminate.recv() => "SIGTERM",
+        }
+    })
 }
 
 fn one_line(text: &str) -> String {
