@@ -293,16 +293,7 @@ async fn cancelled_foreground_command_is_handed_over_by_the_default_policy() {
 #[tokio::test]
 async fn disconnect_terminates_the_sessions_processes() {
     let mut client = StdioClient::start(&[]).await;
-    let mark = marker();
-    let command = format!("sleep 300.{mark}");
-    let started = client
-        .call_tool(
-            "execute",
-            json!({"command": command, "run_in_background": true}),
-        )
-        .await;
-    structured(&started);
-    assert!(wait_present(&command, Duration::from_secs(10)).await);
+    let command = start_marked_sleep(&mut client).await;
 
     client.close_stdin();
     let code = client.wait_exit(Duration::from_secs(15)).await;
@@ -317,17 +308,7 @@ async fn disconnect_terminates_the_sessions_processes() {
 #[tokio::test]
 async fn sigterm_terminates_the_sessions_processes() {
     let mut client = StdioClient::start(&[]).await;
-    let mark = marker();
-    let command = format!("sleep 300.{mark}");
-    structured(
-        &client
-            .call_tool(
-                "execute",
-                json!({"command": command, "run_in_background": true}),
-            )
-            .await,
-    );
-    assert!(wait_present(&command, Duration::from_secs(10)).await);
+    let command = start_marked_sleep(&mut client).await;
 
     let pid = client.child.id().expect("server pid");
     let status = std::process::Command::new("kill")
@@ -410,4 +391,19 @@ async fn swapping_policies_in_a_running_server_changes_behaviour() {
     list_changed(&mut client).await;
     let ran = client.call_tool("execute", risky).await;
     assert_ne!(ran["isError"], true, "default policy again: {ran}");
+}
+
+/// Start a uniquely marked `sleep` in the background through `execute` and wait until it runs;
+/// its command line.
+async fn start_marked_sleep(client: &mut StdioClient) -> String {
+    let command = format!("sleep 300.{}", marker());
+    let started = client
+        .call_tool(
+            "execute",
+            json!({"command": command, "run_in_background": true}),
+        )
+        .await;
+    structured(&started);
+    assert!(wait_present(&command, Duration::from_secs(10)).await);
+    command
 }
