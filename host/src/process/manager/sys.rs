@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use nix::libc;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
+use rustix::process::{WaitId, WaitIdOptions, waitid};
 
 /// How a process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,40 +74,37 @@ pub(super) fn wait_exited(
     nohang: bool,
     keep_zombie: bool,
 ) -> io::Result<Option<Exit>> {
-    let (idtype, id) = match target {
-        WaitTarget::Pid(pid) => (libc::P_PID, pid.as_raw() as libc::id_t),
-        WaitTarget::PidFd(fd) => (libc::P_PIDFD, fd.as_raw_fd() as libc::id_t),
+    let id = match target {
+        WaitTarget::Pid(pid) => WaitId::Pid(rustix_pid(pid)?),
+        WaitTarget::PidFd(fd) => WaitId::PidFd(fd),
     };
-    let mut flags = libc::WEXITED;
+    let mut options = WaitIdOptions::EXITED;
     if nohang {
-        flags |= libc::WNOHANG;
+        options |= WaitIdOptions::NOHANG;
     }
     if keep_zombie {
-        flags |= libc::WNOWAIT;
+        options |= WaitIdOptions::NOWAIT;
     }
     loop {
-        // SAFETY: siginfo_t is plain data; zeroed is a valid value and lets us detect the
-        // "nothing to report" case (si_pid stays 0) under WNOHANG.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: `info` is a valid, writable siginfo_t.
-        let rc = unsafe { libc::waitid(idtype, id, &mut info, flags) };
-        if rc == -1 {
-            let error = io::Error::last_os_error();
-            if error.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(error);
-        }
-        // SAFETY: waitid filled a SIGCHLD siginfo, whose pid and status fields are valid.
-        let (pid, status) = unsafe { (info.si_pid(), info.si_status()) };
-        if pid == 0 {
+        let status = match waitid(id.clone(), options) {
+            Ok(status) => status,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(errno) => return Err(errno.into()),
+        };
+        let Some(status) = status else {
             return Ok(None);
-        }
-        return Ok(Some(match info.si_code {
-            libc::CLD_KILLED | libc::CLD_DUMPED => Exit::Signal(status),
-            _ => Exit::Code(status),
+        };
+        return Ok(Some(match status.terminating_signal() {
+            Some(signal) => Exit::Signal(signal),
+            None => Exit::Code(status.exit_status().unwrap_or_default()),
         }));
     }
+}
+
+/// The same pid as rustix sees it.
+fn rustix_pid(pid: Pid) -> io::Result<rustix::process::Pid> {
+    rustix::process::Pid::from_raw(pid.as_raw())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a process id"))
 }
 
 /// `SIGKILL` process group `pid` (whose leader is our unreaped child `pid`) and reap the
@@ -191,14 +189,10 @@ pub(super) fn group_has_live_member(pgid: Pid) -> bool {
 /// `pidfd_open(pid, 0)` (Linux 5.3+). The descriptor is close-on-exec and becomes readable
 /// when the process exits.
 pub(super) fn pidfd_open(pid: Pid) -> io::Result<OwnedFd> {
-    // SAFETY: a plain syscall with integer arguments.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let fd = i32::try_from(fd).map_err(|_| io::Error::other("pidfd out of range"))?;
-    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    Ok(rustix::process::pidfd_open(
+        rustix_pid(pid)?,
+        rustix::process::PidfdFlags::empty(),
+    )?)
 }
 
 /// Everything a child needs, prepared by the parent: between `clone` and `exec` the child
@@ -511,68 +505,96 @@ extern "C" fn child_main(context: *mut libc::c_void) -> libc::c_int {
         unsafe { libc::_exit(127) }
     };
     let errno = || nix::errno::Errno::last_raw();
-    // SAFETY (whole block): plain system calls on values prepared by the parent.
-    unsafe {
+    // SAFETY: setsid, prctl and getppid take no pointers; they change only this child.
+    let parent_ok = unsafe {
         if libc::setsid() == -1 {
             return fail(STAGE_SETSID, errno());
         }
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) == -1 {
             return fail(STAGE_PDEATHSIG, errno());
         }
-        // The parent died before the prctl: nobody would ever kill us.
-        if libc::getppid() != context.parent {
-            return fail(STAGE_PARENT, libc::ESRCH);
-        }
-        if context.nice != 0 {
-            // Failure (not permitted) is harmless.
-            libc::nice(context.nice);
-        }
-        if libc::dup2(context.stdin, 0) == -1
-            || libc::dup2(context.output, 1) == -1
-            || libc::dup2(context.output, 2) == -1
-        {
-            return fail(STAGE_STDIO, errno());
-        }
-        // Nothing else of the host's: close every other descriptor, including any the host
-        // opened without close-on-exec. (Linux 5.9+; on older kernels this fails and the
-        // close-on-exec flags are all there is.)
+        libc::getppid() == context.parent
+    };
+    // The parent died before the prctl: nobody would ever kill us.
+    if !parent_ok {
+        return fail(STAGE_PARENT, libc::ESRCH);
+    }
+    if context.nice != 0 {
+        // SAFETY: an integer argument; failure (not permitted) is harmless.
+        unsafe { libc::nice(context.nice) };
+    }
+    // SAFETY: the descriptors were opened by the parent and stay open until `clone` returns
+    // there (CLONE_VFORK); dup2 only changes this child's descriptor table.
+    let stdio = unsafe {
+        libc::dup2(context.stdin, 0) != -1
+            && libc::dup2(context.output, 1) != -1
+            && libc::dup2(context.output, 2) != -1
+    };
+    if !stdio {
+        return fail(STAGE_STDIO, errno());
+    }
+    // Nothing else of the host's: close every other descriptor, including any the host
+    // opened without close-on-exec. (Linux 5.9+; on older kernels this fails and the
+    // close-on-exec flags are all there is.)
+    // SAFETY: integer arguments; closes descriptors of this child only (CLONE_VFORK without
+    // CLONE_FILES gives it its own descriptor table).
+    unsafe {
         libc::syscall(
             libc::SYS_close_range,
             3 as libc::c_uint,
             libc::c_uint::MAX,
             0 as libc::c_uint,
-        );
-        if libc::chdir(context.workdir) == -1 {
-            return fail(STAGE_CHDIR, errno());
+        )
+    };
+    // SAFETY: `workdir` is a NUL-terminated string owned by the parent's ChildSpec, alive
+    // while the parent is suspended.
+    if unsafe { libc::chdir(context.workdir) } == -1 {
+        return fail(STAGE_CHDIR, errno());
+    }
+    reset_signals(context.rtmax);
+    // SAFETY: program, argv and envp are NUL-terminated strings and NULL-terminated arrays
+    // built by the parent's ChildSpec, alive while the parent is suspended. On success this
+    // never returns.
+    unsafe { libc::execve(context.program, context.argv, context.envp) };
+    fail(STAGE_EXEC, errno())
+}
+
+/// In the child before exec: signal handlers must not run here (they would run on the
+/// parent's memory), and the signal mask survives exec. Reset every handled signal to the
+/// default, and SIGPIPE too (the Rust runtime ignores it; children expect the default), then
+/// unblock every signal. Async-signal-safe calls only.
+fn reset_signals(rtmax: libc::c_int) {
+    for signal in 1..=rtmax {
+        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+            continue;
         }
-        // Signal handlers must not run here (they would run on the parent's memory), and the
-        // signal mask survives exec: reset every handled signal to the default, and SIGPIPE
-        // too (the Rust runtime ignores it; children expect the default), then unblock.
-        for signal in 1..=context.rtmax {
-            if signal == libc::SIGKILL || signal == libc::SIGSTOP {
-                continue;
-            }
-            let mut current: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(signal, std::ptr::null(), &mut current) != 0 {
-                continue;
-            }
-            let handler = current.sa_sigaction;
-            let reset = match handler {
-                libc::SIG_DFL => false,
-                libc::SIG_IGN => signal == libc::SIGPIPE,
-                _ => true,
-            };
-            if reset {
-                let mut default: libc::sigaction = std::mem::zeroed();
-                default.sa_sigaction = libc::SIG_DFL;
-                libc::sigaction(signal, &default, std::ptr::null_mut());
-            }
+        // SAFETY: sigaction is plain data; all zeroes is a valid (default) value.
+        let mut current: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: a null new action only reads the current one into `current`, a valid,
+        // writable sigaction.
+        if unsafe { libc::sigaction(signal, std::ptr::null(), &mut current) } != 0 {
+            continue;
         }
-        let mut none: libc::sigset_t = std::mem::zeroed();
+        let reset = match current.sa_sigaction {
+            libc::SIG_DFL => false,
+            libc::SIG_IGN => signal == libc::SIGPIPE,
+            _ => true,
+        };
+        if reset {
+            // SAFETY: as above, all zeroes is a valid sigaction.
+            let mut default: libc::sigaction = unsafe { std::mem::zeroed() };
+            default.sa_sigaction = libc::SIG_DFL;
+            // SAFETY: `default` is a valid sigaction; the old action is not asked for.
+            unsafe { libc::sigaction(signal, &default, std::ptr::null_mut()) };
+        }
+    }
+    // SAFETY: sigset_t is plain data, initialised by sigemptyset before use.
+    let mut none: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `none` is a valid, writable sigset_t; setting this thread's mask is what the
+    // child needs before exec.
+    unsafe {
         libc::sigemptyset(&mut none);
         libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-        libc::execve(context.program, context.argv, context.envp);
-        fail(STAGE_EXEC, errno())
     }
 }
 
