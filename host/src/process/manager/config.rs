@@ -1,0 +1,70 @@
+//! [`ProcessManagerConfig`]: the settings of a process manager.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::output_log;
+use crate::buffer::{DEFAULT_HEAD_BYTES, DEFAULT_TAIL_BYTES};
+
+/// Settings of a [`ProcessManager`](super::ProcessManager). `Default` gives the production values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessManagerConfig {
+    /// The shell that runs commands as `SHELL -c COMMAND`. Default `/bin/sh`.
+    pub shell: PathBuf,
+    /// Working directory when a request names none, and the base of relative ones.
+    /// `None` (the default) means the host's current directory.
+    pub default_workdir: Option<PathBuf>,
+    /// Bytes kept from the start of each process's output. Default 16 KiB.
+    pub head_bytes: usize,
+    /// Bytes kept from the end of each process's output. Default 16 KiB.
+    pub tail_bytes: usize,
+    /// Time between `SIGTERM` and the `SIGKILL` that follows it. Default 5 s.
+    pub kill_grace: Duration,
+    /// How long an exited process stays listed and readable. Default 5 min.
+    pub retention: Duration,
+    /// Running processes allowed per scope. Default 64.
+    pub max_running_per_scope: usize,
+    /// Finished processes kept listed per scope: past this, the oldest finished record is
+    /// removed before its retention ends. Default 256.
+    pub max_retained_per_scope: usize,
+    /// How long to keep reading output after the process exits, for grandchildren that still
+    /// hold the pipe. Default 2 s.
+    pub drain_timeout: Duration,
+    /// Keep each process's complete output in a log file. Default `true`.
+    pub output_logs: bool,
+    /// Directory of the log files; `None` (the default) means
+    /// [`ProcessManagerConfig::default_state_dir`].
+    pub state_dir: Option<PathBuf>,
+    /// Bytes written to a log file at most; output past the cap is not logged. Default 64 MiB.
+    pub log_cap_bytes: u64,
+    /// Niceness added to every process (0 leaves the priority alone). Default 5.
+    pub nice: i32,
+}
+
+impl Default for ProcessManagerConfig {
+    fn default() -> Self {
+        Self {
+            shell: PathBuf::from("/bin/sh"),
+            default_workdir: None,
+            head_bytes: DEFAULT_HEAD_BYTES,
+            tail_bytes: DEFAULT_TAIL_BYTES,
+            kill_grace: Duration::from_secs(5),
+            retention: Duration::from_secs(5 * 60),
+            max_running_per_scope: 64,
+            max_retained_per_scope: 256,
+            drain_timeout: Duration::from_secs(2),
+            output_logs: true,
+            state_dir: None,
+            log_cap_bytes: 64 * 1024 * 1024,
+            nice: 5,
+        }
+    }
+}
+
+impl ProcessManagerConfig {
+    /// The default log directory: `$XDG_STATE_HOME/toolhost/output`, else
+    /// `$HOME/.local/state/toolhost/output`; `None` when neither variable is an absolute path.
+    pub fn default_state_dir() -> Option<PathBuf> {
+        output_log::default_state_dir()
+    }
+}

@@ -1,0 +1,300 @@
+//! The task that owns one running process (its *monitor*): it reads the output pipe into the
+//! record and the log file, learns of the exit from a pidfd (or `SIGCHLD`), drains what
+//! grandchildren still write, finishes the record, and removes it after the retention period.
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use nix::sys::signal::Signal as NixSignal;
+use tokio::io::AsyncReadExt;
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+use tokio::net::unix::pipe;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::entry::{Ended, Entry, LogTarget, lock};
+use super::output_log::OutputLog;
+use super::sys::{self, Exit, WaitTarget};
+use super::table::Records;
+
+/// Bytes read from a pipe at a time, at most.
+const READ_CHUNK: usize = 256 * 1024;
+/// Bytes read from a pipe at a time at first (grown when reads fill it).
+pub(super) const FIRST_READ_CHUNK: usize = 4 * 1024;
+
+/// How the monitor learns that the leader exited.
+pub(super) enum ExitWatch {
+    /// A pidfd, readable once the process has exited.
+    PidFd(AsyncFd<OwnedFd>),
+    /// Kernels without pidfds: check on every `SIGCHLD`.
+    SigChld(tokio::signal::unix::Signal),
+}
+
+impl ExitWatch {
+    pub(super) fn new(pidfd: Option<OwnedFd>) -> io::Result<Self> {
+        if let Some(pidfd) = pidfd {
+            // SAFETY: the `OwnedFd` is an open pidfd, owned by the `AsyncFd` from now on, so it
+            // stays open and refers to the same process for the `AsyncFd`'s whole life.
+            match unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) } {
+                Ok(fd) => return Ok(Self::PidFd(fd)),
+                Err(error) => tracing::debug!(%error, "cannot poll a pidfd; using SIGCHLD"),
+            }
+        }
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()).map(Self::SigChld)
+    }
+
+    /// Wait for the leader's exit without reaping it. `None` if the status cannot be read
+    /// (the leader was reaped elsewhere, which only happens once the manager is dropped).
+    async fn wait(self, entry: &Entry) -> Option<Exit> {
+        let result = match self {
+            Self::PidFd(fd) => loop {
+                let mut ready = match fd.readable().await {
+                    Ok(ready) => ready,
+                    Err(error) => break Err(error),
+                };
+                match sys::wait_exited(WaitTarget::PidFd(fd.get_ref().as_fd()), true, true) {
+                    Ok(None) => ready.clear_ready(),
+                    other => break other,
+                }
+            },
+            Self::SigChld(mut sigchld) => loop {
+                // Checked after the SIGCHLD listener exists, so no exit can be missed.
+                let checked = match *lock(&entry.leader) {
+                    Some(pid) => sys::wait_exited(WaitTarget::Pid(pid), true, true),
+                    None => break Ok(None),
+                };
+                match checked {
+                    Ok(None) => {
+                        if sigchld.recv().await.is_none() {
+                            break Ok(None);
+                        }
+                    }
+                    other => break other,
+                }
+            },
+        };
+        match result {
+            Ok(exit) => exit,
+            Err(error) => {
+                tracing::debug!(id = %entry.id, %error, "cannot read a process's exit status");
+                None
+            }
+        }
+    }
+}
+
+/// The task that owns one process: reads its output, notices its exit, finishes it, and
+/// removes it after the retention period.
+pub(super) struct Monitor {
+    /// Owns the process from the moment the monitor exists, whether or not it ever runs.
+    pub(super) guard: MonitorGuard,
+    pub(super) exit_watch: ExitWatch,
+    pub(super) output: OutputReader,
+    pub(super) drain_timeout: Duration,
+    pub(super) retention: Duration,
+    pub(super) closed: watch::Receiver<bool>,
+}
+
+impl Monitor {
+    pub(super) async fn run(self) {
+        let Monitor {
+            guard,
+            exit_watch,
+            output,
+            drain_timeout,
+            retention,
+            mut closed,
+        } = self;
+        let entry = Arc::clone(&guard.entry);
+        // `None` once the pipe reached end-of-file (and everything reading it is released).
+        let mut output = Some(output);
+        let exit = exit_watch.wait(&entry);
+        tokio::pin!(exit);
+        let mut ended: Option<Ended> = None;
+        let mut drain_deadline: Option<Instant> = None;
+
+        // Until the exit: read and watch for the exit. After it: read until end-of-file or
+        // the drain deadline.
+        while let Some(reader) = output.as_mut() {
+            let read = if ended.is_none() {
+                tokio::select! {
+                    biased;
+                    status = &mut exit => {
+                        ended = Some(entry.ended_now(status));
+                        drain_deadline = Instant::now().checked_add(drain_timeout);
+                        continue;
+                    }
+                    read = reader.read() => read,
+                }
+            } else if let Some(deadline) = drain_deadline {
+                match tokio::time::timeout_at(deadline, reader.read()).await {
+                    Ok(read) => read,
+                    Err(_) => {
+                        tracing::debug!(
+                            id = %entry.id,
+                            "output still held open after the exit; not waiting for it"
+                        );
+                        break;
+                    }
+                }
+            } else {
+                reader.read().await
+            };
+            take_read(&mut output, &entry, read).await;
+        }
+        let ended = match ended {
+            Some(ended) => ended,
+            // End-of-file before the exit (the process closed its output): wait for the exit.
+            None => entry.ended_now((&mut exit).await),
+        };
+        if let Some(reader) = &mut output {
+            reader.flush().await;
+        }
+        match guard.records.upgrade() {
+            Some(records) => records.finish(&entry, ended),
+            None => entry.finish_orphaned(ended),
+        }
+
+        // Retention. Whatever still holds the pipe keeps being read, so it neither blocks
+        // on a full pipe nor dies of SIGPIPE before the record goes away.
+        let mut removed = entry.removed.subscribe();
+        let linger = tokio::time::sleep(retention);
+        tokio::pin!(linger);
+        loop {
+            tokio::select! {
+                () = &mut linger => break,
+                () = async {
+                    // An error means the manager is gone: stop lingering as well.
+                    let _ = closed.wait_for(|closed| *closed).await;
+                } => break,
+                () = async {
+                    let _ = removed.wait_for(|removed| *removed).await;
+                } => break,
+                read = read_more(&mut output), if output.is_some() => {
+                    take_read(&mut output, &entry, read).await;
+                }
+            }
+        }
+        drop(output);
+        // Removes the record.
+        drop(guard);
+    }
+}
+
+/// Owns a monitor's process: when dropped, at the end of the monitor's run or early (a
+/// panic, the runtime dropping the task), it finishes the process if that has not happened
+/// (killing its group first and giving back its slot in the scope's count) and removes the
+/// record: leftovers killed, leader reaped, log file deleted.
+pub(super) struct MonitorGuard {
+    pub(super) records: Weak<Records>,
+    pub(super) entry: Arc<Entry>,
+}
+
+impl Drop for MonitorGuard {
+    fn drop(&mut self) {
+        let records = self.records.upgrade();
+        if !*self.entry.finished.borrow() {
+            if std::thread::panicking() {
+                tracing::warn!(id = %self.entry.id, "a process monitor panicked; killing the process");
+            } else {
+                // The runtime is shutting down.
+                tracing::debug!(id = %self.entry.id, "a process monitor was dropped; killing the process");
+            }
+            let _ = self.entry.signal_group(NixSignal::SIGKILL);
+            let ended = self.entry.ended_now(None);
+            match &records {
+                Some(records) => records.finish(&self.entry, ended),
+                None => self.entry.finish_orphaned(ended),
+            }
+        }
+        match records {
+            Some(records) => records.remove(&self.entry),
+            None => self.entry.dispose(),
+        }
+    }
+}
+
+/// What reads a process's output: the pipe, the read buffer and the log. Dropped as soon
+/// as the pipe reaches end-of-file.
+pub(super) struct OutputReader {
+    pub(super) pipe: pipe::Receiver,
+    /// Small at first, grown when reads fill it.
+    pub(super) buf: Vec<u8>,
+    pub(super) log: LogSlot,
+}
+
+impl OutputReader {
+    async fn read(&mut self) -> io::Result<usize> {
+        self.pipe.read(&mut self.buf).await
+    }
+
+    /// Take the `n` bytes just read: into the record's buffer and the log. Grows the read
+    /// buffer when a read filled it (small first, so that quiet processes cost little
+    /// memory).
+    async fn record(&mut self, entry: &Entry, n: usize) {
+        let data = &self.buf[..n];
+        entry.append(data);
+        if let LogSlot::Pending(target) = &self.log {
+            self.log = match entry.create_log(target) {
+                Some(file) => LogSlot::Open(file),
+                None => LogSlot::Off,
+            };
+        }
+        if let LogSlot::Open(file) = &mut self.log {
+            file.append(data).await;
+        }
+        if n == self.buf.len() && self.buf.len() < READ_CHUNK {
+            self.buf.resize((self.buf.len() * 4).min(READ_CHUNK), 0);
+        }
+    }
+
+    /// Flush the log file.
+    async fn flush(&mut self) {
+        if let LogSlot::Open(log) = &mut self.log {
+            log.finish().await;
+        }
+    }
+}
+
+/// A read from `output`; never completes when there is nothing to read from any more.
+async fn read_more(output: &mut Option<OutputReader>) -> io::Result<usize> {
+    match output {
+        Some(reader) => reader.read().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Handle the result of a read from `output` (which must be `Some`): record the data, or at
+/// end-of-file (or a read error) flush the log and release the pipe, the log file and the
+/// read buffer.
+async fn take_read(output: &mut Option<OutputReader>, entry: &Entry, read: io::Result<usize>) {
+    let Some(reader) = output.as_mut() else {
+        return;
+    };
+    match read {
+        Ok(0) => {}
+        Ok(n) => {
+            reader.record(entry, n).await;
+            return;
+        }
+        Err(error) if error.kind() == io::ErrorKind::Interrupted => return,
+        Err(error) => {
+            tracing::warn!(id = %entry.id, %error, "cannot read process output");
+        }
+    }
+    reader.flush().await;
+    *output = None;
+}
+
+/// Where a process's log goes.
+pub(super) enum LogSlot {
+    /// No log (disabled, or creating it failed).
+    Off,
+    /// Created at the first output, so that silent commands cost no file.
+    Pending(LogTarget),
+    /// Being written.
+    Open(OutputLog),
+}

@@ -1,0 +1,306 @@
+//! The scope table: every listed process record, what each scope has running, starting and
+//! retained, the per-scope limit on running processes, the cap on retained finished records,
+//! and whether the manager is closed. All of it sits behind one lock, held only for a few
+//! plain assignments (never across a file system call or an await).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+
+use super::entry::{Ended, Entry, lock};
+use crate::process::{ProcessError, ProcessInfo};
+
+/// The records of a manager and their per-scope bookkeeping.
+pub(super) struct Records {
+    table: Mutex<Table>,
+    /// Finished records kept listed per scope.
+    max_retained: usize,
+    /// `true` once the manager shuts down: nothing more is admitted, monitors stop lingering.
+    closed: watch::Sender<bool>,
+}
+
+#[derive(Default)]
+struct Table {
+    entries: HashMap<String, Arc<Entry>>,
+    /// Per scope (absent when idle: nothing running, starting or retained).
+    scopes: HashMap<String, ScopeState>,
+}
+
+#[derive(Default)]
+struct ScopeState {
+    /// Records that are not finished: the limit is checked against these and `starting`.
+    running: usize,
+    /// Starts that passed the limit check and have no record yet.
+    starting: usize,
+    /// Finished records still listed, oldest finished first.
+    finished: VecDeque<Arc<Entry>>,
+    /// Bumped by `end_scope`: a start that reserved its slot under an older generation is
+    /// not admitted.
+    generation: u64,
+}
+
+impl Table {
+    fn scope(&mut self, scope: &str) -> &mut ScopeState {
+        self.scopes.entry(scope.to_owned()).or_default()
+    }
+
+    fn forget_if_idle(&mut self, scope: &str) {
+        if self.scopes.get(scope).is_some_and(|state| {
+            state.running == 0 && state.starting == 0 && state.finished.is_empty()
+        }) {
+            self.scopes.remove(scope);
+        }
+    }
+
+    /// Whether `entry` is the listed record of its id.
+    fn lists(&self, entry: &Arc<Entry>) -> bool {
+        self.entries
+            .get(&entry.id)
+            .is_some_and(|current| Arc::ptr_eq(current, entry))
+    }
+
+    fn unreserve(&mut self, scope: &str) {
+        if let Some(state) = self.scopes.get_mut(scope) {
+            state.starting = state.starting.saturating_sub(1);
+            self.forget_if_idle(scope);
+        }
+    }
+}
+
+impl Records {
+    pub(super) fn new(max_retained: usize) -> Self {
+        Self {
+            table: Mutex::new(Table::default()),
+            max_retained,
+            closed: watch::channel(false).0,
+        }
+    }
+
+    pub(super) fn is_closed(&self) -> bool {
+        *self.closed.borrow()
+    }
+
+    /// Becomes `true` when the manager closes.
+    pub(super) fn subscribe_closed(&self) -> watch::Receiver<bool> {
+        self.closed.subscribe()
+    }
+
+    /// Close (nothing is admitted from now on) and return every listed record.
+    pub(super) fn close(&self) -> Vec<Arc<Entry>> {
+        let table = lock(&self.table);
+        self.closed.send_replace(true);
+        table.entries.values().cloned().collect()
+    }
+
+    /// Close and unlist every record, returning them.
+    pub(super) fn close_and_drain(&self) -> Vec<Arc<Entry>> {
+        let mut table = lock(&self.table);
+        self.closed.send_replace(true);
+        table.entries.drain().map(|(_, entry)| entry).collect()
+    }
+
+    /// Count a start against `scope`'s limit of `max_running` running processes.
+    pub(super) fn reserve(
+        &self,
+        scope: &str,
+        max_running: usize,
+    ) -> Result<Reservation<'_>, ProcessError> {
+        let mut table = lock(&self.table);
+        let busy = table
+            .scopes
+            .get(scope)
+            .map_or(0, |state| state.running + state.starting);
+        if busy >= max_running {
+            return Err(ProcessError::LimitReached(format!(
+                "too many running processes: this session already has {busy} (the limit is \
+                 {max_running}); wait for one to finish or stop one before starting another"
+            )));
+        }
+        let state = table.scope(scope);
+        state.starting += 1;
+        Ok(Reservation {
+            records: self,
+            scope: scope.to_owned(),
+            generation: state.generation,
+            armed: true,
+        })
+    }
+
+    /// List `entry` in place of its reservation, unless the manager closed or the scope
+    /// ended since the slot was reserved: then nothing is listed and the refusal returned.
+    pub(super) fn admit(
+        &self,
+        reservation: Reservation<'_>,
+        entry: &Arc<Entry>,
+    ) -> Result<(), ProcessError> {
+        let mut table = lock(&self.table);
+        let generation = table.scopes.get(&entry.scope).map(|state| state.generation);
+        let refused = if self.is_closed() {
+            Some(shut_down())
+        } else if generation != Some(reservation.generation) {
+            Some(ProcessError::Failed(
+                "the session ended while the process was starting".to_owned(),
+            ))
+        } else {
+            None
+        };
+        reservation.release(&mut table);
+        match refused {
+            Some(error) => Err(error),
+            None => {
+                table.entries.insert(entry.id.clone(), Arc::clone(entry));
+                table.scope(&entry.scope).running += 1;
+                entry.counted.store(true, Ordering::Relaxed);
+                Ok(())
+            }
+        }
+    }
+
+    /// Record the end of a process and release its slot in the scope's count. If the scope
+    /// now retains too many finished records, the oldest is removed.
+    pub(super) fn finish(&self, entry: &Arc<Entry>, ended: Ended) {
+        let evicted = {
+            let mut table = lock(&self.table);
+            lock(&entry.state).end = Some(ended);
+            let counted = entry.counted.swap(false, Ordering::Relaxed);
+            let listed = table.lists(entry);
+            let mut evicted = None;
+            if counted || listed {
+                let state = table.scope(&entry.scope);
+                if counted {
+                    state.running = state.running.saturating_sub(1);
+                }
+                if listed {
+                    state.finished.push_back(Arc::clone(entry));
+                    if state.finished.len() > self.max_retained {
+                        evicted = state.finished.pop_front();
+                    }
+                }
+                if let Some(old) = &evicted {
+                    table.entries.remove(&old.id);
+                }
+                table.forget_if_idle(&entry.scope);
+            }
+            evicted
+        };
+        entry.finished.send_replace(true);
+        if let Some(old) = evicted {
+            old.dispose();
+        }
+    }
+
+    /// The record `id` of `scope`; a record of another scope is not found.
+    pub(super) fn find(&self, scope: &str, id: &str) -> Result<Arc<Entry>, ProcessError> {
+        lock(&self.table)
+            .entries
+            .get(id)
+            .filter(|entry| entry.scope == scope)
+            .cloned()
+            .ok_or_else(|| ProcessError::NotFound(id.to_owned()))
+    }
+
+    /// Unlist the record (if it is still this one) and release everything it holds.
+    pub(super) fn remove(&self, entry: &Arc<Entry>) {
+        {
+            let mut table = lock(&self.table);
+            if table.lists(entry) {
+                table.entries.remove(&entry.id);
+                if let Some(state) = table.scopes.get_mut(&entry.scope) {
+                    state.finished.retain(|other| !Arc::ptr_eq(other, entry));
+                }
+                table.forget_if_idle(&entry.scope);
+            }
+        }
+        entry.dispose();
+    }
+
+    /// `scope`'s processes: running first, then newest first.
+    pub(super) fn list(&self, scope: &str) -> Vec<ProcessInfo> {
+        let mut rows: Vec<(u64, ProcessInfo)> = lock(&self.table)
+            .entries
+            .values()
+            .filter(|entry| entry.scope == scope)
+            .map(|entry| (entry.seq, entry.info()))
+            .collect();
+        rows.sort_by(|(a_seq, a), (b_seq, b)| b.running.cmp(&a.running).then(b_seq.cmp(a_seq)));
+        rows.into_iter().map(|(_, info)| info).collect()
+    }
+
+    /// End `scope`: starts under way are refused (and their process killed) when they would
+    /// be admitted. Returns the scope's listed records.
+    pub(super) fn end_scope(&self, scope: &str) -> Vec<Arc<Entry>> {
+        let mut table = lock(&self.table);
+        if let Some(state) = table.scopes.get_mut(scope) {
+            state.generation = state.generation.wrapping_add(1);
+        }
+        table
+            .entries
+            .values()
+            .filter(|entry| entry.scope == scope)
+            .cloned()
+            .collect()
+    }
+
+    /// How many records are listed.
+    pub(super) fn len(&self) -> usize {
+        lock(&self.table).entries.len()
+    }
+}
+
+/// A slot counted against the scope's limit while a start is under way; given back when
+/// dropped unless [`Records::admit`] took it.
+pub(super) struct Reservation<'a> {
+    records: &'a Records,
+    scope: String,
+    /// The scope's generation when the slot was taken.
+    generation: u64,
+    armed: bool,
+}
+
+impl Reservation<'_> {
+    /// Give the slot back under the caller's table lock (the record takes its place).
+    fn release(mut self, table: &mut Table) {
+        self.armed = false;
+        table.unreserve(&self.scope);
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            lock(&self.records.table).unreserve(&self.scope);
+        }
+    }
+}
+
+/// The refusal of a start once the manager has shut down.
+pub(super) fn shut_down() -> ProcessError {
+    ProcessError::Failed("the process manager has been shut down".to_owned())
+}
+
+#[cfg(test)]
+impl Records {
+    /// Running plus starting processes of `scope`.
+    pub(super) fn busy(&self, scope: &str) -> usize {
+        lock(&self.table)
+            .scopes
+            .get(scope)
+            .map_or(0, |state| state.running + state.starting)
+    }
+
+    /// Whether no scope has anything running, starting or retained.
+    pub(super) fn all_idle(&self) -> bool {
+        lock(&self.table).scopes.is_empty()
+    }
+
+    /// The unreaped leaders of the listed records.
+    pub(super) fn leaders(&self) -> Vec<nix::unistd::Pid> {
+        lock(&self.table)
+            .entries
+            .values()
+            .filter_map(|entry| *lock(&entry.leader))
+            .collect()
+    }
+}

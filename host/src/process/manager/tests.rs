@@ -1,0 +1,1038 @@
+use super::*;
+use nix::unistd::Pid;
+
+/// Long enough never to be reached by a passing test.
+const LONG: Duration = Duration::from_secs(10);
+const SCOPE: &str = "session-1";
+
+fn test_config(dir: &Path) -> ProcessManagerConfig {
+    ProcessManagerConfig {
+        kill_grace: Duration::from_millis(300),
+        retention: Duration::from_secs(60),
+        drain_timeout: Duration::from_millis(300),
+        state_dir: Some(dir.join("logs")),
+        max_running_per_scope: 16,
+        nice: 0,
+        ..ProcessManagerConfig::default()
+    }
+}
+
+fn manager_with(
+    edit: impl FnOnce(&mut ProcessManagerConfig),
+) -> (tempfile::TempDir, Arc<ProcessManager>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = test_config(dir.path());
+    edit(&mut config);
+    (dir, ProcessManager::new(config))
+}
+
+fn manager() -> (tempfile::TempDir, Arc<ProcessManager>) {
+    manager_with(|_| {})
+}
+
+fn request(command: &str) -> StartRequest {
+    StartRequest {
+        command: command.to_owned(),
+        ..StartRequest::default()
+    }
+}
+
+async fn start(manager: &ProcessManager, command: &str) -> String {
+    manager.start(SCOPE, request(command)).await.expect("start")
+}
+
+async fn run(manager: &ProcessManager, command: &str) -> OutputSnapshot {
+    let id = start(manager, command).await;
+    let snapshot = manager
+        .wait(SCOPE, &id, LONG, ReadFrom::All)
+        .await
+        .expect("wait");
+    assert!(!snapshot.running, "`{command}` still running: {snapshot:?}");
+    snapshot
+}
+
+/// Live (non-zombie) processes whose command line contains `marker`.
+fn live_processes_with(marker: &str) -> Vec<i32> {
+    let Ok(proc_dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    proc_dir
+        .flatten()
+        .filter_map(|entry| {
+            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            if !String::from_utf8_lossy(&cmdline).contains(marker) {
+                return None;
+            }
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            let state = stat.rsplit_once(") ")?.1.chars().next()?;
+            (state != 'Z' && state != 'X').then_some(pid)
+        })
+        .collect()
+}
+
+/// Poll `check` for up to 5 s (test-side only).
+async fn eventually(mut check: impl FnMut() -> bool) -> bool {
+    for _ in 0..500 {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
+async fn wait_for_output(manager: &ProcessManager, id: &str, needle: &str) {
+    let seen = eventually(|| {
+        manager
+            .read(SCOPE, id, ReadFrom::Cursor(0))
+            .is_ok_and(|snapshot| snapshot.text.contains(needle))
+    })
+    .await;
+    assert!(seen, "`{needle}` never appeared in the output of {id}");
+}
+
+#[tokio::test]
+async fn runs_a_command_and_reports_output_and_exit() {
+    let (_dir, manager) = manager();
+    let snapshot = run(&manager, "echo hello").await;
+    assert_eq!(snapshot.text, "hello\n");
+    assert_eq!(snapshot.exit_code, Some(0));
+    assert_eq!(snapshot.signal, None);
+    assert_eq!(snapshot.cursor, 6);
+    assert_eq!(snapshot.truncation, None);
+
+    let snapshot = run(&manager, "echo out; exit 3").await;
+    assert_eq!(snapshot.text, "out\n");
+    assert_eq!(snapshot.exit_code, Some(3));
+    assert_eq!(snapshot.signal, None);
+}
+
+#[tokio::test]
+async fn stdout_and_stderr_are_merged_in_write_order() {
+    let (_dir, manager) = manager();
+    let snapshot = run(&manager, "echo a; echo b >&2; echo c").await;
+    assert_eq!(snapshot.text, "a\nb\nc\n");
+    let snapshot = run(
+        &manager,
+        "for i in 1 2 3 4; do echo o$i; echo e$i >&2; done",
+    )
+    .await;
+    assert_eq!(snapshot.text, "o1\ne1\no2\ne2\no3\ne3\no4\ne4\n");
+}
+
+#[tokio::test]
+async fn killed_by_signal_reports_128_plus_n_and_the_name() {
+    let (_dir, manager) = manager();
+    let snapshot = run(&manager, "kill -KILL $$").await;
+    assert_eq!(snapshot.exit_code, Some(137));
+    assert_eq!(snapshot.signal.as_deref(), Some("SIGKILL"));
+    let snapshot = run(&manager, "kill -TERM $$").await;
+    assert_eq!(snapshot.exit_code, Some(143));
+    assert_eq!(snapshot.signal.as_deref(), Some("SIGTERM"));
+}
+
+#[tokio::test]
+async fn environment_is_inherited_and_request_env_wins() {
+    let (_dir, manager) = manager();
+    let host_path = std::env::var("PATH").unwrap_or_default();
+    let snapshot = run(&manager, r#"printf %s "$PATH""#).await;
+    assert_eq!(snapshot.text, host_path);
+
+    let id = manager
+        .start(
+            SCOPE,
+            StartRequest {
+                command: r#"printf '%s|%s' "$HOME" "$TOOLHOST_TEST_VAR""#.to_owned(),
+                env: vec![
+                    ("HOME".to_owned(), "/override".to_owned()),
+                    ("TOOLHOST_TEST_VAR".to_owned(), "v 1".to_owned()),
+                ],
+                ..StartRequest::default()
+            },
+        )
+        .await
+        .expect("start");
+    let snapshot = manager.wait(SCOPE, &id, LONG, ReadFrom::All).await;
+    assert_eq!(snapshot.expect("wait").text, "/override|v 1");
+
+    for key in ["", "A=B", "A\0B"] {
+        let bad = StartRequest {
+            command: "true".to_owned(),
+            env: vec![(key.to_owned(), "x".to_owned())],
+            ..StartRequest::default()
+        };
+        let error = manager.start(SCOPE, bad).await.expect_err("bad env name");
+        assert!(
+            matches!(error, ProcessError::InvalidRequest(_)),
+            "{error:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_inherit_list_limits_the_host_environment() {
+    let (_dir, manager) = manager();
+    let id = manager
+        .start(
+            SCOPE,
+            StartRequest {
+                command: r#"printf '%s|%s|%s' "$PATH" "${HOME-unset}" "$MINE""#.to_owned(),
+                env: vec![("MINE".to_owned(), "set".to_owned())],
+                inherit_env: Some(vec!["PATH".to_owned()]),
+                ..StartRequest::default()
+            },
+        )
+        .await
+        .expect("start");
+    let snapshot = manager.wait(SCOPE, &id, LONG, ReadFrom::All).await;
+    let host_path = std::env::var("PATH").unwrap_or_default();
+    assert_eq!(
+        snapshot.expect("wait").text,
+        format!("{host_path}|unset|set")
+    );
+}
+
+#[tokio::test]
+async fn runs_in_the_requested_workdir_and_rejects_bad_ones() {
+    let (dir, manager) = manager_with(|_| {});
+    let sub = dir.path().join("sub");
+    std::fs::create_dir(&sub).expect("mkdir");
+    let id = manager
+        .start(
+            SCOPE,
+            StartRequest {
+                command: "pwd".to_owned(),
+                workdir: Some(sub.clone()),
+                ..StartRequest::default()
+            },
+        )
+        .await
+        .expect("start");
+    let snapshot = manager.wait(SCOPE, &id, LONG, ReadFrom::All).await;
+    let printed = PathBuf::from(snapshot.expect("wait").text.trim_end());
+    assert_eq!(
+        printed.canonicalize().expect("canonical"),
+        sub.canonicalize().expect("canonical")
+    );
+    assert_eq!(manager.list(SCOPE)[0].workdir, sub);
+
+    let missing = dir.path().join("missing");
+    let file = dir.path().join("file");
+    std::fs::write(&file, "x").expect("write");
+    for (workdir, problem) in [(&missing, "does not exist"), (&file, "is not a directory")] {
+        let error = manager
+            .start(
+                SCOPE,
+                StartRequest {
+                    command: "true".to_owned(),
+                    workdir: Some(workdir.clone()),
+                    ..StartRequest::default()
+                },
+            )
+            .await
+            .expect_err("bad workdir");
+        let ProcessError::InvalidRequest(message) = error else {
+            panic!("not InvalidRequest: {error:?}");
+        };
+        assert!(
+            message.contains(&workdir.display().to_string()),
+            "{message}"
+        );
+        assert!(message.contains(problem), "{message}");
+    }
+}
+
+#[tokio::test]
+async fn relative_workdirs_and_the_default_come_from_the_config() {
+    let base = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(base.path().join("rel")).expect("mkdir");
+    let base_path = base.path().to_owned();
+    let (_dir, manager) = manager_with(|config| config.default_workdir = Some(base_path));
+    let snapshot = run(&manager, "pwd").await;
+    assert_eq!(PathBuf::from(snapshot.text.trim_end()), base.path());
+    let id = manager
+        .start(
+            SCOPE,
+            StartRequest {
+                command: "pwd".to_owned(),
+                workdir: Some(PathBuf::from("rel")),
+                ..StartRequest::default()
+            },
+        )
+        .await
+        .expect("start");
+    let snapshot = manager.wait(SCOPE, &id, LONG, ReadFrom::All).await;
+    let printed = snapshot.expect("wait").text;
+    assert_eq!(PathBuf::from(printed.trim_end()), base.path().join("rel"));
+}
+
+#[tokio::test]
+async fn empty_commands_are_rejected() {
+    let (_dir, manager) = manager();
+    for command in ["", "   \n\t"] {
+        let error = manager
+            .start(SCOPE, request(command))
+            .await
+            .expect_err("empty");
+        assert!(
+            matches!(error, ProcessError::InvalidRequest(_)),
+            "{error:?}"
+        );
+    }
+    assert!(manager.list(SCOPE).is_empty());
+}
+
+#[tokio::test]
+async fn children_lead_their_own_session_with_a_clean_slate() {
+    let (_dir, manager) = manager_with(|config| config.nice = 3);
+    // The signal state is read by a process the shell execs into: the shell's own mask
+    // changes for a moment whenever it starts a command.
+    let snapshot = run(
+        &manager,
+        "cat /proc/$$/stat; echo; ls /proc/$$/fd; \
+         exec grep -E '^Sig(Blk|Ign)' /proc/self/status",
+    )
+    .await;
+    let mut lines = snapshot.text.lines();
+    let stat = lines.next().expect("stat line");
+    let fields: Vec<&str> = stat.rsplit_once(") ").expect("comm").1.split(' ').collect();
+    let pid = stat.split(' ').next().expect("pid");
+    // state ppid pgrp session ...: its own process group and session.
+    assert_eq!(fields[2], pid, "{stat}");
+    assert_eq!(fields[3], pid, "{stat}");
+    // Field 19 of stat (16 after the comm) is the nice value.
+    assert_eq!(fields[16], "3", "{stat}");
+    let rest: Vec<&str> = lines.filter(|line| !line.is_empty()).collect();
+    // Only stdin, stdout and stderr: nothing of the host leaks into children.
+    assert_eq!(rest[..3], ["0", "1", "2"], "{rest:?}");
+    assert_eq!(rest[3], "SigBlk:\t0000000000000000", "{rest:?}");
+    // SIGPIPE (bit 12) is not inherited as ignored from the Rust runtime. (Bits 31 and
+    // 32, glibc's internal signals 32 and 33, are ignored in processes started by
+    // `posix_spawn`, such as this test binary started by cargo; they are left alone.)
+    let ignored = rest[4].strip_prefix("SigIgn:\t").expect("SigIgn");
+    let ignored = u64::from_str_radix(ignored, 16).expect("hex");
+    assert_eq!(ignored & !0x1_8000_0000, 0, "{rest:?}");
+}
+
+#[tokio::test]
+async fn a_missing_shell_is_reported() {
+    let (_dir, manager) = manager_with(|config| config.shell = PathBuf::from("/nonexistent/shell"));
+    let error = manager
+        .start(SCOPE, request("true"))
+        .await
+        .expect_err("no shell");
+    let ProcessError::Failed(message) = error else {
+        panic!("not Failed: {error:?}");
+    };
+    assert!(message.contains("/nonexistent/shell"), "{message}");
+    assert!(manager.list(SCOPE).is_empty());
+    // The slot taken for the failed start was given back.
+    let (_dir, manager) = manager_with(|config| {
+        config.shell = PathBuf::from("sh");
+        config.max_running_per_scope = 1;
+    });
+    assert_eq!(
+        run(&manager, "echo found in PATH").await.text,
+        "found in PATH\n"
+    );
+}
+
+#[tokio::test]
+async fn stdin_is_at_end_of_file() {
+    let (_dir, manager) = manager();
+    let begun = Instant::now();
+    let snapshot = run(&manager, r#"cat; read x; echo "read=$?""#).await;
+    assert_eq!(snapshot.text, "read=1\n");
+    assert!(begun.elapsed() < Duration::from_secs(3));
+}
+
+#[tokio::test]
+async fn wait_returns_at_exit_or_at_the_timeout() {
+    let (_dir, manager) = manager();
+    let id = start(&manager, "sleep 0.2; echo done").await;
+    let begun = Instant::now();
+    let snapshot = manager.wait(SCOPE, &id, LONG, ReadFrom::All).await;
+    let snapshot = snapshot.expect("wait");
+    assert!(
+        begun.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        begun.elapsed()
+    );
+    assert!(!snapshot.running);
+    assert_eq!(snapshot.text, "done\n");
+    assert!(snapshot.duration_ms >= 150, "{}", snapshot.duration_ms);
+
+    let id = start(&manager, "sleep 5").await;
+    let begun = Instant::now();
+    let timeout = Duration::from_millis(200);
+    let snapshot = manager.wait(SCOPE, &id, timeout, ReadFrom::All).await;
+    let snapshot = snapshot.expect("wait");
+    let waited = begun.elapsed();
+    assert!(
+        waited >= timeout && waited < Duration::from_secs(2),
+        "{waited:?}"
+    );
+    assert!(snapshot.running);
+    assert_eq!(snapshot.exit_code, None);
+    manager.signal(SCOPE, &id, Signal::Kill).expect("kill");
+}
+
+#[tokio::test]
+async fn many_waiters_all_wake_at_exit() {
+    let (_dir, manager) = manager();
+    let id = start(&manager, "sleep 0.3; echo bye").await;
+    let waiters: Vec<_> = (0..50)
+        .map(|_| {
+            let manager = Arc::clone(&manager);
+            let id = id.clone();
+            tokio::spawn(async move { manager.wait(SCOPE, &id, LONG, ReadFrom::Cursor(0)).await })
+        })
+        .collect();
+    for waiter in waiters {
+        let snapshot = waiter.await.expect("join").expect("wait");
+        assert!(!snapshot.running);
+        assert_eq!(snapshot.text, "bye\n");
+    }
+}
+
+#[tokio::test]
+async fn a_grandchild_holding_the_pipe_does_not_hang_wait() {
+    let marker = "30.4242";
+    let (_dir, manager) = manager();
+    let id = start(&manager, &format!("sleep {marker} & echo started")).await;
+    let begun = Instant::now();
+    let snapshot = manager.wait(SCOPE, &id, LONG, ReadFrom::All).await;
+    let snapshot = snapshot.expect("wait");
+    assert!(
+        begun.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        begun.elapsed()
+    );
+    assert!(!snapshot.running);
+    assert_eq!(snapshot.exit_code, Some(0));
+    assert_eq!(snapshot.text, "started\n");
+    // The grandchild lives on in the group until the record goes; dropping the manager
+    // kills it.
+    assert!(!live_processes_with(marker).is_empty());
+    drop(manager);
+    assert!(eventually(|| live_processes_with(marker).is_empty()).await);
+}
+
+async fn group_signal_reaches_grandchildren(signal: Signal, marker: &str, name: &str) {
+    let (_dir, manager) = manager();
+    let id = start(&manager, &format!("sleep {marker} & sleep {marker} & wait")).await;
+    // The shell and both sleeps.
+    assert!(eventually(|| live_processes_with(marker).len() >= 3).await);
+    manager.signal(SCOPE, &id, signal).expect("signal");
+    let snapshot = manager.wait(SCOPE, &id, LONG, ReadFrom::All).await;
+    let snapshot = snapshot.expect("wait");
+    assert!(!snapshot.running);
+    assert_eq!(snapshot.signal.as_deref(), Some(name));
+    assert!(
+        eventually(|| live_processes_with(marker).is_empty()).await,
+        "left behind: {:?}",
+        live_processes_with(marker)
+    );
+}
+
+#[tokio::test]
+async fn terminate_reaches_grandchildren() {
+    group_signal_reaches_grandchildren(Signal::Terminate, "300.111", "SIGTERM").await;
+}
+
+#[tokio::test]
+async fn kill_reaches_grandchildren() {
+    group_signal_reaches_grandchildren(Signal::Kill, "300.222", "SIGKILL").await;
+}
+
+#[tokio::test]
+async fn terminate_escalates_to_kill_after_the_grace() {
+    let marker = "30.333";
+    let (_dir, manager) = manager();
+    let id = start(
+        &manager,
+        &format!("trap '' TERM; echo ready; sleep {marker}"),
+    )
+    .await;
+    wait_for_output(&manager, &id, "ready").await;
+    let begun = Instant::now();
+    manager
+        .signal(SCOPE, &id, Signal::Terminate)
+        .expect("terminate");
+    let snapshot = manager.wait(SCOPE, &id, LONG, ReadFrom::All).await;
+    let snapshot = snapshot.expect("wait");
+    let waited = begun.elapsed();
+    assert!(!snapshot.running);
+    assert_eq!(snapshot.signal.as_deref(), Some("SIGKILL"));
+    assert_eq!(snapshot.exit_code, Some(137));
+    assert!(waited >= Duration::from_millis(250), "{waited:?}");
+    assert!(waited < Duration::from_secs(3), "{waited:?}");
+    assert!(eventually(|| live_processes_with(marker).is_empty()).await);
+}
+
+#[tokio::test]
+async fn interrupt_sends_sigint() {
+    let (_dir, manager) = manager();
+    let id = start(
+        &manager,
+        "trap 'echo got-int; exit 7' INT; echo ready; sleep 30.444 >/dev/null 2>&1 & wait",
+    )
+    .await;
+    wait_for_output(&manager, &id, "ready").await;
+    manager
+        .signal(SCOPE, &id, Signal::Interrupt)
+        .expect("interrupt");
+    let snapshot = manager.wait(SCOPE, &id, LONG, ReadFrom::All).await;
+    let snapshot = snapshot.expect("wait");
+    assert!(!snapshot.running);
+    assert_eq!(snapshot.exit_code, Some(7));
+    assert_eq!(snapshot.text, "ready\ngot-int\n");
+}
+
+#[tokio::test]
+async fn unknown_ids_are_not_found_and_exited_ones_not_running() {
+    let (_dir, manager) = manager();
+    let missing = ProcessError::NotFound("nope".to_owned());
+    assert_eq!(
+        manager.read(SCOPE, "nope", ReadFrom::All),
+        Err(missing.clone())
+    );
+    assert_eq!(
+        manager.signal(SCOPE, "nope", Signal::Kill),
+        Err(missing.clone())
+    );
+    let waited = manager.wait(SCOPE, "nope", LONG, ReadFrom::All).await;
+    assert_eq!(waited, Err(missing));
+
+    let snapshot = run(&manager, "true").await;
+    assert_eq!(snapshot.exit_code, Some(0));
+    // No output, so no log file either.
+    assert_eq!(snapshot.log_path, None);
+    let id = manager.list(SCOPE)[0].id.clone();
+    for signal in [Signal::Terminate, Signal::Kill, Signal::Interrupt] {
+        assert_eq!(
+            manager.signal(SCOPE, &id, signal),
+            Err(ProcessError::NotRunning(id.clone()))
+        );
+    }
+}
+
+#[tokio::test]
+async fn scopes_are_isolated() {
+    let marker = "30.555";
+    let (_dir, manager) = manager();
+    let id = manager
+        .start("a", request(&format!("echo secret; sleep {marker}")))
+        .await
+        .expect("start");
+    let seen = eventually(|| {
+        manager
+            .read("a", &id, ReadFrom::All)
+            .is_ok_and(|snapshot| snapshot.text == "secret\n")
+    });
+    assert!(seen.await);
+    let not_found = ProcessError::NotFound(id.clone());
+    assert!(manager.list("b").is_empty());
+    assert_eq!(manager.list("a").len(), 1);
+    assert_eq!(
+        manager.read("b", &id, ReadFrom::All),
+        Err(not_found.clone())
+    );
+    assert_eq!(
+        manager.signal("b", &id, Signal::Kill),
+        Err(not_found.clone())
+    );
+    assert_eq!(
+        manager.wait("b", &id, Duration::ZERO, ReadFrom::All).await,
+        Err(not_found)
+    );
+    manager.end_scope("b").await;
+    assert!(manager.read("a", &id, ReadFrom::All).expect("read").running);
+
+    manager.end_scope("a").await;
+    let snapshot = manager.read("a", &id, ReadFrom::All).expect("read");
+    assert!(!snapshot.running);
+    assert_eq!(snapshot.text, "secret\n");
+    assert!(eventually(|| live_processes_with(marker).is_empty()).await);
+}
+
+#[tokio::test]
+async fn end_scope_waits_for_stubborn_processes_then_kills_them() {
+    let marker = "30.999";
+    let (_dir, manager) = manager();
+    let polite = start(&manager, "sleep 30").await;
+    let stubborn = start(
+        &manager,
+        &format!("trap '' TERM; echo ready; sleep {marker}"),
+    )
+    .await;
+    wait_for_output(&manager, &stubborn, "ready").await;
+    let begun = Instant::now();
+    manager.end_scope(SCOPE).await;
+    let waited = begun.elapsed();
+    assert!(waited >= Duration::from_millis(250), "{waited:?}");
+    assert!(waited < Duration::from_secs(3), "{waited:?}");
+    let polite = manager.read(SCOPE, &polite, ReadFrom::All).expect("read");
+    assert_eq!(polite.signal.as_deref(), Some("SIGTERM"));
+    let stubborn = manager.read(SCOPE, &stubborn, ReadFrom::All).expect("read");
+    assert_eq!(stubborn.signal.as_deref(), Some("SIGKILL"));
+    assert!(live_processes_with(marker).is_empty());
+}
+
+#[tokio::test]
+async fn end_scope_kills_leftovers_of_finished_processes() {
+    let marker = "300.888";
+    let (_dir, manager) = manager();
+    let snapshot = run(&manager, &format!("sleep {marker} >/dev/null 2>&1 &")).await;
+    assert_eq!(snapshot.exit_code, Some(0));
+    assert!(eventually(|| !live_processes_with(marker).is_empty()).await);
+    manager.end_scope(SCOPE).await;
+    assert!(eventually(|| live_processes_with(marker).is_empty()).await);
+}
+
+#[tokio::test]
+async fn running_processes_are_capped_per_scope() {
+    let (_dir, manager) = manager_with(|config| config.max_running_per_scope = 2);
+    let first = manager
+        .start("a", request("sleep 30"))
+        .await
+        .expect("first");
+    manager
+        .start("a", request("sleep 30"))
+        .await
+        .expect("second");
+    let error = manager
+        .start("a", request("sleep 30"))
+        .await
+        .expect_err("third");
+    let ProcessError::LimitReached(message) = error else {
+        panic!("not LimitReached: {error:?}");
+    };
+    assert!(message.contains('2'), "{message}");
+    manager
+        .start("b", request("true"))
+        .await
+        .expect("other scope");
+
+    manager.signal("a", &first, Signal::Kill).expect("kill");
+    let snapshot = manager.wait("a", &first, LONG, ReadFrom::All).await;
+    assert!(!snapshot.expect("wait").running);
+    manager
+        .start("a", request("true"))
+        .await
+        .expect("room again");
+}
+
+#[tokio::test]
+async fn exited_processes_are_removed_after_retention() {
+    let (_dir, manager) = manager_with(|config| config.retention = Duration::from_millis(200));
+    let id = start(&manager, "echo hi").await;
+    let snapshot = manager.wait(SCOPE, &id, LONG, ReadFrom::All).await;
+    let log_path = snapshot.expect("wait").log_path.expect("log path");
+    assert_eq!(std::fs::read_to_string(&log_path).expect("log"), "hi\n");
+    let gone = eventually(|| {
+        manager.read(SCOPE, &id, ReadFrom::All) == Err(ProcessError::NotFound(id.clone()))
+    })
+    .await;
+    assert!(gone);
+    assert!(manager.list(SCOPE).is_empty());
+    assert!(!log_path.exists());
+}
+
+#[tokio::test]
+async fn cursor_and_unread_give_only_new_output() {
+    let (dir, manager) = manager();
+    let flag = dir.path().join("flag");
+    let command = format!(
+        "echo one; while [ ! -e '{}' ]; do sleep 0.01; done; echo two",
+        flag.display()
+    );
+    let id = start(&manager, &command).await;
+    wait_for_output(&manager, &id, "one").await;
+    // The cursor reads above did not move the unread mark; an unread read does.
+    let snapshot = manager.read(SCOPE, &id, ReadFrom::Unread).expect("read");
+    assert_eq!(snapshot.text, "one\n");
+    assert_eq!(snapshot.cursor, 4);
+    assert!(snapshot.running);
+    let snapshot = manager.read(SCOPE, &id, ReadFrom::Unread).expect("read");
+    assert_eq!(snapshot.text, "");
+
+    std::fs::write(&flag, "").expect("flag");
+    let snapshot = manager.wait(SCOPE, &id, LONG, ReadFrom::Unread).await;
+    let snapshot = snapshot.expect("wait");
+    assert_eq!(snapshot.text, "two\n");
+    assert_eq!(snapshot.cursor, 8);
+    assert_eq!(
+        manager
+            .read(SCOPE, &id, ReadFrom::Unread)
+            .expect("read")
+            .text,
+        ""
+    );
+    let read = |cursor| {
+        manager
+            .read(SCOPE, &id, ReadFrom::Cursor(cursor))
+            .expect("read")
+    };
+    assert_eq!(read(4).text, "two\n");
+    assert_eq!(read(6).text, "o\n");
+    assert_eq!(read(8).text, "");
+    assert_eq!(read(100).text, "");
+    let all = manager.read(SCOPE, &id, ReadFrom::All).expect("read");
+    assert_eq!(all.text, "one\ntwo\n");
+}
+
+fn seq_output(n: u32) -> String {
+    (1..=n).map(|i| format!("{i}\n")).collect()
+}
+
+#[tokio::test]
+async fn the_log_file_has_everything_the_buffer_dropped() {
+    let (_dir, manager) = manager_with(|config| {
+        config.head_bytes = 64;
+        config.tail_bytes = 64;
+    });
+    let expected = seq_output(20000);
+    let snapshot = run(&manager, "seq 1 20000").await;
+    let truncation = snapshot.truncation.expect("truncated");
+    assert_eq!(truncation.original_bytes, expected.len() as u64);
+    assert_eq!(snapshot.cursor, expected.len() as u64);
+    assert!(snapshot.text.starts_with("1\n2\n"));
+    assert!(snapshot.text.ends_with("19999\n20000\n"));
+    let log = std::fs::read_to_string(snapshot.log_path.expect("log path")).expect("log");
+    assert!(log == expected, "log has {} bytes", log.len());
+}
+
+#[tokio::test]
+async fn the_log_file_is_capped() {
+    let (_dir, manager) = manager_with(|config| config.log_cap_bytes = 1000);
+    let expected = seq_output(20000);
+    let snapshot = run(&manager, "seq 1 20000").await;
+    let log = std::fs::read(snapshot.log_path.expect("log path")).expect("log");
+    assert_eq!(log, expected.as_bytes()[..1000]);
+}
+
+#[tokio::test]
+async fn processes_run_without_a_usable_log_dir() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("file");
+    std::fs::write(&file, "").expect("write");
+    let (_dir, manager) = manager_with(|config| config.state_dir = Some(file.join("logs")));
+    let snapshot = run(&manager, "echo ok").await;
+    assert_eq!(snapshot.text, "ok\n");
+    assert_eq!(snapshot.log_path, None);
+
+    let (_dir, manager) = manager_with(|config| config.output_logs = false);
+    assert_eq!(manager.log_dir(), None);
+    let snapshot = run(&manager, "echo ok").await;
+    assert_eq!(snapshot.log_path, None);
+}
+
+#[tokio::test]
+async fn shutdown_leaves_nothing_behind() {
+    let marker = "300.666";
+    let (dir, manager) = manager();
+    start(&manager, &format!("sleep {marker} & sleep {marker} & wait")).await;
+    let stubborn = start(
+        &manager,
+        &format!("trap '' TERM; echo ready; sleep {marker}"),
+    )
+    .await;
+    wait_for_output(&manager, &stubborn, "ready").await;
+    run(&manager, "echo done").await;
+    assert!(eventually(|| live_processes_with(marker).len() >= 4).await);
+    let begun = Instant::now();
+    manager.shutdown().await;
+    assert!(
+        begun.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        begun.elapsed()
+    );
+    assert!(eventually(|| live_processes_with(marker).is_empty()).await);
+    assert!(manager.list(SCOPE).is_empty());
+    let logs = std::fs::read_dir(dir.path().join("logs")).expect("log dir");
+    assert_eq!(logs.count(), 0);
+    let error = manager
+        .start(SCOPE, request("true"))
+        .await
+        .expect_err("closed");
+    assert!(matches!(error, ProcessError::Failed(_)), "{error:?}");
+}
+
+#[tokio::test]
+async fn dropping_the_manager_kills_everything() {
+    let marker = "300.777";
+    let (dir, manager) = manager();
+    start(&manager, &format!("sleep {marker} & sleep {marker} & wait")).await;
+    start(&manager, &format!("trap '' TERM INT; sleep {marker}")).await;
+    assert!(eventually(|| live_processes_with(marker).len() >= 4).await);
+    let leaders = manager.records.leaders();
+    assert_eq!(leaders.len(), 2);
+    drop(manager);
+    // Every group got `SIGKILL` before the drop returned; the leaders are reaped from
+    // another thread, soon after.
+    assert!(eventually(|| live_processes_with(marker).is_empty()).await);
+    let reaped = |pid: Pid| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| Some(stat.rsplit_once(") ")?.1.starts_with('Z')))
+            != Some(true)
+    };
+    assert!(eventually(|| leaders.iter().all(|&pid| reaped(pid))).await);
+    let logs = std::fs::read_dir(dir.path().join("logs")).expect("log dir");
+    assert_eq!(logs.count(), 0);
+}
+
+#[tokio::test]
+async fn list_shows_running_first_then_newest_first() {
+    let (_dir, manager) = manager();
+    let old_done = run(&manager, "echo 1").await;
+    assert!(!old_done.running);
+    let old_running = start(&manager, "sleep 30").await;
+    run(&manager, "echo 2").await;
+    let new_running = manager
+        .start(
+            SCOPE,
+            StartRequest {
+                command: "sleep 30".to_owned(),
+                background: true,
+                ..StartRequest::default()
+            },
+        )
+        .await
+        .expect("start");
+    let list = manager.list(SCOPE);
+    let commands: Vec<&str> = list.iter().map(|info| info.command.as_str()).collect();
+    assert_eq!(commands, ["sleep 30", "sleep 30", "echo 2", "echo 1"]);
+    assert_eq!(list[0].id, new_running);
+    assert_eq!(list[1].id, old_running);
+    assert!(list[0].background && !list[1].background);
+    assert!(list[0].running && list[1].running);
+    assert!(!list[2].running && !list[3].running);
+    assert_eq!(list[2].exit_code, Some(0));
+    assert!(
+        list[2]
+            .exited_ms
+            .is_some_and(|exited| exited >= list[2].started_ms)
+    );
+    assert_eq!(list[0].exited_ms, None);
+}
+
+/// What this process's descriptors refer to (`pipe:[N]`, file paths, ...).
+fn open_descriptors() -> Vec<String> {
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    fds.flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .map(|target| target.display().to_string())
+        .collect()
+}
+
+/// A start of `command` polled once and left waiting for the spawner (retried in the
+/// unlikely case that the spawner answered at once).
+async fn start_under_way<'a>(
+    manager: &'a ProcessManager,
+    command: &str,
+) -> BoxFuture<'a, Result<String, ProcessError>> {
+    loop {
+        let mut start = manager.start(SCOPE, request(command));
+        let polled = start
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
+        match polled {
+            std::task::Poll::Pending => return start,
+            std::task::Poll::Ready(started) => {
+                let id = started.expect("start");
+                manager.signal(SCOPE, &id, Signal::Kill).expect("kill");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn finished_records_hold_no_descriptors() {
+    let marker = "300.1717";
+    let (_dir, manager) = manager();
+    let snapshot = run(&manager, "readlink /proc/$$/fd/1").await;
+    let pipe = snapshot.text.trim_end().to_owned();
+    assert!(pipe.starts_with("pipe:["), "{pipe}");
+    let log = snapshot.log_path.expect("log path");
+    let log = log
+        .canonicalize()
+        .expect("log exists")
+        .display()
+        .to_string();
+    let open = open_descriptors();
+    assert!(!open.contains(&pipe), "the pipe is still open");
+    assert!(!open.contains(&log), "the log file is still open");
+
+    // A grandchild holds the pipe past the drain deadline: it keeps being read (so that
+    // it does not block) until it ends.
+    let id = start(
+        &manager,
+        &format!("readlink /proc/$$/fd/1; sleep {marker} &"),
+    )
+    .await;
+    let snapshot = manager.wait(SCOPE, &id, LONG, ReadFrom::All).await;
+    let snapshot = snapshot.expect("wait");
+    assert!(!snapshot.running);
+    let pipe = snapshot.text.trim_end().to_owned();
+    assert!(open_descriptors().contains(&pipe));
+    manager
+        .signal(SCOPE, &id, Signal::Kill)
+        .expect("kill the leftover");
+    assert!(eventually(|| !open_descriptors().contains(&pipe)).await);
+    assert!(live_processes_with(marker).is_empty());
+}
+
+#[tokio::test]
+async fn finished_records_beyond_the_cap_are_removed_oldest_first() {
+    let marker = "300.1818";
+    let (_dir, manager) = manager_with(|config| config.max_retained_per_scope = 2);
+    let first = run(
+        &manager,
+        &format!("echo 1; sleep {marker} >/dev/null 2>&1 &"),
+    )
+    .await;
+    let first_log = first.log_path.expect("log path");
+    assert!(eventually(|| !live_processes_with(marker).is_empty()).await);
+    // Running processes and other scopes do not count.
+    let running = start(&manager, "sleep 30").await;
+    run(&manager, "echo 2").await;
+    let other = manager.start("b", request("echo b")).await.expect("start");
+    let waited = manager.wait("b", &other, LONG, ReadFrom::All).await;
+    assert!(!waited.expect("wait").running);
+    let commands = |scope| {
+        manager
+            .list(scope)
+            .into_iter()
+            .map(|info| info.command)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(commands(SCOPE).len(), 3);
+
+    run(&manager, "echo 3").await;
+    assert_eq!(commands(SCOPE), ["sleep 30", "echo 3", "echo 2"]);
+    assert_eq!(commands("b"), ["echo b"]);
+    assert!(!first_log.exists());
+    // The removed record's leftover was killed.
+    assert!(eventually(|| live_processes_with(marker).is_empty()).await);
+    manager.signal(SCOPE, &running, Signal::Kill).expect("kill");
+}
+
+#[tokio::test]
+async fn a_start_dropped_mid_flight_leaves_nothing_behind() {
+    let marker = "300.1919";
+    let (_dir, manager) = manager();
+    let command = format!("sleep {marker}");
+    for round in 0..20 {
+        let start = start_under_way(&manager, &command).await;
+        if round % 2 == 1 {
+            // Let the spawner answer: the answer is then dropped, unread, with the future.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        drop(start);
+    }
+    assert!(
+        eventually(|| live_processes_with(marker).is_empty()).await,
+        "left behind: {:?}",
+        live_processes_with(marker)
+    );
+    // Every slot was given back.
+    assert_eq!(manager.records.busy(SCOPE), 0);
+}
+
+#[tokio::test]
+async fn terminate_kills_members_that_outlive_the_leader() {
+    let (marker, later) = ("300.2323", "300.2424");
+    // Escalation used to be skipped when the process finished within the grace.
+    let (_dir, manager) = manager_with(|config| {
+        config.kill_grace = Duration::from_millis(600);
+        config.drain_timeout = Duration::from_millis(100);
+    });
+    // The shell dies of SIGTERM at once; the subshell ignores it and holds the pipe.
+    let id = start(
+        &manager,
+        &format!("(trap '' TERM; sleep {marker}) & echo ready; wait"),
+    )
+    .await;
+    wait_for_output(&manager, &id, "ready").await;
+    let begun = Instant::now();
+    manager
+        .signal(SCOPE, &id, Signal::Terminate)
+        .expect("terminate");
+    let snapshot = manager.wait(SCOPE, &id, LONG, ReadFrom::All).await;
+    assert_eq!(snapshot.expect("wait").signal.as_deref(), Some("SIGTERM"));
+    assert!(eventually(|| live_processes_with(marker).is_empty()).await);
+    let waited = begun.elapsed();
+    assert!(waited >= Duration::from_millis(500), "{waited:?}");
+
+    // Finished before the signal: its leftover can still be terminated.
+    let snapshot = run(&manager, &format!("(trap '' TERM; sleep {later}) &")).await;
+    assert_eq!(snapshot.exit_code, Some(0));
+    let id = manager.list(SCOPE)[0].id.clone();
+    assert!(!live_processes_with(later).is_empty());
+    manager
+        .signal(SCOPE, &id, Signal::Terminate)
+        .expect("terminate the leftover");
+    assert!(eventually(|| live_processes_with(later).is_empty()).await);
+    // Only the zombie leader is left of the group now.
+    let not_running = eventually(|| {
+        manager.signal(SCOPE, &id, Signal::Kill) == Err(ProcessError::NotRunning(id.clone()))
+    });
+    assert!(not_running.await);
+}
+
+#[tokio::test]
+async fn end_scope_refuses_starts_still_under_way() {
+    let marker = "300.2020";
+    let (_dir, manager) = manager();
+    let command = format!("sleep {marker}");
+    let start = start_under_way(&manager, &command).await;
+    manager.end_scope(SCOPE).await;
+    let error = start.await.expect_err("refused");
+    let ProcessError::Failed(message) = error else {
+        panic!("not Failed: {error:?}");
+    };
+    assert!(message.contains("ended"), "{message}");
+    assert!(
+        eventually(|| live_processes_with(marker).is_empty()).await,
+        "left behind: {:?}",
+        live_processes_with(marker)
+    );
+    assert!(manager.list(SCOPE).iter().all(|info| !info.running));
+    // The scope can be used again.
+    assert_eq!(run(&manager, "echo again").await.text, "again\n");
+}
+
+#[test]
+fn a_dropped_monitor_kills_its_process_and_gives_back_its_slot() {
+    let marker = "300.2121";
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (_dir, manager) = runtime.block_on(async {
+        let (dir, manager) = manager();
+        start(&manager, &format!("sleep {marker}")).await;
+        // The monitor is under way (this waiting yields to it).
+        assert!(eventually(|| !live_processes_with(marker).is_empty()).await);
+        (dir, manager)
+    });
+    assert!(!live_processes_with(marker).is_empty());
+    // Drops the monitor's task.
+    drop(runtime);
+    assert!(manager.list(SCOPE).is_empty());
+    assert!(manager.records.all_idle());
+    let mut gone = false;
+    for _ in 0..500 {
+        gone = live_processes_with(marker).is_empty();
+        if gone {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(gone, "left behind: {:?}", live_processes_with(marker));
+}
