@@ -102,6 +102,9 @@ pub struct ProcessManager {
     /// longer touch the table.
     records: Arc<Records>,
     log_warned: Arc<AtomicBool>,
+    /// Learn of exits from pidfds where the kernel has them (`false` forces the `SIGCHLD`
+    /// fallback, for its tests).
+    pidfds: bool,
 }
 
 impl ProcessManager {
@@ -116,6 +119,10 @@ impl ProcessManager {
     ///
     /// When called outside a Tokio runtime.
     pub fn new(config: ProcessManagerConfig) -> Arc<Self> {
+        Self::create(config, true)
+    }
+
+    fn create(config: ProcessManagerConfig, pidfds: bool) -> Arc<Self> {
         let runtime = Handle::current();
         let mut log_warned = false;
         let log_dir = if config.output_logs {
@@ -160,6 +167,7 @@ impl ProcessManager {
             ids: Ids::new(),
             records,
             log_warned: Arc::new(AtomicBool::new(log_warned)),
+            pidfds,
         })
     }
 
@@ -257,7 +265,8 @@ impl ProcessManager {
         // No await below: once spawned, the process is always handed to a monitor. Until
         // then, dropping `spawned` (an early return) kills and reaps it.
 
-        let exit_watch = ExitWatch::new(spawned.take_pidfd()).map_err(|error| {
+        let pidfd = spawned.take_pidfd().filter(|_| self.pidfds);
+        let exit_watch = ExitWatch::new(pidfd).map_err(|error| {
             ProcessError::Failed(format!(
                 "cannot watch the new process for its exit: {error}"
             ))

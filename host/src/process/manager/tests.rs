@@ -1036,3 +1036,35 @@ fn a_dropped_monitor_kills_its_process_and_gives_back_its_slot() {
     }
     assert!(gone, "left behind: {:?}", live_processes_with(marker));
 }
+
+#[tokio::test]
+async fn the_sigchld_fallback_sees_every_exit() {
+    // Kernels without pidfds: the monitor learns of exits from SIGCHLD. Forced here.
+    let marker = "300.3131";
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manager = ProcessManager::create(test_config(dir.path()), false);
+    let snapshot = run(&manager, "echo out; exit 3").await;
+    assert_eq!(
+        (snapshot.exit_code, snapshot.text.as_str()),
+        (Some(3), "out\n")
+    );
+    let snapshot = run(&manager, "kill -TERM $$").await;
+    assert_eq!(snapshot.signal.as_deref(), Some("SIGTERM"));
+
+    // Several at once, each seen when it (and not another) exits.
+    let slow = start(&manager, &format!("sleep {marker} & wait")).await;
+    let mut quick = Vec::new();
+    for code in 0..4 {
+        quick.push((code, start(&manager, &format!("exit {code}")).await));
+    }
+    for (code, id) in &quick {
+        let snapshot = manager.wait(SCOPE, id, LONG, ReadFrom::All).await;
+        assert_eq!(snapshot.expect("wait").exit_code, Some(*code));
+    }
+    let still = manager.wait(SCOPE, &slow, Duration::from_millis(100), ReadFrom::All);
+    assert!(still.await.expect("wait").running);
+    manager.signal(SCOPE, &slow, Signal::Kill).expect("kill");
+    let snapshot = manager.wait(SCOPE, &slow, LONG, ReadFrom::All).await;
+    assert_eq!(snapshot.expect("wait").signal.as_deref(), Some("SIGKILL"));
+    assert!(eventually(|| live_processes_with(marker).is_empty()).await);
+}
