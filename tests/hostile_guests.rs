@@ -3,8 +3,8 @@
 //! the next call normally.
 
 use std::time::{Duration, Instant};
-use toolhost::CallError;
 use toolhost::testing::FakeProcesses;
+use toolhost::{CallError, LimitExceeded};
 use toolhost_e2e::{fake_host, fake_host_error, hostile_component, json, plugin_dir};
 
 const MANIFEST: &str = r#"
@@ -17,7 +17,15 @@ cpu_time = "1s"
 wall_time = "3s"
 "#;
 
-async fn expect_plugin_failure(tool: &str, needle: &str, within: Duration) {
+/// How a hostile call must fail.
+enum Expected {
+    /// Stopped by a limit this predicate accepts.
+    Limit(fn(&LimitExceeded) -> bool),
+    /// Failed otherwise, with this text in the reason.
+    Reason(&'static str),
+}
+
+async fn expect_plugin_failure(tool: &str, expected: Expected, within: Duration) {
     let dir = plugin_dir(&hostile_component(), "hostile", Some(MANIFEST));
     let host = fake_host(dir.path(), FakeProcesses::new()).await;
     let started = Instant::now();
@@ -26,15 +34,22 @@ async fn expect_plugin_failure(tool: &str, needle: &str, within: Duration) {
         .await
         .expect_err("hostile call must fail");
     let elapsed = started.elapsed();
-    match &err {
-        CallError::Plugin { plugin, reason } => {
+    match (&err, expected) {
+        (CallError::Limit { plugin, limit }, Expected::Limit(accept)) => {
+            assert_eq!(plugin, "hostile");
+            assert!(
+                accept(limit),
+                "{tool}: stopped by the wrong limit: {limit:?}"
+            );
+        }
+        (CallError::Plugin { plugin, reason }, Expected::Reason(needle)) => {
             assert_eq!(plugin, "hostile");
             assert!(
                 reason.contains(needle),
                 "{tool}: reason {reason:?} lacks {needle:?}"
             );
         }
-        other => panic!("{tool}: expected a plugin failure, got {other:?}"),
+        (other, _) => panic!("{tool}: not the failure expected: {other:?}"),
     }
     assert!(
         elapsed < within,
@@ -47,28 +62,37 @@ async fn expect_plugin_failure(tool: &str, needle: &str, within: Duration) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runaway_loop_hits_the_cpu_limit() {
-    expect_plugin_failure("spin", "CPU time limit", Duration::from_secs(10)).await;
+    let cpu = |l: &LimitExceeded| {
+        *l == LimitExceeded::CpuTime {
+            limit: Duration::from_secs(1),
+        }
+    };
+    expect_plugin_failure("spin", Expected::Limit(cpu), Duration::from_secs(10)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_bomb_hits_the_memory_limit() {
-    expect_plugin_failure("bomb", "memory limit", Duration::from_secs(10)).await;
+    let memory =
+        |l: &LimitExceeded| matches!(l, LimitExceeded::Memory { limit, .. } if *limit == 32 << 20);
+    expect_plugin_failure("bomb", Expected::Limit(memory), Duration::from_secs(10)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn panic_becomes_a_tool_error_with_the_message() {
-    expect_plugin_failure(
-        "panic",
-        "hostile guest panicked on purpose",
-        Duration::from_secs(10),
-    )
-    .await;
+    let panicked = Expected::Reason("hostile guest panicked on purpose");
+    expect_plugin_failure("panic", panicked, Duration::from_secs(10)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endless_host_waits_are_cut_by_a_limit() {
     // With the fake backend the waits return at once, so the guest loop burns CPU.
-    expect_plugin_failure("hang", "limit exceeded", Duration::from_secs(10)).await;
+    let time = |l: &LimitExceeded| {
+        matches!(
+            l,
+            LimitExceeded::CpuTime { .. } | LimitExceeded::WallTime { .. }
+        )
+    };
+    expect_plugin_failure("hang", Expected::Limit(time), Duration::from_secs(10)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -87,6 +111,13 @@ async fn a_guest_waiting_forever_on_a_real_process_hits_the_wall_clock_limit() {
     let (host, _state) = toolhost_e2e::real_plugin_host(dir.path()).await;
     let started = Instant::now();
     let err = host.call("s1", "hang", "{}").await.expect_err("cut off");
+    let wall = LimitExceeded::WallTime {
+        limit: Duration::from_secs(3),
+    };
+    assert!(
+        matches!(&err, CallError::Limit { limit, .. } if *limit == wall),
+        "{err:?}"
+    );
     assert!(
         err.to_string().contains("wall-clock limit exceeded"),
         "{err}"

@@ -1,26 +1,31 @@
 //! toolhost: a native host that gives AI agents a shell through sandboxed WebAssembly guests.
 //!
 //! The host owns the dangerous, stateful parts, offered to guests as WIT imports
-//! (`wit/toolhost.wit`): a [process manager](process::ProcessManager) and a bounded
-//! [head/tail buffer](buffer::HeadTailBuffer). Guest components hold the tool logic, the
-//! *policy*: the bundled ones provide `execute`, `process_output`, `process_list` and
-//! `process_signal`. [`ToolHost`] is the embeddable entry point: build one, list its tools,
-//! call them within a scope (an agent session), shut it down.
+//! (`wit/toolhost.wit`): a [process manager](process::ProcessManager) and a bounded head/tail
+//! output buffer. Guest components hold the tool logic, the *policy*: the bundled ones provide
+//! `execute`, `process_output`, `process_list` and `process_signal`. [`ToolHost`] is the
+//! embeddable entry point: build one, list its tools, call them within a scope (an agent
+//! session), shut it down.
+//!
+//! The tree follows the design: `process/` (the process manager), `buffer/` (the head/tail
+//! buffer), `guest/` (the guest runtime: bindings, limits, the WIT imports' host side),
+//! `plugins/` (the plugin registry: manifests, bundled policies, hot swap), `host.rs` (the
+//! embeddable host), `mcp/` (the MCP server), `testing.rs` (a fake process capability).
 
-pub mod bindings;
-pub mod buffer;
-pub mod bundled;
-mod guest_log;
+mod buffer;
+mod error;
+mod guest;
 mod host;
-pub mod manifest;
 pub mod mcp;
-pub mod plugin;
+mod plugins;
 pub mod process;
-pub mod sandbox;
 pub mod testing;
-mod watch;
 
-pub use host::{HostError, ToolHost, ToolHostBuilder, ToolInfo, default_cache_dir, plugin_files};
-pub use plugin::{CallError, LoadError};
-pub use sandbox::{CallOptions, Progress, ProgressSink};
+pub use error::HostError;
+pub use guest::{
+    CallError, CallOptions, EngineError, LimitExceeded, LoadError, Progress, ProgressSink,
+};
+pub use host::{ToolHost, ToolHostBuilder, ToolInfo, default_cache_dir};
+pub use plugins::bundled;
+pub use plugins::manifest::ManifestError;
 pub use tokio_util::sync::CancellationToken;

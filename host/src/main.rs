@@ -266,6 +266,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 Err(
                     e @ (CallError::Tool(_)
                     | CallError::UnknownTool { .. }
+                    | CallError::Limit { .. }
                     | CallError::Plugin { .. }),
                 ) => {
                     eprintln!("toolhost: {}", one_line(&e.to_string()));

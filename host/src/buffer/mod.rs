@@ -188,18 +188,21 @@ impl HeadTailBuffer {
     }
 
     /// The configured head size (after clamping).
-    pub fn head_capacity(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn head_capacity(&self) -> usize {
         self.head_cap
     }
 
     /// The configured tail size (after clamping).
-    pub fn tail_capacity(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn tail_capacity(&self) -> usize {
         self.tail_cap
     }
 
     /// Bytes currently allocated for the head and tail storage (at most
     /// `head_capacity() + tail_capacity()`).
-    pub fn allocated_bytes(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn allocated_bytes(&self) -> usize {
         self.head.capacity() + self.ring.capacity()
     }
 

@@ -137,9 +137,11 @@ impl ToolServer {
                 format!("unknown tool `{name}`; available tools: {available}"),
                 Some(serde_json::json!({ "tool": name })),
             )),
-            Err(error @ (CallError::Tool(_) | CallError::Plugin { .. })) => Ok(
-                CallToolResult::error(vec![ContentBlock::text(error.to_string())]),
-            ),
+            Err(
+                error @ (CallError::Tool(_) | CallError::Limit { .. } | CallError::Plugin { .. }),
+            ) => Ok(CallToolResult::error(vec![ContentBlock::text(
+                error.to_string(),
+            )])),
         }
     }
 }

@@ -24,7 +24,7 @@
 //! command can `cd /` or read files anywhere that user can. Run the host as a dedicated user
 //! (or in a container) when the commands must be contained, not only the policy.
 
-use crate::sandbox::CallLimits;
+use crate::guest::{CallLimits, Grants};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -45,27 +45,13 @@ pub enum ManifestError {
 
 /// A plugin's manifest.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Manifest {
+pub(crate) struct Manifest {
     /// What the plugin may touch.
-    pub grants: Grants,
+    pub(crate) grants: Grants,
     /// Per-call resource limits.
-    pub limits: CallLimits,
+    pub(crate) limits: CallLimits,
     /// The `[config]` table, handed to the guest as JSON.
-    pub config: serde_json::Map<String, serde_json::Value>,
-}
-
-/// Capability grants. Everything is denied unless granted.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Grants {
-    /// May use the process capability.
-    pub process: bool,
-    /// Processes run only at or below this directory (canonical).
-    pub workdir_root: Option<PathBuf>,
-    /// Longest a single process wait may block.
-    pub max_timeout: Option<Duration>,
-    /// Host environment variables the plugin's processes inherit; `None` (no `env` key)
-    /// means all of them. What the guest sets itself is passed on either way.
-    pub env: Option<Vec<String>>,
+    pub(crate) config: serde_json::Map<String, serde_json::Value>,
 }
 
 #[derive(Deserialize, Default)]
@@ -99,7 +85,7 @@ struct RawLimits {
 
 impl Manifest {
     /// The manifest of a bundled policy: process access, default limits, no config.
-    pub fn bundled() -> Manifest {
+    pub(crate) fn bundled() -> Manifest {
         Manifest {
             grants: Grants {
                 process: true,
@@ -109,21 +95,9 @@ impl Manifest {
         }
     }
 
-    /// Read `path`; a missing file means "no grants, default limits".
-    pub fn load(path: &Path) -> Result<Manifest, ManifestError> {
-        match std::fs::read_to_string(path) {
-            Ok(text) => Manifest::parse(&text, path),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Manifest::default()),
-            Err(source) => Err(ManifestError::Read {
-                path: path.to_path_buf(),
-                source,
-            }),
-        }
-    }
-
     /// Parse manifest text; `path` is used in messages and to resolve a relative workdir root
     /// (relative to the manifest's directory).
-    pub fn parse(text: &str, path: &Path) -> Result<Manifest, ManifestError> {
+    pub(crate) fn parse(text: &str, path: &Path) -> Result<Manifest, ManifestError> {
         let invalid = |message: String| ManifestError::Invalid {
             path: path.to_path_buf(),
             message,
@@ -189,7 +163,7 @@ impl Manifest {
     }
 
     /// The config table as JSON text for the call context.
-    pub fn config_json(&self) -> String {
+    pub(crate) fn config_json(&self) -> String {
         serde_json::Value::Object(self.config.clone()).to_string()
     }
 }
@@ -240,12 +214,10 @@ mod tests {
     }
 
     #[test]
-    fn empty_and_missing_manifests_grant_nothing() {
+    fn an_empty_manifest_grants_nothing() {
         let m = Manifest::parse("", Path::new("x.toml")).expect("parses");
         assert!(!m.grants.process);
         assert_eq!(m.config_json(), "{}");
-        let missing = Manifest::load(Path::new("/nonexistent/dir/x.toml")).expect("missing is ok");
-        assert_eq!(missing, Manifest::default());
     }
 
     #[test]

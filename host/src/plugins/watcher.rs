@@ -2,7 +2,7 @@
 //! added, replaced or removed. Bursts of events (an editor's save, a copy in several writes)
 //! are coalesced into one reload.
 
-use crate::host::HostError;
+use crate::error::HostError;
 use notify::{EventKind, RecursiveMode, Watcher};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -12,7 +12,7 @@ const SETTLE: Duration = Duration::from_millis(150);
 
 /// Watch `dirs`; after each burst of relevant changes, run `reload`. The watch lasts as long
 /// as the returned watcher lives. Must be called inside a tokio runtime.
-pub fn watch_plugin_dirs<F, Fut>(
+pub(crate) fn watch_plugin_dirs<F, Fut>(
     dirs: &[PathBuf],
     reload: F,
 ) -> Result<notify::RecommendedWatcher, HostError>

@@ -2,65 +2,20 @@
 //! grants and the WIT version, pre-linked once, and instantiated afresh in its own limited
 //! [`Store`] for every call.
 
-use crate::bindings::{CallContext, ShellToolsPre, ToolDefinition, WIT_PACKAGE, WIT_VERSION};
-use crate::manifest::Manifest;
-use crate::process::ProcessBackend;
-use crate::sandbox::{CallLimits, CallOptions, CallState, ProcessGrant};
-use sha2::{Digest, Sha256};
-use std::hash::{Hash, Hasher};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use wasmtime::component::{Component, Linker};
-use wasmtime::{Engine, Store, UpdateDeadline};
-
-/// Why a component could not be loaded.
-#[derive(Debug, thiserror::Error)]
-pub enum LoadError {
-    /// The bytes are not a valid component for this engine.
-    #[error("plugin `{plugin}`: not a loadable WebAssembly component: {reason}")]
-    Compile { plugin: String, reason: String },
-    /// The component imports something it was not granted.
-    #[error(
-        "plugin `{plugin}` imports `{import}` but is not granted `{grant}`: add `{grant} = true` under [grants] in {plugin}.toml"
-    )]
-    MissingGrant {
-        plugin: String,
-        import: String,
-        grant: &'static str,
-    },
-    /// Built against a WIT package version this host does not implement.
-    #[error(
-        "plugin `{plugin}` was built against {WIT_PACKAGE}@{found}, but this host implements {WIT_PACKAGE}@{WIT_VERSION}; rebuild it against wit/toolhost.wit"
-    )]
-    WitVersion { plugin: String, found: String },
-    /// Imports this host cannot satisfy, or exports missing.
-    #[error("plugin `{plugin}` cannot be linked: {reason}")]
-    Link { plugin: String, reason: String },
-    /// `tools()` refused to load (typically: its configuration is unusable).
-    #[error("plugin `{plugin}` refused to load: {reason}")]
-    Refused { plugin: String, reason: String },
-    /// `tools()` failed or returned something unusable.
-    #[error("plugin `{plugin}` returned unusable tool definitions: {reason}")]
-    BadTools { plugin: String, reason: String },
-}
-
-/// Why a call failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CallError {
-    /// No loaded plugin provides the tool.
-    #[error("unknown tool `{name}`; available tools: {available}")]
-    UnknownTool { name: String, available: String },
-    /// The tool refused the call (bad arguments, unknown process id...): a message for the
-    /// model.
-    #[error("{0}")]
-    Tool(String),
-    /// The guest misbehaved (trap, panic, CPU/memory/wall limit); the host is unaffected.
-    #[error("plugin `{plugin}` failed: {reason}")]
-    Plugin { plugin: String, reason: String },
-}
+use super::bindings::{
+    CallContext, ShellTools, ShellToolsPre, ToolDefinition, WIT_PACKAGE, WIT_VERSION,
+};
+use super::cache;
+use super::engine::Loader;
+use super::errors::{CallError, LimitExceeded, LoadError};
+use super::limits::{CallLimits, Grants};
+use super::state::{CallOptions, CallState, ProcessGrant};
+use std::pin::Pin;
+use std::time::Duration;
+use wasmtime::{Store, UpdateDeadline};
 
 /// Longest a component may take to list its tools when it is loaded.
-const LOAD_WALL_TIME: std::time::Duration = std::time::Duration::from_secs(10);
+const LOAD_WALL_TIME: Duration = Duration::from_secs(10);
 
 /// Why a guest instance runs: to list its tools at load (no process access, short wall
 /// limit), or for a tool call.
@@ -69,22 +24,24 @@ enum Phase {
     Call(CallOptions),
 }
 
-/// What loading a plugin needs: the engine, the linker with every host import, the process
-/// backend to grant, and where compiled components are cached.
-#[derive(Clone)]
-pub struct Loader {
-    /// The engine every component is compiled for.
-    pub engine: Engine,
-    /// WASI plus the toolhost imports.
-    pub linker: Linker<CallState>,
-    /// Granted to plugins with the process grant.
-    pub backend: Arc<dyn ProcessBackend>,
-    /// Compiled-component cache; `None` disables it.
-    pub cache_dir: Option<PathBuf>,
+/// What the registry hands in to load a plugin.
+pub(crate) struct PluginSource<'a> {
+    /// The plugin's name (its file stem, or the bundled name).
+    pub(crate) name: &'a str,
+    /// Where it came from: `bundled` or a file path.
+    pub(crate) origin: String,
+    /// The component's bytes.
+    pub(crate) bytes: &'a [u8],
+    /// What it may use.
+    pub(crate) grants: &'a Grants,
+    /// Its per-call limits.
+    pub(crate) limits: CallLimits,
+    /// Its config table as JSON text, handed to the guest with every call.
+    pub(crate) config: String,
 }
 
 /// A loaded plugin.
-pub struct Plugin {
+pub(crate) struct Plugin {
     name: String,
     origin: String,
     pre: ShellToolsPre<CallState>,
@@ -108,17 +65,27 @@ impl std::fmt::Debug for Plugin {
 }
 
 impl Plugin {
-    /// Compile (or load from `cache_dir`), check and pre-link `bytes` as plugin `name`, then
-    /// ask it for its tools.
-    pub async fn load(
+    /// Compile (or take from the cache), check and pre-link the source's component, then ask
+    /// it for its tools.
+    pub(crate) async fn load(
         loader: &Loader,
-        name: &str,
-        origin: String,
-        bytes: &[u8],
-        manifest: &Manifest,
+        source: PluginSource<'_>,
     ) -> Result<Plugin, LoadError> {
+        let PluginSource {
+            name,
+            origin,
+            bytes,
+            grants,
+            limits,
+            config,
+        } = source;
         let engine = &loader.engine;
-        let component = compile(engine, name, bytes, loader.cache_dir.as_deref()).await?;
+        let component = cache::compile(engine, name, bytes, loader.cache.as_ref())
+            .await
+            .map_err(|reason| LoadError::Compile {
+                plugin: name.to_string(),
+                reason,
+            })?;
         let mut needs_process = false;
         for (import, _) in component.component_type().imports(engine) {
             let Some(rest) = import.strip_prefix(&format!("{WIT_PACKAGE}/")) else {
@@ -137,7 +104,7 @@ impl Plugin {
             }
             if interface == "process" {
                 needs_process = true;
-                if !manifest.grants.process {
+                if !grants.process {
                     return Err(LoadError::MissingGrant {
                         plugin: name.to_string(),
                         import: import.to_string(),
@@ -167,17 +134,17 @@ impl Plugin {
         let pre = ShellToolsPre::new(pre).map_err(link_error)?;
         let grant = needs_process.then(|| ProcessGrant {
             backend: loader.backend.clone(),
-            workdir_root: manifest.grants.workdir_root.clone(),
-            max_wait: manifest.grants.max_timeout,
-            env_allowlist: manifest.grants.env.clone(),
+            workdir_root: grants.workdir_root.clone(),
+            max_wait: grants.max_timeout,
+            env_allowlist: grants.env.clone(),
         });
         let mut plugin = Plugin {
             name: name.to_string(),
             origin,
             pre,
             tools: Vec::new(),
-            limits: manifest.limits,
-            config: manifest.config_json(),
+            limits,
+            config,
             grant,
         };
         plugin.tools = plugin.fetch_tools().await?;
@@ -185,22 +152,22 @@ impl Plugin {
     }
 
     /// The plugin's name (its file stem, or the bundled name).
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
     /// Where it came from: `bundled` or a file path.
-    pub fn origin(&self) -> &str {
+    pub(crate) fn origin(&self) -> &str {
         &self.origin
     }
 
     /// The longest one call of this plugin may take (its wall-clock limit).
-    pub fn wall_time(&self) -> std::time::Duration {
+    pub(crate) fn wall_time(&self) -> Duration {
         self.limits.wall_time
     }
 
     /// The tools it provides.
-    pub fn tools(&self) -> &[ToolDefinition] {
+    pub(crate) fn tools(&self) -> &[ToolDefinition] {
         &self.tools
     }
 
@@ -269,7 +236,7 @@ impl Plugin {
     }
 
     /// Call tool `tool` with `arguments` (JSON text) in `scope`.
-    pub async fn call(
+    pub(crate) async fn call(
         &self,
         scope: &str,
         tool: &str,
@@ -301,9 +268,9 @@ impl Plugin {
         scope: &str,
         phase: Phase,
         f: impl for<'a> FnOnce(
-            &'a crate::bindings::ShellTools,
+            &'a ShellTools,
             &'a mut Store<CallState>,
-        ) -> std::pin::Pin<
+        ) -> Pin<
             Box<dyn Future<Output = wasmtime::Result<Result<R, String>>> + Send + 'a>,
         > + Send,
     ) -> Result<Result<R, String>, CallError> {
@@ -325,10 +292,7 @@ impl Plugin {
         let cpu = limits.cpu_time;
         store.epoch_deadline_callback(move |cx| {
             if cx.data().guest_time() > cpu {
-                Err(wasmtime::format_err!(
-                    "CPU time limit exceeded (the guest ran for more than {})",
-                    humantime::format_duration(cpu)
-                ))
+                Err(LimitExceeded::CpuTime { limit: cpu }.into())
             } else {
                 Ok(UpdateDeadline::Yield(1))
             }
@@ -341,18 +305,24 @@ impl Plugin {
         .await;
         let (stdout, stderr) = store.data().guest_output();
         log_guest_output(&self.name, &stdout, &stderr);
+        let plugin = self.name.clone();
         match outcome {
             Ok(Ok(result)) => Ok(result),
-            Ok(Err(error)) => Err(CallError::Plugin {
-                plugin: self.name.clone(),
-                reason: describe_failure(&error, &stderr),
+            Ok(Err(error)) => Err(match error.downcast_ref::<LimitExceeded>() {
+                Some(limit) => CallError::Limit {
+                    plugin,
+                    limit: limit.clone(),
+                },
+                None => CallError::Plugin {
+                    plugin,
+                    reason: describe_failure(&error, &stderr),
+                },
             }),
-            Err(_) => Err(CallError::Plugin {
-                plugin: self.name.clone(),
-                reason: format!(
-                    "wall-clock limit exceeded (the call took more than {})",
-                    humantime::format_duration(limits.wall_time)
-                ),
+            Err(_) => Err(CallError::Limit {
+                plugin,
+                limit: LimitExceeded::WallTime {
+                    limit: limits.wall_time,
+                },
             }),
         }
     }
@@ -367,10 +337,10 @@ fn describe_failure(error: &wasmtime::Error, stderr: &str) -> String {
         .map(|e| e.to_string())
         .find(|m| !m.starts_with("error while executing at wasm backtrace"))
         .unwrap_or_else(|| error.root_cause().to_string());
-    // Our limiter's and epoch callback's errors say what happened; a bare trap gets named.
+    // A trap gets named; other errors (an import's) say what happened themselves.
     let reason = match error.downcast_ref::<wasmtime::Trap>() {
-        Some(trap) if !cause.contains("limit exceeded") => format!("trapped: {trap}"),
-        _ => cause,
+        Some(trap) => format!("trapped: {trap}"),
+        None => cause,
     };
     let panic: Vec<&str> = stderr
         .lines()
@@ -391,78 +361,4 @@ fn log_guest_output(plugin: &str, stdout: &str, stderr: &str) {
     for line in stderr.lines().filter(|l| !l.trim().is_empty()) {
         tracing::warn!(target: "toolhost::guest", plugin, "{line}");
     }
-}
-
-/// Compile `bytes`, reusing a compiled copy from `cache_dir` keyed by the content hash and the
-/// engine's compatibility hash. Compilation runs on a blocking thread.
-async fn compile(
-    engine: &Engine,
-    name: &str,
-    bytes: &[u8],
-    cache_dir: Option<&Path>,
-) -> Result<Component, LoadError> {
-    let compile_error = |e: String| LoadError::Compile {
-        plugin: name.to_string(),
-        reason: e,
-    };
-    let cached = cache_dir.map(|dir| dir.join(format!("{}.cwasm", cache_key(engine, bytes))));
-    if let Some(path) = &cached
-        && path.is_file()
-    {
-        // SAFETY: the cache directory is trusted like the binary itself (see
-        // `ToolHostBuilder::cache_dir`): its files were written by `Component::serialize` of
-        // this engine configuration (the key includes its compatibility hash), and wasmtime
-        // checks the header and compatibility before use.
-        match unsafe { Component::deserialize_file(engine, path) } {
-            Ok(component) => return Ok(component),
-            Err(e) => {
-                tracing::warn!(plugin = name, path = %path.display(), "ignoring unusable cached component: {e}")
-            }
-        }
-    }
-    let engine2 = engine.clone();
-    let owned = bytes.to_vec();
-    let component = tokio::task::spawn_blocking(move || Component::new(&engine2, &owned))
-        .await
-        .map_err(|e| compile_error(e.to_string()))?
-        .map_err(|e| compile_error(format!("{e:#}")))?;
-    if let Some(path) = cached
-        && let Err(e) = store_cached(&component, &path)
-    {
-        tracing::warn!(plugin = name, path = %path.display(), "could not cache compiled component: {e}");
-    }
-    Ok(component)
-}
-
-fn store_cached(component: &Component, path: &Path) -> std::io::Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let bytes = component
-        .serialize()
-        .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
-    // A unique temporary name, then an atomic rename: concurrent hosts never see half a file.
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    std::io::Write::write_all(&mut tmp, &bytes)?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
-}
-
-/// Content hash of the component plus the engine's compatibility hash, as hex.
-pub fn cache_key(engine: &Engine, bytes: &[u8]) -> String {
-    let mut engine_hash = std::collections::hash_map::DefaultHasher::new();
-    engine
-        .precompile_compatibility_hash()
-        .hash(&mut engine_hash);
-    let mut sha = Sha256::new();
-    sha.update(bytes);
-    sha.update(engine_hash.finish().to_le_bytes());
-    sha.update(env!("CARGO_PKG_VERSION").as_bytes());
-    hex(&sha.finalize()[..20])
-}
-
-/// Lower-case hex of `bytes`.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

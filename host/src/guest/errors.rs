@@ -1,0 +1,97 @@
+//! Why a plugin could not be loaded ([`LoadError`]) or a call failed ([`CallError`]), with the
+//! limits a guest can run into typed ([`LimitExceeded`]) rather than described in text.
+
+use super::bindings::{WIT_PACKAGE, WIT_VERSION};
+use std::time::Duration;
+
+/// Why a component could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The bytes are not a valid component for this engine.
+    #[error("plugin `{plugin}`: not a loadable WebAssembly component: {reason}")]
+    Compile { plugin: String, reason: String },
+    /// The component imports something it was not granted.
+    #[error(
+        "plugin `{plugin}` imports `{import}` but is not granted `{grant}`: add `{grant} = true` under [grants] in {plugin}.toml"
+    )]
+    MissingGrant {
+        plugin: String,
+        import: String,
+        grant: &'static str,
+    },
+    /// Built against a WIT package version this host does not implement.
+    #[error(
+        "plugin `{plugin}` was built against {WIT_PACKAGE}@{found}, but this host implements {WIT_PACKAGE}@{WIT_VERSION}; rebuild it against wit/toolhost.wit"
+    )]
+    WitVersion { plugin: String, found: String },
+    /// Imports this host cannot satisfy, or exports missing.
+    #[error("plugin `{plugin}` cannot be linked: {reason}")]
+    Link { plugin: String, reason: String },
+    /// `tools()` refused to load (typically: its configuration is unusable).
+    #[error("plugin `{plugin}` refused to load: {reason}")]
+    Refused { plugin: String, reason: String },
+    /// `tools()` failed or returned something unusable.
+    #[error("plugin `{plugin}` returned unusable tool definitions: {reason}")]
+    BadTools { plugin: String, reason: String },
+}
+
+/// Why a call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    /// No loaded plugin provides the tool.
+    #[error("unknown tool `{name}`; available tools: {available}")]
+    UnknownTool { name: String, available: String },
+    /// The tool refused the call (bad arguments, unknown process id...): a message for the
+    /// model.
+    #[error("{0}")]
+    Tool(String),
+    /// The guest ran into one of its plugin's limits and was stopped; the host is unaffected.
+    #[error("plugin `{plugin}` failed: {limit}")]
+    Limit {
+        plugin: String,
+        limit: LimitExceeded,
+    },
+    /// The guest misbehaved otherwise (trap, panic, bad import use); the host is unaffected.
+    #[error("plugin `{plugin}` failed: {reason}")]
+    Plugin { plugin: String, reason: String },
+}
+
+/// A per-call limit a guest ran into (see the `[limits]` of its manifest).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitExceeded {
+    /// Linear memory, a table or a guest buffer would take the call past its memory budget.
+    #[error("memory limit exceeded: {what} needs {needed} more bytes, {used} of {limit} in use")]
+    Memory {
+        /// What was growing: `linear memory`, `a table`, `a guest buffer`.
+        what: &'static str,
+        /// Bytes it asked for.
+        needed: usize,
+        /// Bytes of the budget already in use.
+        used: usize,
+        /// The budget.
+        limit: usize,
+    },
+    /// A table would grow past the most elements any table may hold.
+    #[error("memory limit exceeded: a table may hold at most {max} elements")]
+    TableElements {
+        /// The most elements a table may hold.
+        max: usize,
+    },
+    /// The guest itself ran longer than its CPU time (time waiting in the host not counted).
+    #[error("CPU time limit exceeded (the guest ran for more than {})", humantime::format_duration(*.limit))]
+    CpuTime {
+        /// The limit.
+        limit: Duration,
+    },
+    /// The whole call, waits included, took longer than its wall-clock limit.
+    #[error("wall-clock limit exceeded (the call took more than {})", humantime::format_duration(*.limit))]
+    WallTime {
+        /// The limit.
+        limit: Duration,
+    },
+}
+
+/// The WebAssembly engine could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot set up the WebAssembly engine: {0}")]
+pub struct EngineError(pub(crate) String);

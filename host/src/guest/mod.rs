@@ -1,0 +1,32 @@
+//! The guest runtime: how one plugin component is compiled, checked, pre-linked and run.
+//!
+//! - `bindings`: the Rust side of `wit/toolhost.wit`, and conversions to the host's types.
+//! - `engine`: the engine, the linker with every import, the epoch ticker ([`Loader`]).
+//! - `cache`: compiling, through the private on-disk cache of compiled components.
+//! - `plugin`: a loaded [`Plugin`]: its checks at load, a fresh limited store per call.
+//! - `state`: the store data of one call; `limits`: grants, limits and the memory limiter.
+//! - `process`, `output_buffer`: the host impls of the WIT imports, one file per interface.
+//! - `log`: a guest's bounded stdout and stderr.
+//! - `errors`: why a load or a call failed, limits typed.
+//!
+//! Nothing here knows where components come from: the plugin registry (`crate::plugins`)
+//! reads files and manifests and hands each component in as a [`PluginSource`].
+
+mod bindings;
+mod cache;
+mod engine;
+mod errors;
+mod limits;
+mod log;
+mod output_buffer;
+mod plugin;
+mod process;
+mod state;
+
+pub(crate) use bindings::ToolDefinition;
+pub(crate) use cache::{ComponentCache, hex};
+pub(crate) use engine::Loader;
+pub use errors::{CallError, EngineError, LimitExceeded, LoadError};
+pub(crate) use limits::{CallLimits, Grants};
+pub(crate) use plugin::{Plugin, PluginSource};
+pub use state::{CallOptions, Progress, ProgressSink};

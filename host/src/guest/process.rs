@@ -1,0 +1,217 @@
+//! The host side of the `toolhost:plugin/process` import: the process capability as one
+//! plugin sees it. Checked here, never trusted to the guest: a plugin without the process
+//! grant traps; workdirs must lie under the plugin's granted root; waits are capped by its
+//! `max_timeout`; processes inherit only the host variables it was granted. While the guest
+//! waits, progress reaches the caller and a cancelled call ends the wait.
+
+use super::bindings::wit_process;
+use super::state::{CallOptions, CallState, ProcessGrant, Progress};
+use crate::process::{OutputSnapshot, ProcessBackend, ProcessError, ReadFrom, StartRequest};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// How often a waiting call reports progress.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+/// Lines of output in one progress update.
+const PROGRESS_LINES: usize = 5;
+
+impl CallState {
+    /// The plugin's process grant, or a trap for a guest that has none.
+    fn grant(&self) -> wasmtime::Result<&ProcessGrant> {
+        // No grant while a component lists its tools at load, and none for a plugin without
+        // the process grant (such a component is refused at load anyway): trap.
+        self.process
+            .as_ref()
+            .ok_or_else(|| wasmtime::format_err!("this plugin has no process grant"))
+    }
+
+    /// The start request as the host will run it: the workdir resolved and checked against
+    /// the granted root, the inherited environment narrowed to the grant.
+    fn check_request(
+        grant: &ProcessGrant,
+        request: wit_process::StartRequest,
+    ) -> Result<StartRequest, wit_process::ProcessError> {
+        let workdir = match (&request.workdir, &grant.workdir_root) {
+            (None, root) => root.clone(),
+            (Some(dir), None) => Some(PathBuf::from(dir)),
+            (Some(dir), Some(root)) => {
+                let path = PathBuf::from(dir);
+                let path = if path.is_relative() {
+                    root.join(path)
+                } else {
+                    path
+                };
+                let canonical = path.canonicalize().map_err(|e| {
+                    wit_process::ProcessError::InvalidRequest(format!(
+                        "workdir `{dir}` cannot be used: {e}"
+                    ))
+                })?;
+                if !canonical.starts_with(root) {
+                    return Err(wit_process::ProcessError::InvalidRequest(format!(
+                        "workdir `{dir}` is outside the directory this plugin may use ({})",
+                        root.display()
+                    )));
+                }
+                Some(canonical)
+            }
+        };
+        Ok(StartRequest {
+            command: request.command,
+            workdir,
+            env: request.env,
+            background: request.background,
+            inherit_env: grant.env_allowlist.clone(),
+        })
+    }
+}
+
+impl wit_process::Host for CallState {
+    async fn start(
+        &mut self,
+        request: wit_process::StartRequest,
+    ) -> wasmtime::Result<Result<String, wit_process::ProcessError>> {
+        let grant = self.grant()?;
+        let request = match Self::check_request(grant, request) {
+            Ok(r) => r,
+            Err(e) => return Ok(Err(e)),
+        };
+        let grant = grant.clone();
+        let result = self
+            .in_host(grant, |g, scope| async move {
+                g.backend.start(&scope, request).await
+            })
+            .await;
+        Ok(result.map_err(Into::into))
+    }
+
+    async fn wait(
+        &mut self,
+        id: String,
+        timeout_ms: u64,
+        from: wit_process::ReadFrom,
+    ) -> wasmtime::Result<Result<wit_process::Output, wit_process::ProcessError>> {
+        let grant = self.grant()?;
+        let mut timeout = Duration::from_millis(timeout_ms);
+        if let Some(max) = grant.max_wait {
+            timeout = timeout.min(max);
+        }
+        let from: ReadFrom = from.into();
+        let grant = grant.clone();
+        let options = self.options.clone();
+        let call_started = self.started;
+        let result = self
+            .in_host(grant, |g, scope| async move {
+                let wait = Wait {
+                    id: &id,
+                    timeout,
+                    from,
+                    call_started,
+                };
+                wait_with_options(&*g.backend, &scope, wait, &options).await
+            })
+            .await;
+        Ok(result.map(Into::into).map_err(Into::into))
+    }
+
+    async fn read(
+        &mut self,
+        id: String,
+        from: wit_process::ReadFrom,
+    ) -> wasmtime::Result<Result<wit_process::Output, wit_process::ProcessError>> {
+        let grant = self.grant()?;
+        Ok(grant
+            .backend
+            .read(&self.scope, &id, from.into())
+            .map(Into::into)
+            .map_err(Into::into))
+    }
+
+    async fn list(&mut self) -> wasmtime::Result<Vec<wit_process::ProcessInfo>> {
+        let grant = self.grant()?;
+        Ok(grant
+            .backend
+            .list(&self.scope)
+            .into_iter()
+            .map(Into::into)
+            .collect())
+    }
+
+    async fn send_signal(
+        &mut self,
+        id: String,
+        signal: wit_process::Signal,
+    ) -> wasmtime::Result<Result<(), wit_process::ProcessError>> {
+        let grant = self.grant()?;
+        Ok(grant
+            .backend
+            .signal(&self.scope, &id, signal.into())
+            .map_err(Into::into))
+    }
+}
+
+/// One wait request of a guest.
+struct Wait<'a> {
+    id: &'a str,
+    timeout: Duration,
+    from: ReadFrom,
+    /// When the call began: progress is measured from there, so it only ever increases
+    /// across the waits of one call.
+    call_started: Instant,
+}
+
+/// Wait on a process, reporting progress and honouring cancellation when the caller asked for
+/// them. Without either it is a single event-driven wait.
+async fn wait_with_options(
+    backend: &dyn ProcessBackend,
+    scope: &str,
+    wait: Wait<'_>,
+    options: &CallOptions,
+) -> Result<OutputSnapshot, ProcessError> {
+    let Wait {
+        id,
+        timeout,
+        from,
+        call_started,
+    } = wait;
+    if options.progress.is_none() && options.cancel.is_none() {
+        return backend.wait(scope, id, timeout, from).await;
+    }
+    let started = Instant::now();
+    let cancel = options.cancel.clone().unwrap_or_default();
+    // The first update carries the latest lines written so far, even those written before
+    // this wait began.
+    let mut reported = 0;
+    loop {
+        let left = timeout.saturating_sub(started.elapsed());
+        let step = match options.progress {
+            Some(_) => left.min(PROGRESS_EVERY),
+            None => left,
+        };
+        let snapshot = tokio::select! {
+            r = backend.wait(scope, id, step, ReadFrom::Cursor(u64::MAX)) => r?,
+            _ = cancel.cancelled() => break,
+        };
+        if !snapshot.running || started.elapsed() >= timeout {
+            break;
+        }
+        if let Some(progress) = &options.progress
+            && snapshot.cursor > reported
+        {
+            let fresh = backend.read(scope, id, ReadFrom::Cursor(reported))?;
+            reported = fresh.cursor;
+            let lines: Vec<&str> = fresh
+                .text
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .collect();
+            let last = &lines[lines.len().saturating_sub(PROGRESS_LINES)..];
+            if !last.is_empty() {
+                progress(Progress {
+                    elapsed_ms: call_started.elapsed().as_millis() as u64,
+                    message: last.join("\n"),
+                });
+            }
+        }
+    }
+    backend.read(scope, id, from)
+}

@@ -1,0 +1,12 @@
+//! The plugin registry: which components are loaded and where they come from.
+//!
+//! - `registry`: the loaded set, swapped whole on reload; a call keeps the version it began
+//!   with; unchanged files are not recompiled; a failed reload keeps the previous version.
+//! - `manifest`: `NAME.toml` beside `NAME.wasm`: a plugin's grants, limits and config.
+//! - `bundled`: the policies compiled into the binary.
+//! - `watcher`: hot swap: a reload after each burst of changes in the plugin directories.
+
+pub mod bundled;
+pub(crate) mod manifest;
+pub(crate) mod registry;
+pub(crate) mod watcher;
