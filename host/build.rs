@@ -1,10 +1,14 @@
-//! Builds the guest components in `guest-tools/` for `wasm32-wasip2`, the way wasmtime builds
-//! its own test programs: a nested `cargo build` with its own target directory, so the guest
-//! crates are never compiled for the host target.
+//! Builds what the host embeds, each with a nested `cargo build` and its own target directory
+//! (the way wasmtime builds its own test programs):
 //!
-//! For every component `NAME.wasm` it sets `TOOLHOST_GUEST_<NAME>` (upper case, `-` -> `_`) to
-//! the built file's path; `src/bundled.rs` embeds the bundled policies with `include_bytes!`
-//! and the test fixtures are found by path.
+//! - the guest components in `guest-tools/`, for `wasm32-wasip2`, so the guest crates are
+//!   never compiled for the host target. For every component `NAME.wasm` it sets
+//!   `TOOLHOST_GUEST_<NAME>` (upper case, `-` -> `_`) to the built file's path;
+//!   `src/plugins/bundled.rs` embeds the bundled policies with `include_bytes!` and the test
+//!   fixtures are found by path;
+//! - the process keeper in `keeper/`, for the host's own target: `TOOLHOST_KEEPER` is its path,
+//!   and the process manager embeds it, so that every program linking the library (the
+//!   binary, its tests, an embedder) can run it.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -38,6 +42,7 @@ fn main() {
         .map(|t| t.join("wasm-guests"))
         .unwrap_or_else(|| out_dir.join("wasm-guests"));
 
+    build_keeper(root, &out_dir);
     ensure_wasm_target();
 
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -52,20 +57,7 @@ fn main() {
         .arg("--target-dir")
         .arg(&target_dir)
         .arg("--workspace");
-    // Don't leak the outer build's configuration (clippy's wrapper, host rustflags, a forced
-    // target dir) into the guest build.
-    for var in [
-        "RUSTC_WORKSPACE_WRAPPER",
-        "RUSTC_WRAPPER",
-        "RUSTFLAGS",
-        "CARGO_ENCODED_RUSTFLAGS",
-        "CARGO_TARGET_DIR",
-        "CARGO_BUILD_TARGET",
-        "CARGO_BUILD_RUSTFLAGS",
-        "CARGO_PRIMARY_PACKAGE",
-    ] {
-        cmd.env_remove(var);
-    }
+    isolate(&mut cmd);
     let status = cmd
         .status()
         .expect("failed to run cargo for the guest components");
@@ -119,4 +111,60 @@ fn ensure_wasm_target() {
             "cargo:warning=could not install the {TARGET} target; run `rustup target add {TARGET}`"
         ),
     }
+}
+
+/// Don't leak the outer build's configuration (clippy's wrapper, host rustflags, a forced
+/// target dir) into a nested build.
+fn isolate(cmd: &mut Command) {
+    for var in [
+        "RUSTC_WORKSPACE_WRAPPER",
+        "RUSTC_WRAPPER",
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+        "CARGO_BUILD_RUSTFLAGS",
+        "CARGO_PRIMARY_PACKAGE",
+    ] {
+        cmd.env_remove(var);
+    }
+}
+
+/// Build `keeper/` (a member of this workspace) in release mode for the target the host is
+/// built for, and set `TOOLHOST_KEEPER` to the executable.
+fn build_keeper(root: &Path, out_dir: &Path) {
+    let keeper = root.join("keeper");
+    println!("cargo:rerun-if-changed={}", keeper.display());
+    let target = env::var("TARGET").expect("cargo sets it");
+    let target_dir = out_dir
+        .ancestors()
+        .nth(4)
+        .map(|t| t.join("keeper"))
+        .unwrap_or_else(|| out_dir.join("keeper"));
+    let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.arg("build")
+        .arg("--release")
+        .arg("--locked")
+        .arg("--package")
+        .arg("toolhost-keeper")
+        .arg("--target")
+        .arg(&target)
+        .arg("--manifest-path")
+        .arg(root.join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(&target_dir);
+    isolate(&mut cmd);
+    let status = cmd.status().expect("failed to run cargo for the keeper");
+    assert!(status.success(), "building the keeper failed");
+    let path = target_dir
+        .join(&target)
+        .join("release")
+        .join("toolhost-keeper");
+    assert!(
+        path.is_file(),
+        "the keeper was not built at {}",
+        path.display()
+    );
+    println!("cargo:rustc-env=TOOLHOST_KEEPER={}", path.display());
 }

@@ -1,6 +1,6 @@
-//! One process's record: its identity, its leader's pid (the process group id), its bounded
+//! One process's record: its identity, its keeper (pid and control socket), its bounded
 //! output and end state, its log file, and the channels that tell waiters and its monitor
-//! that it finished or was released.
+//! that it finished, that nothing of it is left, or that it was released.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -8,16 +8,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use nix::errno::Errno;
-use nix::sys::signal::{Signal as NixSignal, killpg};
+use std::os::fd::OwnedFd;
+
 use nix::unistd::Pid;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::keeper;
 use super::output_log::OutputLog;
 use super::sys::{self, Exit};
 use crate::buffer::HeadTailBuffer;
-use crate::process::{OutputSnapshot, ProcessInfo, ReadFrom};
+use crate::process::{OutputSnapshot, ProcessInfo, ReadFrom, Signal};
 
 /// One process's record.
 pub(super) struct Entry {
@@ -31,16 +32,26 @@ pub(super) struct Entry {
     pub(super) started_at: Instant,
     /// Counted in its scope's running count (until finished).
     pub(super) counted: AtomicBool,
-    /// The leader's pid (= process group id) until it is reaped. While it is `Some`, the
-    /// leader is our child, alive or a zombie, so the group id cannot be reused: every
-    /// `killpg` and the reaping happen under this lock.
-    pub(super) leader: Mutex<Option<Pid>>,
+    /// The keeper: its pid until it is reaped (while it is `Some` the keeper is our child,
+    /// alive or a zombie, so the pid cannot be reused), and the host's end of its control
+    /// socket until the record lets go of it (closing it stops everything under the keeper).
+    pub(super) keeper: Mutex<Keeper>,
     pub(super) state: Mutex<EntryState>,
     /// `true` once the process has exited and its output is drained.
     pub(super) finished: watch::Sender<bool>,
+    /// Set once the keeper reports that nothing the command started is left (or exited).
+    pub(super) nothing_left: AtomicBool,
+    /// `true` once the keeper has exited: nothing of the process is left, keeper included.
+    pub(super) gone: watch::Sender<bool>,
     /// `true` once the record is released (or was never admitted): its monitor stops
     /// lingering.
     pub(super) removed: watch::Sender<bool>,
+}
+
+/// The host's hold on a process's keeper.
+pub(super) struct Keeper {
+    pub(super) pid: Option<Pid>,
+    pub(super) control: Option<OwnedFd>,
 }
 
 pub(super) struct EntryState {
@@ -73,8 +84,10 @@ pub(super) struct EntrySpec {
     pub(super) background: bool,
     pub(super) started_ms: u64,
     pub(super) started_at: Instant,
-    /// The leader, our unreaped child.
-    pub(super) leader: Pid,
+    /// The keeper, our unreaped child.
+    pub(super) keeper: Pid,
+    /// The host's end of the keeper's control socket.
+    pub(super) control: OwnedFd,
     /// Empty, sized for this process.
     pub(super) buffer: HeadTailBuffer,
 }
@@ -92,7 +105,10 @@ impl Entry {
             started_ms: spec.started_ms,
             started_at: spec.started_at,
             counted: AtomicBool::new(false),
-            leader: Mutex::new(Some(spec.leader)),
+            keeper: Mutex::new(Keeper {
+                pid: Some(spec.keeper),
+                control: Some(spec.control),
+            }),
             state: Mutex::new(EntryState {
                 buffer: spec.buffer,
                 last_read_end: 0,
@@ -101,6 +117,8 @@ impl Entry {
                 disposed: false,
             }),
             finished: watch::channel(false).0,
+            nothing_left: AtomicBool::new(false),
+            gone: watch::channel(false).0,
             removed: watch::channel(false).0,
         })
     }
@@ -109,13 +127,9 @@ impl Entry {
         lock(&self.state).end.is_none()
     }
 
-    /// Whether the leader is unreaped and its group has a member other than the zombie
-    /// leader (checked through `/proc`, so only worth asking once the process finished).
+    /// Whether something the command started is still running (its keeper has not exited).
     pub(super) fn has_leftovers(&self) -> bool {
-        // Not under the lock (a scan of `/proc` takes a while). If the leader is reaped
-        // meanwhile the answer may be stale, but a signal then goes nowhere anyway.
-        let leader = *lock(&self.leader);
-        leader.is_some_and(sys::group_has_live_member)
+        !self.nothing_left.load(Ordering::Acquire) && lock(&self.keeper).control.is_some()
     }
 
     pub(super) fn append(&self, data: &[u8]) {
@@ -181,12 +195,12 @@ impl Entry {
 
     /// Wait until finished or `deadline` (`None`: no deadline). Returns whether finished.
     pub(super) async fn wait_finished(&self, deadline: Option<Instant>) -> bool {
-        let mut finished = self.finished.subscribe();
-        let done = finished.wait_for(|finished| *finished);
-        match deadline {
-            Some(deadline) => matches!(tokio::time::timeout_at(deadline, done).await, Ok(Ok(_))),
-            None => done.await.is_ok(),
-        }
+        wait_until(&self.finished, deadline).await
+    }
+
+    /// Wait until nothing of the process is left, or `deadline`. Returns whether it is gone.
+    pub(super) async fn wait_gone(&self, deadline: Option<Instant>) -> bool {
+        wait_until(&self.gone, deadline).await
     }
 
     pub(super) fn snapshot(&self, from: ReadFrom) -> OutputSnapshot {
@@ -233,31 +247,32 @@ impl Entry {
         }
     }
 
-    /// `killpg`, unless the leader has been reaped (then `ESRCH`).
-    pub(super) fn signal_group(&self, signal: NixSignal) -> Result<(), Errno> {
-        match *lock(&self.leader) {
-            Some(pgid) => killpg(pgid, signal),
-            None => Err(Errno::ESRCH),
+    /// Have the keeper send `signal` to everything the command started. `false` when there
+    /// is nothing to signal any more (the keeper has exited or was let go).
+    pub(super) fn signal_all(&self, signal: Signal) -> bool {
+        match &lock(&self.keeper).control {
+            Some(control) => keeper::request(control, signal).is_ok(),
+            None => false,
         }
     }
 
-    /// `SIGKILL` the group and take the leader's pid out of the record, so nobody signals
-    /// the group or reaps the leader after this: the caller must reap it. `None` when it was
-    /// taken (reaped) already.
-    pub(super) fn kill_group_and_take_leader(&self) -> Option<Pid> {
-        let pid = lock(&self.leader).take()?;
-        let _ = killpg(pid, NixSignal::SIGKILL);
-        Some(pid)
+    /// Let go of the keeper: close its control socket, which makes it kill everything under
+    /// it and exit, and take its pid out of the record, so nobody signals or reaps it after
+    /// this: the caller must reap it. `None` when it was taken (reaped) already.
+    pub(super) fn release_keeper(&self) -> Option<Pid> {
+        let mut keeper = lock(&self.keeper);
+        keeper.control = None;
+        keeper.pid.take()
     }
 
-    /// Kill whatever is left of the group, reap the leader (at once if it is dead, else as
+    /// Stop whatever is left of the process, reap its keeper (at once if it is dead, else as
     /// soon as it dies, without blocking the caller), delete the log file, and tell the
     /// monitor to stop lingering. Doing it again does nothing.
     pub(super) fn dispose(&self) {
-        if let Some(pid) = lock(&self.leader).take() {
-            // Forgotten under the lock, so nobody signals the group after this kill; the pid
-            // cannot be reused before `kill_and_reap` reaps it.
-            sys::kill_and_reap(pid);
+        if let Some(pid) = self.release_keeper() {
+            // Forgotten under the lock, so nobody signals the keeper after this; the pid
+            // cannot be reused before `stop_and_reap` reaps it.
+            sys::stop_and_reap(pid);
         }
         self.removed.send_replace(true);
         self.remove_log();
@@ -286,6 +301,16 @@ pub(super) struct LogTarget {
     pub(super) cap: u64,
     /// Shared by the manager's processes: warn about an unusable directory only once.
     pub(super) warned: Arc<AtomicBool>,
+}
+
+/// Wait until `flag` is `true` or `deadline` (`None`: no deadline). Returns whether it is.
+async fn wait_until(flag: &watch::Sender<bool>, deadline: Option<Instant>) -> bool {
+    let mut flag = flag.subscribe();
+    let done = flag.wait_for(|set| *set);
+    match deadline {
+        Some(deadline) => matches!(tokio::time::timeout_at(deadline, done).await, Ok(Ok(_))),
+        None => done.await.is_ok(),
+    }
 }
 
 /// Lock, recovering from poisoning (the protected data stays consistent: every critical

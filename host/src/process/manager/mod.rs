@@ -2,43 +2,48 @@
 //!
 //! How a process is run:
 //!
-//! * It is created from the manager's own spawner thread (`spawner.rs` says why not from the
-//!   calling thread), the way `posix_spawn` does it (`clone(CLONE_VM | CLONE_VFORK)`, so the
-//!   host's memory is never copied or made copy-on-write; `sys.rs`). Before `exec` the child
-//!   leads its own session and process group, asks the kernel for `SIGKILL` when the spawner
-//!   thread dies, and closes every descriptor but its stdio. Signals go to the whole group,
-//!   so they reach grandchildren too. A start abandoned half-way (its future dropped) kills
-//!   and reaps what it spawned.
-//! * Its stdout and stderr are the write end of one pipe, so output is merged in the order it
-//!   was written; stdin is `/dev/null`. One task (the process's *monitor*) reads the pipe into a
-//!   [`HeadTailBuffer`] and appends it to `<state_dir>/<id>.log` (capped; the file is created
-//!   at the first output, so silent commands cost no file). The log file is created, written
-//!   and deleted without holding any lock, so a slow file system never holds up the calls
-//!   that look at the records (`list`, `read`, ...). At end-of-file the monitor closes the
-//!   pipe and the log file and frees its read buffer, so a retained record holds no
-//!   descriptor.
-//! * The monitor learns of the exit from a pidfd (or, on kernels without pidfds, `SIGCHLD`),
-//!   never by polling. It then keeps draining the pipe until end-of-file or `drain_timeout`, so
-//!   a daemonised grandchild holding the pipe open cannot hang anyone, and then marks the
+//! * Every command runs under its own *keeper* (`keeper.rs`; the program is `keeper/` in the
+//!   repository): the host's direct child and the command's parent, a child subreaper, so
+//!   everything the command starts stays its descendant, even after `setsid`, `setpgid`,
+//!   GNU `timeout` or a double fork. Signals go through the keeper to every descendant;
+//!   nothing escapes them by leaving the process group.
+//! * The keeper is created from the manager's own spawner thread (`spawner.rs` says why not
+//!   from the calling thread), the way `posix_spawn` does it (`clone(CLONE_VM | CLONE_VFORK)`,
+//!   so the host's memory is never copied or made copy-on-write; `sys.rs`). Before `exec` it
+//!   leads its own session, asks the kernel for `SIGTERM` when the spawner thread dies, and
+//!   closes every descriptor but its stdio and its two channels. A start abandoned half-way
+//!   (its future dropped) stops and reaps what it spawned.
+//! * Its stdout and stderr are the write end of one pipe, shared by the command, so output is
+//!   merged in the order it was written; stdin is `/dev/null`. One task (the process's
+//!   *monitor*) reads the pipe into a [`HeadTailBuffer`] and appends it to
+//!   `<state_dir>/<id>.log` (capped; the file is created at the first output, so silent
+//!   commands cost no file). The log file is created, written and deleted without holding any
+//!   lock, so a slow file system never holds up the calls that look at the records (`list`,
+//!   `read`, ...). At end-of-file the monitor closes the pipe and the log file and frees its
+//!   read buffer, so a retained record holds no descriptor.
+//! * The monitor learns of the command's exit from the keeper's status pipe, never by
+//!   polling. It then keeps draining the output until end-of-file or `drain_timeout`, so a
+//!   daemonised grandchild holding the pipe open cannot hang anyone, and then marks the
 //!   process finished, which wakes every waiter through a `watch` channel. Output that still
-//!   arrives afterwards keeps being recorded until end-of-file or until the record goes.
-//! * The exited leader is observed with `WNOWAIT` and stays a zombie until the record is
-//!   removed. While it does, its pid, which is also its process group id, cannot be reused,
-//!   so signalling the group can never hit an unrelated process, and group members that
-//!   outlive the leader can still be signalled (and are, by `SIGTERM`'s escalation to
-//!   `SIGKILL`). `retention` after the exit the record is removed, or earlier when its scope
-//!   has more than `max_retained_per_scope` finished records (oldest first): leftover group
-//!   members (daemonised grandchildren) are killed, the leader is reaped and the log file is
-//!   deleted. If a monitor stops early (a panic, the runtime shutting down), it kills the
-//!   group, gives back the scope's slot and removes the record all the same.
+//!   arrives afterwards keeps being recorded until end-of-file or until the record goes. The
+//!   status pipe ends when the keeper exits, which it does once nothing of the command is
+//!   left: until then the process can still be signalled (`SIGTERM` escalates to `SIGKILL`).
+//! * The keeper stays our child (a zombie once it exits) until the record is removed, so its
+//!   pid cannot be reused while the record may signal it. `retention` after the exit the
+//!   record is removed, or earlier when its scope has more than `max_retained_per_scope`
+//!   finished records (oldest first): the keeper's control socket is closed, which makes it
+//!   kill whatever is left (daemonised grandchildren), the keeper is reaped and the log file
+//!   is deleted. If a monitor stops early (a panic, the runtime shutting down), it kills the
+//!   process, gives back the scope's slot and removes the record all the same.
 //! * What is guaranteed to end with the host: [`ProcessManager::shutdown`] stops every
-//!   group gracefully (`SIGTERM`, then `SIGKILL` after `kill_grace`), and dropping the
-//!   manager `SIGKILL`s every group before it returns (the leaders are then reaped from a
-//!   short-lived thread, so the drop never waits for them), so neither leaves any group
-//!   member behind. If the host itself is killed outright (`SIGKILL`, a crash), only the
-//!   leaders die, through the parent-death signal, which the kernel does not pass on to their
-//!   children: the leaders' children and grandchildren survive, re-parented. A child that
-//!   moves itself into a new session with `setsid` leaves the group and is never tracked.
+//!   process gracefully (`SIGTERM` to every descendant, then `SIGKILL` after `kill_grace`) and
+//!   waits until their keepers report nothing left; dropping the manager closes every control
+//!   socket before it returns (the keepers then kill everything under them, and are reaped
+//!   from a short-lived thread, so the drop never waits for them). If the host itself is
+//!   killed outright (`SIGKILL`, a crash), the kernel closes the control sockets and sends the
+//!   keepers their parent-death signal: they kill everything under them all the same. What a
+//!   keeper cannot stop: a command that kills its own keeper (it runs as the same user)
+//!   leaves its descendants to the next subreaper or `init`.
 //!
 //! The host must not set `SIGCHLD` to `SIG_IGN` (children would be reaped behind our back).
 //!
@@ -51,6 +56,7 @@
 mod config;
 mod entry;
 mod ids;
+mod keeper;
 mod monitor;
 mod output_log;
 mod spawner;
@@ -65,8 +71,6 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use nix::errno::Errno;
-use nix::sys::signal::Signal as NixSignal;
 use tokio::net::unix::pipe;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
@@ -79,7 +83,7 @@ use crate::buffer::HeadTailBuffer;
 pub use config::ProcessManagerConfig;
 use entry::{Entry, EntrySpec, LogTarget, unix_ms};
 use ids::Ids;
-use monitor::{ExitWatch, FIRST_READ_CHUNK, LogSlot, Monitor, MonitorGuard, OutputReader};
+use monitor::{FIRST_READ_CHUNK, LogSlot, Monitor, MonitorGuard, OutputReader};
 use spawner::Spawner;
 use sys::{ChildSpec, SpawnStep};
 use table::{Records, shut_down};
@@ -102,9 +106,6 @@ pub struct ProcessManager {
     /// longer touch the table.
     records: Arc<Records>,
     log_warned: Arc<AtomicBool>,
-    /// Learn of exits from pidfds where the kernel has them (`false` forces the `SIGCHLD`
-    /// fallback, for its tests).
-    pidfds: bool,
 }
 
 impl ProcessManager {
@@ -119,10 +120,6 @@ impl ProcessManager {
     ///
     /// When called outside a Tokio runtime.
     pub fn new(config: ProcessManagerConfig) -> Arc<Self> {
-        Self::create(config, true)
-    }
-
-    fn create(config: ProcessManagerConfig, pidfds: bool) -> Arc<Self> {
         let runtime = Handle::current();
         let mut log_warned = false;
         let log_dir = if config.output_logs {
@@ -167,7 +164,6 @@ impl ProcessManager {
             ids: Ids::new(),
             records,
             log_warned: Arc::new(AtomicBool::new(log_warned)),
-            pidfds,
         })
     }
 
@@ -181,7 +177,7 @@ impl ProcessManager {
         self.log_dir.as_deref()
     }
 
-    /// Stop everything: refuse new starts, send `SIGTERM` to every process group, wait up to
+    /// Stop everything: refuse new starts, send `SIGTERM` to every process and all it started, wait up to
     /// `kill_grace` for them to finish, `SIGKILL` what is left, then remove every record and
     /// log file. Dropping the manager afterwards has nothing left to do.
     pub async fn shutdown(&self) {
@@ -230,6 +226,11 @@ impl ProcessManager {
         // user gets a single page.
         let (reader, writer) = io::pipe().map_err(pipe_error)?;
         let output = pipe::Receiver::from_owned_fd(OwnedFd::from(reader)).map_err(pipe_error)?;
+        let channel_error = |error: io::Error| {
+            ProcessError::Failed(format!("cannot create the keeper's channels: {error}"))
+        };
+        let (host_ends, keeper_ends) = keeper::channels().map_err(channel_error)?;
+        let status = pipe::Receiver::from_owned_fd(host_ends.status).map_err(channel_error)?;
         let spec = ChildSpec::new(
             &self.config.shell,
             &command,
@@ -237,6 +238,7 @@ impl ProcessManager {
             inherit_env.as_deref(),
             &workdir,
             OwnedFd::from(writer),
+            keeper_ends,
             self.config.nice,
         )
         .map_err(|error| {
@@ -263,14 +265,8 @@ impl ProcessManager {
             }
         })?;
         // No await below: once spawned, the process is always handed to a monitor. Until
-        // then, dropping `spawned` (an early return) kills and reaps it.
+        // then, dropping `spawned` (an early return) stops and reaps it.
 
-        let pidfd = spawned.take_pidfd().filter(|_| self.pidfds);
-        let exit_watch = ExitWatch::new(pidfd).map_err(|error| {
-            ProcessError::Failed(format!(
-                "cannot watch the new process for its exit: {error}"
-            ))
-        })?;
         let log = match &self.log_dir {
             Some(dir) => LogSlot::Pending(LogTarget {
                 dir: Arc::clone(dir),
@@ -288,14 +284,15 @@ impl ProcessManager {
             background,
             started_ms,
             started_at,
-            leader: spawned.pid(),
+            keeper: spawned.pid(),
+            control: host_ends.control,
             buffer: HeadTailBuffer::new(self.config.head_bytes, self.config.tail_bytes),
         });
         let admitted = self.records.admit(reservation, &entry);
         if admitted.is_err() {
             // Shut down, or the scope ended, while we were spawning: kill it; the monitor
             // sees it die, then cleans up without lingering.
-            let _ = entry.signal_group(NixSignal::SIGKILL);
+            let _ = entry.signal_all(Signal::Kill);
             entry.removed.send_replace(true);
         }
         let monitor = Monitor {
@@ -303,7 +300,8 @@ impl ProcessManager {
                 records: Arc::downgrade(&self.records),
                 entry,
             },
-            exit_watch,
+            status,
+            keeper_exit: spawned.take_pidfd(),
             output: OutputReader {
                 pipe: output,
                 buf: vec![0u8; FIRST_READ_CHUNK],
@@ -352,57 +350,47 @@ impl ProcessManager {
         }
     }
 
-    /// `SIGTERM` every group, wait up to `kill_grace` for the processes to finish, then
-    /// `SIGKILL` every group (leftover grandchildren of finished processes included) and wait
-    /// for the monitors to notice.
+    /// `SIGTERM` everything, wait up to `kill_grace` for the processes to finish, then
+    /// `SIGKILL` everything (leftover grandchildren of finished processes included) and wait
+    /// until nothing of them is left.
     async fn stop_all(&self, entries: &[Arc<Entry>]) {
         if entries.is_empty() {
             return;
         }
         for entry in entries {
-            let _ = entry.signal_group(NixSignal::SIGTERM);
+            entry.signal_all(Signal::Terminate);
         }
         let deadline = Instant::now().checked_add(self.config.kill_grace);
         for entry in entries {
             entry.wait_finished(deadline).await;
         }
         for entry in entries {
-            let _ = entry.signal_group(NixSignal::SIGKILL);
+            entry.signal_all(Signal::Kill);
         }
         let settle = self.config.drain_timeout.saturating_add(KILL_SETTLE);
         let deadline = Instant::now().checked_add(settle);
         for entry in entries {
             entry.wait_finished(deadline).await;
+            entry.wait_gone(deadline).await;
         }
     }
 
     fn send_signal(&self, scope: &str, id: &str, signal: Signal) -> Result<(), ProcessError> {
         let entry = self.records.find(scope, id)?;
-        // A finished process can still be signalled while members of its group outlive it.
+        // A finished process can still be signalled while what it started outlives it.
         if !entry.is_running() && !entry.has_leftovers() {
             return Err(ProcessError::NotRunning(id.to_owned()));
         }
-        let os_signal = match signal {
-            Signal::Terminate => NixSignal::SIGTERM,
-            Signal::Kill => NixSignal::SIGKILL,
-            Signal::Interrupt => NixSignal::SIGINT,
-        };
-        entry.signal_group(os_signal).map_err(|errno| match errno {
-            Errno::ESRCH => ProcessError::NotRunning(id.to_owned()),
-            other => ProcessError::Failed(format!(
-                "cannot send {} to process `{id}`: {other}",
-                os_signal.as_str()
-            )),
-        })?;
+        if !entry.signal_all(signal) {
+            return Err(ProcessError::NotRunning(id.to_owned()));
+        }
         if signal == Signal::Terminate {
-            // Whatever is left of the group after the grace is killed, even when the leader
-            // finished in time: members may ignore `SIGTERM` and outlive it. While the leader
-            // is unreaped this is safe (a group left with only the zombie takes no harm);
-            // once it is reaped, `signal_group` sends nothing.
+            // Whatever is left after the grace is killed, even when the command finished in
+            // time: what it started may ignore `SIGTERM` and outlive it.
             let grace = self.config.kill_grace;
             self.runtime.spawn(async move {
                 tokio::time::sleep(grace).await;
-                let _ = entry.signal_group(NixSignal::SIGKILL);
+                entry.signal_all(Signal::Kill);
             });
         }
         Ok(())
@@ -455,16 +443,17 @@ impl ProcessBackend for ProcessManager {
 }
 
 impl Drop for ProcessManager {
-    /// `SIGKILL` every process group before returning, hand the leaders to a short-lived
-    /// thread that reaps them as they die (so the dropping thread, possibly a runtime worker,
-    /// never waits for them), then delete the log files.
+    /// Close every keeper's control socket before returning (each then kills everything under
+    /// it and exits), hand the keepers to a short-lived thread that reaps them as they exit (so
+    /// the dropping thread, possibly a runtime worker, never waits for them), then delete the
+    /// log files.
     fn drop(&mut self) {
         let entries = self.records.close_and_drain();
-        let leaders: Vec<_> = entries
+        let keepers: Vec<_> = entries
             .iter()
-            .filter_map(|entry| entry.kill_group_and_take_leader())
+            .filter_map(|entry| entry.release_keeper())
             .collect();
-        sys::reap_all_soon(leaders);
+        sys::reap_all_soon(keepers);
         for entry in &entries {
             entry.remove_log();
         }

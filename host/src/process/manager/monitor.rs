@@ -1,97 +1,39 @@
 //! The task that owns one running process (its *monitor*): it reads the output pipe into the
-//! record and the log file, learns of the exit from a pidfd (or `SIGCHLD`), drains what
-//! grandchildren still write, finishes the record, and removes it after the retention period.
+//! record and the log file, learns of the exit from the keeper's status pipe, drains what
+//! grandchildren still write, finishes the record, notes when nothing of the process is left,
+//! and removes the record after the retention period.
 
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use nix::sys::signal::Signal as NixSignal;
 use tokio::io::AsyncReadExt;
-use tokio::io::Interest;
-use tokio::io::unix::AsyncFd;
 use tokio::net::unix::pipe;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::entry::{Ended, Entry, LogTarget, lock};
+use super::entry::{Ended, Entry, LogTarget};
+use super::keeper;
 use super::output_log::OutputLog;
-use super::sys::{self, Exit, WaitTarget};
 use super::table::Records;
+use crate::process::Signal;
 
 /// Bytes read from a pipe at a time, at most.
 const READ_CHUNK: usize = 256 * 1024;
 /// Bytes read from a pipe at a time at first (grown when reads fill it).
 pub(super) const FIRST_READ_CHUNK: usize = 4 * 1024;
 
-/// How the monitor learns that the leader exited.
-pub(super) enum ExitWatch {
-    /// A pidfd, readable once the process has exited.
-    PidFd(AsyncFd<OwnedFd>),
-    /// Kernels without pidfds: check on every `SIGCHLD`.
-    SigChld(tokio::signal::unix::Signal),
-}
-
-impl ExitWatch {
-    pub(super) fn new(pidfd: Option<OwnedFd>) -> io::Result<Self> {
-        if let Some(pidfd) = pidfd {
-            // SAFETY: the `OwnedFd` is an open pidfd, owned by the `AsyncFd` from now on, so it
-            // stays open and refers to the same process for the `AsyncFd`'s whole life.
-            match unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) } {
-                Ok(fd) => return Ok(Self::PidFd(fd)),
-                Err(error) => tracing::debug!(%error, "cannot poll a pidfd; using SIGCHLD"),
-            }
-        }
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()).map(Self::SigChld)
-    }
-
-    /// Wait for the leader's exit without reaping it. `None` if the status cannot be read
-    /// (the leader was reaped elsewhere, which only happens once the manager is dropped).
-    async fn wait(self, entry: &Entry) -> Option<Exit> {
-        let result = match self {
-            Self::PidFd(fd) => loop {
-                let mut ready = match fd.readable().await {
-                    Ok(ready) => ready,
-                    Err(error) => break Err(error),
-                };
-                match sys::wait_exited(WaitTarget::PidFd(fd.get_ref().as_fd()), true, true) {
-                    Ok(None) => ready.clear_ready(),
-                    other => break other,
-                }
-            },
-            Self::SigChld(mut sigchld) => loop {
-                // Checked after the SIGCHLD listener exists, so no exit can be missed.
-                let checked = match *lock(&entry.leader) {
-                    Some(pid) => sys::wait_exited(WaitTarget::Pid(pid), true, true),
-                    None => break Ok(None),
-                };
-                match checked {
-                    Ok(None) => {
-                        if sigchld.recv().await.is_none() {
-                            break Ok(None);
-                        }
-                    }
-                    other => break other,
-                }
-            },
-        };
-        match result {
-            Ok(exit) => exit,
-            Err(error) => {
-                tracing::debug!(id = %entry.id, %error, "cannot read a process's exit status");
-                None
-            }
-        }
-    }
-}
-
 /// The task that owns one process: reads its output, notices its exit, finishes it, and
 /// removes it after the retention period.
 pub(super) struct Monitor {
     /// Owns the process from the moment the monitor exists, whether or not it ever runs.
     pub(super) guard: MonitorGuard,
-    pub(super) exit_watch: ExitWatch,
+    /// The keeper's status pipe.
+    pub(super) status: pipe::Receiver,
+    /// Readable once the keeper has exited.
+    pub(super) keeper_exit: Option<OwnedFd>,
     pub(super) output: OutputReader,
     pub(super) drain_timeout: Duration,
     pub(super) retention: Duration,
@@ -102,7 +44,8 @@ impl Monitor {
     pub(super) async fn run(self) {
         let Monitor {
             guard,
-            exit_watch,
+            status,
+            keeper_exit,
             output,
             drain_timeout,
             retention,
@@ -111,7 +54,23 @@ impl Monitor {
         let entry = Arc::clone(&guard.entry);
         // `None` once the pipe reached end-of-file (and everything reading it is released).
         let mut output = Some(output);
-        let exit = exit_watch.wait(&entry);
+        // The command's exit; then the status pipe is watched to its end (the keeper's exit).
+        let exit = {
+            let entry = Arc::clone(&entry);
+            async move {
+                let mut status = status;
+                let report = keeper::read_exit(&mut status).await;
+                if report.nothing_left {
+                    entry.nothing_left.store(true, Ordering::Release);
+                }
+                tokio::spawn(async move {
+                    keeper::wait_gone(status, keeper_exit).await;
+                    entry.nothing_left.store(true, Ordering::Release);
+                    entry.gone.send_replace(true);
+                });
+                report.exit
+            }
+        };
         tokio::pin!(exit);
         let mut ended: Option<Ended> = None;
         let mut drain_deadline: Option<Instant> = None;
@@ -186,8 +145,8 @@ impl Monitor {
 
 /// Owns a monitor's process: when dropped, at the end of the monitor's run or early (a
 /// panic, the runtime dropping the task), it finishes the process if that has not happened
-/// (killing its group first and giving back its slot in the scope's count) and removes the
-/// record: leftovers killed, leader reaped, log file deleted.
+/// (killing everything it started first and giving back its slot in the scope's count) and
+/// removes the record: leftovers killed, keeper reaped, log file deleted.
 pub(super) struct MonitorGuard {
     pub(super) records: Weak<Records>,
     pub(super) entry: Arc<Entry>,
@@ -203,7 +162,7 @@ impl Drop for MonitorGuard {
                 // The runtime is shutting down.
                 tracing::debug!(id = %self.entry.id, "a process monitor was dropped; killing the process");
             }
-            let _ = self.entry.signal_group(NixSignal::SIGKILL);
+            let _ = self.entry.signal_all(Signal::Kill);
             let ended = self.entry.ended_now(None);
             match &records {
                 Some(records) => records.finish(&self.entry, ended),

@@ -1,8 +1,8 @@
 //! The manager's spawner thread: every child is created from it.
 //!
-//! Children are started with `PR_SET_PDEATHSIG(SIGKILL)` so that the shell (the group
-//! leader) dies with the host even if the host is killed outright; the kernel clears that
-//! setting in the shell's own children, so they survive such a kill. Linux sends the signal
+//! Children (keepers) are started with `PR_SET_PDEATHSIG(SIGTERM)`, which makes a keeper
+//! stop everything under it when the host goes, however it goes (closing its control socket
+//! does the same; the signal is the second line). Linux sends the signal
 //! when the *thread* that created the child exits, not the process. Creating children from
 //! whatever thread polls `start` would be fragile: a Tokio blocking-pool thread
 //! (`spawn_blocking`) exits after idling for a few seconds, and a runtime worker that runs
@@ -19,20 +19,22 @@ use tokio::sync::oneshot;
 
 use super::sys::{self, ChildSpec, Forker, SpawnError, SpawnStep};
 
-/// A started child: its pid (also its process group id) and, where the kernel supports it, a
-/// pidfd for it.
+/// A started keeper.
 ///
-/// Until [`Spawned::disarm`] is called, dropping it `SIGKILL`s the process group and reaps
-/// the leader: a start abandoned anywhere between the spawn and the hand-over to a monitor
-/// (its future dropped, an error on the way) leaves nothing running or unreaped.
+/// Until [`Spawned::disarm`] is called, dropping it stops the keeper (and so whatever it
+/// started) and reaps it: a start abandoned anywhere between the spawn and the hand-over to a
+/// monitor (its future dropped, an error on the way) leaves nothing running or unreaped.
 pub(super) struct Spawned {
     pid: Pid,
+    /// Readable once the keeper has exited (`None` on kernels without pidfds).
     pidfd: Option<OwnedFd>,
     armed: bool,
 }
 
 impl Spawned {
-    fn new(pid: Pid, pidfd: Option<OwnedFd>) -> Self {
+    fn new(pid: Pid) -> Self {
+        // Opened while the keeper is our unreaped child, so it is the keeper's.
+        let pidfd = sys::pidfd_open(pid).ok();
         Self {
             pid,
             pidfd,
@@ -40,7 +42,7 @@ impl Spawned {
         }
     }
 
-    /// The child's pid, which is also its process group id.
+    /// The keeper's pid.
     pub(super) fn pid(&self) -> Pid {
         self.pid
     }
@@ -60,7 +62,7 @@ impl Spawned {
 impl Drop for Spawned {
     fn drop(&mut self) {
         if self.armed {
-            sys::kill_and_reap(self.pid);
+            sys::stop_and_reap(self.pid);
         }
     }
 }
@@ -113,9 +115,7 @@ impl Spawner {
 
 fn run(forker: &Forker, queue: &mpsc::Receiver<Job>) {
     while let Ok(Job { spec, reply }) = queue.recv() {
-        let result = forker
-            .spawn(&spec)
-            .map(|(pid, pidfd)| Spawned::new(pid, pidfd.or_else(|| sys::pidfd_open(pid).ok())));
+        let result = forker.spawn(&spec).map(Spawned::new);
         // Close our copy of the pipe's write end now, or the reader would never see EOF.
         drop(spec);
         // If the caller went away (its future was dropped), the answer comes back and is

@@ -1,7 +1,6 @@
 //! The Linux process calls the manager needs beyond what `nix` wraps: a `posix_spawn`-like
-//! spawn that also sets up a session and the parent-death signal, `pidfd_open`, and a
-//! `waitid` that reads any exit (including real-time signals) and can leave the zombie in
-//! place.
+//! spawn of a command's keeper that also sets up a session, the parent-death signal and the
+//! keeper's channels, and a `waitid` that reads any exit (including real-time signals).
 
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
@@ -9,12 +8,14 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use nix::libc;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use rustix::process::{WaitId, WaitIdOptions, waitid};
+
+use super::keeper::KeeperEnds;
 
 /// How a process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,32 +59,13 @@ pub(super) fn signal_name(signal: i32) -> String {
     }
 }
 
-/// Which child `wait_exited` asks about.
-pub(super) enum WaitTarget<'a> {
-    /// By pid: only sound while the child is unreaped (the pid cannot be reused until then).
-    Pid(Pid),
-    /// By pidfd: always refers to the same process.
-    PidFd(BorrowedFd<'a>),
-}
-
-/// `waitid(WEXITED)` on one child. `Ok(None)` when `nohang` and it has not exited yet.
-/// With `keep_zombie` (`WNOWAIT`) the child stays a zombie, so its pid (and so its process
-/// group id) cannot be reused and the group can still be signalled safely.
-pub(super) fn wait_exited(
-    target: WaitTarget<'_>,
-    nohang: bool,
-    keep_zombie: bool,
-) -> io::Result<Option<Exit>> {
-    let id = match target {
-        WaitTarget::Pid(pid) => WaitId::Pid(rustix_pid(pid)?),
-        WaitTarget::PidFd(fd) => WaitId::PidFd(fd),
-    };
+/// `waitid(WEXITED)` on our child `pid`, reaping it. `Ok(None)` when `nohang` and it has not
+/// exited yet. Only sound while `pid` is unreaped (the pid cannot be reused until then).
+pub(super) fn wait_exited(pid: Pid, nohang: bool) -> io::Result<Option<Exit>> {
+    let id = WaitId::Pid(rustix_pid(pid)?);
     let mut options = WaitIdOptions::EXITED;
     if nohang {
         options |= WaitIdOptions::NOHANG;
-    }
-    if keep_zombie {
-        options |= WaitIdOptions::NOWAIT;
     }
     loop {
         let status = match waitid(id.clone(), options) {
@@ -107,39 +89,40 @@ fn rustix_pid(pid: Pid) -> io::Result<rustix::process::Pid> {
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a process id"))
 }
 
-/// `SIGKILL` process group `pid` (whose leader is our unreaped child `pid`) and reap the
-/// leader: at once if it is already dead, else from a short-lived thread, so that the caller
-/// never blocks on a dying process. The caller must own `pid` (nobody else may signal or reap
-/// it afterwards).
-pub(super) fn kill_and_reap(pid: Pid) {
-    let _ = nix::sys::signal::killpg(pid, Signal::SIGKILL);
+/// Stop keeper `pid` (our unreaped child) and everything under it: `SIGTERM` makes a keeper kill
+/// every descendant and exit (and one that has not yet set up kills nothing, having started
+/// nothing). Reap it at once if it is already dead, else from a short-lived thread, so that
+/// the caller never blocks on it. The caller must own `pid` (nobody else may signal or reap it
+/// afterwards).
+pub(super) fn stop_and_reap(pid: Pid) {
+    let _ = nix::sys::signal::kill(pid, Signal::SIGTERM);
     reap_soon(pid);
 }
 
-/// Reap our child `pid`, which has exited or been sent `SIGKILL`: at once if it is already
+/// Reap our child `pid`, which has exited or been told to: at once if it is already
 /// a zombie, else from a short-lived thread (inline if no thread can be started).
 pub(super) fn reap_soon(pid: Pid) {
-    if !matches!(wait_exited(WaitTarget::Pid(pid), true, false), Ok(None)) {
+    if !matches!(wait_exited(pid, true), Ok(None)) {
         // Reaped now, or not ours to reap.
         return;
     }
     let spawned = std::thread::Builder::new()
         .name("toolhost-reaper".to_owned())
         .spawn(move || {
-            let _ = wait_exited(WaitTarget::Pid(pid), false, false);
+            let _ = wait_exited(pid, false);
         });
     if spawned.is_err() {
-        let _ = wait_exited(WaitTarget::Pid(pid), false, false);
+        let _ = wait_exited(pid, false);
     }
 }
 
-/// Reap our children `pids`, which have exited or been sent `SIGKILL`: those already
+/// Reap our children `pids`, which have exited or been told to: those already
 /// zombies at once, the rest from one short-lived thread, so that the caller never waits.
 /// If no thread can be started, the rest are left unreaped (zombies until the host exits)
 /// rather than waited for. The caller must own every pid (nobody else may signal or reap it
 /// afterwards).
 pub(super) fn reap_all_soon(mut pids: Vec<Pid>) {
-    pids.retain(|&pid| matches!(wait_exited(WaitTarget::Pid(pid), true, false), Ok(None)));
+    pids.retain(|&pid| matches!(wait_exited(pid, true), Ok(None)));
     if pids.is_empty() {
         return;
     }
@@ -148,7 +131,7 @@ pub(super) fn reap_all_soon(mut pids: Vec<Pid>) {
         .name("toolhost-reaper".to_owned())
         .spawn(move || {
             for pid in pids {
-                let _ = wait_exited(WaitTarget::Pid(pid), false, false);
+                let _ = wait_exited(pid, false);
             }
         });
     if let Err(error) = spawned {
@@ -156,38 +139,8 @@ pub(super) fn reap_all_soon(mut pids: Vec<Pid>) {
     }
 }
 
-/// Whether process group `pgid` has a member that is not a zombie, by scanning `/proc`.
-/// `true` when `/proc` cannot be read (the caller then just tries the signal).
-pub(super) fn group_has_live_member(pgid: Pid) -> bool {
-    let Ok(proc_dir) = std::fs::read_dir("/proc") else {
-        return true;
-    };
-    let pgid = pgid.as_raw().to_string();
-    proc_dir.flatten().any(|entry| {
-        let is_pid = entry
-            .file_name()
-            .to_str()
-            .is_some_and(|name| name.bytes().all(|b| b.is_ascii_digit()));
-        if !is_pid {
-            return false;
-        }
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            return false;
-        };
-        // `pid (comm) state ppid pgrp ...`; the comm may contain anything, so split after its
-        // last `) `.
-        let Some((_, rest)) = stat.rsplit_once(") ") else {
-            return false;
-        };
-        let mut fields = rest.split(' ');
-        let state = fields.next().unwrap_or("Z");
-        let group = fields.nth(1);
-        group == Some(pgid.as_str()) && state != "Z" && state != "X"
-    })
-}
-
 /// `pidfd_open(pid, 0)` (Linux 5.3+). The descriptor is close-on-exec and becomes readable
-/// when the process exits.
+/// once the process has exited (is a zombie or reaped).
 pub(super) fn pidfd_open(pid: Pid) -> io::Result<OwnedFd> {
     Ok(rustix::process::pidfd_open(
         rustix_pid(pid)?,
@@ -197,20 +150,24 @@ pub(super) fn pidfd_open(pid: Pid) -> io::Result<OwnedFd> {
 
 /// Everything a child needs, prepared by the parent: between `clone` and `exec` the child
 /// shares the parent's memory and must not allocate or take locks.
+///
+/// The child executed is the command's keeper (see `keeper.rs`), which runs the shell.
 pub(super) struct ChildSpec {
-    program: CString,
     argv: Vec<CString>,
     envp: Vec<CString>,
     workdir: CString,
     /// Becomes the child's stdout and stderr.
     output: OwnedFd,
+    /// Become the keeper's descriptors 3 and 4.
+    keeper: KeeperEnds,
     nice: i32,
 }
 
 impl ChildSpec {
-    /// `shell -c command` in `workdir`, with the host environment (only the `inherit` names,
-    /// if given) plus `env` (which wins), stdout and stderr both `output`, stdin `/dev/null`. A
-    /// `shell` without a `/` is looked up in `PATH`.
+    /// `shell -c command` under a keeper, in `workdir`, with the host environment (only the
+    /// `inherit` names, if given) plus `env` (which wins), stdout and stderr both `output`,
+    /// stdin `/dev/null`. A `shell` without a `/` is looked up in `PATH`.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         shell: &Path,
         command: &str,
@@ -218,10 +175,12 @@ impl ChildSpec {
         inherit: Option<&[String]>,
         workdir: &Path,
         output: OwnedFd,
+        keeper: KeeperEnds,
         nice: i32,
     ) -> io::Result<Self> {
-        let program = cstring(find_program(shell)?.as_os_str().as_bytes())?;
         let argv = vec![
+            cstring(b"toolhost-keeper")?,
+            cstring(find_program(shell)?.as_os_str().as_bytes())?,
             cstring(shell.as_os_str().as_bytes())?,
             cstring(b"-c")?,
             cstring(command.as_bytes())?,
@@ -247,11 +206,11 @@ impl ChildSpec {
             })
             .collect::<io::Result<_>>()?;
         Ok(Self {
-            program,
             argv,
             envp,
             workdir: cstring(workdir.as_os_str().as_bytes())?,
-            output: above_stdio(output)?,
+            output: above_reserved(output)?,
+            keeper,
             nice,
         })
     }
@@ -266,15 +225,18 @@ fn cstring(bytes: &[u8]) -> io::Result<CString> {
 /// directory before `exec`.
 fn find_program(program: &Path) -> io::Result<PathBuf> {
     let found = if program.as_os_str().as_bytes().contains(&b'/') {
+        if !is_executable(program) {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                "no such executable file",
+            ));
+        }
         program.to_owned()
     } else {
         let path = std::env::var_os("PATH").unwrap_or_default();
         std::env::split_paths(&path)
             .map(|dir| dir.join(program))
-            .find(|candidate| {
-                std::fs::metadata(candidate)
-                    .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
-            })
+            .find(|candidate| is_executable(candidate))
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "not found in PATH"))?
     };
     if found.is_absolute() {
@@ -284,14 +246,24 @@ fn find_program(program: &Path) -> io::Result<PathBuf> {
     }
 }
 
-/// Move a descriptor to number 3 or above, so that installing the child's stdio with `dup2`
-/// cannot clobber it.
-fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
-    if fd.as_raw_fd() > 2 {
+/// The descriptors a child gets: stdio, then the keeper's status pipe (3), control socket (4)
+/// and its own executable (5).
+const RESERVED_FDS: RawFd = 6;
+
+/// Whether `path` is a file with an execute bit set.
+fn is_executable(path: &Path) -> bool {
+    std::fs::metadata(path)
+        .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+}
+
+/// Move a descriptor to number 6 or above (close-on-exec), so that installing the child's
+/// descriptors 0-5 with `dup2` cannot clobber it.
+pub(super) fn above_reserved(fd: OwnedFd) -> io::Result<OwnedFd> {
+    if fd.as_raw_fd() >= RESERVED_FDS {
         return Ok(fd);
     }
     // SAFETY: F_DUPFD_CLOEXEC on a descriptor we own returns a new one that nothing else owns.
-    let moved = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
+    let moved = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, RESERVED_FDS) };
     if moved < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -304,11 +276,12 @@ fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
 pub(super) struct Forker {
     stack: ChildStack,
     dev_null: OwnedFd,
-    pidfd_flag: AtomicBool,
+    /// The keeper's executable.
+    keeper: BorrowedFd<'static>,
 }
 
 impl Forker {
-    /// Allocate the child stack and open `/dev/null`; block every signal in the calling
+    /// Allocate the child stack, open `/dev/null` and load the keeper; block every signal in the calling
     /// thread for good (signals for the process are handled by other threads), so that a
     /// new child starts with all signals blocked until it has reset their handlers.
     pub(super) fn new() -> io::Result<Self> {
@@ -325,23 +298,24 @@ impl Forker {
         let dev_null = std::fs::File::open("/dev/null")?;
         Ok(Self {
             stack: ChildStack::new()?,
-            dev_null: above_stdio(OwnedFd::from(dev_null))?,
-            pidfd_flag: AtomicBool::new(true),
+            dev_null: above_reserved(OwnedFd::from(dev_null))?,
+            keeper: super::keeper::executable()?,
         })
     }
 
     /// Start the child described by `spec`, the way `posix_spawn` does: `clone` with
     /// `CLONE_VM | CLONE_VFORK`, so no page tables are copied and the parent's memory never
     /// goes copy-on-write; this thread is suspended until the child has called `exec` (or
-    /// failed and exited). Also asks for a pidfd (`CLONE_PIDFD`) where the kernel has them.
+    /// failed and exited).
     ///
-    /// In the child (see [`child_main`]): `setsid()`, so it leads a new session and process
-    /// group and the whole tree can be signalled with `killpg`; `PR_SET_PDEATHSIG(SIGKILL)`,
-    /// so it dies when the *thread* that created it exits (hence the dedicated spawner
-    /// thread); a check that the parent did not die before that; `nice`; stdio; working
-    /// directory; every descriptor but stdio closed; signal handlers reset to the default (they
-    /// would run on shared memory) and the signal mask cleared; `execve`.
-    pub(super) fn spawn(&self, spec: &ChildSpec) -> Result<(Pid, Option<OwnedFd>), SpawnError> {
+    /// In the child (see [`child_main`]): `setsid()`, so the keeper leads a session and group
+    /// of its own (the command gets another); `PR_SET_PDEATHSIG(SIGTERM)`, so the keeper
+    /// stops everything under it when the *thread* that created it exits (hence the
+    /// dedicated spawner thread); a check that the parent did not die before that; `nice`;
+    /// stdio and the keeper's descriptors; working directory; every other descriptor closed;
+    /// signal handlers reset to the default (they would run on shared memory) and the signal
+    /// mask cleared; `execveat` of the keeper.
+    pub(super) fn spawn(&self, spec: &ChildSpec) -> Result<Pid, SpawnError> {
         let argv: Vec<*const libc::c_char> = spec
             .argv
             .iter()
@@ -355,60 +329,44 @@ impl Forker {
             .chain(std::iter::once(std::ptr::null()))
             .collect();
         let context = ChildContext {
-            program: spec.program.as_ptr(),
+            keeper: self.keeper.as_raw_fd(),
             argv: argv.as_ptr(),
             envp: envp.as_ptr(),
             workdir: spec.workdir.as_ptr(),
             stdin: self.dev_null.as_raw_fd(),
             output: spec.output.as_raw_fd(),
+            status: spec.keeper.status.as_raw_fd(),
+            control: spec.keeper.control.as_raw_fd(),
             nice: spec.nice,
             parent: nix::unistd::getpid().as_raw(),
             rtmax: libc::SIGRTMAX(),
             error: AtomicI32::new(0),
             stage: AtomicI32::new(0),
         };
-        let mut flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
-        if self.pidfd_flag.load(Ordering::Relaxed) {
-            flags |= libc::CLONE_PIDFD;
-        }
-        let (pid, pidfd) = loop {
-            let mut pidfd: libc::c_int = -1;
-            // SAFETY: the stack is ours, unused and big enough for `child_main`, which only
-            // makes async-signal-safe calls and does not allocate. `context` and everything
-            // it points to stay alive and unchanged until `clone` returns, because
-            // CLONE_VFORK suspends this thread until the child has exec'd or exited.
-            let pid = unsafe {
-                libc::clone(
-                    child_main,
-                    self.stack.top(),
-                    flags,
-                    std::ptr::from_ref(&context).cast_mut().cast(),
-                    &mut pidfd as *mut libc::c_int,
-                )
-            };
-            if pid >= 0 {
-                break (pid, pidfd);
-            }
-            let error = io::Error::last_os_error();
-            if error.raw_os_error() == Some(libc::EINVAL) && flags & libc::CLONE_PIDFD != 0 {
-                // A kernel without CLONE_PIDFD (before 5.2): the manager falls back to SIGCHLD.
-                self.pidfd_flag.store(false, Ordering::Relaxed);
-                flags &= !libc::CLONE_PIDFD;
-                continue;
-            }
+        let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
+        // SAFETY: the stack is ours, unused and big enough for `child_main`, which only makes
+        // async-signal-safe calls and does not allocate. `context` and everything it points
+        // to stay alive and unchanged until `clone` returns, because CLONE_VFORK suspends
+        // this thread until the child has exec'd or exited.
+        let pid = unsafe {
+            libc::clone(
+                child_main,
+                self.stack.top(),
+                flags,
+                std::ptr::from_ref(&context).cast_mut().cast(),
+            )
+        };
+        if pid < 0 {
             return Err(SpawnError {
                 step: SpawnStep::Clone,
-                error,
+                error: io::Error::last_os_error(),
             });
-        };
+        }
         let pid = Pid::from_raw(pid);
-        // SAFETY: with CLONE_PIDFD the kernel stored a new descriptor that we own.
-        let pidfd = (flags & libc::CLONE_PIDFD != 0 && pidfd >= 0)
-            .then(|| unsafe { OwnedFd::from_raw_fd(pidfd) });
         let error = context.error.load(Ordering::Acquire);
         if error != 0 {
             // The child failed before exec and has exited: reap it and report why.
-            let _ = wait_exited(WaitTarget::Pid(pid), false, false);
+            let _ = wait_exited(pid, false);
             let step = match context.stage.load(Ordering::Acquire) {
                 STAGE_SETSID => SpawnStep::Setsid,
                 STAGE_PDEATHSIG => SpawnStep::DeathSignal,
@@ -422,7 +380,7 @@ impl Forker {
                 error: io::Error::from_raw_os_error(error),
             });
         }
-        Ok((pid, pidfd))
+        Ok(pid)
     }
 }
 
@@ -443,7 +401,7 @@ pub(super) enum SpawnStep {
     Stdio,
     /// Entering the working directory.
     Chdir,
-    /// `execve` of the shell.
+    /// `execveat` of the keeper.
     Exec,
 }
 
@@ -479,12 +437,16 @@ const STAGE_EXEC: i32 = 6;
 
 /// What `child_main` reads (and, on failure, writes), on the parent's stack.
 struct ChildContext {
-    program: *const libc::c_char,
+    /// The keeper's executable.
+    keeper: RawFd,
     argv: *const *const libc::c_char,
     envp: *const *const libc::c_char,
     workdir: *const libc::c_char,
     stdin: RawFd,
     output: RawFd,
+    /// The keeper's status pipe and control socket.
+    status: RawFd,
+    control: RawFd,
     nice: i32,
     parent: libc::pid_t,
     rtmax: libc::c_int,
@@ -510,7 +472,7 @@ extern "C" fn child_main(context: *mut libc::c_void) -> libc::c_int {
         if libc::setsid() == -1 {
             return fail(STAGE_SETSID, errno());
         }
-        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) == -1 {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong) == -1 {
             return fail(STAGE_PDEATHSIG, errno());
         }
         libc::getppid() == context.parent
@@ -525,10 +487,15 @@ extern "C" fn child_main(context: *mut libc::c_void) -> libc::c_int {
     }
     // SAFETY: the descriptors were opened by the parent and stay open until `clone` returns
     // there (CLONE_VFORK); dup2 only changes this child's descriptor table.
+    // Every source descriptor is 6 or above (`above_reserved`), so none is overwritten
+    // before it is copied.
     let stdio = unsafe {
         libc::dup2(context.stdin, 0) != -1
             && libc::dup2(context.output, 1) != -1
             && libc::dup2(context.output, 2) != -1
+            && libc::dup2(context.status, 3) != -1
+            && libc::dup2(context.control, 4) != -1
+            && libc::dup2(context.keeper, 5) != -1
     };
     if !stdio {
         return fail(STAGE_STDIO, errno());
@@ -541,7 +508,7 @@ extern "C" fn child_main(context: *mut libc::c_void) -> libc::c_int {
     unsafe {
         libc::syscall(
             libc::SYS_close_range,
-            3 as libc::c_uint,
+            RESERVED_FDS as libc::c_uint,
             libc::c_uint::MAX,
             0 as libc::c_uint,
         )
@@ -552,10 +519,19 @@ extern "C" fn child_main(context: *mut libc::c_void) -> libc::c_int {
         return fail(STAGE_CHDIR, errno());
     }
     reset_signals(context.rtmax);
-    // SAFETY: program, argv and envp are NUL-terminated strings and NULL-terminated arrays
-    // built by the parent's ChildSpec, alive while the parent is suspended. On success this
-    // never returns.
-    unsafe { libc::execve(context.program, context.argv, context.envp) };
+    // SAFETY: argv and envp are NULL-terminated arrays of NUL-terminated strings built by the
+    // parent's ChildSpec, alive while the parent is suspended; descriptor 5 is the keeper's
+    // executable. On success this never returns.
+    unsafe {
+        libc::syscall(
+            libc::SYS_execveat,
+            5 as libc::c_int,
+            c"".as_ptr(),
+            context.argv,
+            context.envp,
+            libc::AT_EMPTY_PATH,
+        )
+    };
     fail(STAGE_EXEC, errno())
 }
 
@@ -651,7 +627,9 @@ impl Drop for ChildStack {
 
 #[cfg(test)]
 mod tests {
+    use super::super::keeper::{HostEnds, channels, read_exit, request, wait_gone};
     use super::*;
+    use tokio::net::unix::pipe::Receiver;
 
     #[test]
     fn exit_codes_and_signal_names() {
@@ -663,8 +641,9 @@ mod tests {
         assert_eq!(signal_name(libc::SIGRTMIN() + 2), "SIGRTMIN+2");
     }
 
-    fn spec(command: &str, workdir: &Path) -> (std::io::PipeReader, ChildSpec) {
+    fn spec(command: &str, workdir: &Path) -> (std::io::PipeReader, HostEnds, ChildSpec) {
         let (reader, writer) = io::pipe().expect("pipe");
+        let (host, keeper) = channels().expect("channels");
         let spec = ChildSpec::new(
             Path::new("/bin/sh"),
             command,
@@ -672,40 +651,60 @@ mod tests {
             None,
             workdir,
             writer.into(),
+            keeper,
             0,
         );
-        (reader, spec.expect("spec"))
+        (reader, host, spec.expect("spec"))
+    }
+
+    /// Live processes whose command line contains `marker`.
+    fn running(marker: &str) -> bool {
+        std::fs::read_dir("/proc")
+            .expect("/proc")
+            .flatten()
+            .any(|entry| {
+                let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+                let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+                String::from_utf8_lossy(&cmdline).contains(marker)
+                    && stat
+                        .rsplit_once(") ")
+                        .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+            })
     }
 
     #[test]
-    fn children_die_with_the_thread_that_spawned_them() {
-        let pid = std::thread::spawn(|| {
+    fn keepers_stop_everything_when_the_thread_that_spawned_them_exits() {
+        let marker = "300.5151";
+        let command = format!("setsid sleep {marker} & exec sleep {marker}");
+        let (pid, _host) = std::thread::spawn(move || {
             let forker = Forker::new().expect("forker");
-            let (_reader, spec) = spec("exec sleep 300", Path::new("/"));
-            forker.spawn(&spec).expect("spawn").0
+            let (_reader, host, sleeps) = spec(&command, Path::new("/"));
+            let pid = forker.spawn(&sleeps).expect("spawn");
+            // Both sleeps run before the thread (and with it the parent-death signal) goes.
+            while !(0..2).all(|_| running(marker)) {
+                std::thread::yield_now();
+            }
+            (pid, host)
         })
         .join()
         .expect("join");
-        let mut exit = None;
-        for _ in 0..500 {
-            exit = wait_exited(WaitTarget::Pid(pid), true, false).expect("waitid");
-            if exit.is_some() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        assert_eq!(exit, Some(Exit::Signal(libc::SIGKILL)));
+        // The control socket is still open: the parent-death signal alone stopped it all.
+        assert_eq!(
+            wait_exited(pid, false).expect("waitid"),
+            Some(Exit::Code(0))
+        );
+        assert!(!running(marker), "a sleep outlived its keeper");
     }
 
     #[test]
     fn spawn_failures_name_the_step() {
         let forker = Forker::new().expect("forker");
-        let (_reader, bad_dir) = spec("true", Path::new("/nonexistent/dir"));
+        let (_reader, _host, bad_dir) = spec("true", Path::new("/nonexistent/dir"));
         let error = forker.spawn(&bad_dir).expect_err("chdir");
         assert_eq!(error.step, SpawnStep::Chdir);
         assert!(error.to_string().starts_with("chdir: "), "{error}");
-        let (reader, writer) = io::pipe().expect("pipe");
-        drop(reader);
+        let (_reader, writer) = io::pipe().expect("pipe");
+        let (_host, keeper) = channels().expect("channels");
         let no_shell = ChildSpec::new(
             Path::new("/nonexistent/sh"),
             "true",
@@ -713,61 +712,39 @@ mod tests {
             None,
             Path::new("/"),
             writer.into(),
+            keeper,
             0,
-        )
-        .expect("spec");
-        let error = forker.spawn(&no_shell).expect_err("exec");
-        assert_eq!(error.step, SpawnStep::Exec);
-        assert_eq!(error.error.kind(), io::ErrorKind::NotFound);
-        assert!(error.to_string().starts_with("exec: "), "{error}");
+        );
+        let error = no_shell.err().expect("no shell");
+        assert_eq!(error.kind(), io::ErrorKind::NotFound);
     }
 
-    #[test]
-    fn zombie_leaders_are_not_live_members_and_get_reaped() {
-        use std::os::fd::AsFd;
+    #[tokio::test]
+    async fn a_keeper_reports_the_exit_then_ends_when_nothing_is_left() {
         let forker = Forker::new().expect("forker");
-        let (_reader, exits) = spec("exit 0", Path::new("/"));
-        let (pid, pidfd) = forker.spawn(&exits).expect("spawn");
-        let pidfd = pidfd.unwrap_or_else(|| pidfd_open(pid).expect("pidfd_open"));
-        let seen = wait_exited(WaitTarget::PidFd(pidfd.as_fd()), false, true).expect("waitid");
-        assert_eq!(seen, Some(Exit::Code(0)));
-        // Only the zombie is left of the group.
-        assert!(!group_has_live_member(pid));
-        reap_soon(pid);
-        let gone = wait_exited(WaitTarget::Pid(pid), true, false);
+        let (_reader, host, exits) = spec("exit 5", Path::new("/"));
+        let pid = forker.spawn(&exits).expect("spawn");
+        drop(exits);
+        let mut status = Receiver::from_owned_fd(host.status).expect("status");
+        let report = read_exit(&mut status).await;
+        assert_eq!(
+            (report.exit, report.nothing_left),
+            (Some(Exit::Code(5)), true)
+        );
+        wait_gone(status, None).await;
+        assert_eq!(wait_exited(pid, false).expect("reap"), Some(Exit::Code(0)));
+        let gone = wait_exited(pid, true);
         assert_eq!(gone.map_err(|e| e.raw_os_error()), Err(Some(libc::ECHILD)));
 
-        let (_reader, sleeps) = spec("exec sleep 30", Path::new("/"));
-        let (pid, _pidfd) = forker.spawn(&sleeps).expect("spawn");
-        assert!(group_has_live_member(pid));
-        kill_and_reap(pid);
-        let mut reaped = false;
-        for _ in 0..500 {
-            // WNOWAIT: only look, leave the reaping to `kill_and_reap`.
-            let waited = wait_exited(WaitTarget::Pid(pid), true, true);
-            if waited.map_err(|e| e.raw_os_error()) == Err(Some(libc::ECHILD)) {
-                reaped = true;
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        assert!(reaped, "the killed child was not reaped");
-    }
-
-    #[test]
-    fn waitid_keeps_zombie_then_reaps() {
-        use std::os::fd::AsFd;
-        let forker = Forker::new().expect("forker");
-        let (_reader, spec) = spec("exit 5", Path::new("/"));
-        let (pid, clone_pidfd) = forker.spawn(&spec).expect("spawn");
-        assert!(clone_pidfd.is_some(), "CLONE_PIDFD unsupported?");
-        let pidfd = pidfd_open(pid).expect("pidfd_open");
-        let seen = wait_exited(WaitTarget::PidFd(pidfd.as_fd()), false, true).expect("waitid");
-        assert_eq!(seen, Some(Exit::Code(5)));
-        // Still a zombie: can be observed again, then reaped exactly once.
-        let again = wait_exited(WaitTarget::Pid(pid), true, false).expect("reap");
-        assert_eq!(again, Some(Exit::Code(5)));
-        let gone = wait_exited(WaitTarget::Pid(pid), true, false);
-        assert_eq!(gone.map_err(|e| e.raw_os_error()), Err(Some(libc::ECHILD)));
+        // A signal reaches the command through the keeper, and is reported as its end.
+        let (_reader, host, sleeps) = spec("exec sleep 30", Path::new("/"));
+        let pid = forker.spawn(&sleeps).expect("spawn");
+        drop(sleeps);
+        let mut status = Receiver::from_owned_fd(host.status).expect("status");
+        request(&host.control, crate::process::Signal::Kill).expect("request");
+        let exit = read_exit(&mut status).await.exit;
+        assert_eq!(exit, Some(Exit::Signal(libc::SIGKILL)));
+        stop_and_reap(pid);
+        wait_gone(status, None).await;
     }
 }

@@ -295,12 +295,12 @@ impl Records {
         lock(&self.table).scopes.is_empty()
     }
 
-    /// The unreaped leaders of the listed records.
-    pub(super) fn leaders(&self) -> Vec<nix::unistd::Pid> {
+    /// The unreaped keepers of the listed records.
+    pub(super) fn keepers(&self) -> Vec<nix::unistd::Pid> {
         lock(&self.table)
             .entries
             .values()
-            .filter_map(|entry| *lock(&entry.leader))
+            .filter_map(|entry| lock(&entry.keeper).pid)
             .collect()
     }
 }

@@ -577,7 +577,11 @@ async fn end_scope_waits_for_stubborn_processes_then_kills_them() {
     assert_eq!(polite.signal.as_deref(), Some("SIGTERM"));
     let stubborn = manager.read(SCOPE, &stubborn, ReadFrom::All).expect("read");
     assert_eq!(stubborn.signal.as_deref(), Some("SIGKILL"));
-    assert!(live_processes_with(marker).is_empty());
+    assert!(
+        live_processes_with(marker).is_empty(),
+        "{:?}",
+        survivors(marker)
+    );
 }
 
 #[tokio::test]
@@ -767,11 +771,11 @@ async fn dropping_the_manager_kills_everything() {
     start(&manager, &format!("sleep {marker} & sleep {marker} & wait")).await;
     start(&manager, &format!("trap '' TERM INT; sleep {marker}")).await;
     assert!(eventually(|| live_processes_with(marker).len() >= 4).await);
-    let leaders = manager.records.leaders();
-    assert_eq!(leaders.len(), 2);
+    let keepers = manager.records.keepers();
+    assert_eq!(keepers.len(), 2);
     drop(manager);
-    // Every group got `SIGKILL` before the drop returned; the leaders are reaped from
-    // another thread, soon after.
+    // Every keeper was told to kill everything before the drop returned; the keepers are
+    // reaped from another thread, soon after.
     assert!(eventually(|| live_processes_with(marker).is_empty()).await);
     let reaped = |pid: Pid| {
         std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -779,7 +783,7 @@ async fn dropping_the_manager_kills_everything() {
             .and_then(|stat| Some(stat.rsplit_once(") ")?.1.starts_with('Z')))
             != Some(true)
     };
-    assert!(eventually(|| leaders.iter().all(|&pid| reaped(pid))).await);
+    assert!(eventually(|| keepers.iter().all(|&pid| reaped(pid))).await);
     let logs = std::fs::read_dir(dir.path().join("logs")).expect("log dir");
     assert_eq!(logs.count(), 0);
 }
@@ -978,7 +982,7 @@ async fn terminate_kills_members_that_outlive_the_leader() {
         .signal(SCOPE, &id, Signal::Terminate)
         .expect("terminate the leftover");
     assert!(eventually(|| live_processes_with(later).is_empty()).await);
-    // Only the zombie leader is left of the group now.
+    // Nothing is left of it now.
     let not_running = eventually(|| {
         manager.signal(SCOPE, &id, Signal::Kill) == Err(ProcessError::NotRunning(id.clone()))
     });
@@ -1037,34 +1041,100 @@ fn a_dropped_monitor_kills_its_process_and_gives_back_its_slot() {
     assert!(gone, "left behind: {:?}", live_processes_with(marker));
 }
 
-#[tokio::test]
-async fn the_sigchld_fallback_sees_every_exit() {
-    // Kernels without pidfds: the monitor learns of exits from SIGCHLD. Forced here.
-    let marker = "300.3131";
-    let dir = tempfile::tempdir().expect("tempdir");
-    let manager = ProcessManager::create(test_config(dir.path()), false);
-    let snapshot = run(&manager, "echo out; exit 3").await;
-    assert_eq!(
-        (snapshot.exit_code, snapshot.text.as_str()),
-        (Some(3), "out\n")
-    );
-    let snapshot = run(&manager, "kill -TERM $$").await;
-    assert_eq!(snapshot.signal.as_deref(), Some("SIGTERM"));
+/// A command whose descendants leave its process group and session every way people do
+/// (`setsid`, `setsid -f`, GNU `timeout`, a double fork, `setpgrp` from Perl, `nohup`), each
+/// running `sleep MARKER`, then prints `ready`.
+fn escaping(marker: &str) -> String {
+    format!(
+        "setsid sleep {marker} & setsid -f sleep {marker}; timeout 999 sleep {marker} & \
+         ( (sleep {marker} &) & ); perl -e 'setpgrp(0, 0); exec \"sleep\", \"{marker}\"' & \
+         nohup sleep {marker} >/dev/null 2>&1 & echo ready; wait"
+    )
+}
 
-    // Several at once, each seen when it (and not another) exits.
-    let slow = start(&manager, &format!("sleep {marker} & wait")).await;
-    let mut quick = Vec::new();
-    for code in 0..4 {
-        quick.push((code, start(&manager, &format!("exit {code}")).await));
-    }
-    for (code, id) in &quick {
-        let snapshot = manager.wait(SCOPE, id, LONG, ReadFrom::All).await;
-        assert_eq!(snapshot.expect("wait").exit_code, Some(*code));
-    }
-    let still = manager.wait(SCOPE, &slow, Duration::from_millis(100), ReadFrom::All);
-    assert!(still.await.expect("wait").running);
-    manager.signal(SCOPE, &slow, Signal::Kill).expect("kill");
-    let snapshot = manager.wait(SCOPE, &slow, LONG, ReadFrom::All).await;
+/// `pid ppid state comm` of the live processes with `marker`, for failure messages.
+fn survivors(marker: &str) -> Vec<String> {
+    live_processes_with(marker)
+        .into_iter()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+        .collect()
+}
+
+/// Wait until all six escapees of [`escaping`] run.
+async fn six_running(marker: &str) {
+    let running = eventually(|| live_processes_with(marker).len() >= 6);
+    assert!(running.await, "only {:?}", live_processes_with(marker));
+}
+
+#[tokio::test]
+async fn kill_reaches_what_left_the_group() {
+    let marker = "300.4141";
+    let (_dir, manager) = manager();
+    let id = start(&manager, &escaping(marker)).await;
+    wait_for_output(&manager, &id, "ready").await;
+    six_running(marker).await;
+    manager.signal(SCOPE, &id, Signal::Kill).expect("kill");
+    assert!(
+        eventually(|| live_processes_with(marker).is_empty()).await,
+        "left behind: {:?}",
+        live_processes_with(marker)
+    );
+    let snapshot = manager.wait(SCOPE, &id, LONG, ReadFrom::All).await;
     assert_eq!(snapshot.expect("wait").signal.as_deref(), Some("SIGKILL"));
-    assert!(eventually(|| live_processes_with(marker).is_empty()).await);
+    // Nothing is left to signal.
+    let not_running = eventually(|| {
+        manager.signal(SCOPE, &id, Signal::Kill) == Err(ProcessError::NotRunning(id.clone()))
+    });
+    assert!(not_running.await);
+}
+
+#[tokio::test]
+async fn terminate_reaches_what_left_the_group_after_the_command_exited() {
+    let marker = "300.4242";
+    let (_dir, manager) = manager();
+    // The shell exits at once; only the escapees are left.
+    let snapshot = run(&manager, &escaping(marker).replace("; wait", "")).await;
+    assert_eq!(snapshot.exit_code, Some(0));
+    six_running(marker).await;
+    let id = manager.list(SCOPE)[0].id.clone();
+    manager
+        .signal(SCOPE, &id, Signal::Terminate)
+        .expect("terminate the leftovers");
+    assert!(
+        eventually(|| live_processes_with(marker).is_empty()).await,
+        "left behind: {:?}",
+        live_processes_with(marker)
+    );
+}
+
+#[tokio::test]
+async fn scope_end_shutdown_and_drop_reach_what_left_the_group() {
+    let (_dir, manager) = manager();
+    let (ended, shut, dropped) = ("300.4343", "300.4444", "300.4545");
+    start(&manager, &escaping(ended)).await;
+    six_running(ended).await;
+    manager.end_scope(SCOPE).await;
+    assert!(
+        live_processes_with(ended).is_empty(),
+        "end_scope waits until none is left"
+    );
+
+    start(&manager, &escaping(shut)).await;
+    six_running(shut).await;
+    manager.shutdown().await;
+    assert!(
+        live_processes_with(shut).is_empty(),
+        "shutdown waits until none is left: {:?}",
+        survivors(shut)
+    );
+
+    let (_dir, another) = manager_with(|_| {});
+    start(&another, &escaping(dropped)).await;
+    six_running(dropped).await;
+    drop(another);
+    assert!(
+        eventually(|| live_processes_with(dropped).is_empty()).await,
+        "left behind: {:?}",
+        live_processes_with(dropped)
+    );
 }

@@ -1,0 +1,201 @@
+//! The host's side of the process keeper (`keeper/` in the repository): every command runs
+//! under its own keeper, a small program embedded in this library and executed from a
+//! sealed in-memory file, so the binary, its tests and any embedder all have it.
+//!
+//! The keeper is the host's direct child and the command's parent. It is a child subreaper, so
+//! whatever the command starts stays its descendant, even after `setsid`, `setpgid` or a
+//! double fork. The host talks to it over two channels, set up here:
+//!
+//! - the *status* pipe (keeper to host): the command's exit as one 5-byte message, then
+//!   end-of-file once the keeper exits, which it does only when no descendant is left;
+//! - the *control* socket (host to keeper): one byte per request (`T` terminate, `I`
+//!   interrupt, `K` kill, each for every descendant); closing it (also the kernel's doing
+//!   when the host dies, however it dies) makes the keeper kill every descendant and exit.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::sync::OnceLock;
+
+use nix::libc;
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncReadExt, Interest};
+use tokio::net::unix::pipe;
+
+use super::sys::{Exit, above_reserved};
+use crate::process::Signal;
+
+/// The keeper executable, built by `build.rs` for the target this library is built for.
+const KEEPER: &[u8] = include_bytes!(env!("TOOLHOST_KEEPER"));
+
+/// The sealed in-memory copy of the keeper, made once per process.
+pub(super) fn executable() -> io::Result<BorrowedFd<'static>> {
+    static FILE: OnceLock<Result<OwnedFd, String>> = OnceLock::new();
+    match FILE.get_or_init(|| load().map_err(|error| error.to_string())) {
+        Ok(fd) => Ok(fd.as_fd()),
+        Err(message) => Err(io::Error::other(format!(
+            "cannot prepare the process keeper: {message}"
+        ))),
+    }
+}
+
+/// Write the keeper into a memfd and seal it against any change.
+fn load() -> io::Result<OwnedFd> {
+    // SAFETY: a NUL-terminated name and integer flags; returns a new descriptor or -1.
+    let raw = unsafe {
+        libc::memfd_create(
+            c"toolhost-keeper".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: memfd_create returned a new descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let mut file = std::fs::File::from(fd);
+    io::Write::write_all(&mut file, KEEPER)?;
+    let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
+    // SAFETY: integer arguments on our own descriptor.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    above_reserved(OwnedFd::from(file))
+}
+
+/// The keeper's ends of its two channels, passed to it as descriptors 3 and 4.
+pub(super) struct KeeperEnds {
+    pub(super) status: OwnedFd,
+    pub(super) control: OwnedFd,
+}
+
+/// The host's ends of one keeper's channels.
+pub(super) struct HostEnds {
+    /// The status pipe's read end (for [`pipe::Receiver::from_owned_fd`], inside a runtime).
+    pub(super) status: OwnedFd,
+    pub(super) control: OwnedFd,
+}
+
+/// A fresh pair of channels (all descriptors close-on-exec).
+pub(super) fn channels() -> io::Result<(HostEnds, KeeperEnds)> {
+    let (status_read, status_write) = io::pipe()?;
+    let (host_control, keeper_control) = UnixStream::pair()?;
+    let host = HostEnds {
+        status: OwnedFd::from(status_read),
+        control: OwnedFd::from(host_control),
+    };
+    let keeper = KeeperEnds {
+        status: above_reserved(OwnedFd::from(status_write))?,
+        control: above_reserved(OwnedFd::from(keeper_control))?,
+    };
+    Ok((host, keeper))
+}
+
+/// Ask the keeper to send `signal` to every descendant. `Err` when the keeper is gone (or
+/// cannot take requests).
+pub(super) fn request(control: &OwnedFd, signal: Signal) -> io::Result<()> {
+    let byte: u8 = match signal {
+        Signal::Terminate => b'T',
+        Signal::Interrupt => b'I',
+        Signal::Kill => b'K',
+    };
+    // SAFETY: a valid one-byte buffer on our own socket. MSG_NOSIGNAL: a keeper that has
+    // exited gives EPIPE, never SIGPIPE; MSG_DONTWAIT: a keeper that stopped reading cannot
+    // block the host.
+    let sent = unsafe {
+        libc::send(
+            control.as_raw_fd(),
+            (&raw const byte).cast(),
+            1,
+            libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+        )
+    };
+    if sent == 1 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The command's end as the keeper reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Report {
+    /// `None` when the status pipe ended without one (the keeper was killed, or could not
+    /// report).
+    pub(super) exit: Option<Exit>,
+    /// Nothing else the command started was left when it exited (the keeper exits next).
+    pub(super) nothing_left: bool,
+}
+
+/// Read the command's exit from the status pipe.
+pub(super) async fn read_exit(status: &mut pipe::Receiver) -> Report {
+    let mut message = [0u8; 5];
+    match status.read_exact(&mut message).await {
+        Ok(_) => parse(message),
+        Err(_) => Report {
+            exit: None,
+            nothing_left: true,
+        },
+    }
+}
+
+/// Wait until the keeper has exited (and so nothing of the command is left): its pidfd is
+/// readable once it is a zombie. Without a pidfd, the end of the status pipe is the nearest
+/// sign (the keeper closes it on its way out).
+pub(super) async fn wait_gone(mut status: pipe::Receiver, pidfd: Option<OwnedFd>) {
+    let mut rest = [0u8; 64];
+    while matches!(status.read(&mut rest).await, Ok(n) if n > 0) {}
+    if let Some(pidfd) = pidfd {
+        // SAFETY: the `OwnedFd` is an open pidfd, owned by the `AsyncFd` from now on, so it
+        // stays open and refers to the same process for the `AsyncFd`'s whole life.
+        match unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) } {
+            Ok(fd) => {
+                let _ = fd.readable().await;
+            }
+            Err(error) => tracing::debug!(%error, "cannot poll a keeper's pidfd"),
+        }
+    }
+}
+
+/// A status message: `C` and the exit code, or `S` and the signal number; lower case when
+/// nothing else is left.
+fn parse(message: [u8; 5]) -> Report {
+    let value = i32::from_le_bytes([message[1], message[2], message[3], message[4]]);
+    let exit = match message[0].to_ascii_uppercase() {
+        b'C' => Some(Exit::Code(value)),
+        b'S' => Some(Exit::Signal(value)),
+        _ => None,
+    };
+    Report {
+        exit,
+        nothing_left: message[0].is_ascii_lowercase(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_messages_parse() {
+        let report = |exit, nothing_left| Report { exit, nothing_left };
+        assert_eq!(
+            parse([b'C', 3, 0, 0, 0]),
+            report(Some(Exit::Code(3)), false)
+        );
+        assert_eq!(
+            parse([b's', 9, 0, 0, 0]),
+            report(Some(Exit::Signal(9)), true)
+        );
+        assert_eq!(parse([b'?', 0, 0, 0, 0]), report(None, false));
+    }
+
+    #[test]
+    fn the_keeper_is_embedded_and_sealed() {
+        let fd = executable().expect("keeper");
+        // SAFETY: integer arguments on a descriptor that stays open (a static).
+        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+        assert!(seals & libc::F_SEAL_WRITE != 0, "seals: {seals:#x}");
+        assert!(KEEPER.starts_with(b"\x7fELF"));
+    }
+}

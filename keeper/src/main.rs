@@ -1,0 +1,306 @@
+//! `toolhost-keeper`: the host's direct child for one command, and the command's only parent.
+//!
+//! The host cannot follow a command's descendants by process group: `setsid`, `setpgid` and
+//! GNU `timeout` leave the group, a double fork leaves the tree. The keeper can: it is a child
+//! subreaper (`PR_SET_CHILD_SUBREAPER`), so every descendant of the command that is orphaned
+//! is re-parented to it, and "a descendant of the keeper" means "started by this command",
+//! whatever it did to its session or group.
+//!
+//! Usage (the host runs it; not meant for people): `toolhost-keeper PROGRAM ARGV0 [ARG...]`,
+//! with descriptor 3 the write end of the *status* pipe and descriptor 4 the keeper's end of
+//! the *control* socket.
+//!
+//! - It starts `PROGRAM` (argv[0] `ARGV0`) in a new session, with the keeper's stdio,
+//!   environment and working directory, then lets go of its stdio.
+//! - When that process exits it writes 5 bytes to the status pipe: `C` and the exit code, or
+//!   `S` and the signal number (little-endian `i32`); in lower case (`c`, `s`) when nothing
+//!   else of the command is left at that moment.
+//! - It reaps every descendant, and exits once the command has exited and no descendant is
+//!   left; the status pipe reaching end-of-file tells the host exactly that.
+//! - A byte on the control socket signals every descendant: `T` `SIGTERM`, `I` `SIGINT`, `K`
+//!   `SIGKILL` (repeated until none is left).
+//! - End-of-file on the control socket (the host closed it, or died: the kernel closes it
+//!   then), `SIGTERM` or `SIGHUP` (the host sets `SIGTERM` as the keeper's parent-death
+//!   signal): it kills every descendant, waits for them, and exits.
+
+mod tree;
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, ExitCode};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+
+/// The status pipe's write end, as the host passes it.
+const STATUS_FD: RawFd = 3;
+/// The control socket, as the host passes it.
+const CONTROL_FD: RawFd = 4;
+/// The keeper's own executable (a memfd), left open by the host for `execveat`.
+const SELF_FD: RawFd = 5;
+
+/// Set by `SIGTERM`/`SIGHUP`: stop everything and exit.
+static STOP: AtomicBool = AtomicBool::new(false);
+/// Write end of the self-pipe that wakes the main loop on a signal.
+static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
+
+extern "C" fn on_signal(signal: libc::c_int) {
+    if signal == libc::SIGTERM || signal == libc::SIGHUP {
+        STOP.store(true, Ordering::SeqCst);
+    }
+    let fd = WAKE_FD.load(Ordering::SeqCst);
+    if fd >= 0 {
+        let byte = 0u8;
+        // SAFETY: write(2) is async-signal-safe; `byte` is a valid one-byte buffer. A full
+        // pipe (EAGAIN) is fine: a wake-up is already pending.
+        unsafe { libc::write(fd, (&raw const byte).cast(), 1) };
+    }
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            // stderr may already be /dev/null; the host learns of the failure from the status
+            // pipe (end-of-file without a status).
+            eprintln!("toolhost-keeper: {error}");
+            ExitCode::from(125)
+        }
+    }
+}
+
+fn run() -> io::Result<()> {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let [_, program, argv0, rest @ ..] = args.as_slice() else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "usage: toolhost-keeper PROGRAM ARGV0 [ARG...] (run by the toolhost host)",
+        ));
+    };
+    for fd in [STATUS_FD, CONTROL_FD] {
+        set_cloexec(fd)?;
+    }
+    // SAFETY: descriptors 3 and 4 are ours, given by the host for exactly this; nothing else
+    // in this process owns them.
+    let mut status = unsafe { File::from_raw_fd(STATUS_FD) };
+    // SAFETY: as above.
+    let mut control = unsafe { UnixStream::from_raw_fd(CONTROL_FD) };
+    // SAFETY: closing our own executable's descriptor, owned by nothing else here; EBADF
+    // (not passed) is harmless.
+    unsafe { libc::close(SELF_FD) };
+
+    let (wake_read, wake_write) = pipe()?;
+    WAKE_FD.store(wake_write, Ordering::SeqCst);
+    for signal in [libc::SIGTERM, libc::SIGHUP, libc::SIGCHLD] {
+        install(signal)?;
+    }
+    // SAFETY: integer arguments; makes this process the reaper of its orphaned descendants.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+
+    let mut command = Command::new(program);
+    command.arg0(argv0).args(rest);
+    // SAFETY: the closure runs in the forked child before exec and only calls setsid(2),
+    // which is async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::setsid() == -1 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = match command.spawn() {
+        Ok(child) => child,
+        Err(error) => {
+            eprintln!("toolhost-keeper: cannot run {}: {error}", program.display());
+            write_status(&mut status, b'C', 127);
+            return Ok(());
+        }
+    };
+    let leader = i32::try_from(child.id()).map_err(io::Error::other)?;
+    drop(child);
+    release_stdio()?;
+
+    // The command's end, once reaped; reported when it is known whether anything is left.
+    let mut ended: Option<(u8, i32)> = None;
+    let mut reported = false;
+    let mut stopping = false;
+    loop {
+        // Reap whatever has exited.
+        let nothing_left = loop {
+            let mut raw = 0;
+            // SAFETY: `raw` is a valid out-pointer; WNOHANG never blocks.
+            let pid = unsafe { libc::waitpid(-1, &mut raw, libc::WNOHANG) };
+            if pid > 0 {
+                if pid == leader {
+                    ended = Some(if libc::WIFSIGNALED(raw) {
+                        (b'S', libc::WTERMSIG(raw))
+                    } else {
+                        (b'C', libc::WEXITSTATUS(raw))
+                    });
+                }
+                continue;
+            }
+            if pid == 0 {
+                break false;
+            }
+            let error = io::Error::last_os_error();
+            match error.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                // No child left: the command and everything it started are gone.
+                Some(libc::ECHILD) => break true,
+                _ => return Err(error),
+            }
+        };
+        if let Some((tag, value)) = ended
+            && !reported
+        {
+            reported = true;
+            // Lower case: and nothing of it is left (the keeper exits next).
+            let tag = if nothing_left {
+                tag.to_ascii_lowercase()
+            } else {
+                tag
+            };
+            write_status(&mut status, tag, value);
+        }
+        if nothing_left {
+            return Ok(());
+        }
+        if STOP.load(Ordering::SeqCst) && !stopping {
+            stopping = true;
+        }
+        if stopping {
+            tree::kill_all();
+        }
+        match wait_for_event(&control, wake_read)? {
+            Event::Wake => drain(wake_read),
+            Event::Control => {
+                let mut byte = [0u8; 1];
+                match control.read(&mut byte) {
+                    Ok(0) => stopping = true,
+                    Ok(_) => match byte[0] {
+                        b'T' => tree::signal_all(libc::SIGTERM),
+                        b'I' => tree::signal_all(libc::SIGINT),
+                        b'K' => tree::kill_all(),
+                        _ => {}
+                    },
+                    Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => stopping = true,
+                }
+            }
+        }
+    }
+}
+
+/// What woke the main loop.
+enum Event {
+    /// A signal (a child changed state, or a request to stop).
+    Wake,
+    /// The control socket is readable (a request or end-of-file).
+    Control,
+}
+
+/// Block until a signal arrives or the control socket is readable.
+fn wait_for_event(control: &UnixStream, wake: RawFd) -> io::Result<Event> {
+    loop {
+        let mut fds = [
+            libc::pollfd {
+                fd: wake,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: control.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: `fds` is a valid array of two pollfd structures.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if ready == -1 {
+            let error = io::Error::last_os_error();
+            if error.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(error);
+        }
+        if fds[0].revents != 0 {
+            return Ok(Event::Wake);
+        }
+        if fds[1].revents != 0 {
+            return Ok(Event::Control);
+        }
+    }
+}
+
+/// Write the command's end to the host. Failure means the host is gone; the control socket
+/// says so too, so it is not an error here.
+fn write_status(status: &mut File, tag: u8, value: i32) {
+    let mut message = [0u8; 5];
+    message[0] = tag;
+    message[1..].copy_from_slice(&value.to_le_bytes());
+    let _ = status.write_all(&message);
+}
+
+/// Let go of the command's stdio: the output pipe reaches end-of-file when the command and its
+/// descendants close it, not when the keeper does.
+fn release_stdio() -> io::Result<()> {
+    let null = File::options().read(true).write(true).open("/dev/null")?;
+    for fd in 0..=2 {
+        // SAFETY: dup2 onto our own stdio descriptors; `null` stays open across the calls.
+        if unsafe { libc::dup2(null.as_raw_fd(), fd) } == -1 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+fn set_cloexec(fd: RawFd) -> io::Result<()> {
+    // SAFETY: integer arguments on a descriptor number; fails with EBADF if it is not open.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } == -1 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "descriptor {fd} is not open: {} (run by the toolhost host)",
+                io::Error::last_os_error()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A non-blocking, close-on-exec pipe: (read end, write end).
+fn pipe() -> io::Result<(RawFd, RawFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((fds[0], fds[1]))
+}
+
+/// Read everything pending from the (non-blocking) self-pipe.
+fn drain(fd: RawFd) {
+    let mut buf = [0u8; 64];
+    // SAFETY: `buf` is a valid, writable buffer of its length.
+    while unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
+}
+
+/// Route `signal` to [`on_signal`]. `SA_RESTART` is left out so that `poll` wakes, and the
+/// handler is reset to the default in the command by `exec`.
+fn install(signal: libc::c_int) -> io::Result<()> {
+    // SAFETY: sigaction is plain data; all zeroes is a valid starting value.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    action.sa_flags = libc::SA_NOCLDSTOP;
+    // SAFETY: `action` is a valid sigaction whose handler only does async-signal-safe work.
+    if unsafe { libc::sigaction(signal, &action, std::ptr::null_mut()) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
