@@ -1,7 +1,7 @@
 //! The process capability: what guests may ask of the host about processes.
 //!
 //! [`ProcessBackend`] is the seam between the WIT imports and whatever runs processes: the
-//! real [`ProcessManager`] (process groups, bounded capture, reaping) or the scripted fake in
+//! real [`ProcessManager`] (keepers, bounded capture, reaping) or the scripted fake in
 //! [`crate::testing`]. Every method takes the caller's scope, which the host fills in from the
 //! call context; a process of another scope is reported as not found.
 
@@ -41,7 +41,7 @@ pub enum ReadFrom {
     Unread,
 }
 
-/// A signal for a whole process group.
+/// A signal for a process and everything it started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Signal {
     /// SIGTERM, escalating to SIGKILL after the grace period.
@@ -156,8 +156,8 @@ pub trait ProcessBackend: Send + Sync + 'static {
     /// The scope's processes: running first, then newest first.
     fn list(&self, scope: &str) -> Vec<ProcessInfo>;
 
-    /// Signal the process group. `Terminate` escalates to SIGKILL after the grace period
-    /// without the caller waiting for it.
+    /// Signal the process and everything it started. `Terminate` escalates to SIGKILL after
+    /// the grace period without the caller waiting for it.
     fn signal(&self, scope: &str, id: &str, signal: Signal) -> Result<(), ProcessError>;
 
     /// Terminate every process of `scope` (the session ended) and wait until they are gone

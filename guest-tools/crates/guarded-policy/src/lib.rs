@@ -1,6 +1,6 @@
 //! The guarded shell policy: the same four tools, stricter. Destructive commands are refused
-//! before they run (each refusal names its rule), a foreground command is killed with its
-//! whole process group at its timeout, and the longest timeout is lower.
+//! before they run (each refusal names its rule), a foreground command is killed with
+//! everything it started at its timeout, and the longest timeout is lower.
 
 use policy_core::exports::toolhost::plugin::tool::{CallContext, Guest, ToolDefinition};
 use policy_core::{OnTimeout, Policy, Settings};

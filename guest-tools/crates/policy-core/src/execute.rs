@@ -42,7 +42,7 @@ pub fn definition(
              process_output or stop with process_signal."
         }
         OnTimeout::Kill => {
-            "If a foreground command outlives its timeout, its whole process group is killed and \
+            "If a foreground command outlives its timeout, it and everything it started are killed and \
              the result says so."
         }
     };
@@ -305,7 +305,7 @@ pub fn run(policy: &Policy, settings: &Settings, args: &str) -> Result<Map<Strin
             .set(
                 "error",
                 format!(
-                    "timed out after {}; the command and its process group were killed",
+                    "timed out after {}; the command and everything it started were killed",
                     format_duration(timeout)
                 ),
             );

@@ -242,11 +242,13 @@ pub fn signal(args: &str) -> Result<Map<String, Value>, String> {
     let message = if out.running {
         match signal {
             Signal::Terminate => {
-                "SIGTERM sent to the process group; it is still running and gets SIGKILL if it has not exited after the grace period."
+                "SIGTERM sent to the process and everything it started; it is still running and gets SIGKILL if it has not exited after the grace period."
             }
-            Signal::Kill => "SIGKILL sent to the process group; it has not been reaped yet.",
+            Signal::Kill => {
+                "SIGKILL sent to the process and everything it started; it has not been reaped yet."
+            }
             Signal::Interrupt => {
-                "SIGINT sent to the process group; it is still running. Use terminate or kill to stop it."
+                "SIGINT sent to the process and everything it started; it is still running. Use terminate or kill to stop it."
             }
         }
     } else {

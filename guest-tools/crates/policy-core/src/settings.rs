@@ -10,7 +10,7 @@ use std::time::Duration;
 pub enum OnTimeout {
     /// Keep it running as a tracked background process and tell the model how to follow it.
     Handover,
-    /// Kill its whole process group and say so.
+    /// Kill it and everything it started, and say so.
     Kill,
 }
 

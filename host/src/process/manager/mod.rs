@@ -91,7 +91,7 @@ use table::{Records, shut_down};
 /// After `SIGKILL`, how much longer than `drain_timeout` a stop waits for monitors to finish.
 const KILL_SETTLE: Duration = Duration::from_secs(1);
 
-/// Runs processes for guests: process groups, merged bounded output, full-output log files,
+/// Runs processes for guests: each under a keeper, merged bounded output, full-output log files,
 /// per-scope limits and isolation, reaping. See the module documentation.
 ///
 /// Create it with [`ProcessManager::new`] inside a Tokio runtime; use it as
