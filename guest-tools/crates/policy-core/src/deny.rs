@@ -1,7 +1,7 @@
 //! Deny rules: commands a policy refuses before they run. A rule sees the whole command text
 //! and each simple command in it (split at `;`, `&&`, `||`, `|`, `&`, newlines, and with
 //! subshell parentheses, braces, `\` escapes, `then`/`do`/`time`-style keywords and
-//! `sudo`/`env`/`nice`/`timeout` wrappers looked through), so `cd /tmp && rm -rf /` and
+//! `sudo`/`env`/`nice`/`timeout`/`setsid`-style wrappers and their options looked through), so `cd /tmp && rm -rf /` and
 //! `(sudo -u root rm -rf /)` are caught as well as `rm -rf /`.
 //!
 //! These rules catch the usual ways a model writes a destructive command; they are a guard
@@ -83,14 +83,32 @@ fn split_any(text: &str, seps: &[&str]) -> Vec<String> {
 const KEYWORDS: &[&str] = &[
     "then", "do", "else", "elif", "if", "while", "until", "time", "!",
 ];
-/// Wrappers that run the rest of the line as a command.
-const WRAPPERS: &[&str] = &[
-    "sudo", "doas", "env", "command", "exec", "nohup", "nice", "ionice", "timeout", "stdbuf",
-    "xargs", "builtin",
+/// Wrappers that run the rest of the line as a command, each with the options (lower-cased,
+/// as the command text is) that take a separate argument. Every other option is a flag, so
+/// `sudo -E rm`, `sudo -i rm` and `env -i rm` leave `rm` as the command.
+const WRAPPERS: &[(&str, &[&str])] = &[
+    ("sudo", &["-u", "-g", "-c", "-d", "-p", "-r", "-t"]),
+    ("doas", &["-u", "-c"]),
+    ("env", &["-u", "-c"]),
+    ("command", &[]),
+    ("exec", &["-a"]),
+    ("builtin", &[]),
+    ("nohup", &[]),
+    ("nice", &["-n"]),
+    ("ionice", &["-c", "-n", "-p"]),
+    ("timeout", &["-s", "-k"]),
+    ("stdbuf", &["-i", "-o", "-e"]),
+    ("xargs", &["-n", "-p", "-i", "-d", "-l", "-s", "-a", "-e"]),
+    ("setsid", &[]),
+    ("chroot", &[]),
+    ("unshare", &[]),
+    ("nsenter", &["-t"]),
+    ("runuser", &["-u", "-g"]),
+    ("su", &["-c"]),
+    ("flock", &["-w"]),
+    ("chrt", &[]),
+    ("taskset", &[]),
 ];
-/// Wrapper options that take a separate argument.
-const OPTIONS_WITH_ARGUMENT: &[&str] =
-    &["-u", "-g", "-n", "-c", "-s", "-k", "-o", "-e", "-i", "-p"];
 
 fn words(stage: &str) -> Vec<String> {
     let mut words: Vec<String> = stage
@@ -98,32 +116,50 @@ fn words(stage: &str) -> Vec<String> {
         .map(|w| {
             w.trim_start_matches(['(', '{', '\\'])
                 .trim_end_matches([')', '}'])
-                .replace(['"', '\''], "")
+                .replace(['"', '\'', '\\'], "")
         })
         .filter(|w| !w.is_empty())
         .collect();
     // Look through keywords, variable assignments and privilege/environment wrappers.
     while let Some(first) = words.first() {
         let name = program_name(first);
-        if KEYWORDS.contains(&name.as_str()) || first.contains('=') {
+        if KEYWORDS.contains(&name.as_str()) || (first.contains('=') && !first.starts_with('-')) {
             words.remove(0);
-        } else if WRAPPERS.contains(&name.as_str()) {
-            words.remove(0);
-            // `sudo -u root rm`, `timeout 5 rm`, `nice -n 10 rm`: drop the wrapper's options
-            // and their arguments too.
-            while let Some(word) = words.first() {
-                if OPTIONS_WITH_ARGUMENT.contains(&word.as_str()) {
-                    words.drain(..words.len().min(2));
-                } else if word.starts_with('-')
-                    || word.chars().all(|c| c.is_ascii_digit() || c == '.')
-                {
-                    words.remove(0);
-                } else {
-                    break;
-                }
-            }
-        } else {
+            continue;
+        }
+        let Some((wrapper, with_argument)) = WRAPPERS.iter().find(|(w, _)| *w == name) else {
             break;
+        };
+        words.remove(0);
+        // `sudo -u root rm`, `timeout -s KILL 5 rm`, `nice -n 10 rm`: drop the wrapper's
+        // options and their arguments too.
+        while let Some(word) = words.first() {
+            if word == "--" {
+                words.remove(0);
+                break;
+            }
+            if with_argument.contains(&word.as_str()) {
+                words.drain(..words.len().min(2));
+            } else if word.starts_with('-') && word.len() > 1 {
+                words.remove(0);
+            } else {
+                break;
+            }
+        }
+        // Positional arguments before the command: `timeout 5s rm`, `chroot / rm`,
+        // `su root -c ...`, `taskset 0x1 rm`, `chrt 10 rm`, `flock /tmp/l rm`.
+        let positional = match *wrapper {
+            "timeout" | "chroot" | "taskset" | "chrt" | "flock" => 1,
+            _ => 0,
+        };
+        words.drain(..words.len().min(positional));
+        // `nice -10 rm` (an old-style niceness).
+        if *wrapper == "nice"
+            && words
+                .first()
+                .is_some_and(|w| w.chars().all(|c| c.is_ascii_digit() || c == '-'))
+        {
+            words.remove(0);
         }
     }
     words
@@ -261,3 +297,53 @@ pub const GUARDED_RULES: &[DenyRule] = &[
 
 // The rule table is tested end to end through the guarded policy component, inside the real
 // host: tests/policies_fake.rs (`guarded_rules_refuse_destructive_commands_only`).
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(command: &str) -> Option<&'static str> {
+        check(GUARDED_RULES, command).map(|rule| rule.name)
+    }
+
+    #[test]
+    fn wrappers_and_their_options_are_looked_through() {
+        for command in [
+            "sudo -E rm -rf /",
+            "sudo -i rm -rf /",
+            "sudo -s rm -rf /",
+            "sudo -u root -H rm -rf /",
+            "sudo --preserve-env rm -rf /",
+            "env -i rm -rf /",
+            "env -i PATH=/bin rm -rf /",
+            "env -u HOME rm -rf ~",
+            "timeout 5s rm -rf /",
+            "timeout -s KILL 10m rm -rf /",
+            "nice -n 5 rm -rf /",
+            "nice -10 rm -rf /",
+            "ionice -c 3 rm -rf /",
+            "setsid rm -rf /",
+            "nohup sudo -E env -i rm -rf /",
+            "xargs -0 rm -rf /",
+            "sudo -- rm -rf /",
+            "doas -u root rm -rf /",
+            "chroot / rm -rf /",
+        ] {
+            assert_eq!(refused(command), Some("recursive-delete-root"), "{command}");
+        }
+    }
+
+    #[test]
+    fn ordinary_commands_pass() {
+        for command in [
+            "sudo -E make install",
+            "env -i ls /",
+            "timeout 5s rm -rf ./build",
+            "rm -rf target/",
+            "nice -n 5 cargo build",
+            "env FOO=bar printenv FOO",
+        ] {
+            assert_eq!(refused(command), None, "{command}");
+        }
+    }
+}
