@@ -213,32 +213,39 @@ pub fn processes_with(needle: &str) -> Vec<u32> {
     pids
 }
 
-/// Wait up to `limit` until no live process's command line contains `needle`.
-pub async fn wait_gone(needle: &str, limit: Duration) -> bool {
+/// Check `condition` every 20 ms until it holds (true) or `limit` passes (false). For waiting
+/// on what a test can observe instead of sleeping for a guessed time.
+pub async fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
     let deadline = tokio::time::Instant::now() + limit;
     loop {
-        if processes_with(needle).is_empty() {
+        if condition() {
             return true;
         }
         if tokio::time::Instant::now() >= deadline {
             return false;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Wait up to `limit` until no live process's command line contains `needle`.
+pub async fn wait_gone(needle: &str, limit: Duration) -> bool {
+    eventually(limit, || processes_with(needle).is_empty()).await
 }
 
 /// Wait up to `limit` until some live process's command line contains `needle`.
 pub async fn wait_present(needle: &str, limit: Duration) -> bool {
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if !processes_with(needle).is_empty() {
-            return true;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(limit, || !processes_with(needle).is_empty()).await
+}
+
+/// A shell command that ends only once `n` copies of it run at the same time: each one
+/// registers in `dir` (an empty directory) and waits until `n` have. Calls that ran one after
+/// another instead of together would each wait until their timeout.
+pub fn rendezvous_command(dir: &Path, n: usize) -> String {
+    let dir = dir.display();
+    format!(
+        "touch '{dir}'/$$; while [ \"$(ls '{dir}' | wc -l)\" -lt {n} ]; do sleep 0.02; done; echo met"
+    )
 }
 
 /// How many live `sleep` processes have `marker` on their command line.

@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 use toolhost_e2e::mcp_client::*;
-use toolhost_e2e::{marker, processes_with, wait_gone, wait_present};
+use toolhost_e2e::{marker, processes_with, rendezvous_command, wait_gone, wait_present};
 
 #[tokio::test]
 async fn initialize_and_list_tools() {
@@ -123,8 +123,10 @@ async fn background_process_output_and_signal() {
     let listed = structured(&client.call_tool("process_list", json!({})).await);
     assert!(listed.to_string().contains(&id), "{listed}");
 
+    // Poll until the command has printed (a generous bound, not a guessed time).
+    let deadline = Instant::now() + Duration::from_secs(20);
     let mut output = Value::Null;
-    for _ in 0..50 {
+    while Instant::now() < deadline {
         output = structured(
             &client
                 .call_tool("process_output", json!({"process_id": id}))
@@ -133,7 +135,7 @@ async fn background_process_output_and_signal() {
         if output.to_string().contains("started") {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(output.to_string().contains("started"), "{output}");
     assert_eq!(output["running"], true, "{output}");
@@ -156,30 +158,26 @@ async fn background_process_output_and_signal() {
 #[tokio::test]
 async fn concurrent_calls_run_in_parallel() {
     let mut client = StdioClient::start(&[]).await;
-    // Warm up: the first call compiles nothing, but pays for process-manager setup.
-    client
-        .call_tool("execute", json!({"command": "true"}))
-        .await;
-    let began = Instant::now();
+    // Each command ends only once all six run together; calls served one after another would
+    // each time out instead.
+    let meeting = tempfile::tempdir().expect("dir");
+    let command = rendezvous_command(meeting.path(), 6);
     let mut waiting = Vec::new();
     for _ in 0..6 {
         let (_, rx) = client
             .start_request(
                 "tools/call",
-                json!({"name": "execute", "arguments": {"command": "sleep 1"}}),
+                json!({"name": "execute", "arguments": {"command": command, "timeout": "20s"}}),
             )
             .await;
         waiting.push(rx);
     }
     for rx in waiting {
         let response = await_response(rx).await;
-        structured(&response["result"]);
+        let result = structured(&response["result"]);
+        assert_eq!(result["success"], true, "calls are serialized: {result}");
+        assert_eq!(result["output"], "met\n", "{result}");
     }
-    let elapsed = began.elapsed();
-    assert!(
-        elapsed < Duration::from_secs(4),
-        "six `sleep 1` calls took {elapsed:?}: calls are serialized"
-    );
 }
 
 #[tokio::test]

@@ -90,11 +90,26 @@ async fn a_broken_replacement_keeps_the_previous_version_serving() {
     let host = watching_host(dir.path(), fake.clone()).await;
     assert_eq!(host.tools().len(), 4);
 
+    let mut changes = host.changes();
     install(dir.path(), "policy", b"\0asm garbage", None);
-    // Give the watcher time to see and reject it; a direct reload reports the same outcome.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A broken file changes no tool, so nothing announces its rejection. Add a second plugin
+    // after it: the reload that announces the new tools also read the broken policy.
+    install(
+        dir.path(),
+        "other",
+        &std::fs::read(toolhost_e2e::hostile_component()).expect("fixture"),
+        Some(GRANT),
+    );
+    next_change(&mut changes).await;
+    let tools: Vec<String> = host.tools().into_iter().map(|t| t.name).collect();
+    assert!(
+        tools.iter().any(|t| t == "execute") && tools.iter().any(|t| t == "spin"),
+        "{tools:?}"
+    );
+    assert_eq!(tools.len(), 4 + 6, "{tools:?}");
+    // A direct reload reports the same outcome.
     host.reload().await.expect("a lenient reload does not fail");
-    assert_eq!(host.tools().len(), 4);
+    assert_eq!(host.tools().len(), 4 + 6);
     host.call("s", "execute", r#"{"command":"echo still here"}"#)
         .await
         .expect("previous version still serves");
@@ -288,12 +303,18 @@ async fn a_call_in_flight_finishes_on_the_version_it_started_with() {
     install(dir.path(), "policy", bundled::DEFAULT.bytes, Some(GRANT));
     let (host, _state) = toolhost_e2e::real_plugin_host(dir.path()).await;
     let host = std::sync::Arc::new(host);
-    let slow = r#"{"command":"sleep 5","timeout":"1500ms"}"#;
+    // The marked command runs once the call has its plugin and is inside it.
+    let command = format!("sleep 5.{}", toolhost_e2e::marker());
+    let slow = serde_json::json!({"command": command, "timeout": "1500ms"}).to_string();
     let in_flight = {
         let host = host.clone();
-        tokio::spawn(async move { host.call("s", "execute", slow).await })
+        let slow = slow.clone();
+        tokio::spawn(async move { host.call("s", "execute", &slow).await })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        toolhost_e2e::wait_present(&command, Duration::from_secs(20)).await,
+        "the first call never started its command"
+    );
     install(dir.path(), "policy", bundled::GUARDED.bytes, None);
     host.reload().await.expect("reload");
 
@@ -301,7 +322,7 @@ async fn a_call_in_flight_finishes_on_the_version_it_started_with() {
     let old = json(&in_flight.await.expect("join").expect("call"));
     assert!(old["background_process_id"].is_string(), "{old}");
     // A new call runs under the guarded policy: killed at its timeout.
-    let new = json(&host.call("s", "execute", slow).await.expect("call"));
+    let new = json(&host.call("s", "execute", &slow).await.expect("call"));
     assert!(new.get("background_process_id").is_none(), "{new}");
     assert!(
         new["error"].as_str().expect("error").contains("killed"),

@@ -4,7 +4,9 @@
 use serde_json::Value;
 use std::time::{Duration, Instant};
 use toolhost::ToolHost;
-use toolhost_e2e::{json, marker, processes_with, real_host, sleeps_with};
+use toolhost_e2e::{
+    eventually, json, marker, processes_with, real_host, rendezvous_command, sleeps_with, wait_gone,
+};
 
 async fn call(host: &ToolHost, tool: &str, args: Value) -> Value {
     json(
@@ -140,12 +142,25 @@ async fn background_processes_are_listed_and_stopped_with_their_children() {
     )
     .await;
     let id = r["background_process_id"].as_str().expect("id").to_string();
-    let out = call(
-        &host,
-        "process_output",
-        serde_json::json!({"process_id": id, "wait": "300ms"}),
-    )
-    .await;
+    // Wait for what the command does: both sleeps started and `up` printed.
+    assert!(
+        eventually(Duration::from_secs(20), || sleeps_with(&marker) == 2).await,
+        "the two grandchildren never ran: {}",
+        sleeps_with(&marker)
+    );
+    let mut out = Value::Null;
+    for _ in 0..1000 {
+        out = call(
+            &host,
+            "process_output",
+            serde_json::json!({"process_id": id}),
+        )
+        .await;
+        if out["output"] != "" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(out["running"], true);
     assert_eq!(out["output"], "up\n");
     assert_eq!(sleeps_with(&marker), 2, "two grandchildren running");
@@ -178,9 +193,11 @@ async fn background_processes_are_listed_and_stopped_with_their_children() {
     .await;
     assert_eq!(stopped["running"], false, "{stopped}");
     assert_eq!(stopped["signal_received"], "SIGTERM");
+    // The signal reached the grandchildren too; they may take a moment longer to die.
     assert!(
-        processes_with(&marker).is_empty(),
-        "grandchildren are gone too"
+        wait_gone(&marker, Duration::from_secs(10)).await,
+        "grandchildren survive: {:?}",
+        processes_with(&marker)
     );
 }
 
@@ -188,10 +205,11 @@ async fn background_processes_are_listed_and_stopped_with_their_children() {
 async fn the_guarded_policy_kills_at_the_timeout() {
     let (host, _state) = real_host("guarded").await;
     let marker = marker();
+    // `echo` must run before the timeout for the output check: one second is ample.
     let r = call(
         &host,
         "execute",
-        serde_json::json!({"command": format!("echo begin; sleep {marker}"), "timeout": "300ms"}),
+        serde_json::json!({"command": format!("echo begin; sleep {marker}"), "timeout": "1s"}),
     )
     .await;
     assert_eq!(r["success"], false);
@@ -200,7 +218,11 @@ async fn the_guarded_policy_kills_at_the_timeout() {
         "{r}"
     );
     assert_eq!(r["output"], "begin\n");
-    assert!(processes_with(&marker).is_empty());
+    assert!(
+        wait_gone(&marker, Duration::from_secs(10)).await,
+        "the kill missed the sleep: {:?}",
+        processes_with(&marker)
+    );
     let refused = host
         .call(
             "s",
@@ -219,22 +241,26 @@ async fn the_guarded_policy_kills_at_the_timeout() {
 async fn concurrent_calls_run_in_parallel() {
     let (host, _state) = real_host("default").await;
     let host = std::sync::Arc::new(host);
-    let started = Instant::now();
+    // Each command ends only once all six run together; run one after another, each would
+    // time out instead.
+    let meeting = tempfile::tempdir().expect("dir");
+    let args = serde_json::json!({
+        "command": rendezvous_command(meeting.path(), 6),
+        "timeout": "20s",
+    })
+    .to_string();
     let calls: Vec<_> = (0..6)
         .map(|_| {
             let host = host.clone();
-            tokio::spawn(async move { host.call("s", "execute", r#"{"command":"sleep 1"}"#).await })
+            let args = args.clone();
+            tokio::spawn(async move { host.call("s", "execute", &args).await })
         })
         .collect();
     for c in calls {
         let r = json(&c.await.expect("join").expect("call"));
-        assert_eq!(r["success"], true);
+        assert_eq!(r["success"], true, "{r}");
+        assert_eq!(r["output"], "met\n", "{r}");
     }
-    assert!(
-        started.elapsed() < Duration::from_secs(4),
-        "took {:?}",
-        started.elapsed()
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -248,7 +274,11 @@ async fn shutdown_leaves_no_process_behind() {
         serde_json::json!({"command": format!("sleep {marker}"), "timeout": "100ms"}),
     )
     .await;
-    assert_eq!(sleeps_with(&marker), 3);
+    assert!(
+        eventually(Duration::from_secs(20), || sleeps_with(&marker) == 3).await,
+        "only {} of the three sleeps ran",
+        sleeps_with(&marker)
+    );
     host.shutdown().await;
     assert!(
         processes_with(&marker).is_empty(),
