@@ -1,7 +1,8 @@
 //! The `toolhost` binary: tools, call, plugins export, exit codes and streams.
 
 use std::process::Command;
-use toolhost_e2e::{json, marker, processes_with, sleeps_with, toolhost_bin};
+use std::time::Duration;
+use toolhost_e2e::{Stoppable, json, processes_with, toolhost_bin};
 
 fn toolhost(args: &[&str]) -> std::process::Output {
     Command::new(toolhost_bin())
@@ -85,17 +86,33 @@ fn tool_errors_exit_one_with_a_single_line() {
     }
 }
 
-#[test]
-fn call_cleans_up_the_processes_it_started() {
-    let marker = marker();
-    let args = format!(r#"{{"command":"sleep {marker}","run_in_background":true}}"#);
+#[tokio::test]
+async fn call_stops_the_processes_it_started_before_it_exits() {
+    // A foreground command handed over at its timeout; its two shells (one in a session of
+    // its own) are running when the call returns. The timeout only has to outlast their start.
+    let stoppable = Stoppable::new();
+    let args = serde_json::json!({"command": stoppable.command(), "timeout": "3s"}).to_string();
     let out = toolhost(&["call", "execute", &args]);
-    assert!(out.status.success());
     assert!(
-        processes_with(&marker).is_empty(),
-        "{:?}",
-        processes_with(&marker)
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
+    let r = json(&String::from_utf8_lossy(&out.stdout));
+    assert!(r["background_process_id"].is_string(), "{r}");
+    assert!(
+        stoppable.ready(),
+        "the command had not started by its timeout"
+    );
+    assert!(
+        processes_with(stoppable.marker()).is_empty(),
+        "still running after the exit: {:?}",
+        processes_with(stoppable.marker())
+    );
+    stoppable
+        .stopped_by_the_host(Duration::from_secs(5))
+        .await
+        .expect("the CLI's shutdown stops them");
 }
 
 #[test]
@@ -168,10 +185,10 @@ fn workdir_and_shell_flags_configure_the_processes() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such/dir"));
 }
 
-#[test]
-fn an_interrupted_call_cleans_up_its_processes() {
-    let marker = marker();
-    let args = format!(r#"{{"command":"sleep {marker} & sleep {marker}","timeout":"60s"}}"#);
+#[tokio::test]
+async fn an_interrupted_call_stops_its_processes() {
+    let stoppable = Stoppable::new();
+    let args = serde_json::json!({"command": stoppable.command(), "timeout": "60s"}).to_string();
     let mut child = Command::new(toolhost_bin())
         .args(["call", "execute", &args])
         .env("TOOLHOST_LOG", "warn")
@@ -179,14 +196,7 @@ fn an_interrupted_call_cleans_up_its_processes() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("run toolhost");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while sleeps_with(&marker) < 2 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the command never started"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    stoppable.wait_ready(Duration::from_secs(20)).await;
     let status = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()
@@ -194,5 +204,13 @@ fn an_interrupted_call_cleans_up_its_processes() {
     assert!(status.success());
     let exit = child.wait().expect("wait");
     assert_eq!(exit.code(), Some(130));
-    assert_eq!(sleeps_with(&marker), 0, "{:?}", processes_with(&marker));
+    assert!(
+        processes_with(stoppable.marker()).is_empty(),
+        "still running after the exit: {:?}",
+        processes_with(stoppable.marker())
+    );
+    stoppable
+        .stopped_by_the_host(Duration::from_secs(5))
+        .await
+        .expect("the CLI's shutdown stops them");
 }

@@ -257,3 +257,108 @@ pub fn sleeps_with(marker: &str) -> usize {
         })
         .count()
 }
+
+/// A command for no-orphan tests that tells a graceful stop from a kill. It starts two
+/// long-running shells, one in the command's process group and one in a session of its own
+/// (`setsid`), each looping on a marked `sleep` and recording `SIGTERM` in a file (the loop's
+/// `sleep` gets `SIGTERM` too, so the trap runs at once); the command itself waits, and on
+/// `SIGTERM` waits for both shells before it exits, so a grace period that lasts as long as
+/// the command covers them.
+///
+/// The host's cleanup (`shutdown`, the end of a scope) sends `SIGTERM` to everything a command
+/// started: both files appear. What happens when that cleanup is missing (the keeper notices
+/// that the host has gone or dropped it) is `SIGKILL`: no file appears. So
+/// [`Self::stopped_by_the_host`] fails if the cleanup under test is removed, even though the
+/// processes are gone either way.
+pub struct Stoppable {
+    dir: TempDir,
+    marker: String,
+}
+
+/// The two shells of a [`Stoppable`] command.
+const STOPPABLE_SHELLS: [&str; 2] = ["in-group", "own-session"];
+
+impl Stoppable {
+    /// A fresh command with its own marker and record directory.
+    pub fn new() -> Stoppable {
+        Stoppable {
+            dir: tempfile::tempdir().expect("temp dir"),
+            marker: marker(),
+        }
+    }
+
+    /// On every command line of its processes.
+    pub fn marker(&self) -> &str {
+        &self.marker
+    }
+
+    fn shell(&self, name: &str) -> String {
+        let dir = self.dir.path().display();
+        format!(
+            "trap 'echo > {dir}/{name}.term; exit 0' TERM; echo > {dir}/{name}.ready; \
+             while :; do sleep 300.{marker}; done",
+            marker = self.marker
+        )
+    }
+
+    /// The command (for `execute`); it runs until stopped. Wait for [`Self::ready`] before
+    /// stopping it.
+    pub fn command(&self) -> String {
+        let [group, session] = STOPPABLE_SHELLS;
+        format!(
+            "trap 'wait; exit 0' TERM; sh -c \"{}\" >/dev/null 2>&1 & \
+             setsid sh -c \"{}\" >/dev/null 2>&1 & wait",
+            self.shell(group),
+            self.shell(session)
+        )
+    }
+
+    /// Both shells listen for `SIGTERM`.
+    pub fn ready(&self) -> bool {
+        STOPPABLE_SHELLS
+            .iter()
+            .all(|name| self.dir.path().join(format!("{name}.ready")).exists())
+    }
+
+    /// Wait up to `limit` until both shells listen for `SIGTERM`.
+    pub async fn wait_ready(&self, limit: Duration) {
+        assert!(
+            eventually(limit, || self.ready()).await,
+            "the stoppable command did not start within {limit:?}"
+        );
+    }
+
+    /// The shells that got `SIGTERM`.
+    pub fn terminated(&self) -> Vec<&'static str> {
+        STOPPABLE_SHELLS
+            .into_iter()
+            .filter(|name| self.dir.path().join(format!("{name}.term")).exists())
+            .collect()
+    }
+
+    /// Wait up to `limit` until none of its processes is left, then check that the host's
+    /// cleanup stopped them (`SIGTERM` reached both shells), not a kill after the host was gone.
+    pub async fn stopped_by_the_host(&self, limit: Duration) -> Result<(), String> {
+        if !wait_gone(&self.marker, limit).await {
+            return Err(format!(
+                "still running after {limit:?}: {:?}",
+                processes_with(&self.marker)
+            ));
+        }
+        let terminated = self.terminated();
+        if terminated.len() == STOPPABLE_SHELLS.len() {
+            Ok(())
+        } else {
+            Err(format!(
+                "gone, but only {terminated:?} of {STOPPABLE_SHELLS:?} got SIGTERM: killed, \
+                 not stopped by the host's cleanup"
+            ))
+        }
+    }
+}
+
+impl Default for Stoppable {
+    fn default() -> Self {
+        Stoppable::new()
+    }
+}

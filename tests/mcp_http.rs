@@ -10,7 +10,9 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use toolhost_e2e::mcp_client::*;
-use toolhost_e2e::{cache_env, marker, processes_with, toolhost_bin, wait_gone, wait_present};
+use toolhost_e2e::{
+    Stoppable, cache_env, marker, processes_with, toolhost_bin, wait_gone, wait_present,
+};
 
 const TOKEN: &str = "test-token-0123456789";
 
@@ -382,38 +384,35 @@ async fn ending_a_session_terminates_its_processes() {
     let server = HttpServer::start(&[]).await;
     let keeper = Session::open(&server).await;
     let leaver = Session::open(&server).await;
-    let mark = marker();
-    let kept = format!("sleep 300.{mark}1");
-    let ended = format!("sleep 300.{mark}2");
-    for (session, command) in [(&keeper, &kept), (&leaver, &ended)] {
+    let kept = Stoppable::new();
+    let ended = Stoppable::new();
+    for (session, stoppable) in [(&keeper, &kept), (&leaver, &ended)] {
         structured(
             &session
                 .call_tool(
                     "execute",
-                    json!({"command": command, "run_in_background": true}),
+                    json!({"command": stoppable.command(), "run_in_background": true}),
                 )
                 .await,
         );
+        stoppable.wait_ready(Duration::from_secs(20)).await;
     }
-    assert!(wait_present(&ended, Duration::from_secs(10)).await);
 
     let status = leaver.delete().await;
     assert!(status.is_success(), "DELETE: {status}");
+    ended
+        .stopped_by_the_host(Duration::from_secs(10))
+        .await
+        .expect("the ended session's processes are stopped");
     assert!(
-        wait_gone(&ended, Duration::from_secs(10)).await,
-        "the ended session's process survives: {:?}",
-        processes_with(&ended)
-    );
-    assert!(
-        !processes_with(&kept).is_empty(),
+        !processes_with(kept.marker()).is_empty(),
         "other sessions keep theirs"
     );
 
     server.stop().await;
-    assert!(
-        wait_gone(&kept, Duration::from_secs(5)).await,
-        "processes outlive the server"
-    );
+    kept.stopped_by_the_host(Duration::from_secs(5))
+        .await
+        .expect("the server stops every process when it stops");
 }
 
 #[tokio::test]

@@ -5,7 +5,9 @@
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 use toolhost_e2e::mcp_client::*;
-use toolhost_e2e::{marker, processes_with, rendezvous_command, wait_gone, wait_present};
+use toolhost_e2e::{
+    Stoppable, marker, processes_with, rendezvous_command, wait_gone, wait_present,
+};
 
 #[tokio::test]
 async fn initialize_and_list_tools() {
@@ -268,45 +270,47 @@ async fn cancellation_stops_a_waiting_call_promptly() {
 #[tokio::test]
 async fn cancelled_foreground_command_is_handed_over_by_the_default_policy() {
     let mut client = StdioClient::start(&[]).await;
-    let mark = marker();
-    let command = format!("sleep 300.{mark}");
+    let stoppable = Stoppable::new();
     let (id, _rx) = client
         .start_request(
             "tools/call",
-            json!({"name": "execute", "arguments": {"command": command, "timeout": "60s"}}),
+            json!({"name": "execute", "arguments": {"command": stoppable.command(), "timeout": "60s"}}),
         )
         .await;
-    assert!(wait_present(&command, Duration::from_secs(10)).await);
+    stoppable.wait_ready(Duration::from_secs(20)).await;
     client
         .notify("notifications/cancelled", json!({"requestId": id}))
         .await;
-    // Still running, now followed like a background process; gone once the session ends.
+    // Still running, now followed like a background process; stopped when the session ends.
     let listed = structured(&client.call_tool("process_list", json!({})).await);
-    assert!(listed.to_string().contains(&mark), "{listed}");
+    assert_eq!(listed["processes"][0]["running"], true, "{listed}");
+    assert!(!processes_with(stoppable.marker()).is_empty());
     client.close_stdin();
     assert_eq!(client.wait_exit(Duration::from_secs(15)).await, Some(0));
-    assert!(wait_gone(&command, Duration::from_secs(5)).await);
+    stoppable
+        .stopped_by_the_host(Duration::from_secs(5))
+        .await
+        .expect("the server stops the session's processes");
 }
 
 #[tokio::test]
 async fn disconnect_terminates_the_sessions_processes() {
     let mut client = StdioClient::start(&[]).await;
-    let command = start_marked_sleep(&mut client).await;
+    let stoppable = start_stoppable(&mut client).await;
 
     client.close_stdin();
     let code = client.wait_exit(Duration::from_secs(15)).await;
     assert_eq!(code, Some(0), "the server exits cleanly at stdin EOF");
-    assert!(
-        wait_gone(&command, Duration::from_secs(2)).await,
-        "orphaned: {:?}",
-        processes_with(&command)
-    );
+    stoppable
+        .stopped_by_the_host(Duration::from_secs(5))
+        .await
+        .expect("the server stops the session's processes");
 }
 
 #[tokio::test]
 async fn sigterm_terminates_the_sessions_processes() {
     let mut client = StdioClient::start(&[]).await;
-    let command = start_marked_sleep(&mut client).await;
+    let stoppable = start_stoppable(&mut client).await;
 
     let pid = client.child.id().expect("server pid");
     let status = std::process::Command::new("kill")
@@ -316,11 +320,10 @@ async fn sigterm_terminates_the_sessions_processes() {
     assert!(status.success());
     let code = client.wait_exit(Duration::from_secs(15)).await;
     assert!(code.is_some(), "the server exits on SIGTERM");
-    assert!(
-        wait_gone(&command, Duration::from_secs(2)).await,
-        "orphaned: {:?}",
-        processes_with(&command)
-    );
+    stoppable
+        .stopped_by_the_host(Duration::from_secs(5))
+        .await
+        .expect("the server stops the session's processes");
 }
 
 #[tokio::test]
@@ -391,17 +394,16 @@ async fn swapping_policies_in_a_running_server_changes_behaviour() {
     assert_ne!(ran["isError"], true, "default policy again: {ran}");
 }
 
-/// Start a uniquely marked `sleep` in the background through `execute` and wait until it runs;
-/// its command line.
-async fn start_marked_sleep(client: &mut StdioClient) -> String {
-    let command = format!("sleep 300.{}", marker());
+/// Start a [`Stoppable`] command in the background through `execute` and wait until it runs.
+async fn start_stoppable(client: &mut StdioClient) -> Stoppable {
+    let stoppable = Stoppable::new();
     let started = client
         .call_tool(
             "execute",
-            json!({"command": command, "run_in_background": true}),
+            json!({"command": stoppable.command(), "run_in_background": true}),
         )
         .await;
     structured(&started);
-    assert!(wait_present(&command, Duration::from_secs(10)).await);
-    command
+    stoppable.wait_ready(Duration::from_secs(20)).await;
+    stoppable
 }
