@@ -102,19 +102,37 @@ async fn real_host_with(builder: toolhost::ToolHostBuilder) -> (ToolHost, TempDi
     (host, state)
 }
 
+/// `<target>/<profile>`: where the running test binary was built (it lives in its `deps/`).
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    exe.parent()
+        .and_then(|deps| deps.parent())
+        .expect("test binary lives in <target>/<profile>/deps")
+        .to_path_buf()
+}
+
+/// The target directory these tests were built in (`CARGO_TARGET_DIR` or `target/`).
+pub fn target_dir() -> PathBuf {
+    profile_dir()
+        .parent()
+        .expect("the profile directory lies in the target directory")
+        .to_path_buf()
+}
+
+/// The repository's root directory.
+pub fn repo_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ lies in the repository")
+}
+
 /// The `toolhost` binary of the profile these tests were built with, built (once per test
 /// binary) with `cargo build` so it is never stale.
 pub fn toolhost_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let exe = std::env::current_exe().expect("current exe");
-        // <target>/<profile>/deps/<test>
-        let profile_dir = exe
-            .parent()
-            .and_then(|deps| deps.parent())
-            .expect("test binary lives in <target>/<profile>/deps")
-            .to_path_buf();
-        let target_dir = profile_dir.parent().expect("target dir").to_path_buf();
+        let profile_dir = profile_dir();
+        let target_dir = target_dir();
         let profile = profile_dir
             .file_name()
             .and_then(|n| n.to_str())
