@@ -4,22 +4,35 @@
 //! check both what the policy asked the host to run and what it told the model.
 //!
 //! Run: `cargo run --example test_policy [path/to/policy.wasm]` (default: the bundled policy).
+//! The checks fit any policy with an `execute` tool shaped like the bundled ones; a failed
+//! check ends the run with an error naming it. `tests/examples.rs` runs them against both
+//! bundled policies.
 
 use anyhow::{Context, Result, ensure};
 use serde_json::Value;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toolhost::ToolHost;
 use toolhost::testing::{FakeProcesses, Script};
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    let component = std::env::args_os().nth(1).map(PathBuf::from);
+    check_policy(component.as_deref()).await?;
+    println!("all checks passed");
+    Ok(())
+}
+
+/// Load `component` (the bundled default policy if `None`) on the fake process capability,
+/// call `execute` twice and check the results and what the policy asked the host for.
+pub async fn check_policy(component: Option<&Path>) -> Result<()> {
     let fake = FakeProcesses::new();
     let mut builder = ToolHost::builder().process_backend(fake.clone());
     let _dir;
-    if let Some(path) = std::env::args().nth(1) {
+    if let Some(path) = component {
         // A plugin directory holding just this component, with the process grant.
         let dir = tempfile::tempdir()?;
-        std::fs::copy(&path, dir.path().join("policy.wasm")).context("copying the component")?;
+        std::fs::copy(path, dir.path().join("policy.wasm")).context("copying the component")?;
         std::fs::write(dir.path().join("policy.toml"), "[grants]\nprocess = true\n")?;
         builder = builder.bundled_policy(None).plugin_dir(dir.path());
         _dir = dir;
@@ -34,12 +47,13 @@ async fn main() -> Result<()> {
             .await?,
     )?;
     ensure!(
-        r["output"] == "hello\n" && r["exit_code"] == 0,
-        "unexpected result {r}"
+        r["output"] == "hello\n" && r["exit_code"] == 0 && r["success"] == true,
+        "a finished command: unexpected result {r}"
     );
     println!("ok: foreground command -> {r}");
 
-    // 2. A command that outlives its timeout (logical time: instant).
+    // 2. A command that outlives its timeout (logical time: instant). The policy either hands
+    // it over to the background (the default policy) or kills it (the guarded one).
     fake.push(
         Script::never_exits()
             .output("still working\n")
@@ -50,10 +64,16 @@ async fn main() -> Result<()> {
             .call("t", "execute", r#"{"command":"sleep 60","timeout":"1s"}"#)
             .await?,
     )?;
+    ensure!(
+        r["success"] == false && r["output"] == "still working\n",
+        "a timed-out command: unexpected result {r}"
+    );
+    let handed_over = r["background_process_id"].as_str();
     println!("ok: timeout -> {r}");
 
-    // 3. What the policy asked the host to run.
-    for start in fake.starts() {
+    // 3. What the policy asked the host to run, and which signals it sent.
+    let starts = fake.starts();
+    for start in &starts {
         println!(
             "started {:?} in background={} with {} env vars",
             start.request.command,
@@ -61,6 +81,33 @@ async fn main() -> Result<()> {
             start.request.env.len()
         );
     }
-    println!("signals sent: {:?}", fake.signals());
+    let commands: Vec<&str> = starts.iter().map(|s| s.request.command.as_str()).collect();
+    ensure!(
+        commands == ["echo hello", "sleep 60"],
+        "the policy ran {commands:?}"
+    );
+    ensure!(
+        starts.iter().all(|s| !s.request.background),
+        "foreground calls started background processes"
+    );
+    let signals = fake.signals();
+    println!("signals sent: {signals:?}");
+    let timed_out = starts[1].id.clone().context("the second start has no id")?;
+    match handed_over {
+        Some(id) => {
+            ensure!(
+                id == timed_out,
+                "handed over {id}, but the command was {timed_out}"
+            );
+            ensure!(
+                signals.is_empty(),
+                "a handed-over command was signalled: {signals:?}"
+            );
+        }
+        None => ensure!(
+            signals.iter().any(|(id, _)| *id == timed_out),
+            "a timed-out command that was not handed over must be stopped: {signals:?}"
+        ),
+    }
     Ok(())
 }
