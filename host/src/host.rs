@@ -102,7 +102,11 @@ impl ToolHostBuilder {
         let (backend, manager): (Arc<dyn ProcessBackend>, _) = match self.backend {
             Some(b) => (b, None),
             None => {
-                let m = ProcessManager::new(self.process_config);
+                let mut config = self.process_config;
+                // The host's own files are out of every confined command's reach.
+                config.protected.extend(self.cache_dir.iter().cloned());
+                config.protected.extend(self.plugin_dirs.iter().cloned());
+                let m = ProcessManager::new(config);
                 (m.clone() as Arc<dyn ProcessBackend>, Some(m))
             }
         };

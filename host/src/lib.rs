@@ -9,7 +9,8 @@
 //!
 //! The tree follows the design: `process/` (the process manager), `buffer/` (the head/tail
 //! buffer), `guest/` (the guest runtime: bindings, limits, the WIT imports' host side),
-//! `plugins/` (the plugin registry: manifests, bundled policies, hot swap), `host.rs` (the
+//! `plugins/` (the plugin registry: manifests, bundled policies, hot swap), `sandbox/` (what
+//! a command may touch: profiles and the kernel layers that enforce them), `host.rs` (the
 //! embeddable host), `mcp/` (the MCP server), `testing.rs` (a fake process capability).
 
 mod buffer;
@@ -19,6 +20,7 @@ mod host;
 pub mod mcp;
 mod plugins;
 pub mod process;
+pub mod sandbox;
 pub mod testing;
 
 pub use error::HostError;

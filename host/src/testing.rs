@@ -343,6 +343,11 @@ impl ProcessBackend for FakeProcesses {
                     .clone()
                     .unwrap_or_else(|| PathBuf::from(".")),
                 background: p.request.background,
+                profile: p
+                    .request
+                    .profile
+                    .as_ref()
+                    .map_or_else(|| "default".to_owned(), |profile| profile.summary()),
                 running: p.finished.is_none(),
                 started_ms: p.started_ms,
                 exited_ms: p.finished.as_ref().map(|_| p.started_ms),

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use crate::buffer::Truncation;
+use crate::sandbox::Profile;
 pub use manager::{ProcessManager, ProcessManagerConfig};
 
 /// A command to run.
@@ -27,6 +28,10 @@ pub struct StartRequest {
     /// Which host environment variables the process inherits: `None` means all of them,
     /// `Some(names)` only those (a plugin's `env` grant). `env` is added either way.
     pub inherit_env: Option<Vec<String>>,
+    /// The confinement to run under; `None` means the backend's default (the operator's
+    /// settings). Resolved by the host from the operator's settings, the plugin's grant and
+    /// the policy's request ([`crate::sandbox::resolve`]).
+    pub profile: Option<Profile>,
 }
 
 /// Where a read of a process's output starts.
@@ -105,6 +110,8 @@ pub struct ProcessInfo {
     pub exit_code: Option<i32>,
     /// Terminating signal name.
     pub signal: Option<String>,
+    /// The confinement it runs under ([`Profile::summary`]).
+    pub profile: String,
 }
 
 /// Why a process operation failed.

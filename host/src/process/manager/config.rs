@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::output_log;
 use crate::buffer::{DEFAULT_HEAD_BYTES, DEFAULT_TAIL_BYTES};
+use crate::sandbox::SandboxSettings;
 
 /// Settings of a [`ProcessManager`](super::ProcessManager). `Default` gives the production values.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +40,13 @@ pub struct ProcessManagerConfig {
     pub log_cap_bytes: u64,
     /// Niceness added to every process (0 leaves the priority alone). Default 5.
     pub nice: i32,
+    /// The operator's confinement settings: the profile of a request that names none, and the
+    /// bound of every other. Default `workspace-write`, network `full`.
+    pub sandbox: SandboxSettings,
+    /// Paths no confined command may reach, besides the default hidden ones: the host's own
+    /// files (component cache, plugin directories, token file). The state directory is added
+    /// by the manager.
+    pub protected: Vec<PathBuf>,
 }
 
 impl Default for ProcessManagerConfig {
@@ -57,6 +65,8 @@ impl Default for ProcessManagerConfig {
             state_dir: None,
             log_cap_bytes: 64 * 1024 * 1024,
             nice: 5,
+            sandbox: SandboxSettings::default(),
+            protected: Vec::new(),
         }
     }
 }

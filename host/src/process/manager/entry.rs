@@ -19,6 +19,7 @@ use super::output_log::OutputLog;
 use super::sys::{self, Exit};
 use crate::buffer::HeadTailBuffer;
 use crate::process::{OutputSnapshot, ProcessInfo, ReadFrom, Signal};
+use crate::sandbox::Profile;
 
 /// One process's record.
 pub(super) struct Entry {
@@ -28,6 +29,8 @@ pub(super) struct Entry {
     pub(super) command: String,
     pub(super) workdir: PathBuf,
     pub(super) background: bool,
+    /// The confinement it runs under.
+    pub(super) profile: Profile,
     pub(super) started_ms: u64,
     pub(super) started_at: Instant,
     /// Counted in its scope's running count (until finished).
@@ -82,6 +85,8 @@ pub(super) struct EntrySpec {
     pub(super) command: String,
     pub(super) workdir: PathBuf,
     pub(super) background: bool,
+    /// The confinement it runs under.
+    pub(super) profile: Profile,
     pub(super) started_ms: u64,
     pub(super) started_at: Instant,
     /// The keeper, our unreaped child.
@@ -102,6 +107,7 @@ impl Entry {
             command: spec.command,
             workdir: spec.workdir,
             background: spec.background,
+            profile: spec.profile,
             started_ms: spec.started_ms,
             started_at: spec.started_at,
             counted: AtomicBool::new(false),
@@ -239,6 +245,7 @@ impl Entry {
             command: self.command.clone(),
             workdir: self.workdir.clone(),
             background: self.background,
+            profile: self.profile.summary(),
             running: end.is_none(),
             started_ms: self.started_ms,
             exited_ms: end.map(|end| end.exited_ms),

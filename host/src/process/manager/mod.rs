@@ -80,6 +80,7 @@ use super::{
     StartRequest,
 };
 use crate::buffer::HeadTailBuffer;
+use crate::sandbox::Profile;
 pub use config::ProcessManagerConfig;
 use entry::{Entry, EntrySpec, LogTarget, unix_ms};
 use ids::Ids;
@@ -199,7 +200,9 @@ impl ProcessManager {
             env,
             background,
             inherit_env,
+            profile,
         } = request;
+        let profile = profile.unwrap_or_else(|| self.default_profile());
         if self.records.is_closed() {
             return Err(shut_down());
         }
@@ -282,6 +285,7 @@ impl ProcessManager {
             command,
             workdir,
             background,
+            profile,
             started_ms,
             started_at,
             keeper: spawned.pid(),
@@ -315,6 +319,11 @@ impl ProcessManager {
         spawned.disarm();
         self.runtime.spawn(monitor.run());
         admitted.map(|()| id)
+    }
+
+    /// The profile of a request that names none: the operator's settings.
+    fn default_profile(&self) -> Profile {
+        self.config.sandbox.profile()
     }
 
     fn resolve_workdir(&self, requested: Option<PathBuf>) -> Result<PathBuf, ProcessError> {

@@ -1,0 +1,23 @@
+//! Confinement of commands: what a command may touch, and the kernel layers that enforce it.
+//!
+//! [`profile`] holds the settings (the operator's [`SandboxSettings`], a plugin's
+//! [`SandboxGrant`], a policy's [`ConfinementRequest`]) and [`resolve`], which turns them into
+//! the [`Profile`] a command runs under. The layers, each prepared once per scope and profile
+//! and applied by the command's keeper between `fork` and `exec`:
+//!
+//! - `landlock`: the filesystem view (read everything but the hidden paths, write only the
+//!   writable roots) and the scoping of signals and abstract Unix sockets to the command's own
+//!   processes;
+//! - `seccomp`: system calls that could undo the confinement or reach other processes
+//!   (mount, namespaces, ptrace, bpf, io_uring, ...) and, with network `none`, every socket
+//!   that is not a Unix socket;
+//! - limits: `RLIMIT_CPU`, `RLIMIT_DATA`, `RLIMIT_NPROC`.
+//!
+//! [`probe`] reports what this machine supports; a profile whose layer is missing is refused.
+
+mod profile;
+
+pub use profile::{
+    ConfinementRequest, Limits, LooserThanGrant, Network, Profile, SandboxGrant, SandboxMode,
+    SandboxSettings, resolve,
+};

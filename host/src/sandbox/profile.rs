@@ -1,0 +1,320 @@
+//! What a command may touch: the operator's [`SandboxSettings`], a plugin's
+//! [`SandboxGrant`], a policy's [`ConfinementRequest`], and the [`Profile`] that results and is
+//! enforced.
+//!
+//! On every dimension the stricter setting wins: the operator bounds, the plugin's grant bounds
+//! further, and the policy chooses within. A request looser than its plugin's grant is refused
+//! (a policy bug), never silently widened or narrowed.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// How much of the filesystem a command may write. Ordered from loosest to strictest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum SandboxMode {
+    /// No confinement: the command runs with the host user's full authority (it still cannot
+    /// escape the host's bookkeeping).
+    Off,
+    /// Read everything but the hidden paths; write the workspace, the `--writable` paths, the
+    /// package managers' caches, `/tmp` and a private temporary directory.
+    #[default]
+    WorkspaceWrite,
+    /// Read everything but the hidden paths; write only a private temporary directory.
+    ReadOnly,
+}
+
+impl SandboxMode {
+    /// The name used by flags, manifests and tools: `off`, `workspace-write`, `read-only`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SandboxMode::Off => "off",
+            SandboxMode::WorkspaceWrite => "workspace-write",
+            SandboxMode::ReadOnly => "read-only",
+        }
+    }
+
+    /// Parse a name as [`SandboxMode::name`] writes it.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "off" => Some(SandboxMode::Off),
+            "workspace-write" => Some(SandboxMode::WorkspaceWrite),
+            "read-only" => Some(SandboxMode::ReadOnly),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for SandboxMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a command may reach over the network. Ordered from loosest to strictest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum Network {
+    /// Any address the host can reach.
+    #[default]
+    Full,
+    /// No network sockets at all (Unix sockets and socket pairs still work).
+    None,
+}
+
+impl Network {
+    /// The name used by flags, manifests and tools: `full`, `none`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Network::Full => "full",
+            Network::None => "none",
+        }
+    }
+
+    /// Parse a name as [`Network::name`] writes it.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "full" => Some(Network::Full),
+            "none" => Some(Network::None),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Network {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Resource limits of one command. `None`: not limited on that dimension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Limits {
+    /// Memory of the command and everything it started, in bytes.
+    pub memory_bytes: Option<u64>,
+    /// Processes (and threads) the command may have at once, itself included.
+    pub processes: Option<u32>,
+    /// CPU seconds each of its processes may use.
+    pub cpu_seconds: Option<u64>,
+}
+
+impl Limits {
+    /// The stricter of two limits on every dimension.
+    pub fn stricter(self, other: Limits) -> Limits {
+        fn min<T: Ord>(a: Option<T>, b: Option<T>) -> Option<T> {
+            match (a, b) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
+        }
+        Limits {
+            memory_bytes: min(self.memory_bytes, other.memory_bytes),
+            processes: min(self.processes, other.processes),
+            cpu_seconds: min(self.cpu_seconds, other.cpu_seconds),
+        }
+    }
+
+    /// Whether `self` allows more than `bound` on some dimension.
+    fn looser_than(self, bound: Limits) -> Option<&'static str> {
+        fn looser<T: Ord>(value: Option<T>, bound: Option<T>) -> bool {
+            match (value, bound) {
+                (_, None) => false,
+                (None, Some(_)) => false,
+                (Some(value), Some(bound)) => value > bound,
+            }
+        }
+        if looser(self.memory_bytes, bound.memory_bytes) {
+            Some("memory limit")
+        } else if looser(self.processes, bound.processes) {
+            Some("process limit")
+        } else if looser(self.cpu_seconds, bound.cpu_seconds) {
+            Some("CPU limit")
+        } else {
+            None
+        }
+    }
+}
+
+/// The operator's settings (command-line flags): the loosest any command may get.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxSettings {
+    /// `--sandbox`. Default `workspace-write`.
+    pub mode: SandboxMode,
+    /// `--network`. Default `full`.
+    pub network: Network,
+    /// `--writable`: directories writable besides the workspace (absolute).
+    pub writable: Vec<PathBuf>,
+    /// `--memory-limit` and `--process-limit` (per command); `cpu_seconds` has no flag.
+    pub limits: Limits,
+}
+
+impl Default for SandboxSettings {
+    fn default() -> Self {
+        SandboxSettings {
+            mode: SandboxMode::WorkspaceWrite,
+            network: Network::Full,
+            writable: Vec::new(),
+            limits: Limits {
+                memory_bytes: default_memory_limit(),
+                processes: Some(1024),
+                cpu_seconds: None,
+            },
+        }
+    }
+}
+
+impl SandboxSettings {
+    /// The profile of a command nobody asked anything for: these settings as they are.
+    pub fn profile(&self) -> Profile {
+        Profile {
+            mode: self.mode,
+            network: self.network,
+            hidden: Vec::new(),
+            limits: self.limits,
+        }
+    }
+}
+
+/// Half the machine's memory, or `None` when it cannot be read.
+fn default_memory_limit() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|line| line.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024 / 2)
+}
+
+/// A plugin's bounds from its manifest's `[grants]` (`sandbox`, `network`, `memory_limit`,
+/// `process_limit`, `cpu_limit`): never looser than the operator's, and what its requests may
+/// not exceed. Everything `None`: the operator's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SandboxGrant {
+    /// At least this strict.
+    pub mode: Option<SandboxMode>,
+    /// At least this strict.
+    pub network: Option<Network>,
+    /// At most these.
+    pub limits: Limits,
+}
+
+/// What a policy asks for one command (WIT `toolhost:plugin@0.2.0`). Absent fields take the
+/// plugin's bound.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConfinementRequest {
+    /// Filesystem confinement.
+    pub mode: Option<SandboxMode>,
+    /// Network access.
+    pub network: Option<Network>,
+    /// Paths hidden besides the default ones (absolute).
+    pub hidden: Vec<PathBuf>,
+    /// Resource limits.
+    pub limits: Limits,
+}
+
+/// The confinement a command runs under, recorded with it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Profile {
+    /// Filesystem confinement.
+    pub mode: SandboxMode,
+    /// Network access.
+    pub network: Network,
+    /// Paths hidden besides the default ones.
+    pub hidden: Vec<PathBuf>,
+    /// Resource limits.
+    pub limits: Limits,
+}
+
+impl Profile {
+    /// No confinement, no limits.
+    pub fn unconfined() -> Self {
+        Profile {
+            mode: SandboxMode::Off,
+            network: Network::Full,
+            hidden: Vec::new(),
+            limits: Limits::default(),
+        }
+    }
+
+    /// A short description for results and listings, e.g.
+    /// `workspace-write, network none, memory 512 MiB, 64 processes`.
+    pub fn summary(&self) -> String {
+        let mut parts = vec![self.mode.name().to_string()];
+        parts.push(format!("network {}", self.network));
+        if let Some(bytes) = self.limits.memory_bytes {
+            parts.push(format!("memory {} MiB", bytes / (1024 * 1024)));
+        }
+        if let Some(processes) = self.limits.processes {
+            parts.push(format!("{processes} processes"));
+        }
+        if let Some(seconds) = self.limits.cpu_seconds {
+            parts.push(format!("{seconds} CPU seconds"));
+        }
+        parts.join(", ")
+    }
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the policy asked for {what} `{asked}`, looser than its plugin's grant (`{granted}`)")]
+pub struct LooserThanGrant {
+    /// Which dimension.
+    pub what: &'static str,
+    /// What was asked.
+    pub asked: String,
+    /// What the grant allows.
+    pub granted: String,
+}
+
+/// The profile of one command: the stricter of the operator's settings, the plugin's grant and
+/// the request on every dimension. A request looser than the grant is an error.
+pub fn resolve(
+    operator: &SandboxSettings,
+    grant: &SandboxGrant,
+    request: Option<&ConfinementRequest>,
+) -> Result<Profile, LooserThanGrant> {
+    let bound_mode = grant
+        .mode
+        .map_or(operator.mode, |mode| mode.max(operator.mode));
+    let bound_network = grant
+        .network
+        .map_or(operator.network, |network| network.max(operator.network));
+    let bound_limits = operator.limits.stricter(grant.limits);
+    let Some(request) = request else {
+        return Ok(Profile {
+            mode: bound_mode,
+            network: bound_network,
+            hidden: Vec::new(),
+            limits: bound_limits,
+        });
+    };
+    if let (Some(asked), Some(granted)) = (request.mode, grant.mode)
+        && asked < granted
+    {
+        return Err(LooserThanGrant {
+            what: "sandbox",
+            asked: asked.to_string(),
+            granted: granted.to_string(),
+        });
+    }
+    if let (Some(asked), Some(granted)) = (request.network, grant.network)
+        && asked < granted
+    {
+        return Err(LooserThanGrant {
+            what: "network",
+            asked: asked.to_string(),
+            granted: granted.to_string(),
+        });
+    }
+    if let Some(what) = request.limits.looser_than(grant.limits) {
+        return Err(LooserThanGrant {
+            what,
+            asked: format!("{:?}", request.limits),
+            granted: format!("{:?}", grant.limits),
+        });
+    }
+    Ok(Profile {
+        mode: request.mode.map_or(bound_mode, |mode| mode.max(bound_mode)),
+        network: request
+            .network
+            .map_or(bound_network, |network| network.max(bound_network)),
+        hidden: request.hidden.clone(),
+        limits: bound_limits.stricter(request.limits),
+    })
+}
