@@ -5,6 +5,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use toolhost::sandbox::{Network, Profile, SandboxMode, SandboxSettings, probe};
 use toolhost::{CallError, ToolHost, bundled};
 
 #[derive(Parser)]
@@ -39,6 +40,26 @@ struct Cli {
     #[arg(long, global = true)]
     no_cache: bool,
 
+    /// How commands are confined: `workspace-write` (read everything but secrets such as
+    /// ~/.ssh, write the workdir, the --writable paths, /tmp and package caches), `read-only`
+    /// (write nothing but a private temporary directory) or `off` (unconfined). A policy may
+    /// ask for stricter, never looser. See `toolhost sandbox`.
+    #[arg(long = "sandbox", value_name = "MODE", default_value = "workspace-write", value_parser = parse_mode, global = true)]
+    sandbox_mode: SandboxMode,
+
+    /// Network access of confined commands: `full` or `none` (no sockets but Unix ones).
+    #[arg(long, value_name = "ACCESS", default_value = "full", value_parser = parse_network, global = true)]
+    network: Network,
+
+    /// A directory confined commands may write besides the workdir (repeatable).
+    #[arg(long, value_name = "DIR", global = true)]
+    writable: Vec<PathBuf>,
+
+    /// Memory each process of a confined command may use (RLIMIT_DATA), e.g. `4GiB`
+    /// (default: half the machine's memory).
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory, global = true)]
+    memory_limit: Option<u64>,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -62,6 +83,9 @@ enum Command {
         #[arg(long, default_value = "cli")]
         scope: String,
     },
+    /// Print which confinement layers this machine supports and what each sandbox mode gets
+    /// here with the given flags.
+    Sandbox,
     /// Manage plugins.
     Plugins {
         #[command(subcommand)]
@@ -90,6 +114,20 @@ enum Command {
         )]
         idle_timeout: humantime::Duration,
     },
+}
+
+fn parse_mode(text: &str) -> Result<SandboxMode, String> {
+    SandboxMode::parse(text)
+        .ok_or_else(|| format!("`{text}` is not one of workspace-write, read-only, off"))
+}
+
+fn parse_network(text: &str) -> Result<Network, String> {
+    Network::parse(text).ok_or_else(|| format!("`{text}` is not one of full, none"))
+}
+
+fn parse_memory(text: &str) -> Result<u64, String> {
+    toolhost::sandbox::parse_size(text)
+        .ok_or_else(|| format!("`{text}` is not a size like 512MiB or 4GiB"))
 }
 
 #[derive(Subcommand)]
@@ -181,14 +219,66 @@ async fn build_host(cli: &Cli) -> Result<ToolHost> {
         );
         config.default_workdir = Some(dir.clone());
     }
+    config.sandbox = sandbox_settings(cli)?;
+    if let Command::Serve {
+        token_file: Some(file),
+        ..
+    } = &cli.command
+    {
+        config.protected.push(file.clone());
+    }
     builder = builder.process_config(config);
     // A server runs long: pick up plugin changes (and tell MCP clients about them).
     builder = builder.watch_plugins(matches!(cli.command, Command::Serve { .. }));
     builder.build().await.context("loading plugins")
 }
 
+/// The operator's sandbox settings from the flags.
+fn sandbox_settings(cli: &Cli) -> Result<SandboxSettings> {
+    let mut settings = SandboxSettings {
+        mode: cli.sandbox_mode,
+        network: cli.network,
+        ..SandboxSettings::default()
+    };
+    for dir in &cli.writable {
+        let canonical = dir
+            .canonicalize()
+            .ok()
+            .filter(|dir| dir.is_dir())
+            .with_context(|| {
+                format!("--writable {} is not an existing directory", dir.display())
+            })?;
+        settings.writable.push(canonical);
+    }
+    if let Some(bytes) = cli.memory_limit {
+        settings.limits.memory_bytes = Some(bytes);
+    }
+    Ok(settings)
+}
+
 async fn run(cli: Cli) -> Result<ExitCode> {
     match &cli.command {
+        Command::Sandbox => {
+            let settings = sandbox_settings(&cli)?;
+            let profiles: Vec<(&str, Profile)> = [
+                SandboxMode::WorkspaceWrite,
+                SandboxMode::ReadOnly,
+                SandboxMode::Off,
+            ]
+            .into_iter()
+            .map(|mode| {
+                let mut profile = settings.profile();
+                profile.mode = mode;
+                (mode.name(), profile)
+            })
+            .collect();
+            print!("{}", probe::report(&probe::support(), &profiles));
+            println!(
+                "\nWith these flags commands get: {}",
+                settings.profile().summary()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Plugins {
             command: PluginsCommand::Export { dir },
         } => {

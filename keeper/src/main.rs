@@ -6,9 +6,10 @@
 //! is re-parented to it, and "a descendant of the keeper" means "started by this command",
 //! whatever it did to its session or group.
 //!
-//! Usage (the host runs it; not meant for people): `toolhost-keeper PROGRAM ARGV0 [ARG...]`,
-//! with descriptor 3 the write end of the *status* pipe and descriptor 4 the keeper's end of
-//! the *control* socket.
+//! Usage (the host runs it; not meant for people): `toolhost-keeper [OPTIONS] PROGRAM ARGV0
+//! [ARG...]`, with descriptor 3 the write end of the *status* pipe and descriptor 4 the
+//! keeper's end of the *control* socket; the options and descriptors 6 and 7 confine the
+//! command (see `confine.rs`).
 //!
 //! - It starts `PROGRAM` (argv[0] `ARGV0`) in a new session, with the keeper's stdio,
 //!   environment and working directory, then lets go of its stdio.
@@ -23,7 +24,10 @@
 //!   then), `SIGTERM` or `SIGHUP` (the host sets `SIGTERM` as the keeper's parent-death
 //!   signal): it kills every descendant, waits for them, and exits.
 
+mod confine;
 mod tree;
+
+use confine::Confinement;
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -72,11 +76,12 @@ fn main() -> ExitCode {
 }
 
 fn run() -> io::Result<()> {
-    let args: Vec<OsString> = std::env::args_os().collect();
-    let [_, program, argv0, rest @ ..] = args.as_slice() else {
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let (confinement, options) = Confinement::from_args(&args)?;
+    let [program, argv0, rest @ ..] = &args[options..] else {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            "usage: toolhost-keeper PROGRAM ARGV0 [ARG...] (run by the toolhost host)",
+            "usage: toolhost-keeper [OPTIONS] PROGRAM ARGV0 [ARG...] (run by the toolhost host)",
         ));
     };
     for fd in [STATUS_FD, CONTROL_FD] {
@@ -103,14 +108,15 @@ fn run() -> io::Result<()> {
 
     let mut command = Command::new(program);
     command.arg0(argv0).args(rest);
-    // SAFETY: the closure runs in the forked child before exec and only calls setsid(2),
-    // which is async-signal-safe.
+    // SAFETY: the closure runs in the forked child before exec. The keeper is
+    // single-threaded, so no lock or allocator state is held by another thread at the fork;
+    // setsid(2) and what `Confinement::apply` does are safe there.
     unsafe {
-        command.pre_exec(|| {
+        command.pre_exec(move || {
             if libc::setsid() == -1 {
                 return Err(io::Error::last_os_error());
             }
-            Ok(())
+            confinement.apply()
         });
     }
     let child = match command.spawn() {
@@ -260,7 +266,7 @@ fn release_stdio() -> io::Result<()> {
     Ok(())
 }
 
-fn set_cloexec(fd: RawFd) -> io::Result<()> {
+pub(crate) fn set_cloexec(fd: RawFd) -> io::Result<()> {
     // SAFETY: integer arguments on a descriptor number; fails with EBADF if it is not open.
     if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } == -1 {
         return Err(io::Error::new(

@@ -15,9 +15,15 @@
 //!
 //! [`probe`] reports what this machine supports; a profile whose layer is missing is refused.
 
+mod landlock;
+mod prepare;
+pub mod probe;
 mod profile;
+mod seccomp;
+
+pub(crate) use prepare::{Context, Prepared, ScopeSandbox};
 
 pub use profile::{
     ConfinementRequest, Limits, LooserThanGrant, Network, Profile, SandboxGrant, SandboxMode,
-    SandboxSettings, resolve,
+    SandboxSettings, parse_size, resolve,
 };

@@ -154,7 +154,8 @@ impl Default for SandboxSettings {
             writable: Vec::new(),
             limits: Limits {
                 memory_bytes: default_memory_limit(),
-                processes: Some(1024),
+                // Not enforced yet (needs cgroups or a user namespace per command).
+                processes: None,
                 cpu_seconds: None,
             },
         }
@@ -233,15 +234,19 @@ impl Profile {
     }
 
     /// A short description for results and listings, e.g.
-    /// `workspace-write, network none, memory 512 MiB, 64 processes`.
+    /// `workspace-write, network none, memory 512 MiB per process`; `off (unconfined)` for `off`,
+    /// which applies no layer and no limit.
     pub fn summary(&self) -> String {
+        if self.mode == SandboxMode::Off {
+            return "off (unconfined)".to_owned();
+        }
         let mut parts = vec![self.mode.name().to_string()];
         parts.push(format!("network {}", self.network));
         if let Some(bytes) = self.limits.memory_bytes {
-            parts.push(format!("memory {} MiB", bytes / (1024 * 1024)));
+            parts.push(format!("memory {} MiB per process", bytes / (1024 * 1024)));
         }
         if let Some(processes) = self.limits.processes {
-            parts.push(format!("{processes} processes"));
+            parts.push(format!("{processes} processes (not enforced yet)"));
         }
         if let Some(seconds) = self.limits.cpu_seconds {
             parts.push(format!("{seconds} CPU seconds"));
@@ -317,4 +322,24 @@ pub fn resolve(
         hidden: request.hidden.clone(),
         limits: bound_limits.stricter(request.limits),
     })
+}
+
+/// Parse a size: `"64MiB"`, `"512KiB"`, `"2GiB"`, `"2G"`, `"1000000"` (bytes). `None` for
+/// anything else, zero, or an overflow.
+pub fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let number: u64 = digits.parse().ok()?;
+    let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        _ => return None,
+    };
+    number.checked_mul(multiplier).filter(|bytes| *bytes > 0)
 }

@@ -63,12 +63,13 @@ mod spawner;
 mod sys;
 mod table;
 
+use std::collections::HashMap;
 use std::fmt;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::net::unix::pipe;
@@ -80,7 +81,7 @@ use super::{
     StartRequest,
 };
 use crate::buffer::HeadTailBuffer;
-use crate::sandbox::Profile;
+use crate::sandbox::{self, Profile, ScopeSandbox};
 pub use config::ProcessManagerConfig;
 use entry::{Entry, EntrySpec, LogTarget, unix_ms};
 use ids::Ids;
@@ -107,6 +108,10 @@ pub struct ProcessManager {
     /// longer touch the table.
     records: Arc<Records>,
     log_warned: Arc<AtomicBool>,
+    /// What confined commands may write and never reach.
+    sandbox_context: Arc<sandbox::Context>,
+    /// Per scope: its private temporary directory and the layers built for it so far.
+    sandboxes: Mutex<HashMap<String, Arc<ScopeSandbox>>>,
 }
 
 impl ProcessManager {
@@ -157,6 +162,20 @@ impl ProcessManager {
             }
         };
         let records = Arc::new(Records::new(config.max_retained_per_scope));
+        let sandbox_context = Arc::new(sandbox::Context {
+            workdir: config
+                .default_workdir
+                .clone()
+                .or_else(|| std::env::current_dir().ok())
+                .unwrap_or_else(|| PathBuf::from("/")),
+            writable: config.sandbox.writable.clone(),
+            protected: config
+                .protected
+                .iter()
+                .cloned()
+                .chain(log_dir.clone())
+                .collect(),
+        });
         Arc::new(Self {
             config,
             log_dir: log_dir.map(Arc::from),
@@ -165,6 +184,8 @@ impl ProcessManager {
             ids: Ids::new(),
             records,
             log_warned: Arc::new(AtomicBool::new(log_warned)),
+            sandbox_context,
+            sandboxes: Mutex::new(HashMap::new()),
         })
     }
 
@@ -209,6 +230,10 @@ impl ProcessManager {
         validate_command(&command)?;
         validate_env(&env)?;
         let workdir = self.resolve_workdir(workdir)?;
+        let confine = self
+            .scope_sandbox(scope)
+            .prepare(&profile)
+            .map_err(|error| ProcessError::Failed(error.to_string()))?;
         let Some(spawner) = &self.spawner else {
             return Err(ProcessError::Failed(
                 "cannot start processes: the spawner thread could not be created".to_owned(),
@@ -242,6 +267,7 @@ impl ProcessManager {
             &workdir,
             OwnedFd::from(writer),
             keeper_ends,
+            confine.as_deref(),
             self.config.nice,
         )
         .map_err(|error| {
@@ -319,6 +345,18 @@ impl ProcessManager {
         spawned.disarm();
         self.runtime.spawn(monitor.run());
         admitted.map(|()| id)
+    }
+
+    /// `scope`'s confinement state, made on first use.
+    fn scope_sandbox(&self, scope: &str) -> Arc<ScopeSandbox> {
+        let mut sandboxes = self
+            .sandboxes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        sandboxes
+            .entry(scope.to_owned())
+            .or_insert_with(|| Arc::new(ScopeSandbox::new(self.sandbox_context.clone())))
+            .clone()
     }
 
     /// The profile of a request that names none: the operator's settings.
@@ -447,6 +485,11 @@ impl ProcessBackend for ProcessManager {
         Box::pin(async move {
             let entries = self.records.end_scope(scope);
             self.stop_all(&entries).await;
+            // Its temporary directory goes with it.
+            self.sandboxes
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(scope);
         })
     }
 }

@@ -16,6 +16,7 @@ use nix::unistd::Pid;
 use rustix::process::{WaitId, WaitIdOptions, waitid};
 
 use super::keeper::KeeperEnds;
+use crate::sandbox::Prepared;
 
 /// How a process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,13 +161,24 @@ pub(super) struct ChildSpec {
     output: OwnedFd,
     /// Become the keeper's descriptors 3 and 4.
     keeper: KeeperEnds,
+    /// The confinement layers (Landlock ruleset, seccomp programs), for the keeper's
+    /// descriptors 6 and 7.
+    layers: Option<(OwnedFd, OwnedFd)>,
     nice: i32,
 }
+
+/// Host variables a confined command does not inherit unless a grant names them: names
+/// containing one of these words (compared in upper case).
+const SECRET_WORDS: &[&str] = &["KEY", "SECRET", "TOKEN", "PASSWORD"];
 
 impl ChildSpec {
     /// `shell -c command` under a keeper, in `workdir`, with the host environment (only the
     /// `inherit` names, if given) plus `env` (which wins), stdout and stderr both `output`,
     /// stdin `/dev/null`. A `shell` without a `/` is looked up in `PATH`.
+    ///
+    /// With `confine`, the keeper confines the shell: its options and descriptors are added,
+    /// its variables (`TMPDIR`) set, and host variables named like secrets (see
+    /// [`SECRET_WORDS`]) left out unless `inherit` names them.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         shell: &Path,
@@ -176,21 +188,48 @@ impl ChildSpec {
         workdir: &Path,
         output: OwnedFd,
         keeper: KeeperEnds,
+        confine: Option<&Prepared>,
         nice: i32,
     ) -> io::Result<Self> {
-        let argv = vec![
-            cstring(b"toolhost-keeper")?,
+        let mut argv = vec![cstring(b"toolhost-keeper")?];
+        if let Some(prepared) = confine {
+            argv.push(cstring(b"--confine")?);
+            for option in &prepared.keeper_args {
+                argv.push(cstring(option.as_bytes())?);
+            }
+        }
+        argv.extend([
             cstring(find_program(shell)?.as_os_str().as_bytes())?,
             cstring(shell.as_os_str().as_bytes())?,
             cstring(b"-c")?,
             cstring(command.as_bytes())?,
-        ];
-        let mut vars: Vec<(OsString, OsString)> = std::env::vars_os()
-            .filter(|(key, _)| {
-                inherit.is_none_or(|names| names.iter().any(|name| OsStr::new(name) == key))
+        ]);
+        let secret = |key: &OsStr| {
+            let key = key.to_string_lossy().to_ascii_uppercase();
+            SECRET_WORDS.iter().any(|word| key.contains(word))
+        };
+        let set_by_sandbox = |key: &OsStr| {
+            confine.is_some_and(|prepared| {
+                prepared.env.iter().any(|(name, _)| OsStr::new(name) == key)
             })
+        };
+        let mut vars: Vec<(OsString, OsString)> = std::env::vars_os()
+            .filter(|(key, _)| match inherit {
+                Some(names) => names.iter().any(|name| OsStr::new(name) == key),
+                None => confine.is_none() || !secret(key),
+            })
+            .filter(|(key, _)| !set_by_sandbox(key))
             .filter(|(key, _)| !env.iter().any(|(name, _)| OsStr::new(name) == key))
             .collect();
+        if let Some(prepared) = confine {
+            vars.extend(
+                prepared
+                    .env
+                    .iter()
+                    .filter(|(name, _)| !env.iter().any(|(set, _)| set == name))
+                    .map(|(k, v)| (OsString::from(k), OsString::from(v))),
+            );
+        }
         vars.extend(
             env.iter()
                 .map(|(k, v)| (OsString::from(k), OsString::from(v))),
@@ -211,6 +250,13 @@ impl ChildSpec {
             workdir: cstring(workdir.as_os_str().as_bytes())?,
             output: above_reserved(output)?,
             keeper,
+            layers: match confine {
+                Some(prepared) => Some((
+                    above_reserved(prepared.ruleset.try_clone()?)?,
+                    above_reserved(prepared.seccomp.try_clone()?)?,
+                )),
+                None => None,
+            },
             nice,
         })
     }
@@ -246,9 +292,9 @@ fn find_program(program: &Path) -> io::Result<PathBuf> {
     }
 }
 
-/// The descriptors a child gets: stdio, then the keeper's status pipe (3), control socket (4)
-/// and its own executable (5).
-const RESERVED_FDS: RawFd = 6;
+/// The descriptors a child gets: stdio, then the keeper's status pipe (3), control socket (4),
+/// its own executable (5), and when confined the Landlock ruleset (6) and seccomp programs (7).
+const RESERVED_FDS: RawFd = 8;
 
 /// Whether `path` is a file with an execute bit set.
 fn is_executable(path: &Path) -> bool {
@@ -257,7 +303,7 @@ fn is_executable(path: &Path) -> bool {
 }
 
 /// Move a descriptor to number 6 or above (close-on-exec), so that installing the child's
-/// descriptors 0-5 with `dup2` cannot clobber it.
+/// descriptors 0-7 with `dup2` cannot clobber it.
 pub(super) fn above_reserved(fd: OwnedFd) -> io::Result<OwnedFd> {
     if fd.as_raw_fd() >= RESERVED_FDS {
         return Ok(fd);
@@ -337,6 +383,9 @@ impl Forker {
             output: spec.output.as_raw_fd(),
             status: spec.keeper.status.as_raw_fd(),
             control: spec.keeper.control.as_raw_fd(),
+            layers: spec.layers.as_ref().map_or((-1, -1), |(ruleset, seccomp)| {
+                (ruleset.as_raw_fd(), seccomp.as_raw_fd())
+            }),
             nice: spec.nice,
             parent: nix::unistd::getpid().as_raw(),
             rtmax: libc::SIGRTMAX(),
@@ -447,6 +496,8 @@ struct ChildContext {
     /// The keeper's status pipe and control socket.
     status: RawFd,
     control: RawFd,
+    /// The confinement layers for descriptors 6 and 7; `(-1, -1)` when unconfined.
+    layers: (RawFd, RawFd),
     nice: i32,
     parent: libc::pid_t,
     rtmax: libc::c_int,
@@ -487,7 +538,7 @@ extern "C" fn child_main(context: *mut libc::c_void) -> libc::c_int {
     }
     // SAFETY: the descriptors were opened by the parent and stay open until `clone` returns
     // there (CLONE_VFORK); dup2 only changes this child's descriptor table.
-    // Every source descriptor is 6 or above (`above_reserved`), so none is overwritten
+    // Every source descriptor is 8 or above (`above_reserved`), so none is overwritten
     // before it is copied.
     let stdio = unsafe {
         libc::dup2(context.stdin, 0) != -1
@@ -496,7 +547,10 @@ extern "C" fn child_main(context: *mut libc::c_void) -> libc::c_int {
             && libc::dup2(context.status, 3) != -1
             && libc::dup2(context.control, 4) != -1
             && libc::dup2(context.keeper, 5) != -1
+            && (context.layers.0 < 0
+                || (libc::dup2(context.layers.0, 6) != -1 && libc::dup2(context.layers.1, 7) != -1))
     };
+    let first_closed: libc::c_uint = if context.layers.0 < 0 { 6 } else { 8 };
     if !stdio {
         return fail(STAGE_STDIO, errno());
     }
@@ -508,7 +562,7 @@ extern "C" fn child_main(context: *mut libc::c_void) -> libc::c_int {
     unsafe {
         libc::syscall(
             libc::SYS_close_range,
-            RESERVED_FDS as libc::c_uint,
+            first_closed,
             libc::c_uint::MAX,
             0 as libc::c_uint,
         )
@@ -652,6 +706,7 @@ mod tests {
             workdir,
             writer.into(),
             keeper,
+            None,
             0,
         );
         (reader, host, spec.expect("spec"))
@@ -713,6 +768,7 @@ mod tests {
             Path::new("/"),
             writer.into(),
             keeper,
+            None,
             0,
         );
         let error = no_shell.err().expect("no shell");

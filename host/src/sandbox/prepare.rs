@@ -1,0 +1,189 @@
+//! What a scope's confined commands share: the layers built once per scope and profile
+//! ([`Prepared`]), and the scope's private temporary directory ([`ScopeSandbox`]).
+
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use super::landlock::{self, LandlockError, Plan};
+use super::probe;
+use super::seccomp::{self, SeccompError};
+use super::{Profile, SandboxMode};
+
+/// Paths under the home directory no confined command may reach.
+const HIDDEN_IN_HOME: &[&str] = &[
+    ".ssh",
+    ".aws",
+    ".gnupg",
+    ".config/gcloud",
+    ".kube",
+    ".docker/config.json",
+    ".netrc",
+    ".azure",
+    ".password-store",
+];
+
+/// Package managers' caches under the home directory, writable in `workspace-write` when they
+/// exist.
+const CACHES_IN_HOME: &[&str] = &[
+    ".cache",
+    ".cargo/registry",
+    ".cargo/git",
+    ".npm",
+    ".yarn",
+    ".pnpm-store",
+    ".local/share/pnpm",
+    ".bun/install/cache",
+    ".m2/repository",
+    ".gradle/caches",
+    "go/pkg/mod",
+];
+
+/// Why a profile cannot be enforced.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PrepareError {
+    /// A layer the profile needs is missing from this kernel.
+    #[error(
+        "the `{profile}` sandbox cannot be enforced here: {missing}. Run with `--sandbox off` to \
+         run commands unconfined (see `toolhost sandbox`)"
+    )]
+    Missing {
+        /// The profile's mode.
+        profile: SandboxMode,
+        /// What is missing.
+        missing: String,
+    },
+    /// Landlock refused.
+    #[error(transparent)]
+    Landlock(#[from] LandlockError),
+    /// The seccomp filter could not be built.
+    #[error(transparent)]
+    Seccomp(#[from] SeccompError),
+    /// The private temporary directory could not be made.
+    #[error("cannot create the scope's temporary directory: {0}")]
+    TempDir(std::io::Error),
+}
+
+/// Where confined commands of a host may write and what they may never reach, besides the
+/// profile's own hidden paths.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Context {
+    /// The operator's workspace.
+    pub(crate) workdir: PathBuf,
+    /// The operator's `--writable` paths.
+    pub(crate) writable: Vec<PathBuf>,
+    /// The host's own files.
+    pub(crate) protected: Vec<PathBuf>,
+}
+
+/// The layers of one profile, ready for keepers.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    /// The Landlock ruleset (the keeper's descriptor 6).
+    pub(crate) ruleset: OwnedFd,
+    /// The seccomp programs (the keeper's descriptor 7).
+    pub(crate) seccomp: OwnedFd,
+    /// The keeper's options for the limits, e.g. `--rlimit-cpu=60`.
+    pub(crate) keeper_args: Vec<String>,
+    /// Variables set for the command (`TMPDIR`).
+    pub(crate) env: Vec<(String, String)>,
+}
+
+/// One scope's confinement state: its private temporary directory and a [`Prepared`] per
+/// profile used so far. Dropped (directory removed) when the scope ends.
+#[derive(Debug)]
+pub(crate) struct ScopeSandbox {
+    context: Arc<Context>,
+    temp: Mutex<Option<tempfile::TempDir>>,
+    prepared: Mutex<HashMap<Profile, Arc<Prepared>>>,
+}
+
+impl ScopeSandbox {
+    /// An empty state; nothing is built before the first confined command.
+    pub(crate) fn new(context: Arc<Context>) -> Self {
+        ScopeSandbox {
+            context,
+            temp: Mutex::new(None),
+            prepared: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The layers for `profile` (`None` for `off`), built on first use.
+    pub(crate) fn prepare(&self, profile: &Profile) -> Result<Option<Arc<Prepared>>, PrepareError> {
+        if profile.mode == SandboxMode::Off {
+            return Ok(None);
+        }
+        let mut prepared = self.prepared.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(ready) = prepared.get(profile) {
+            return Ok(Some(ready.clone()));
+        }
+        let support = probe::support();
+        if let Some(missing) = support.missing_for(profile) {
+            return Err(PrepareError::Missing {
+                profile: profile.mode,
+                missing,
+            });
+        }
+        let temp = self.temp_dir()?;
+        let ready = Arc::new(build(&self.context, profile, &temp)?);
+        prepared.insert(profile.clone(), ready.clone());
+        Ok(Some(ready))
+    }
+
+    /// The scope's private temporary directory, made on first use.
+    fn temp_dir(&self) -> Result<PathBuf, PrepareError> {
+        let mut temp = self.temp.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(dir) = temp.as_ref() {
+            return Ok(dir.path().to_path_buf());
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("toolhost-")
+            .tempdir()
+            .map_err(PrepareError::TempDir)?;
+        let path = dir.path().to_path_buf();
+        *temp = Some(dir);
+        Ok(path)
+    }
+}
+
+/// Build the layers of `profile`.
+fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, PrepareError> {
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|home| home.is_absolute());
+    let canonical = |path: &Path| path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    let mut hidden: Vec<PathBuf> = context.protected.iter().map(|p| canonical(p)).collect();
+    hidden.extend(profile.hidden.iter().map(|p| canonical(p)));
+    if let Some(home) = &home {
+        let home = canonical(home);
+        hidden.extend(HIDDEN_IN_HOME.iter().map(|name| home.join(name)));
+    }
+    let mut writable = vec![canonical(temp)];
+    if profile.mode == SandboxMode::WorkspaceWrite {
+        writable.push(canonical(&context.workdir));
+        writable.extend(context.writable.iter().map(|p| canonical(p)));
+        writable.push(PathBuf::from("/tmp"));
+        writable.push(PathBuf::from("/dev/shm"));
+        if let Some(home) = &home {
+            let home = canonical(home);
+            writable.extend(CACHES_IN_HOME.iter().map(|name| home.join(name)));
+        }
+    }
+    let plan = Plan::new(&writable, &hidden);
+    let ruleset = landlock::build(&plan, profile.network)?;
+    let seccomp = seccomp::programs(profile.network)?;
+    let mut keeper_args = Vec::new();
+    if let Some(seconds) = profile.limits.cpu_seconds {
+        keeper_args.push(format!("--rlimit-cpu={seconds}"));
+    }
+    if let Some(bytes) = profile.limits.memory_bytes {
+        keeper_args.push(format!("--rlimit-data={bytes}"));
+    }
+    Ok(Prepared {
+        ruleset,
+        seccomp,
+        keeper_args,
+        env: vec![("TMPDIR".to_owned(), temp.display().to_string())],
+    })
+}

@@ -1,0 +1,135 @@
+//! What this machine can enforce: the kernel's Landlock ABI and seccomp, and what each profile
+//! gets here (`toolhost sandbox` prints [`report`]).
+//!
+//! The environment variable `TOOLHOST_SANDBOX_DISABLE` (a comma-separated list of `landlock`,
+//! `seccomp`) makes the host behave as if the kernel lacked those layers, so that the refusal
+//! paths can be tested and seen on any machine.
+
+use std::fmt::Write;
+
+use nix::libc;
+
+use super::{Profile, SandboxMode};
+
+/// What the kernel offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Support {
+    /// The Landlock ABI version; 0 when Landlock is missing.
+    pub landlock_abi: i32,
+    /// Seccomp filters are available.
+    pub seccomp: bool,
+}
+
+/// Probe the kernel (cheap: two system calls).
+pub fn support() -> Support {
+    let disabled = std::env::var("TOOLHOST_SANDBOX_DISABLE").unwrap_or_default();
+    let disabled = |layer: &str| disabled.split(',').any(|name| name.trim() == layer);
+    Support {
+        landlock_abi: if disabled("landlock") {
+            0
+        } else {
+            landlock_abi()
+        },
+        seccomp: !disabled("seccomp") && seccomp_available(),
+    }
+}
+
+/// `landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)`.
+fn landlock_abi() -> i32 {
+    // SAFETY: with a null attribute pointer, size 0 and the VERSION flag the call only returns
+    // the ABI version (or -1); it reads and writes no memory.
+    let version = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            1u32,
+        )
+    };
+    i32::try_from(version).unwrap_or(0).max(0)
+}
+
+/// `prctl(PR_GET_SECCOMP)` fails with `EINVAL` on a kernel without seccomp.
+fn seccomp_available() -> bool {
+    // SAFETY: integer arguments; only queries this thread's seccomp mode.
+    unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) >= 0 }
+}
+
+impl Support {
+    /// What `profile` needs that this kernel lacks, in words; `None` when it can be enforced.
+    pub fn missing_for(&self, profile: &Profile) -> Option<String> {
+        if profile.mode == SandboxMode::Off {
+            return None;
+        }
+        let mut missing = Vec::new();
+        if self.landlock_abi < 1 {
+            missing.push(
+                "Landlock (Linux 5.13 or later, with `landlock` in the kernel's `lsm=` boot \
+                 parameter or CONFIG_LSM)",
+            );
+        }
+        if !self.seccomp {
+            missing.push("seccomp filters (CONFIG_SECCOMP_FILTER)");
+        }
+        (!missing.is_empty()).then(|| format!("missing {}", missing.join(" and ")))
+    }
+
+    /// Protections that are in place only from some Landlock ABI on, and whether this kernel
+    /// has them.
+    fn landlock_features(&self) -> [(&'static str, i32); 5] {
+        [
+            ("files: read, write, execute, create, remove", 1),
+            ("renames and links across directories", 2),
+            ("truncation", 3),
+            ("TCP connect and bind (network none)", 4),
+            ("signals and abstract Unix sockets of other processes", 6),
+        ]
+    }
+}
+
+/// The text `toolhost sandbox` prints.
+pub fn report(support: &Support, profiles: &[(&str, Profile)]) -> String {
+    let mut out = String::new();
+    let yes = |ok: bool| if ok { "yes" } else { "NO" };
+    let _ = writeln!(out, "Layers on this machine:");
+    if support.landlock_abi > 0 {
+        let _ = writeln!(out, "  Landlock: ABI {}", support.landlock_abi);
+        for (feature, abi) in support.landlock_features() {
+            let _ = writeln!(
+                out,
+                "    {feature}: {} (ABI {abi})",
+                yes(support.landlock_abi >= abi)
+            );
+        }
+    } else {
+        let _ = writeln!(out, "  Landlock: NO");
+    }
+    let _ = writeln!(
+        out,
+        "  seccomp: {} (mount, namespaces, ptrace, bpf, io_uring, ...; sockets other than Unix \
+         with network none)",
+        yes(support.seccomp)
+    );
+    let _ = writeln!(
+        out,
+        "  limits: CPU seconds per process (RLIMIT_CPU), memory per process (RLIMIT_DATA); the \
+         process-count limit is not enforced yet"
+    );
+    let _ = writeln!(out, "\nProfiles:");
+    for (name, profile) in profiles {
+        let state = match support.missing_for(profile) {
+            Some(missing) => format!("REFUSED: {missing}"),
+            None if profile.mode == SandboxMode::Off => "no confinement".to_owned(),
+            None => "enforced".to_owned(),
+        };
+        let _ = writeln!(out, "  {name}: {} -- {state}", profile.summary());
+    }
+    let _ = writeln!(
+        out,
+        "\nNot covered by these layers: changing the mode or owner of readable files (chmod, \
+         chown), and connecting to pathname Unix sockets the user may reach (e.g. a Docker \
+         socket). Names inside hidden directories stay listable; their \
+         contents do not."
+    );
+    out
+}

@@ -1,0 +1,177 @@
+//! The seccomp layer: system calls a confined command may not make.
+//!
+//! Two filters, compiled once per scope and profile with `seccompiler` and handed to the keeper
+//! in a sealed memory file ([`programs`]):
+//!
+//! - `EPERM` for what could undo the other layers or reach other processes: mounting
+//!   (old and new mount API), `pivot_root`, `chroot`, new namespaces (`unshare`, `setns`,
+//!   `clone` with a `CLONE_NEW*` flag), `ptrace`, `process_vm_readv`/`writev`, `bpf`,
+//!   `perf_event_open`, the kernel keyring, `userfaultfd`, io_uring, loading kernels and
+//!   modules, `reboot`, `swapon`/`swapoff`, `acct`, changing the clock; and, when the network
+//!   is `none`, `socket` for anything but a Unix socket (`EACCES` there, so that a refused
+//!   connection reads as a permission problem);
+//! - `ENOSYS` for `clone3`, whose flags live in memory a filter cannot read: the C library
+//!   then falls back to `clone`, which the first filter checks.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::fd::OwnedFd;
+
+use nix::libc;
+use nix::sys::memfd::{MFdFlags, memfd_create};
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+
+use super::Network;
+
+/// Why the filters could not be built.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SeccompError {
+    /// This architecture is not one `seccompiler` supports.
+    #[error("seccomp filters are not supported on this architecture ({0})")]
+    Arch(&'static str),
+    /// Compiling a filter failed.
+    #[error("cannot compile the seccomp filter: {0}")]
+    Compile(#[from] seccompiler::BackendError),
+    /// Writing the programs out failed.
+    #[error("cannot store the seccomp filter: {0}")]
+    Store(#[from] std::io::Error),
+}
+
+/// System calls refused outright.
+const DENIED: &[libc::c_long] = &[
+    libc::SYS_mount,
+    libc::SYS_umount2,
+    libc::SYS_pivot_root,
+    libc::SYS_chroot,
+    libc::SYS_open_tree,
+    libc::SYS_move_mount,
+    libc::SYS_fsopen,
+    libc::SYS_fsconfig,
+    libc::SYS_fsmount,
+    libc::SYS_fspick,
+    libc::SYS_mount_setattr,
+    libc::SYS_unshare,
+    libc::SYS_setns,
+    libc::SYS_ptrace,
+    libc::SYS_process_vm_readv,
+    libc::SYS_process_vm_writev,
+    libc::SYS_bpf,
+    libc::SYS_perf_event_open,
+    libc::SYS_keyctl,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
+    libc::SYS_userfaultfd,
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
+    libc::SYS_kexec_load,
+    libc::SYS_kexec_file_load,
+    libc::SYS_init_module,
+    libc::SYS_finit_module,
+    libc::SYS_delete_module,
+    libc::SYS_reboot,
+    libc::SYS_swapon,
+    libc::SYS_swapoff,
+    libc::SYS_acct,
+    libc::SYS_settimeofday,
+    libc::SYS_clock_settime,
+    libc::SYS_clock_adjtime,
+    libc::SYS_adjtimex,
+];
+
+/// `clone` flags that create namespaces.
+const NAMESPACE_FLAGS: &[libc::c_int] = &[
+    libc::CLONE_NEWNS,
+    libc::CLONE_NEWUTS,
+    libc::CLONE_NEWIPC,
+    libc::CLONE_NEWUSER,
+    libc::CLONE_NEWPID,
+    libc::CLONE_NEWNET,
+    libc::CLONE_NEWCGROUP,
+];
+
+/// The filters for `network`, as the keeper reads them: for each program its length in
+/// instructions (`u32`, native endian) followed by its instructions (8 bytes each).
+pub(super) fn programs(network: Network) -> Result<OwnedFd, SeccompError> {
+    let arch = TargetArch::try_from(std::env::consts::ARCH)
+        .map_err(|_| SeccompError::Arch(std::env::consts::ARCH))?;
+    let mut denied: BTreeMap<i64, Vec<SeccompRule>> =
+        DENIED.iter().map(|&call| (call, Vec::new())).collect();
+    let namespaces = NAMESPACE_FLAGS
+        .iter()
+        .map(|&flag| {
+            let flag = u64::from(flag.cast_unsigned());
+            SeccompRule::new(vec![SeccompCondition::new(
+                0,
+                SeccompCmpArgLen::Qword,
+                SeccompCmpOp::MaskedEq(flag),
+                flag,
+            )?])
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    denied.insert(libc::SYS_clone, namespaces);
+    let deny = SeccompFilter::new(
+        denied,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM.cast_unsigned()),
+        arch,
+    )?;
+    let mut programs = vec![BpfProgram::try_from(deny)?];
+    programs.push(BpfProgram::try_from(SeccompFilter::new(
+        BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS.cast_unsigned()),
+        arch,
+    )?)?);
+    if network == Network::None {
+        let not_unix = SeccompRule::new(vec![SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Ne,
+            libc::AF_UNIX.cast_unsigned().into(),
+        )?])?;
+        programs.push(BpfProgram::try_from(SeccompFilter::new(
+            BTreeMap::from([(libc::SYS_socket, vec![not_unix])]),
+            SeccompAction::Allow,
+            SeccompAction::Errno(libc::EACCES.cast_unsigned()),
+            arch,
+        )?)?);
+    }
+    store(&programs)
+}
+
+/// The programs in a sealed memory file.
+fn store(programs: &[BpfProgram]) -> Result<OwnedFd, SeccompError> {
+    let mut bytes = Vec::new();
+    for program in programs {
+        let length = u32::try_from(program.len()).map_err(std::io::Error::other)?;
+        bytes.extend_from_slice(&length.to_ne_bytes());
+        for instruction in program {
+            bytes.extend_from_slice(&instruction.code.to_ne_bytes());
+            bytes.push(instruction.jt);
+            bytes.push(instruction.jf);
+            bytes.extend_from_slice(&instruction.k.to_ne_bytes());
+        }
+    }
+    let fd = memfd_create(
+        c"toolhost-seccomp",
+        MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
+    )
+    .map_err(std::io::Error::from)?;
+    let mut file = std::fs::File::from(fd);
+    file.write_all(&bytes)?;
+    nix::fcntl::fcntl(
+        &file,
+        nix::fcntl::FcntlArg::F_ADD_SEALS(
+            nix::fcntl::SealFlag::F_SEAL_SEAL
+                | nix::fcntl::SealFlag::F_SEAL_SHRINK
+                | nix::fcntl::SealFlag::F_SEAL_GROW
+                | nix::fcntl::SealFlag::F_SEAL_WRITE,
+        ),
+    )
+    .map_err(std::io::Error::from)?;
+    Ok(OwnedFd::from(file))
+}

@@ -1,0 +1,219 @@
+//! Confinement the keeper applies to the command between `fork` and `exec`, so that the keeper
+//! itself stays outside it (a confined command cannot signal or trace its keeper).
+//!
+//! The host prepares the layers once per scope and profile and passes them as descriptors:
+//! 6, a Landlock ruleset; 7, a sealed file of seccomp programs (each a native-endian `u32`
+//! instruction count followed by 8-byte `sock_filter` instructions). Options on the command
+//! line: `--confine` (descriptors 6 and 7 are given), `--rlimit-cpu=SECONDS`,
+//! `--rlimit-data=BYTES`.
+
+use std::io;
+use std::os::fd::RawFd;
+
+/// The Landlock ruleset, as the host passes it.
+const RULESET_FD: RawFd = 6;
+/// The seccomp programs, as the host passes them.
+const SECCOMP_FD: RawFd = 7;
+
+/// What to apply to the command.
+#[derive(Debug, Default)]
+pub(crate) struct Confinement {
+    /// Landlock and seccomp (descriptors 6 and 7).
+    layers: Option<Vec<Vec<libc::sock_filter>>>,
+    cpu_seconds: Option<u64>,
+    data_bytes: Option<u64>,
+}
+
+impl Confinement {
+    /// Take the options from the front of `args`; returns the rest.
+    pub(crate) fn from_args(args: &[std::ffi::OsString]) -> io::Result<(Self, usize)> {
+        let mut confinement = Confinement::default();
+        let mut used = 0;
+        for arg in args {
+            let Some(arg) = arg.to_str().filter(|arg| arg.starts_with("--")) else {
+                break;
+            };
+            used += 1;
+            let number = |value: &str| {
+                value.parse::<u64>().map_err(|_| {
+                    io::Error::new(io::ErrorKind::InvalidInput, format!("bad option `{arg}`"))
+                })
+            };
+            if arg == "--confine" {
+                confinement.layers = Some(Vec::new());
+            } else if let Some(value) = arg.strip_prefix("--rlimit-cpu=") {
+                confinement.cpu_seconds = Some(number(value)?);
+            } else if let Some(value) = arg.strip_prefix("--rlimit-data=") {
+                confinement.data_bytes = Some(number(value)?);
+            } else {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("unknown option `{arg}`"),
+                ));
+            }
+        }
+        if confinement.layers.is_some() {
+            for fd in [RULESET_FD, SECCOMP_FD] {
+                crate::set_cloexec(fd)?;
+            }
+            confinement.layers = Some(read_programs()?);
+        }
+        Ok((confinement, used))
+    }
+
+    /// Apply everything, in the forked child just before `exec`. The keeper is single-threaded,
+    /// so the child may allocate; on failure it says which step failed on its stderr (the
+    /// command's output) before the error goes back to the keeper.
+    pub(crate) fn apply(&self) -> io::Result<()> {
+        let step = |name: &str, ok: bool| -> io::Result<()> {
+            if ok {
+                return Ok(());
+            }
+            let error = io::Error::last_os_error();
+            eprintln!("toolhost: cannot confine the command: {name}: {error}");
+            Err(error)
+        };
+        if let Some(seconds) = self.cpu_seconds {
+            step(
+                "setrlimit(RLIMIT_CPU)",
+                set_limit(libc::RLIMIT_CPU, seconds),
+            )?;
+        }
+        if let Some(bytes) = self.data_bytes {
+            step(
+                "setrlimit(RLIMIT_DATA)",
+                set_limit(libc::RLIMIT_DATA, bytes),
+            )?;
+        }
+        let Some(programs) = &self.layers else {
+            return Ok(());
+        };
+        drop_capabilities();
+        // SAFETY: integer arguments; sets a flag of this process only.
+        let nnp = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } == 0;
+        step("prctl(PR_SET_NO_NEW_PRIVS)", nnp)?;
+        // SAFETY: descriptor 6 is the ruleset the host passed; flags 0.
+        let landlock =
+            unsafe { libc::syscall(libc::SYS_landlock_restrict_self, RULESET_FD, 0u32) } == 0;
+        step("landlock_restrict_self", landlock)?;
+        for program in programs {
+            let filter = libc::sock_fprog {
+                len: u16::try_from(program.len()).unwrap_or(u16::MAX),
+                filter: program.as_ptr().cast_mut(),
+            };
+            // SAFETY: `filter` points at `program`'s instructions, alive for the call; the
+            // kernel copies the program.
+            let installed = unsafe {
+                libc::syscall(
+                    libc::SYS_seccomp,
+                    libc::SECCOMP_SET_MODE_FILTER,
+                    0u32,
+                    &raw const filter,
+                )
+            } == 0;
+            step("seccomp(SECCOMP_SET_MODE_FILTER)", installed)?;
+        }
+        Ok(())
+    }
+}
+
+fn set_limit(resource: libc::__rlimit_resource_t, value: u64) -> bool {
+    let limit = libc::rlimit {
+        rlim_cur: value,
+        rlim_max: value,
+    };
+    // SAFETY: `limit` is a valid rlimit for the call.
+    unsafe { libc::setrlimit(resource, &limit) == 0 }
+}
+
+/// Give up every capability for good: drop them from the bounding set (possible only with
+/// `CAP_SETPCAP`, i.e. when the host runs as root), clear the ambient set, and empty the
+/// effective, permitted and inheritable sets. Without capabilities this changes nothing.
+fn drop_capabilities() {
+    for capability in 0..64 {
+        // SAFETY: integer arguments; fails harmlessly (EINVAL past the last capability, EPERM
+        // without CAP_SETPCAP).
+        unsafe { libc::prctl(libc::PR_CAPBSET_DROP, capability, 0, 0, 0) };
+    }
+    // SAFETY: integer arguments; clears this process's ambient capabilities.
+    unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        )
+    };
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let header = Header {
+        // _LINUX_CAPABILITY_VERSION_3: two Data entries, 64 capabilities.
+        version: 0x2008_0522,
+        pid: 0,
+    };
+    let data = [Data {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: `header` and `data` have the layout capset(2) expects for version 3.
+    unsafe { libc::syscall(libc::SYS_capset, &raw const header, data.as_ptr()) };
+}
+
+/// Read the seccomp programs from descriptor 7 (with `pread`: the file is shared by every
+/// keeper of the profile, so its offset is not ours to move).
+fn read_programs() -> io::Result<Vec<Vec<libc::sock_filter>>> {
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let offset = libc::off_t::try_from(bytes.len()).map_err(io::Error::other)?;
+        // SAFETY: `chunk` is a valid, writable buffer of its length.
+        let read =
+            unsafe { libc::pread(SECCOMP_FD, chunk.as_mut_ptr().cast(), chunk.len(), offset) };
+        match read {
+            0 => break,
+            n if n > 0 => bytes.extend_from_slice(&chunk[..n.cast_unsigned()]),
+            _ => {
+                let error = io::Error::last_os_error();
+                if error.kind() != io::ErrorKind::Interrupted {
+                    return Err(error);
+                }
+            }
+        }
+    }
+    let bad = || io::Error::new(io::ErrorKind::InvalidData, "malformed seccomp programs");
+    let mut programs = Vec::new();
+    let mut rest = bytes.as_slice();
+    while !rest.is_empty() {
+        let (count, tail) = rest.split_first_chunk::<4>().ok_or_else(bad)?;
+        let count = usize::try_from(u32::from_ne_bytes(*count)).map_err(|_| bad())?;
+        let size = count.checked_mul(8).ok_or_else(bad)?;
+        if tail.len() < size {
+            return Err(bad());
+        }
+        let (body, tail) = tail.split_at(size);
+        let program = body
+            .chunks_exact(8)
+            .map(|raw| libc::sock_filter {
+                code: u16::from_ne_bytes([raw[0], raw[1]]),
+                jt: raw[2],
+                jf: raw[3],
+                k: u32::from_ne_bytes([raw[4], raw[5], raw[6], raw[7]]),
+            })
+            .collect();
+        programs.push(program);
+        rest = tail;
+    }
+    Ok(programs)
+}
