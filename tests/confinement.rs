@@ -1,0 +1,463 @@
+//! Commands run confined: every escape attempt below fails, the result says why, and the same
+//! host keeps serving. Each case runs a real `toolhost call execute` with a home directory of
+//! its own (holding fake secrets), so nothing of the machine's user is touched.
+//!
+//! The home directory, the workspace and the "outside" directory live in the target
+//! directory, not under `/tmp`, which `workspace-write` lets commands write.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use tempfile::TempDir;
+use toolhost_e2e::{json, marker, processes_with, target_dir, toolhost_bin, wait_gone};
+
+/// A fake user: home with secrets, a workspace, a state directory, a plugin directory.
+struct Machine {
+    root: TempDir,
+}
+
+impl Machine {
+    fn new() -> Machine {
+        let base = target_dir().join("confinement-tests");
+        std::fs::create_dir_all(&base).expect("base dir");
+        let root = tempfile::tempdir_in(&base).expect("root");
+        let machine = Machine { root };
+        for dir in [
+            "home/.ssh",
+            "home/.config",
+            "workspace",
+            "outside",
+            "state",
+            "plugins",
+        ] {
+            std::fs::create_dir_all(machine.path(dir)).expect("dir");
+        }
+        std::fs::write(machine.path("home/.ssh/id_ed25519"), "PRIVATE KEY").expect("key");
+        std::fs::write(machine.path("home/.netrc"), "machine x password y").expect("netrc");
+        std::fs::write(machine.path("home/.profile"), "# profile").expect("profile");
+        std::fs::write(machine.path("outside/file"), "outside").expect("outside");
+        std::fs::write(
+            machine.path("state/other-scope.log"),
+            "another scope's output",
+        )
+        .expect("log");
+        machine
+    }
+
+    fn path(&self, relative: &str) -> PathBuf {
+        self.root.path().join(relative)
+    }
+
+    /// `toolhost [flags] call execute {command}` in the workspace; the result JSON.
+    fn execute(&self, flags: &[&str], command: &str) -> serde_json::Value {
+        self.execute_with(flags, command, &[])
+    }
+
+    fn execute_with(
+        &self,
+        flags: &[&str],
+        command: &str,
+        env: &[(&str, &str)],
+    ) -> serde_json::Value {
+        let output = self.run(flags, command, env);
+        assert!(
+            output.status.code().is_some_and(|code| code <= 1),
+            "toolhost failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        json(&String::from_utf8_lossy(&output.stdout))
+    }
+
+    fn run(&self, flags: &[&str], command: &str, env: &[(&str, &str)]) -> std::process::Output {
+        let args = serde_json::json!({ "command": command, "timeout": "60s" });
+        Command::new(toolhost_bin())
+            .current_dir(self.path("workspace"))
+            .env("HOME", self.path("home"))
+            .env("XDG_CACHE_HOME", self.path("home/.cache"))
+            .env("XDG_STATE_HOME", self.path("home/.local/state"))
+            .envs(env.iter().copied())
+            .arg("--state-dir")
+            .arg(self.path("state"))
+            .arg("--plugins")
+            .arg(self.path("plugins"))
+            .args(flags)
+            .args(["call", "execute", &args.to_string()])
+            .stdin(Stdio::null())
+            .output()
+            .expect("toolhost runs")
+    }
+}
+
+fn output(result: &serde_json::Value) -> &str {
+    result["output"].as_str().unwrap_or_default()
+}
+
+/// The command failed, and its output names a permission problem.
+fn refused(result: &serde_json::Value, what: &str) {
+    assert_ne!(result["exit_code"], 0, "{what} succeeded: {result}");
+    let text = output(result).to_ascii_lowercase();
+    assert!(
+        text.contains("permission denied")
+            || text.contains("operation not permitted")
+            || text.contains("read-only")
+            // Landlock refuses links and renames across its rules with EXDEV.
+            || text.contains("invalid cross-device link"),
+        "{what}: no permission error in {result}"
+    );
+}
+
+#[test]
+fn writes_outside_the_writable_roots_are_refused() {
+    let machine = Machine::new();
+    let outside = machine.path("outside");
+    std::os::unix::fs::symlink(&outside, machine.path("workspace/link")).expect("symlink");
+    let outside = outside.display();
+    let home = machine.path("home");
+    let home = home.display();
+    let attempts = [
+        ("a file in /etc", "echo x > /etc/toolhost-escape".to_owned()),
+        ("a file in $HOME", "echo x > \"$HOME/escape\"".to_owned()),
+        ("a dotfile", "echo x >> \"$HOME/.profile\"".to_owned()),
+        (
+            "through a symlink in the workspace",
+            "echo x > link/escape".to_owned(),
+        ),
+        ("through ..", "echo x > ../outside/escape".to_owned()),
+        (
+            "a hard link",
+            format!("ln {outside}/file hard && echo x >> hard"),
+        ),
+        (
+            "through /proc/self/root",
+            format!("echo x > /proc/self/root{outside}/escape"),
+        ),
+        ("removing a file outside", format!("rm {outside}/file")),
+        (
+            "renaming a file out",
+            format!("touch mine && mv mine {outside}/escape"),
+        ),
+        ("a directory in $HOME", format!("mkdir {home}/escape")),
+    ];
+    for (what, command) in attempts {
+        let result = machine.execute(&[], &command);
+        refused(&result, what);
+    }
+    assert!(!machine.path("home/escape").exists());
+    assert!(!machine.path("outside/escape").exists());
+    assert_eq!(
+        std::fs::read_to_string(machine.path("outside/file")).expect("still there"),
+        "outside"
+    );
+    assert_eq!(
+        std::fs::read_to_string(machine.path("home/.profile")).expect("profile"),
+        "# profile"
+    );
+    // The same host writes the workspace, /tmp and its private TMPDIR.
+    let result = machine.execute(
+        &[],
+        "echo ok > here && cat here && t=$(mktemp) && echo tmp > \"$t\" && cat \"$t\" && rm \"$t\"",
+    );
+    assert_eq!(output(&result), "ok\ntmp\n", "{result}");
+}
+
+#[test]
+fn secrets_and_the_hosts_own_files_cannot_be_read() {
+    let machine = Machine::new();
+    let attempts = [
+        ("an SSH key", "cat \"$HOME/.ssh/id_ed25519\""),
+        ("~/.netrc", "cat \"$HOME/.netrc\""),
+        (
+            "another scope's output log",
+            "cat \"$STATE/other-scope.log\"",
+        ),
+        ("the plugin directory", "touch \"$PLUGINS/evil.wasm\""),
+    ];
+    let state = machine.path("state");
+    let plugins = machine.path("plugins");
+    for (what, command) in attempts {
+        let result = machine.execute_with(
+            &[],
+            command,
+            &[
+                ("STATE", &state.display().to_string()),
+                ("PLUGINS", &plugins.display().to_string()),
+            ],
+        );
+        refused(&result, what);
+        assert!(
+            !output(&result).contains("PRIVATE KEY")
+                && !output(&result).contains("password")
+                && !output(&result).contains("another scope"),
+            "{what} leaked: {result}"
+        );
+    }
+    assert!(!machine.path("plugins/evil.wasm").exists());
+    // Everything else in the home directory is readable.
+    let result = machine.execute(&[], "cat \"$HOME/.profile\"");
+    assert_eq!(output(&result), "# profile", "{result}");
+}
+
+#[test]
+fn secret_variables_are_withheld_from_confined_commands() {
+    let machine = Machine::new();
+    let env = [
+        ("MY_API_KEY", "k1"),
+        ("GITHUB_TOKEN", "t1"),
+        ("PLAIN", "p1"),
+    ];
+    let result = machine.execute_with(&[], "echo \"$MY_API_KEY-$GITHUB_TOKEN-$PLAIN\"", &env);
+    assert_eq!(output(&result), "--p1\n", "{result}");
+    let result = machine.execute_with(
+        &["--sandbox", "off"],
+        "echo \"$MY_API_KEY-$GITHUB_TOKEN-$PLAIN\"",
+        &env,
+    );
+    assert_eq!(output(&result), "k1-t1-p1\n", "{result}");
+}
+
+#[test]
+fn other_processes_cannot_be_signalled_or_traced() {
+    let machine = Machine::new();
+    let marker = marker();
+    let mut outsider = Command::new("sleep")
+        .arg(format!("1{marker}"))
+        .spawn()
+        .expect("sleep");
+    let pid = outsider.id().to_string();
+    let attempts = [
+        ("kill -9", format!("kill -9 {pid}")),
+        (
+            "reading its environment",
+            format!("cat /proc/{pid}/environ"),
+        ),
+        (
+            "ptrace",
+            format!(
+                "/usr/bin/python3 -c 'import ctypes,os,sys; l=ctypes.CDLL(None, use_errno=True); \
+                 r=l.ptrace(16, {pid}, 0, 0); print(os.strerror(ctypes.get_errno())); \
+                 sys.exit(r != 0)'"
+            ),
+        ),
+    ];
+    for (what, command) in attempts {
+        let result = machine.execute(&[], &command);
+        refused(&result, what);
+    }
+    assert!(
+        outsider.try_wait().expect("try_wait").is_none(),
+        "the outside process was killed"
+    );
+    outsider.kill().expect("kill");
+    outsider.wait().expect("reap");
+}
+
+#[test]
+fn the_confinement_cannot_be_undone_from_inside() {
+    let machine = Machine::new();
+    let attempts = [
+        ("remount / read-write", "mount -o remount,rw /"),
+        (
+            "unmount",
+            "/usr/bin/python3 -c 'import ctypes,os,sys; l=ctypes.CDLL(None, use_errno=True); \
+             r=l.umount2(b\"/proc\", 2); print(os.strerror(ctypes.get_errno())); sys.exit(r != 0)'",
+        ),
+        ("a new user namespace", "unshare -U true"),
+        ("a new mount namespace", "unshare -m true"),
+        (
+            "clone with CLONE_NEWUSER",
+            "/usr/bin/python3 -c 'import ctypes,os,platform,sys; l=ctypes.CDLL(None, use_errno=True); \
+             n={\"x86_64\": 56, \"aarch64\": 220}[platform.machine()]; \
+             r=l.syscall(n, 0x10000011, 0, 0, 0, 0); r == 0 and os._exit(0); \
+             print(os.strerror(ctypes.get_errno())); sys.exit(r <= 0 and 1)'",
+        ),
+    ];
+    for (what, command) in attempts {
+        let result = machine.execute(&[], command);
+        refused(&result, what);
+    }
+}
+
+#[test]
+fn network_none_refuses_connections_at_once() {
+    let machine = Machine::new();
+    let listener = TcpListener::bind("127.0.0.1:0").expect("listen");
+    let port = listener.local_addr().expect("addr").port();
+    let connect = format!(
+        "/usr/bin/python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 5)'"
+    );
+    let result = machine.execute(&["--network", "none"], &connect);
+    refused(&result, "a TCP connection");
+    let udp =
+        "/usr/bin/python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM)'";
+    refused(
+        &machine.execute(&["--network", "none"], udp),
+        "a UDP socket",
+    );
+    let dns = "/usr/bin/python3 -c 'import socket; socket.getaddrinfo(\"example.com\", 80)'";
+    let result = machine.execute(&["--network", "none"], dns);
+    assert_ne!(result["exit_code"], 0, "name resolution worked: {result}");
+    // Unix sockets still work; with network full the connection is made.
+    let pair = "/usr/bin/python3 -c 'import socket; a,b=socket.socketpair(); a.send(b\"u\"); print(b.recv(1).decode())'";
+    assert_eq!(
+        output(&machine.execute(&["--network", "none"], pair)),
+        "u\n"
+    );
+    listener.set_nonblocking(true).expect("nonblocking");
+    assert!(listener.accept().is_err(), "a connection got through");
+    let result = machine.execute(&[], &connect);
+    assert_eq!(result["exit_code"], 0, "{result}");
+}
+
+#[test]
+fn read_only_writes_only_the_private_temporary_directory() {
+    let machine = Machine::new();
+    let result = machine.execute(&["--sandbox", "read-only"], "echo x > here");
+    refused(&result, "a write to the workspace");
+    assert!(!machine.path("workspace/here").exists());
+    let result = machine.execute(
+        &["--sandbox", "read-only"],
+        "echo x > \"$TMPDIR/t\" && cat \"$TMPDIR/t\" && cat /etc/hostname >/dev/null && echo read",
+    );
+    assert_eq!(output(&result), "x\nread\n", "{result}");
+}
+
+#[test]
+fn sandbox_off_runs_commands_unconfined() {
+    let machine = Machine::new();
+    let home = machine.path("home");
+    let result = machine.execute(
+        &["--sandbox", "off"],
+        "echo x > \"$HOME/written\" && cat \"$HOME/.ssh/id_ed25519\"",
+    );
+    assert_eq!(output(&result), "PRIVATE KEY", "{result}");
+    assert!(home.join("written").exists());
+}
+
+#[test]
+fn a_missing_layer_is_refused_with_what_is_missing() {
+    let machine = Machine::new();
+    for layer in ["landlock", "seccomp"] {
+        let output = machine.run(&[], "echo hi", &[("TOOLHOST_SANDBOX_DISABLE", layer)]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(!stdout.contains("hi"), "ran unconfined: {stdout}");
+        let name = if layer == "landlock" {
+            "Landlock"
+        } else {
+            "seccomp"
+        };
+        assert!(
+            stderr.contains(name) && stderr.contains("--sandbox off"),
+            "{layer}: {stderr}"
+        );
+        // Forced off, the same machine runs it.
+        let output = machine.run(
+            &["--sandbox", "off"],
+            "echo hi",
+            &[("TOOLHOST_SANDBOX_DISABLE", layer)],
+        );
+        assert!(String::from_utf8_lossy(&output.stdout).contains("hi"));
+    }
+}
+
+/// Everyday project commands work in the default profile.
+#[test]
+fn everyday_commands_work_in_workspace_write() {
+    let machine = Machine::new();
+    let table = [
+        (
+            "git",
+            "git init -q repo && cd repo && git -c user.name=t -c user.email=t@e commit -q --allow-empty -m x && git log --oneline | wc -l | tr -d ' '",
+            "1\n",
+        ),
+        (
+            "make",
+            "printf 'all:\\n\\techo built > out.txt\\n' > Makefile && make -s && cat out.txt",
+            "built\n",
+        ),
+        (
+            "a C compiler",
+            "printf 'int main(void){return 0;}' > a.c && cc a.c -o a && ./a && echo ran",
+            "ran\n",
+        ),
+        (
+            "a virtualenv",
+            "/usr/bin/python3 -m venv --without-pip .venv && .venv/bin/python -c 'print(2)'",
+            "2\n",
+        ),
+        (
+            "tar",
+            "echo x > f && tar czf a.tgz f && tar tzf a.tgz",
+            "f\n",
+        ),
+        (
+            "sed -i",
+            "echo abc > s && sed -i s/b/B/ s && cat s",
+            "aBc\n",
+        ),
+        (
+            "sort spilling to TMPDIR",
+            "seq 1 200000 | sort -S 64K -r -n | head -1",
+            "200000\n",
+        ),
+        (
+            "moves and links",
+            "mkdir -p m/b && mv m/b c2 && ln -s c2 d2 && ls -d d2 && rm -rf m c2 d2",
+            "d2\n",
+        ),
+        (
+            "a script",
+            "printf '#!/bin/sh\\necho script\\n' > s.sh && chmod +x s.sh && ./s.sh",
+            "script\n",
+        ),
+        (
+            "mktemp in /tmp",
+            "f=$(mktemp -p /tmp) && echo t > $f && cat $f && rm $f",
+            "t\n",
+        ),
+        (
+            "node",
+            "node -e 'require(\"fs\").writeFileSync(\"n.txt\", \"n\"); console.log(require(\"fs\").readFileSync(\"n.txt\", \"utf8\"))'",
+            "n\n",
+        ),
+        (
+            "a package cache",
+            "mkdir -p \"$HOME/.cache/pip/http\" && echo c > \"$HOME/.cache/pip/http/x\" && cat \"$HOME/.cache/pip/http/x\"",
+            "c\n",
+        ),
+    ];
+    // An existing cache directory (see the README on caches that do not exist yet).
+    std::fs::create_dir_all(machine.path("home/.cache/pip")).expect("cache dir");
+    for (what, command, expected) in table {
+        let result = machine.execute(&[], command);
+        assert_eq!(output(&result), expected, "{what}: {result}");
+    }
+}
+
+/// The keeper stays outside the command's domain: a confined command cannot kill it, so
+/// everything it started is still stopped with the host.
+#[test]
+fn a_confined_command_cannot_kill_its_keeper() {
+    let machine = Machine::new();
+    let marker = marker();
+    let command = format!(
+        "sleep 1{marker} & kill -9 $PPID 2>&1; echo \"rc=$?\"; kill -9 $(cut -d' ' -f4 /proc/$PPID/stat) 2>&1; echo \"rc=$?\""
+    );
+    let result = machine.execute(&[], &command);
+    let text = output(&result);
+    assert!(!text.contains("rc=0"), "{result}");
+    assert!(
+        wait_gone_blocking(&marker),
+        "left behind: {:?}",
+        processes_with(&marker)
+    );
+}
+
+fn wait_gone_blocking(marker: &str) -> bool {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime")
+        .block_on(wait_gone(marker, Duration::from_secs(10)))
+}
