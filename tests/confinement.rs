@@ -461,3 +461,66 @@ fn wait_gone_blocking(marker: &str) -> bool {
         .expect("runtime")
         .block_on(wait_gone(marker, Duration::from_secs(10)))
 }
+
+/// The unprivileged path: the host runs as `nobody` (dropped with `setpriv` when the tests run
+/// as root, as in CI), from a copy of the binary that user can read, with directories it owns.
+/// The write outside goes to a directory `nobody` owns, so only the sandbox can refuse it.
+#[test]
+fn an_unprivileged_host_confines_its_commands_too() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    // /var/tmp: reachable by every user, and not a writable root of the sandbox (unlike /tmp).
+    let dir = tempfile::tempdir_in("/var/tmp").expect("dir in /var/tmp");
+    let path = |name: &str| dir.path().join(name);
+    for name in ["home", "workspace", "state", "outside", "cache"] {
+        std::fs::create_dir(path(name)).expect("dir");
+    }
+    std::fs::create_dir(path("home/.ssh")).expect("ssh");
+    std::fs::write(path("home/.ssh/id_ed25519"), "PRIVATE KEY").expect("key");
+    let binary = path("toolhost");
+    std::fs::copy(toolhost_bin(), &binary).expect("copy");
+    if root {
+        let status = Command::new("chown")
+            .args(["-R", "65534:65534"])
+            .arg(dir.path())
+            .status()
+            .expect("chown");
+        assert!(status.success());
+    }
+    let run = |command: &str| {
+        let args = serde_json::json!({ "command": command });
+        let mut cmd = if root {
+            let mut cmd = Command::new("setpriv");
+            cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+                .arg(&binary);
+            cmd
+        } else {
+            Command::new(&binary)
+        };
+        let output = cmd
+            .current_dir(path("workspace"))
+            .env("HOME", path("home"))
+            .env("XDG_CACHE_HOME", path("cache"))
+            .arg("--state-dir")
+            .arg(path("state"))
+            .args(["call", "execute", &args.to_string()])
+            .stdin(Stdio::null())
+            .output()
+            .expect("toolhost runs");
+        json(&String::from_utf8_lossy(&output.stdout))
+    };
+    let result = run("id -u; echo ok > here && cat here");
+    let expected_uid = if root { "65534" } else { "" };
+    assert!(output(&result).starts_with(expected_uid), "{result}");
+    assert!(output(&result).ends_with("ok\n"), "{result}");
+    refused(
+        &run("echo x > ../outside/escape"),
+        "a write outside (unprivileged)",
+    );
+    refused(
+        &run("cat \"$HOME/.ssh/id_ed25519\""),
+        "an SSH key (unprivileged)",
+    );
+    refused(&run("unshare -U true"), "a user namespace (unprivileged)");
+    assert!(!path("outside/escape").exists());
+}
