@@ -55,10 +55,16 @@ struct Cli {
     #[arg(long, value_name = "DIR", global = true)]
     writable: Vec<PathBuf>,
 
-    /// Memory each process of a confined command may use (RLIMIT_DATA), e.g. `4GiB`
+    /// Memory a confined command may use, everything it started included (a memory cgroup;
+    /// where the host may not create one, per process with RLIMIT_DATA), e.g. `4GiB`
     /// (default: half the machine's memory).
     #[arg(long, value_name = "SIZE", value_parser = parse_memory, global = true)]
     memory_limit: Option<u64>,
+
+    /// Processes a confined command may have at once, everything it started included
+    /// (default 1024; needs a pids cgroup the host may create, see `toolhost sandbox`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), global = true)]
+    process_limit: Option<u32>,
 
     #[command(subcommand)]
     command: Command,
@@ -252,6 +258,9 @@ fn sandbox_settings(cli: &Cli) -> Result<SandboxSettings> {
     }
     if let Some(bytes) = cli.memory_limit {
         settings.limits.memory_bytes = Some(bytes);
+    }
+    if let Some(processes) = cli.process_limit {
+        settings.limits.processes = Some(processes);
     }
     Ok(settings)
 }

@@ -11,16 +11,20 @@
 //! - `seccomp`: system calls that could undo the confinement or reach other processes
 //!   (mount, namespaces, ptrace, bpf, io_uring, ...) and, with network `none`, every socket
 //!   that is not a Unix socket;
-//! - limits: `RLIMIT_CPU`, `RLIMIT_DATA`, `RLIMIT_NPROC`.
+//! - limits: per command, `cgroup` (process count and memory of everything the command
+//!   started) where the host may create cgroups, else `RLIMIT_DATA` (memory per process);
+//!   `RLIMIT_CPU` (CPU seconds per process).
 //!
 //! [`probe`] reports what this machine supports; a profile whose layer is missing is refused.
 
+pub mod cgroup;
 mod landlock;
 mod prepare;
 pub mod probe;
 mod profile;
 mod seccomp;
 
+pub(crate) use cgroup::CommandCgroups;
 pub(crate) use prepare::{Context, Prepared, ScopeSandbox};
 
 pub use profile::{

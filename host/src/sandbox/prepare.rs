@@ -177,7 +177,10 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
     if let Some(seconds) = profile.limits.cpu_seconds {
         keeper_args.push(format!("--rlimit-cpu={seconds}"));
     }
-    if let Some(bytes) = profile.limits.memory_bytes {
+    // Memory per process where no memory cgroup holds the whole command.
+    if let Some(bytes) = profile.limits.memory_bytes
+        && super::cgroup::hierarchies().memory.is_none()
+    {
         keeper_args.push(format!("--rlimit-data={bytes}"));
     }
     Ok(Prepared {

@@ -110,11 +110,40 @@ pub fn report(support: &Support, profiles: &[(&str, Profile)]) -> String {
          with network none)",
         yes(support.seccomp)
     );
-    let _ = writeln!(
-        out,
-        "  limits: CPU seconds per process (RLIMIT_CPU), memory per process (RLIMIT_DATA); the \
-         process-count limit is not enforced yet"
-    );
+    let cgroups = super::cgroup::hierarchies();
+    let _ = writeln!(out, "  limits:");
+    let _ = writeln!(out, "    CPU seconds: per process (RLIMIT_CPU)");
+    match &cgroups.memory {
+        Some(dir) => {
+            let _ = writeln!(
+                out,
+                "    memory: the whole command (cgroup v1 memory, below {})",
+                dir.display()
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "    memory: per process only (RLIMIT_DATA; no memory cgroup the host may create)"
+            );
+        }
+    }
+    match &cgroups.pids {
+        Some(dir) => {
+            let _ = writeln!(
+                out,
+                "    processes: the whole command (cgroup v1 pids, below {})",
+                dir.display()
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "    processes: NOT ENFORCED (no pids cgroup the host may create; cgroup v2 \
+                 delegation is not used yet)"
+            );
+        }
+    }
     let _ = writeln!(out, "\nProfiles:");
     for (name, profile) in profiles {
         let state = match support.missing_for(profile) {

@@ -154,8 +154,7 @@ impl Default for SandboxSettings {
             writable: Vec::new(),
             limits: Limits {
                 memory_bytes: default_memory_limit(),
-                // Not enforced yet (needs cgroups or a user namespace per command).
-                processes: None,
+                processes: Some(1024),
                 cpu_seconds: None,
             },
         }
@@ -242,11 +241,23 @@ impl Profile {
         }
         let mut parts = vec![self.mode.name().to_string()];
         parts.push(format!("network {}", self.network));
+        let cgroups = super::cgroup::hierarchies();
         if let Some(bytes) = self.limits.memory_bytes {
-            parts.push(format!("memory {} MiB per process", bytes / (1024 * 1024)));
+            let per = if cgroups.memory.is_some() {
+                ""
+            } else {
+                " per process"
+            };
+            parts.push(format!("memory {} MiB{per}", bytes / (1024 * 1024)));
         }
         if let Some(processes) = self.limits.processes {
-            parts.push(format!("{processes} processes (not enforced yet)"));
+            if cgroups.pids.is_some() {
+                parts.push(format!("{processes} processes"));
+            } else {
+                parts.push(format!(
+                    "{processes} processes (not enforced here: no pids cgroup the host may create)"
+                ));
+            }
         }
         if let Some(seconds) = self.limits.cpu_seconds {
             parts.push(format!("{seconds} CPU seconds"));

@@ -19,7 +19,7 @@ use super::output_log::OutputLog;
 use super::sys::{self, Exit};
 use crate::buffer::HeadTailBuffer;
 use crate::process::{OutputSnapshot, ProcessInfo, ReadFrom, Signal};
-use crate::sandbox::Profile;
+use crate::sandbox::{CommandCgroups, Profile};
 
 /// One process's record.
 pub(super) struct Entry {
@@ -31,6 +31,8 @@ pub(super) struct Entry {
     pub(super) background: bool,
     /// The confinement it runs under.
     pub(super) profile: Profile,
+    /// Its cgroups (limits on everything it started), if any.
+    pub(super) cgroups: Option<CommandCgroups>,
     pub(super) started_ms: u64,
     pub(super) started_at: Instant,
     /// Counted in its scope's running count (until finished).
@@ -87,6 +89,8 @@ pub(super) struct EntrySpec {
     pub(super) background: bool,
     /// The confinement it runs under.
     pub(super) profile: Profile,
+    /// Its cgroups (limits on everything it started), if any.
+    pub(super) cgroups: Option<CommandCgroups>,
     pub(super) started_ms: u64,
     pub(super) started_at: Instant,
     /// The keeper, our unreaped child.
@@ -108,6 +112,7 @@ impl Entry {
             workdir: spec.workdir,
             background: spec.background,
             profile: spec.profile,
+            cgroups: spec.cgroups,
             started_ms: spec.started_ms,
             started_at: spec.started_at,
             counted: AtomicBool::new(false),
@@ -136,6 +141,30 @@ impl Entry {
     /// Whether something the command started is still running (its keeper has not exited).
     pub(super) fn has_leftovers(&self) -> bool {
         !self.nothing_left.load(Ordering::Acquire) && lock(&self.keeper).control.is_some()
+    }
+
+    /// A note for the model when a limit ended the command, e.g. the memory limit's kill.
+    pub(super) fn limit_note(&self) -> Option<String> {
+        let cgroups = self.cgroups.as_ref()?;
+        let limits = self.profile.limits;
+        let mut note = String::new();
+        if let Some(bytes) = limits.memory_bytes
+            && cgroups.memory_limit_hit()
+        {
+            note.push_str(&format!(
+                "\n[toolhost: a process of this command was killed by its memory limit of {} MiB]",
+                bytes / (1024 * 1024)
+            ));
+        }
+        if let Some(processes) = limits.processes
+            && cgroups.process_limit_hit()
+        {
+            note.push_str(&format!(
+                "\n[toolhost: the command reached its limit of {processes} processes; forks \
+                 beyond it failed]"
+            ));
+        }
+        (!note.is_empty()).then(|| note + "\n")
     }
 
     pub(super) fn append(&self, data: &[u8]) {

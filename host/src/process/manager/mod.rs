@@ -81,7 +81,7 @@ use super::{
     StartRequest,
 };
 use crate::buffer::HeadTailBuffer;
-use crate::sandbox::{self, Profile, ScopeSandbox};
+use crate::sandbox::{self, CommandCgroups, Profile, ScopeSandbox};
 pub use config::ProcessManagerConfig;
 use entry::{Entry, EntrySpec, LogTarget, unix_ms};
 use ids::Ids;
@@ -234,6 +234,18 @@ impl ProcessManager {
             .scope_sandbox(scope)
             .prepare(&profile)
             .map_err(|error| ProcessError::Failed(error.to_string()))?;
+        // Limits on everything the command starts; one more process than asked for, the
+        // keeper.
+        let cgroups = match confine {
+            Some(_) => CommandCgroups::create(
+                profile.limits.processes.map(|n| n.saturating_add(1)),
+                profile.limits.memory_bytes,
+            )
+            .map_err(|error| {
+                ProcessError::Failed(format!("cannot create the command's cgroups: {error}"))
+            })?,
+            None => None,
+        };
         let Some(spawner) = &self.spawner else {
             return Err(ProcessError::Failed(
                 "cannot start processes: the spawner thread could not be created".to_owned(),
@@ -268,6 +280,7 @@ impl ProcessManager {
             OwnedFd::from(writer),
             keeper_ends,
             confine.as_deref(),
+            cgroups.as_ref(),
             self.config.nice,
         )
         .map_err(|error| {
@@ -312,6 +325,7 @@ impl ProcessManager {
             workdir,
             background,
             profile,
+            cgroups,
             started_ms,
             started_at,
             keeper: spawned.pid(),

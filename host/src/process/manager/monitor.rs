@@ -112,6 +112,9 @@ impl Monitor {
         if let Some(reader) = &mut output {
             reader.flush().await;
         }
+        if let Some(note) = entry.limit_note() {
+            entry.append(note.as_bytes());
+        }
         match guard.records.upgrade() {
             Some(records) => records.finish(&entry, ended),
             None => entry.finish_orphaned(ended),

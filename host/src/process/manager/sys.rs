@@ -16,7 +16,7 @@ use nix::unistd::Pid;
 use rustix::process::{WaitId, WaitIdOptions, waitid};
 
 use super::keeper::KeeperEnds;
-use crate::sandbox::Prepared;
+use crate::sandbox::{CommandCgroups, Prepared};
 
 /// How a process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,6 +164,8 @@ pub(super) struct ChildSpec {
     /// The confinement layers (Landlock ruleset, seccomp programs), for the keeper's
     /// descriptors 6 and 7.
     layers: Option<(OwnedFd, OwnedFd)>,
+    /// `cgroup.procs` of the command's cgroups (at most two), joined by the child before exec.
+    cgroups: Vec<OwnedFd>,
     nice: i32,
 }
 
@@ -189,6 +191,7 @@ impl ChildSpec {
         output: OwnedFd,
         keeper: KeeperEnds,
         confine: Option<&Prepared>,
+        cgroups: Option<&CommandCgroups>,
         nice: i32,
     ) -> io::Result<Self> {
         let mut argv = vec![cstring(b"toolhost-keeper")?];
@@ -257,6 +260,17 @@ impl ChildSpec {
                 )),
                 None => None,
             },
+            cgroups: cgroups
+                .map(|cgroups| {
+                    cgroups
+                        .procs()
+                        .iter()
+                        .take(2)
+                        .map(|file| file.try_clone().map(OwnedFd::from))
+                        .collect::<io::Result<Vec<_>>>()
+                })
+                .transpose()?
+                .unwrap_or_default(),
             nice,
         })
     }
@@ -383,6 +397,11 @@ impl Forker {
             output: spec.output.as_raw_fd(),
             status: spec.keeper.status.as_raw_fd(),
             control: spec.keeper.control.as_raw_fd(),
+            cgroups: [0, 1].map(|index| {
+                spec.cgroups
+                    .get(index)
+                    .map_or(-1, |procs| procs.as_raw_fd())
+            }),
             layers: spec.layers.as_ref().map_or((-1, -1), |(ruleset, seccomp)| {
                 (ruleset.as_raw_fd(), seccomp.as_raw_fd())
             }),
@@ -422,6 +441,7 @@ impl Forker {
                 STAGE_PARENT => SpawnStep::ParentCheck,
                 STAGE_STDIO => SpawnStep::Stdio,
                 STAGE_CHDIR => SpawnStep::Chdir,
+                STAGE_CGROUP => SpawnStep::Cgroup,
                 _ => SpawnStep::Exec,
             };
             return Err(SpawnError {
@@ -450,6 +470,8 @@ pub(super) enum SpawnStep {
     Stdio,
     /// Entering the working directory.
     Chdir,
+    /// Joining the command's cgroups.
+    Cgroup,
     /// `execveat` of the keeper.
     Exec,
 }
@@ -471,6 +493,7 @@ impl std::fmt::Display for SpawnError {
             SpawnStep::ParentCheck => "parent check",
             SpawnStep::Stdio => "dup2",
             SpawnStep::Chdir => "chdir",
+            SpawnStep::Cgroup => "joining the command's cgroups",
             SpawnStep::Exec => "exec",
         };
         write!(f, "{step}: {}", self.error)
@@ -483,6 +506,7 @@ const STAGE_PARENT: i32 = 3;
 const STAGE_STDIO: i32 = 4;
 const STAGE_CHDIR: i32 = 5;
 const STAGE_EXEC: i32 = 6;
+const STAGE_CGROUP: i32 = 7;
 
 /// What `child_main` reads (and, on failure, writes), on the parent's stack.
 struct ChildContext {
@@ -498,6 +522,8 @@ struct ChildContext {
     control: RawFd,
     /// The confinement layers for descriptors 6 and 7; `(-1, -1)` when unconfined.
     layers: (RawFd, RawFd),
+    /// `cgroup.procs` files to join; -1 for none.
+    cgroups: [RawFd; 2],
     nice: i32,
     parent: libc::pid_t,
     rtmax: libc::c_int,
@@ -531,6 +557,16 @@ extern "C" fn child_main(context: *mut libc::c_void) -> libc::c_int {
     // The parent died before the prctl: nobody would ever kill us.
     if !parent_ok {
         return fail(STAGE_PARENT, libc::ESRCH);
+    }
+    // Join the command's cgroups, so that the keeper and everything under it are counted.
+    for procs in context.cgroups {
+        if procs >= 0 {
+            // SAFETY: writes one byte from a static string to a descriptor the parent keeps
+            // open until `clone` returns.
+            if unsafe { libc::write(procs, c"0".as_ptr().cast(), 1) } != 1 {
+                return fail(STAGE_CGROUP, errno());
+            }
+        }
     }
     if context.nice != 0 {
         // SAFETY: an integer argument; failure (not permitted) is harmless.
@@ -707,6 +743,7 @@ mod tests {
             writer.into(),
             keeper,
             None,
+            None,
             0,
         );
         (reader, host, spec.expect("spec"))
@@ -768,6 +805,7 @@ mod tests {
             Path::new("/"),
             writer.into(),
             keeper,
+            None,
             None,
             0,
         );

@@ -1,0 +1,118 @@
+//! Resource limits of confined commands: a fork bomb is held by the process limit and the host
+//! keeps serving; a memory hog is killed by the memory limit and the result says so; with the
+//! cgroups forced away, memory falls back to a per-process limit.
+//!
+//! A test binary of its own, niced, so that the fork bomb cannot starve timing-sensitive tests
+//! running at the same time on a small machine.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use toolhost::sandbox::cgroup;
+use toolhost_e2e::{json, marker, processes_with, toolhost_bin, wait_gone};
+
+fn nice() {
+    // SAFETY: an integer argument; lowers this process's priority (and its children's).
+    unsafe { libc::nice(10) };
+}
+
+fn call(flags: &[&str], env: &[(&str, &str)], args: serde_json::Value) -> serde_json::Value {
+    let workspace = tempfile::tempdir().expect("workspace");
+    let output = Command::new(toolhost_bin())
+        .current_dir(workspace.path())
+        .envs(env.iter().copied())
+        .args(["--no-cache", "--state-dir"])
+        .arg(workspace.path().join(".state"))
+        .args(flags)
+        .args(["call", "execute", &args.to_string()])
+        .stdin(Stdio::null())
+        .output()
+        .expect("toolhost runs");
+    json(&String::from_utf8_lossy(&output.stdout))
+}
+
+#[tokio::test]
+async fn a_fork_bomb_is_held_by_the_process_limit() {
+    nice();
+    if cgroup::hierarchies().pids.is_none() {
+        eprintln!("no pids cgroup the host may create here: the process limit is not enforced");
+        let result = call(
+            &["--process-limit", "32"],
+            &[],
+            serde_json::json!({"command": "true"}),
+        );
+        assert_eq!(result["exit_code"], 0, "{result}");
+        return;
+    }
+    let marker = marker();
+    let bomb = format!("b{marker}() {{ b{marker} | b{marker} & }}; b{marker}; sleep 3");
+    let sampler = {
+        let marker = marker.clone();
+        std::thread::spawn(move || {
+            let mut most = 0;
+            for _ in 0..40 {
+                most = most.max(processes_with(&marker).len());
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            most
+        })
+    };
+    let result = call(
+        &["--process-limit", "32"],
+        &[],
+        serde_json::json!({"command": bomb, "timeout": "3s"}),
+    );
+    let most = sampler.join().expect("sampler");
+    // The host answered (at the timeout, or when the bomb fizzled out) and ended it all.
+    assert!(result.is_object(), "{result}");
+    assert!(most >= 16, "the bomb did not go off: {most} processes");
+    assert!(most <= 33, "{most} processes of a command limited to 32");
+    assert!(
+        wait_gone(&marker, Duration::from_secs(10)).await,
+        "left behind: {:?}",
+        processes_with(&marker)
+    );
+}
+
+#[test]
+fn a_memory_hog_is_killed_and_the_result_says_so() {
+    nice();
+    let hog = "/usr/bin/python3 -c 'x = bytearray(400 * 1024 * 1024); print(len(x))'";
+    let result = call(
+        &["--memory-limit", "64MiB"],
+        &[],
+        serde_json::json!({"command": hog, "timeout": "30s"}),
+    );
+    let output = result["output"].as_str().unwrap_or_default();
+    assert_ne!(result["exit_code"], 0, "{result}");
+    assert!(!output.contains("419430400"), "{result}");
+    if cgroup::hierarchies().memory.is_some() {
+        assert!(
+            output.contains("killed by its memory limit of 64 MiB"),
+            "{result}"
+        );
+    } else {
+        assert!(output.contains("MemoryError"), "{result}");
+    }
+    // Within the limit it runs.
+    let small = "/usr/bin/python3 -c 'x = bytearray(8 * 1024 * 1024); print(len(x))'";
+    let result = call(
+        &["--memory-limit", "64MiB"],
+        &[],
+        serde_json::json!({"command": small}),
+    );
+    assert_eq!(result["output"], "8388608\n", "{result}");
+}
+
+#[test]
+fn without_cgroups_memory_is_limited_per_process() {
+    nice();
+    let hog = "/usr/bin/python3 -c 'x = bytearray(400 * 1024 * 1024); print(len(x))'";
+    let result = call(
+        &["--memory-limit", "64MiB"],
+        &[("TOOLHOST_SANDBOX_DISABLE", "cgroups")],
+        serde_json::json!({"command": hog, "timeout": "30s"}),
+    );
+    let output = result["output"].as_str().unwrap_or_default();
+    assert!(output.contains("MemoryError"), "{result}");
+    assert!(!output.contains("memory limit of"), "{result}");
+}
