@@ -421,9 +421,12 @@ impl ProcessManager {
         for entry in entries {
             entry.signal_all(Signal::Terminate);
         }
+        // The grace period is for everything the commands started, not only for the commands:
+        // what a finished command left behind gets it too.
         let deadline = Instant::now().checked_add(self.config.kill_grace);
         for entry in entries {
             entry.wait_finished(deadline).await;
+            entry.wait_gone(deadline).await;
         }
         for entry in entries {
             entry.signal_all(Signal::Kill);

@@ -595,6 +595,33 @@ async fn end_scope_kills_leftovers_of_finished_processes() {
     assert!(eventually(|| live_processes_with(marker).is_empty()).await);
 }
 
+/// What a finished command left behind gets the grace period too: `SIGTERM`, time to finish,
+/// and only then `SIGKILL`.
+#[tokio::test]
+async fn leftovers_of_finished_processes_get_the_grace_period() {
+    let marker = "300.889";
+    let (_dir, manager) = manager_with(|config| config.kill_grace = Duration::from_secs(5));
+    // Not beside the state directory: a confined command cannot create entries next to a
+    // hidden path.
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let record = elsewhere.path().join("graceful");
+    let command = format!(
+        "(trap 'sleep 0.3; echo graceful > {record}; exit 0' TERM; echo up; \
+         while :; do sleep {marker}; done) >/dev/null 2>&1 &",
+        record = record.display()
+    );
+    let snapshot = run(&manager, &command).await;
+    assert_eq!(snapshot.exit_code, Some(0));
+    assert!(eventually(|| !live_processes_with(marker).is_empty()).await);
+    manager.end_scope(SCOPE).await;
+    assert_eq!(
+        std::fs::read_to_string(&record).ok().as_deref(),
+        Some("graceful\n"),
+        "killed before its grace period was over"
+    );
+    assert!(eventually(|| live_processes_with(marker).is_empty()).await);
+}
+
 #[tokio::test]
 async fn running_processes_are_capped_per_scope() {
     let (_dir, manager) = manager_with(|config| config.max_running_per_scope = 2);
