@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -137,13 +138,51 @@ impl ScopeSandbox {
         if let Some(dir) = temp.as_ref() {
             return Ok(dir.path().to_path_buf());
         }
+        sweep_stale_temp_dirs();
         let dir = tempfile::Builder::new()
-            .prefix("toolhost-")
+            .prefix(&format!("{TEMP_PREFIX}{}-", std::process::id()))
+            .permissions(std::fs::Permissions::from_mode(0o700))
             .tempdir()
             .map_err(PrepareError::TempDir)?;
         let path = dir.path().to_path_buf();
         *temp = Some(dir);
         Ok(path)
+    }
+}
+
+/// Private temporary directories are `toolhost-PID-XXXXXX` in the system's temporary directory,
+/// PID being the host's.
+const TEMP_PREFIX: &str = "toolhost-";
+
+/// Remove what hosts that are gone (killed, or ended without cleaning up) left of their
+/// scopes' temporary directories: this user's `toolhost-PID-*` whose PID no longer runs. Once
+/// per process.
+fn sweep_stale_temp_dirs() {
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(|| sweep(&std::env::temp_dir()));
+}
+
+fn sweep(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let uid = rustix::process::getuid().as_raw();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|name| name.strip_prefix(TEMP_PREFIX))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let ours = entry
+            .metadata()
+            .is_ok_and(|meta| meta.is_dir() && meta.uid() == uid);
+        if ours && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 
@@ -189,4 +228,26 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
         keeper_args,
         env: vec![("TMPDIR".to_owned(), temp.display().to_string())],
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temporary_directories_of_hosts_that_are_gone_are_swept() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let gone = temp.path().join("toolhost-999999999-abc");
+        let alive = temp
+            .path()
+            .join(format!("toolhost-{}-def", std::process::id()));
+        let other = temp.path().join("toolhost-cache");
+        for dir in [&gone, &alive, &other] {
+            std::fs::create_dir(dir).expect("dir");
+        }
+        std::fs::write(gone.join("file"), "left").expect("file");
+        sweep(temp.path());
+        assert!(!gone.exists());
+        assert!(alive.exists() && other.exists());
+    }
 }
