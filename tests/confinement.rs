@@ -524,3 +524,29 @@ fn an_unprivileged_host_confines_its_commands_too() {
     refused(&run("unshare -U true"), "a user namespace (unprivileged)");
     assert!(!path("outside/escape").exists());
 }
+
+/// `toolhost sandbox` says what this machine enforces and what a missing layer means.
+#[test]
+fn toolhost_sandbox_reports_the_layers_and_refusals() {
+    let run = |env: &[(&str, &str)]| {
+        let output = Command::new(toolhost_bin())
+            .args(["sandbox", "--network", "none"])
+            .envs(env.iter().copied())
+            .output()
+            .expect("toolhost sandbox");
+        assert!(output.status.success());
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let report = run(&[]);
+    assert!(report.contains("Landlock: ABI"), "{report}");
+    assert!(report.contains("workspace-write, network none"), "{report}");
+    assert!(report.contains("-- enforced"), "{report}");
+    assert!(
+        report.contains("off: off (unconfined) -- no confinement"),
+        "{report}"
+    );
+    let report = run(&[("TOOLHOST_SANDBOX_DISABLE", "landlock,cgroups")]);
+    assert!(report.contains("Landlock: NO"), "{report}");
+    assert!(report.contains("REFUSED: missing Landlock"), "{report}");
+    assert!(report.contains("processes: NOT ENFORCED"), "{report}");
+}
