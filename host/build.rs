@@ -155,6 +155,11 @@ fn build_keeper(root: &Path, out_dir: &Path) {
         .arg("--target-dir")
         .arg(&target_dir);
     isolate(&mut cmd);
+    // Statically linked: every command pays the keeper's start, and a static binary starts
+    // without the dynamic loader (foreground `true` through the manager: about 0.5 ms less).
+    if target.contains("-linux-gnu") {
+        cmd.env("CARGO_ENCODED_RUSTFLAGS", "-Ctarget-feature=+crt-static");
+    }
     let status = cmd.status().expect("failed to run cargo for the keeper");
     assert!(status.success(), "building the keeper failed");
     let path = target_dir
