@@ -550,3 +550,15 @@ fn toolhost_sandbox_reports_the_layers_and_refusals() {
     assert!(report.contains("REFUSED: missing Landlock"), "{report}");
     assert!(report.contains("processes: NOT ENFORCED"), "{report}");
 }
+
+/// A host started in `/` (a service's default) does not make the whole filesystem writable.
+#[test]
+fn a_workspace_of_slash_is_refused_rather_than_made_writable() {
+    let machine = Machine::new();
+    let output = machine.run(&["--workdir", "/"], "touch /toolhost-escape", &[]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("all of `/` writable"), "{stderr}");
+    assert!(!std::path::Path::new("/toolhost-escape").exists());
+    let result = machine.execute(&["--workdir", "/", "--sandbox", "read-only"], "echo read");
+    assert_eq!(output(&result), "read\n", "{result}");
+}

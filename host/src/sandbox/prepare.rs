@@ -55,6 +55,13 @@ pub(crate) enum PrepareError {
         /// What is missing.
         missing: String,
     },
+    /// A writable root is `/`: nothing would be confined.
+    #[error(
+        "the `workspace-write` sandbox would make all of `/` writable (the workspace or a \
+         --writable directory is `/`); pass --workdir with a project directory, or use \
+         `--sandbox read-only`"
+    )]
+    RootWritable,
     /// Landlock refused.
     #[error(transparent)]
     Landlock(#[from] LandlockError),
@@ -208,6 +215,9 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
             let home = canonical(home);
             writable.extend(CACHES_IN_HOME.iter().map(|name| home.join(name)));
         }
+    }
+    if writable.iter().any(|root| root == Path::new("/")) {
+        return Err(PrepareError::RootWritable);
     }
     let plan = Plan::new(&writable, &hidden);
     let ruleset = landlock::build(&plan, profile.network)?;
