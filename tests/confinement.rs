@@ -555,8 +555,8 @@ fn toolhost_sandbox_reports_the_layers_and_refusals() {
 #[test]
 fn a_workspace_of_slash_is_refused_rather_than_made_writable() {
     let machine = Machine::new();
-    let output = machine.run(&["--workdir", "/"], "touch /toolhost-escape", &[]);
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let refused = machine.run(&["--workdir", "/"], "touch /toolhost-escape", &[]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("all of `/` writable"), "{stderr}");
     assert!(!std::path::Path::new("/toolhost-escape").exists());
     let result = machine.execute(&["--workdir", "/", "--sandbox", "read-only"], "echo read");
