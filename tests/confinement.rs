@@ -562,3 +562,42 @@ fn a_workspace_of_slash_is_refused_rather_than_made_writable() {
     let result = machine.execute(&["--workdir", "/", "--sandbox", "read-only"], "echo read");
     assert_eq!(output(&result), "read\n", "{result}");
 }
+
+/// A plugin's grant confines its commands further than the operator does, never less: the
+/// guarded policy's commands have no network and write only the workspace even under
+/// `--sandbox off`; the default policy's get the operator's settings; the operator can make
+/// the guarded policy's stricter still.
+#[test]
+fn the_guarded_policy_confines_its_own_commands() {
+    let machine = Machine::new();
+    let listener = TcpListener::bind("127.0.0.1:0").expect("listen");
+    let port = listener.local_addr().expect("addr").port();
+    let connect = format!(
+        "/usr/bin/python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 5)'"
+    );
+    let guarded = ["--policy", "guarded"];
+    refused(
+        &machine.execute(&guarded, &connect),
+        "guarded: a connection",
+    );
+    let off = ["--policy", "guarded", "--sandbox", "off"];
+    refused(
+        &machine.execute(&off, &connect),
+        "guarded, sandbox off: a connection",
+    );
+    refused(
+        &machine.execute(&off, "echo x > \"$HOME/escape\""),
+        "guarded, sandbox off: a write to $HOME",
+    );
+    assert!(!machine.path("home/escape").exists());
+    let result = machine.execute(&off, "echo ok > here && cat here");
+    assert_eq!(output(&result), "ok\n", "{result}");
+    let read_only = ["--policy", "guarded", "--sandbox", "read-only"];
+    refused(
+        &machine.execute(&read_only, "echo x > here2"),
+        "guarded, read-only",
+    );
+    // The default policy under the same flags: the operator's settings as they are.
+    let result = machine.execute(&["--sandbox", "off"], &connect);
+    assert_eq!(result["exit_code"], 0, "{result}");
+}

@@ -45,13 +45,16 @@ async fn a_fork_bomb_is_held_by_the_process_limit() {
     }
     let marker = marker();
     let bomb = format!("b{marker}() {{ b{marker} | b{marker} & }}; b{marker}; sleep 3");
+    // Counts the bomb's processes for as long as the call runs.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let sampler = {
         let marker = marker.clone();
+        let done = done.clone();
         std::thread::spawn(move || {
             let mut most = 0;
-            for _ in 0..40 {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
                 most = most.max(processes_with(&marker).len());
-                std::thread::sleep(Duration::from_millis(50));
+                std::thread::sleep(Duration::from_millis(20));
             }
             most
         })
@@ -61,6 +64,7 @@ async fn a_fork_bomb_is_held_by_the_process_limit() {
         &[],
         serde_json::json!({"command": bomb, "timeout": "3s"}),
     );
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
     let most = sampler.join().expect("sampler");
     // The host answered (at the timeout, or when the bomb fizzled out) and ended it all.
     assert!(result.is_object(), "{result}");

@@ -99,6 +99,7 @@ impl ToolHostBuilder {
 
     /// Build the host and load the plugins. Must run inside a tokio runtime.
     pub async fn build(self) -> Result<ToolHost, HostError> {
+        let sandbox = self.process_config.sandbox.clone();
         let (backend, manager): (Arc<dyn ProcessBackend>, _) = match self.backend {
             Some(b) => (b, None),
             None => {
@@ -111,7 +112,7 @@ impl ToolHostBuilder {
             }
         };
         let cache = self.cache_dir.as_deref().and_then(ComponentCache::open);
-        let loader = Loader::new(backend, cache)?;
+        let loader = Loader::new(backend, cache, sandbox)?;
         let registry = Arc::new(Registry::new(loader, self.policy, self.plugin_dirs));
         registry.reload(true).await?;
         let watcher = if self.watch {

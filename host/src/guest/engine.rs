@@ -8,6 +8,7 @@ use super::cache::ComponentCache;
 use super::errors::EngineError;
 use super::state::CallState;
 use crate::process::ProcessBackend;
+use crate::sandbox::SandboxSettings;
 use std::sync::Arc;
 use std::time::Duration;
 use wasmtime::component::{HasSelf, Linker};
@@ -28,6 +29,8 @@ pub(crate) struct Loader {
     pub(crate) backend: Arc<dyn ProcessBackend>,
     /// Compiled-component cache; `None` compiles every component afresh.
     pub(crate) cache: Option<ComponentCache>,
+    /// The operator's confinement settings, which every plugin's grant narrows.
+    pub(crate) sandbox: SandboxSettings,
 }
 
 impl Loader {
@@ -35,6 +38,7 @@ impl Loader {
     pub(crate) fn new(
         backend: Arc<dyn ProcessBackend>,
         cache: Option<ComponentCache>,
+        sandbox: SandboxSettings,
     ) -> Result<Loader, EngineError> {
         let engine_error = |e: wasmtime::Error| EngineError(format!("{e:#}"));
         let mut config = Config::new();
@@ -51,6 +55,7 @@ impl Loader {
             linker,
             backend,
             cache,
+            sandbox,
         })
     }
 }

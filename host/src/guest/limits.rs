@@ -3,6 +3,7 @@
 //! buffer of a call to one memory budget.
 
 use super::errors::LimitExceeded;
+use crate::sandbox::SandboxGrant;
 use std::path::PathBuf;
 use std::time::Duration;
 use wasmtime::ResourceLimiter;
@@ -19,6 +20,9 @@ pub struct Grants {
     /// Host environment variables the plugin's processes inherit; `None` (no `env` key)
     /// means all of them. What the guest sets itself is passed on either way.
     pub env: Option<Vec<String>>,
+    /// How confined the plugin's commands are at least (`sandbox`, `network`, and the
+    /// `memory_limit`, `process_limit`, `cpu_limit` keys); the operator's settings bound it.
+    pub sandbox: SandboxGrant,
 }
 
 /// Limits applied to one call.

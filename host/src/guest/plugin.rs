@@ -10,6 +10,7 @@ use super::engine::Loader;
 use super::errors::{CallError, LimitExceeded, LoadError};
 use super::limits::{CallLimits, Grants};
 use super::state::{CallOptions, CallState, ProcessGrant};
+use crate::sandbox;
 use std::pin::Pin;
 use std::time::Duration;
 use wasmtime::{Store, UpdateDeadline};
@@ -137,6 +138,7 @@ impl Plugin {
             workdir_root: grants.workdir_root.clone(),
             max_wait: grants.max_timeout,
             env_allowlist: grants.env.clone(),
+            profile: sandbox::bound(&loader.sandbox, &grants.sandbox),
         });
         let mut plugin = Plugin {
             name: name.to_string(),

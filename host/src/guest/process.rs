@@ -61,7 +61,7 @@ impl CallState {
             env: request.env,
             background: request.background,
             inherit_env: grant.env_allowlist.clone(),
-            profile: None,
+            profile: Some(grant.profile.clone()),
         })
     }
 }

@@ -10,6 +10,7 @@
 use super::limits::{CallLimiter, CallLimits};
 use super::log::GuestLog;
 use crate::process::ProcessBackend;
+use crate::sandbox::Profile;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,6 +34,9 @@ pub(crate) struct ProcessGrant {
     pub(crate) max_wait: Option<Duration>,
     /// Host environment variables the plugin's processes inherit (`None`: all).
     pub(crate) env_allowlist: Option<Vec<String>>,
+    /// The confinement of the plugin's commands: the operator's settings bounded by the
+    /// plugin's grant.
+    pub(crate) profile: Profile,
 }
 
 /// Receives progress updates of a long call: the latest output lines of the process the

@@ -12,6 +12,9 @@ pub struct BundledPlugin {
     pub summary: &'static str,
     /// The component bytes.
     pub bytes: &'static [u8],
+    /// Its manifest: the grants and limits it runs with, written beside it by
+    /// `toolhost plugins export`.
+    pub manifest: &'static str,
 }
 
 /// The default policy: generous limits, foreground timeouts handed over to the background.
@@ -20,6 +23,7 @@ pub const DEFAULT: BundledPlugin = BundledPlugin {
     file_name: "default-policy.wasm",
     summary: "execute/process_* with timeouts handed over to the background",
     bytes: include_bytes!(env!("TOOLHOST_GUEST_DEFAULT_POLICY")),
+    manifest: DEFAULT_MANIFEST,
 };
 
 /// The guarded policy: destructive commands refused, foreground timeouts killed.
@@ -28,6 +32,7 @@ pub const GUARDED: BundledPlugin = BundledPlugin {
     file_name: "guarded-policy.wasm",
     summary: "refuses destructive commands, kills at timeout, lower maximum timeout",
     bytes: include_bytes!(env!("TOOLHOST_GUEST_GUARDED_POLICY")),
+    manifest: GUARDED_MANIFEST,
 };
 
 /// Every bundled policy.
@@ -43,11 +48,40 @@ pub fn names() -> Vec<&'static str> {
     ALL.iter().map(|p| p.name).collect()
 }
 
-/// The manifest written beside an exported policy: the grant the bundled policies have.
-const EXPORTED_MANIFEST: &str = "\
+/// The default policy's manifest: its commands get the operator's settings as they are.
+const DEFAULT_MANIFEST: &str = "\
 # Grants and limits of this plugin (see docs/writing-a-policy.md).
 [grants]
 process = true
+# How confined its commands are at least (the operator's flags may make them stricter):
+# sandbox = \"workspace-write\"   # or \"read-only\"; \"off\" leaves it to the operator
+# network = \"none\"              # or \"full\"
+# memory_limit = \"2GiB\"         # memory of a command and all it started
+# process_limit = 256             # processes of a command at once
+# cpu_limit = \"10m\"             # CPU time of each of its processes
+
+[limits]
+memory = \"64MiB\"
+cpu_time = \"5s\"
+wall_time = \"1h\"
+
+# Policy knobs, handed to the guest: default_timeout, max_timeout, output_cap_bytes,
+# on_timeout (\"handover\" or \"kill\"), list_limit.
+[config]
+";
+
+/// The guarded policy's manifest: its commands are confined whatever the operator allows:
+/// the workspace is all they write, no network, tight limits.
+const GUARDED_MANIFEST: &str = "\
+# Grants and limits of this plugin (see docs/writing-a-policy.md).
+[grants]
+process = true
+# How confined its commands are at least (the operator's flags may make them stricter).
+sandbox = \"workspace-write\"
+network = \"none\"
+memory_limit = \"2GiB\"
+process_limit = 256
+cpu_limit = \"10m\"
 
 [limits]
 memory = \"64MiB\"
@@ -68,7 +102,7 @@ pub fn export(dir: &std::path::Path) -> std::io::Result<Vec<std::path::PathBuf>>
         let path = dir.join(p.file_name);
         std::fs::write(&path, p.bytes)?;
         let manifest = path.with_extension("toml");
-        std::fs::write(&manifest, EXPORTED_MANIFEST)?;
+        std::fs::write(&manifest, p.manifest)?;
         written.extend([path, manifest]);
     }
     Ok(written)

@@ -6,7 +6,14 @@
 //! process = true                 # may start and control processes (deny by default)
 //! workdir_root = "/home/me/src"  # processes start only in this directory or below it
 //! max_timeout = "10m"            # longest a single wait on a process may block
-//! env = ["PATH", "HOME", "LANG"] # host variables processes inherit (absent: all of them)
+//! env = ["PATH", "HOME", "LANG"] # host variables processes inherit (absent: all of them,
+//!                                # but secret-named ones when confined)
+//! sandbox = "workspace-write"    # its commands at least this confined: "workspace-write",
+//!                                # "read-only" or "off" (absent: the operator's --sandbox)
+//! network = "none"               # "none" or "full" (absent: the operator's --network)
+//! memory_limit = "2GiB"          # memory of a command and all it started, at most
+//! process_limit = 256            # processes of a command at once, at most
+//! cpu_limit = "10m"              # CPU time of each process of a command, at most
 //!
 //! [limits]
 //! memory = "64MiB"               # linear memory plus guest buffers
@@ -20,11 +27,14 @@
 //!
 //! What the host enforces is what the *guest* may ask for: a plugin without `process` cannot
 //! run anything, a start request outside `workdir_root` is refused, and processes inherit only
-//! the `env` variables listed. The commands themselves run as the host's user, unconfined: a
-//! command can `cd /` or read files anywhere that user can. Run the host as a dedicated user
-//! (or in a container) when the commands must be contained, not only the policy.
+//! the `env` variables listed. The commands themselves run under the stricter of the operator's
+//! confinement flags (`--sandbox`, `--network`, `--memory-limit`, `--process-limit`) and the
+//! plugin's `sandbox`, `network` and `*_limit` grants, enforced by the host (see the README's
+//! Confinement section): a plugin can confine its commands more than the operator does, never
+//! less. `workdir_root` bounds where the guest may start commands, not what they may read.
 
 use crate::guest::{CallLimits, Grants};
+use crate::sandbox::{self, Limits, Network, SandboxGrant, SandboxMode};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -73,6 +83,11 @@ struct RawGrants {
     workdir_root: Option<PathBuf>,
     max_timeout: Option<String>,
     env: Option<Vec<String>>,
+    sandbox: Option<String>,
+    network: Option<String>,
+    memory_limit: Option<String>,
+    process_limit: Option<u32>,
+    cpu_limit: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -84,17 +99,6 @@ struct RawLimits {
 }
 
 impl Manifest {
-    /// The manifest of a bundled policy: process access, default limits, no config.
-    pub(crate) fn bundled() -> Manifest {
-        Manifest {
-            grants: Grants {
-                process: true,
-                ..Grants::default()
-            },
-            ..Manifest::default()
-        }
-    }
-
     /// Parse manifest text; `path` is used in messages and to resolve a relative workdir root
     /// (relative to the manifest's directory).
     pub(crate) fn parse(text: &str, path: &Path) -> Result<Manifest, ManifestError> {
@@ -136,9 +140,11 @@ impl Manifest {
         };
         let mut limits = CallLimits::default();
         if let Some(text) = &raw.limits.memory {
-            limits.memory_bytes = parse_size(text).ok_or_else(|| {
-                invalid(format!("`memory` = {text:?} is not a size like \"64MiB\""))
-            })?;
+            limits.memory_bytes = sandbox::parse_size(text)
+                .and_then(|bytes| usize::try_from(bytes).ok())
+                .ok_or_else(|| {
+                    invalid(format!("`memory` = {text:?} is not a size like \"64MiB\""))
+                })?;
         }
         if let Some(d) = duration("cpu_time", &raw.limits.cpu_time)? {
             limits.cpu_time = d;
@@ -146,6 +152,51 @@ impl Manifest {
         if let Some(d) = duration("wall_time", &raw.limits.wall_time)? {
             limits.wall_time = d;
         }
+        let sandbox = SandboxGrant {
+            mode: raw
+                .grants
+                .sandbox
+                .as_deref()
+                .map(|name| {
+                    SandboxMode::parse(name).ok_or_else(|| {
+                        invalid(format!(
+                            "`sandbox` = {name:?} is not one of \"workspace-write\", \
+                             \"read-only\", \"off\""
+                        ))
+                    })
+                })
+                .transpose()?,
+            network: raw
+                .grants
+                .network
+                .as_deref()
+                .map(|name| {
+                    Network::parse(name).ok_or_else(|| {
+                        invalid(format!("`network` = {name:?} is not \"full\" or \"none\""))
+                    })
+                })
+                .transpose()?,
+            limits: Limits {
+                memory_bytes: raw
+                    .grants
+                    .memory_limit
+                    .as_deref()
+                    .map(|text| {
+                        sandbox::parse_size(text).ok_or_else(|| {
+                            invalid(format!(
+                                "`memory_limit` = {text:?} is not a size like \"2GiB\""
+                            ))
+                        })
+                    })
+                    .transpose()?,
+                processes: match raw.grants.process_limit {
+                    Some(0) => return Err(invalid("`process_limit` must be at least 1".into())),
+                    limit => limit,
+                },
+                cpu_seconds: duration("cpu_limit", &raw.grants.cpu_limit)?
+                    .map(|limit| limit.as_secs().max(1)),
+            },
+        };
         let config = serde_json::to_value(&raw.config)
             .ok()
             .and_then(|v| v.as_object().cloned())
@@ -156,6 +207,7 @@ impl Manifest {
                 workdir_root,
                 max_timeout: duration("max_timeout", &raw.grants.max_timeout)?,
                 env: raw.grants.env,
+                sandbox,
             },
             limits,
             config,
@@ -166,22 +218,6 @@ impl Manifest {
     pub(crate) fn config_json(&self) -> String {
         serde_json::Value::Object(self.config.clone()).to_string()
     }
-}
-
-/// Parse `"64MiB"`, `"512KiB"`, `"1GiB"`, `"1000000"` (bytes).
-fn parse_size(text: &str) -> Option<usize> {
-    let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (digits, unit) = t.split_at(split);
-    let n: usize = digits.parse().ok()?;
-    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        _ => return None,
-    };
-    n.checked_mul(mult).filter(|n| *n > 0)
 }
 
 #[cfg(test)]
@@ -211,6 +247,56 @@ mod tests {
         let config: serde_json::Value = serde_json::from_str(&m.config_json()).expect("json");
         assert_eq!(config["default_timeout"], "30s");
         assert_eq!(config["list_limit"], 5);
+    }
+
+    #[test]
+    fn sandbox_grants_parse_and_bad_values_are_named() {
+        let text = "[grants]\nprocess = true\nsandbox = \"read-only\"\nnetwork = \"none\"\n\
+                    memory_limit = \"1GiB\"\nprocess_limit = 64\ncpu_limit = \"90s\"\n";
+        let m = Manifest::parse(text, Path::new("p.toml")).expect("parses");
+        assert_eq!(
+            m.grants.sandbox,
+            SandboxGrant {
+                mode: Some(SandboxMode::ReadOnly),
+                network: Some(Network::None),
+                limits: Limits {
+                    memory_bytes: Some(1 << 30),
+                    processes: Some(64),
+                    cpu_seconds: Some(90),
+                },
+            }
+        );
+        for (bad, named) in [
+            ("sandbox = \"strict\"", "`sandbox` = \"strict\""),
+            ("network = \"some\"", "`network` = \"some\""),
+            ("memory_limit = \"lots\"", "`memory_limit` = \"lots\""),
+            ("process_limit = 0", "`process_limit` must be at least 1"),
+            ("process_limit = -3", "expected u32"),
+            ("cpu_limit = \"soon\"", "`cpu_limit` = \"soon\""),
+        ] {
+            let text = format!("[grants]\n{bad}\n");
+            let error = Manifest::parse(&text, Path::new("p.toml")).expect_err(bad);
+            assert!(error.to_string().contains(named), "{bad}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_bundled_manifests_parse() {
+        for bundled in crate::plugins::bundled::ALL {
+            let m = Manifest::parse(bundled.manifest, Path::new(bundled.file_name))
+                .expect("a bundled manifest parses");
+            assert!(m.grants.process, "{}", bundled.name);
+        }
+        let guarded = Manifest::parse(
+            crate::plugins::bundled::GUARDED.manifest,
+            Path::new("guarded.toml"),
+        )
+        .expect("parses");
+        assert_eq!(
+            guarded.grants.sandbox.mode,
+            Some(SandboxMode::WorkspaceWrite)
+        );
+        assert_eq!(guarded.grants.sandbox.network, Some(Network::None));
     }
 
     #[test]

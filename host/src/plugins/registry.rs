@@ -179,7 +179,7 @@ impl Registry {
 
 /// Load a bundled component.
 async fn load_bundled(loader: &Loader, bundled: &BundledPlugin) -> Result<Plugin, HostError> {
-    let manifest = Manifest::bundled();
+    let manifest = Manifest::parse(bundled.manifest, Path::new(bundled.file_name))?;
     let source = PluginSource {
         name: bundled.name,
         origin: "bundled".to_string(),

@@ -29,5 +29,5 @@ pub(crate) use prepare::{Context, Prepared, ScopeSandbox};
 
 pub use profile::{
     ConfinementRequest, Limits, LooserThanGrant, Network, Profile, SandboxGrant, SandboxMode,
-    SandboxSettings, parse_size, resolve,
+    SandboxSettings, bound, parse_size, resolve,
 };

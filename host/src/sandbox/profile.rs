@@ -278,6 +278,21 @@ pub struct LooserThanGrant {
     pub granted: String,
 }
 
+/// The profile of a command whose policy asks for nothing: the stricter of the operator's
+/// settings and the plugin's grant on every dimension.
+pub fn bound(operator: &SandboxSettings, grant: &SandboxGrant) -> Profile {
+    Profile {
+        mode: grant
+            .mode
+            .map_or(operator.mode, |mode| mode.max(operator.mode)),
+        network: grant
+            .network
+            .map_or(operator.network, |network| network.max(operator.network)),
+        hidden: Vec::new(),
+        limits: operator.limits.stricter(grant.limits),
+    }
+}
+
 /// The profile of one command: the stricter of the operator's settings, the plugin's grant and
 /// the request on every dimension. A request looser than the grant is an error.
 pub fn resolve(
@@ -285,21 +300,11 @@ pub fn resolve(
     grant: &SandboxGrant,
     request: Option<&ConfinementRequest>,
 ) -> Result<Profile, LooserThanGrant> {
-    let bound_mode = grant
-        .mode
-        .map_or(operator.mode, |mode| mode.max(operator.mode));
-    let bound_network = grant
-        .network
-        .map_or(operator.network, |network| network.max(operator.network));
-    let bound_limits = operator.limits.stricter(grant.limits);
+    let base = bound(operator, grant);
     let Some(request) = request else {
-        return Ok(Profile {
-            mode: bound_mode,
-            network: bound_network,
-            hidden: Vec::new(),
-            limits: bound_limits,
-        });
+        return Ok(base);
     };
+    let (bound_mode, bound_network, bound_limits) = (base.mode, base.network, base.limits);
     if let (Some(asked), Some(granted)) = (request.mode, grant.mode)
         && asked < granted
     {
