@@ -142,6 +142,10 @@ fn writes_outside_the_writable_roots_are_refused() {
     for (what, command) in attempts {
         let result = machine.execute(&[], &command);
         refused(&result, what);
+        assert!(
+            output(&result).contains("[toolhost: this command runs confined (workspace-write"),
+            "{what}: no note for the model: {result}"
+        );
     }
     assert!(!machine.path("home/escape").exists());
     assert!(!machine.path("outside/escape").exists());
@@ -314,6 +318,10 @@ fn read_only_writes_only_the_private_temporary_directory() {
     let machine = Machine::new();
     let result = machine.execute(&["--sandbox", "read-only"], "echo x > here");
     refused(&result, "a write to the workspace");
+    assert!(
+        output(&result).contains("Writing anywhere but $TMPDIR"),
+        "{result}"
+    );
     assert!(!machine.path("workspace/here").exists());
     let result = machine.execute(
         &["--sandbox", "read-only"],
@@ -332,6 +340,11 @@ fn sandbox_off_runs_commands_unconfined() {
     );
     assert_eq!(output(&result), "PRIVATE KEY", "{result}");
     assert!(home.join("written").exists());
+    // No note about a confinement that is not there, and none for other failures.
+    let result = machine.execute(&["--sandbox", "off"], "touch /proc/toolhost-x");
+    assert!(!output(&result).contains("[toolhost:"), "{result}");
+    let result = machine.execute(&[], "echo fine; exit 3");
+    assert_eq!(output(&result), "fine\n", "{result}");
 }
 
 #[test]

@@ -19,7 +19,19 @@ use super::output_log::OutputLog;
 use super::sys::{self, Exit};
 use crate::buffer::HeadTailBuffer;
 use crate::process::{OutputSnapshot, ProcessInfo, ReadFrom, Signal};
-use crate::sandbox::{CommandCgroups, Profile};
+use crate::sandbox::{CommandCgroups, Network, Profile, SandboxMode};
+
+/// How refusals of the confinement read in a command's output.
+const DENIALS: &[&str] = &[
+    "Permission denied",
+    "Operation not permitted",
+    "Read-only file system",
+    "PermissionError",
+    "EACCES",
+    "EPERM",
+    // Landlock refuses links and renames across its rules with EXDEV.
+    "Invalid cross-device link",
+];
 
 /// One process's record.
 pub(super) struct Entry {
@@ -143,11 +155,42 @@ impl Entry {
         !self.nothing_left.load(Ordering::Acquire) && lock(&self.keeper).control.is_some()
     }
 
-    /// A note for the model when a limit ended the command, e.g. the memory limit's kill.
-    pub(super) fn limit_note(&self) -> Option<String> {
-        let cgroups = self.cgroups.as_ref()?;
-        let limits = self.profile.limits;
+    /// Notes for the model, appended to the output when the command has ended: a limit that
+    /// stopped it (the memory limit's kill, forks refused by the process limit), or, when it
+    /// failed with a permission error while confined, what the confinement refuses.
+    pub(super) fn notes(&self, exit: Option<Exit>) -> Option<String> {
+        let mut note = self.limit_notes();
+        let failed = exit.is_some_and(|exit| exit.exit_code() != 0);
+        if failed && note.is_empty() && self.profile.mode != SandboxMode::Off {
+            let text = lock(&self.state).buffer.render().text;
+            if DENIALS.iter().any(|denial| text.contains(denial)) {
+                let network = if self.profile.network == Network::None {
+                    ", network access"
+                } else {
+                    ""
+                };
+                let writes = if self.profile.mode == SandboxMode::ReadOnly {
+                    "Writing anywhere but $TMPDIR"
+                } else {
+                    "Writing outside the workspace, /tmp and package caches"
+                };
+                note.push_str(&format!(
+                    "\n[toolhost: this command runs confined ({}). {writes}, reading secrets such \
+                     as ~/.ssh, reaching other processes, sudo{network} are refused: a permission \
+                     error above may come from that, so do not retry the same way]",
+                    self.profile.summary()
+                ));
+            }
+        }
+        (!note.is_empty()).then(|| note + "\n")
+    }
+
+    fn limit_notes(&self) -> String {
         let mut note = String::new();
+        let Some(cgroups) = self.cgroups.as_ref() else {
+            return note;
+        };
+        let limits = self.profile.limits;
         if let Some(bytes) = limits.memory_bytes
             && cgroups.memory_limit_hit()
         {
@@ -164,7 +207,7 @@ impl Entry {
                  beyond it failed]"
             ));
         }
-        (!note.is_empty()).then(|| note + "\n")
+        note
     }
 
     pub(super) fn append(&self, data: &[u8]) {

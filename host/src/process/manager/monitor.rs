@@ -112,7 +112,7 @@ impl Monitor {
         if let Some(reader) = &mut output {
             reader.flush().await;
         }
-        if let Some(note) = entry.limit_note() {
+        if let Some(note) = entry.notes(ended.exit) {
             entry.append(note.as_bytes());
         }
         match guard.records.upgrade() {
