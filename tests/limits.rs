@@ -68,7 +68,13 @@ async fn a_fork_bomb_is_held_by_the_process_limit() {
     let most = sampler.join().expect("sampler");
     // The host answered (at the timeout, or when the bomb fizzled out) and ended it all.
     assert!(result.is_object(), "{result}");
-    assert!(most >= 16, "the bomb did not go off: {most} processes");
+    // The kernel refused forks beyond the limit (how many processes the sampler saw at once
+    // depends on scheduling: the bomb may fizzle out between two samples).
+    let output = result["output"].as_str().unwrap_or_default();
+    assert!(
+        output.contains("Cannot fork") || output.contains("limit of 32 processes"),
+        "no fork was refused: {result}"
+    );
     assert!(most <= 33, "{most} processes of a command limited to 32");
     assert!(
         wait_gone(&marker, Duration::from_secs(10)).await,
