@@ -71,6 +71,17 @@ impl Machine {
 
     fn run(&self, flags: &[&str], command: &str, env: &[(&str, &str)]) -> std::process::Output {
         let args = serde_json::json!({ "command": command, "timeout": "60s" });
+        self.call(flags, "execute", &args, env)
+    }
+
+    /// `toolhost [flags] call TOOL ARGS` in the workspace.
+    fn call(
+        &self,
+        flags: &[&str],
+        tool: &str,
+        args: &serde_json::Value,
+        env: &[(&str, &str)],
+    ) -> std::process::Output {
         Command::new(toolhost_bin())
             .current_dir(self.path("workspace"))
             .env("HOME", self.path("home"))
@@ -82,7 +93,7 @@ impl Machine {
             .arg("--plugins")
             .arg(self.path("plugins"))
             .args(flags)
-            .args(["call", "execute", &args.to_string()])
+            .args(["call", tool, &args.to_string()])
             .stdin(Stdio::null())
             .output()
             .expect("toolhost runs")
@@ -613,4 +624,30 @@ fn the_guarded_policy_confines_its_own_commands() {
     // The default policy under the same flags: the operator's settings as they are.
     let result = machine.execute(&["--sandbox", "off"], &connect);
     assert_eq!(result["exit_code"], 0, "{result}");
+}
+
+#[test]
+fn a_0_1_0_policy_runs_its_commands_under_the_operators_confinement() {
+    let machine = Machine::new();
+    let legacy = std::fs::read(toolhost::bundled::fixtures::LEGACY_POLICY).expect("fixture");
+    std::fs::write(machine.path("plugins/legacy.wasm"), legacy).expect("install");
+    std::fs::write(
+        machine.path("plugins/legacy.toml"),
+        "[grants]\nprocess = true\n",
+    )
+    .expect("manifest");
+    let run = |command: &str| {
+        let output = machine.call(&[], "run", &serde_json::json!({ "command": command }), &[]);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        json(&String::from_utf8_lossy(&output.stdout))
+    };
+    refused(&run("echo x > \"$HOME/escape\""), "0.1.0: a write to $HOME");
+    assert!(!machine.path("home/escape").exists());
+    refused(&run("cat \"$HOME/.ssh/id_ed25519\""), "0.1.0: a secret");
+    let result = run("echo ok > here && cat here");
+    assert_eq!(output(&result), "ok\n", "{result}");
 }

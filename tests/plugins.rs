@@ -231,7 +231,7 @@ async fn a_component_of_another_wit_version_is_refused_naming_both() {
     let err = toolhost_e2e::fake_host_error(dir.path()).await;
     let message = err.to_string();
     assert!(
-        message.contains("0.2.0") && message.contains("0.1.0"),
+        message.contains("0.3.0") && message.contains("0.2.0") && message.contains("0.1.0"),
         "{message}"
     );
     assert!(message.contains("future"), "{message}");
@@ -329,4 +329,193 @@ async fn a_call_in_flight_finishes_on_the_version_it_started_with() {
         "{new}"
     );
     host.shutdown().await;
+}
+
+// The contract versions: a component built against the frozen 0.1.0 keeps working beside 0.2.0
+// ones; 0.2.0 policies ask for confinement and are told what their commands get.
+
+async fn host_with(
+    dir: &Path,
+    fake: std::sync::Arc<FakeProcesses>,
+    sandbox: toolhost::sandbox::SandboxSettings,
+    policy: Option<&str>,
+) -> Result<ToolHost, toolhost::HostError> {
+    let config = toolhost::process::ProcessManagerConfig {
+        sandbox,
+        ..Default::default()
+    };
+    ToolHost::builder()
+        .bundled_policy(policy)
+        .plugin_dir(dir)
+        .process_backend(fake)
+        .process_config(config)
+        .cache_dir(Some(test_cache_dir()))
+        .build()
+        .await
+}
+
+#[tokio::test]
+async fn a_0_1_0_component_works_beside_0_2_0_ones_and_gets_the_operators_confinement() {
+    let dir = tempfile::tempdir().expect("dir");
+    let bytes = std::fs::read(bundled::fixtures::LEGACY_POLICY).expect("fixture");
+    install(dir.path(), "legacy", &bytes, Some(GRANT));
+    let fake = FakeProcesses::new();
+    fake.push(Script::exits(0).output("from the old contract\n"));
+    fake.push(Script::exits(0).output("from the new contract\n"));
+    let operator = toolhost::sandbox::SandboxSettings {
+        network: toolhost::sandbox::Network::None,
+        ..Default::default()
+    };
+    let host = host_with(dir.path(), fake.clone(), operator.clone(), Some("default"))
+        .await
+        .expect("both versions load in one host");
+    let names: Vec<String> = host.tools().into_iter().map(|t| t.name).collect();
+    assert!(names.contains(&"run".to_string()), "{names:?}");
+    assert!(names.contains(&"execute".to_string()), "{names:?}");
+
+    // The 0.1.0 process import: start, wait, list.
+    let result = json(
+        &host
+            .call("s", "run", r#"{"command":"echo old"}"#)
+            .await
+            .expect("run"),
+    );
+    assert_eq!(result["exit_code"], 0, "{result}");
+    assert_eq!(result["output"], "from the old contract\n", "{result}");
+    let result = json(
+        &host
+            .call("s", "execute", r#"{"command":"echo new"}"#)
+            .await
+            .expect("execute"),
+    );
+    assert_eq!(result["exit_code"], 0, "{result}");
+    let list = json(&host.call("s", "list", "{}").await.expect("list"));
+    assert_eq!(
+        list["processes"].as_array().map(Vec::len),
+        Some(2),
+        "{list}"
+    );
+    // It cannot ask: its command got the operator's profile, like the 0.2.0 policy's.
+    let starts = fake.starts();
+    assert_eq!(starts[0].request.command, "echo old");
+    assert_eq!(starts[0].request.profile, Some(operator.profile()));
+    assert_eq!(starts[1].request.profile, Some(operator.profile()));
+
+    // The 0.1.0 output-buffer import.
+    let result = json(
+        &host
+            .call(
+                "s",
+                "buffer",
+                r#"{"text":"0123456789abcdef","head":4,"tail":4}"#,
+            )
+            .await
+            .expect("buffer"),
+    );
+    assert_eq!(result["omitted"], 8, "{result}");
+    assert!(
+        result["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("0123")),
+        "{result}"
+    );
+}
+
+#[tokio::test]
+async fn a_policys_request_tightens_its_commands_and_one_looser_than_its_grant_is_refused() {
+    // The guarded policy asks for workspace-write and network none on every command.
+    let dir = tempfile::tempdir().expect("dir");
+    install(dir.path(), "strict", bundled::GUARDED.bytes, Some(GRANT));
+    let fake = FakeProcesses::new();
+    fake.push(Script::exits(0));
+    let operator = toolhost::sandbox::SandboxSettings {
+        mode: toolhost::sandbox::SandboxMode::Off,
+        ..Default::default()
+    };
+    let host = host_with(dir.path(), fake.clone(), operator.clone(), None)
+        .await
+        .expect("loads");
+    host.call("s", "execute", r#"{"command":"true"}"#)
+        .await
+        .expect("runs");
+    let profile = fake.starts()[0].request.profile.clone().expect("a profile");
+    assert_eq!(profile.mode, toolhost::sandbox::SandboxMode::WorkspaceWrite);
+    assert_eq!(profile.network, toolhost::sandbox::Network::None);
+    assert_eq!(profile.limits, operator.limits);
+
+    // Its manifest grants only read-only: asking for workspace-write is a policy bug.
+    let dir = tempfile::tempdir().expect("dir");
+    let manifest = format!("{GRANT}sandbox = \"read-only\"\n");
+    install(
+        dir.path(),
+        "strict",
+        bundled::GUARDED.bytes,
+        Some(&manifest),
+    );
+    let fake = FakeProcesses::new();
+    let host = host_with(dir.path(), fake.clone(), operator, None)
+        .await
+        .expect("loads");
+    let error = host
+        .call("s", "execute", r#"{"command":"true"}"#)
+        .await
+        .expect_err("refused");
+    let message = error.to_string();
+    assert!(
+        message.contains("workspace-write") && message.contains("read-only"),
+        "{message}"
+    );
+    assert!(fake.starts().is_empty(), "nothing ran");
+}
+
+#[tokio::test]
+async fn tool_descriptions_say_what_commands_may_do() {
+    let dir = tempfile::tempdir().expect("dir");
+    let description = |host: &ToolHost| {
+        host.tools()
+            .into_iter()
+            .find(|t| t.name == "execute")
+            .map(|t| t.description)
+            .expect("execute")
+    };
+    let confined = toolhost::sandbox::SandboxSettings {
+        network: toolhost::sandbox::Network::None,
+        writable: vec![std::path::PathBuf::from("/srv/shared")],
+        ..Default::default()
+    };
+    let host = host_with(dir.path(), FakeProcesses::new(), confined, Some("default"))
+        .await
+        .expect("loads");
+    let text = description(&host);
+    assert!(text.contains("confined"), "{text}");
+    assert!(text.contains("/srv/shared"), "{text}");
+    assert!(text.contains("no network"), "{text}");
+    assert!(text.contains("sudo"), "{text}");
+
+    let off = toolhost::sandbox::SandboxSettings {
+        mode: toolhost::sandbox::SandboxMode::Off,
+        ..Default::default()
+    };
+    let host = host_with(
+        dir.path(),
+        FakeProcesses::new(),
+        off.clone(),
+        Some("default"),
+    )
+    .await
+    .expect("loads");
+    assert!(
+        !description(&host).contains("confined"),
+        "{}",
+        description(&host)
+    );
+    // The guarded policy's commands stay confined under --sandbox off, and it says so.
+    let host = host_with(dir.path(), FakeProcesses::new(), off, Some("guarded"))
+        .await
+        .expect("loads");
+    let text = description(&host);
+    assert!(
+        text.contains("confined") && text.contains("no network"),
+        "{text}"
+    );
 }

@@ -7,6 +7,7 @@ use super::bindings::ShellTools;
 use super::cache::ComponentCache;
 use super::errors::EngineError;
 use super::state::CallState;
+use super::v0_1_0;
 use crate::process::ProcessBackend;
 use crate::sandbox::SandboxSettings;
 use std::sync::Arc;
@@ -30,7 +31,7 @@ pub(crate) struct Loader {
     /// Compiled-component cache; `None` compiles every component afresh.
     pub(crate) cache: Option<ComponentCache>,
     /// The operator's confinement settings, which every plugin's grant narrows.
-    pub(crate) sandbox: SandboxSettings,
+    pub(crate) sandbox: Arc<SandboxSettings>,
 }
 
 impl Loader {
@@ -48,6 +49,9 @@ impl Loader {
         let mut linker: Linker<CallState> = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_error)?;
         ShellTools::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).map_err(engine_error)?;
+        // The frozen 0.1.0 imports, beside the current ones (their names carry the version).
+        v0_1_0::ShellTools::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
+            .map_err(engine_error)?;
         start_epoch_ticker(&engine)
             .map_err(|e| EngineError(format!("cannot start the epoch ticker thread: {e}")))?;
         Ok(Loader {
@@ -55,7 +59,7 @@ impl Loader {
             linker,
             backend,
             cache,
-            sandbox,
+            sandbox: Arc::new(sandbox),
         })
     }
 }

@@ -2,6 +2,7 @@
 //! limits a guest can run into typed ([`LimitExceeded`]) rather than described in text.
 
 use super::bindings::{WIT_PACKAGE, WIT_VERSION};
+use super::v0_1_0::WIT_VERSION as OLD_WIT_VERSION;
 use std::time::Duration;
 
 /// Why a component could not be loaded.
@@ -21,7 +22,7 @@ pub enum LoadError {
     },
     /// Built against a WIT package version this host does not implement.
     #[error(
-        "plugin `{plugin}` was built against {WIT_PACKAGE}@{found}, but this host implements {WIT_PACKAGE}@{WIT_VERSION}; rebuild it against wit/toolhost.wit"
+        "plugin `{plugin}` was built against {WIT_PACKAGE}@{found}, but this host implements {WIT_PACKAGE}@{WIT_VERSION} and @{OLD_WIT_VERSION}; rebuild it against wit/toolhost.wit ({WIT_VERSION})"
     )]
     WitVersion { plugin: String, found: String },
     /// Imports this host cannot satisfy, or exports missing.

@@ -1,6 +1,7 @@
 //! The guest runtime: how one plugin component is compiled, checked, pre-linked and run.
 //!
-//! - `bindings`: the Rust side of `wit/toolhost.wit`, and conversions to the host's types.
+//! - `bindings`: the Rust side of `wit/toolhost.wit` (0.2.0), and conversions to the host's
+//!   types; `v0_1_0`: the frozen 0.1.0 contract, served by delegating to the current one.
 //! - `engine`: the engine, the linker with every import, the epoch ticker ([`Loader`]).
 //! - `cache`: compiling, through the private on-disk cache of compiled components.
 //! - `plugin`: a loaded [`Plugin`]: its checks at load, a fresh limited store per call.
@@ -22,6 +23,7 @@ mod output_buffer;
 mod plugin;
 mod process;
 mod state;
+mod v0_1_0;
 
 pub(crate) use bindings::ToolDefinition;
 pub(crate) use cache::{ComponentCache, hex};

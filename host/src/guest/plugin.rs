@@ -1,15 +1,18 @@
 //! One loaded guest component: compiled once (through the on-disk cache), checked against its
 //! grants and the WIT version, pre-linked once, and instantiated afresh in its own limited
-//! [`Store`] for every call.
+//! [`Store`] for every call. Components of the current contract (0.2.0) and of the frozen
+//! 0.1.0 are served side by side ([`Pre`]).
 
 use super::bindings::{
-    CallContext, ShellTools, ShellToolsPre, ToolDefinition, WIT_PACKAGE, WIT_VERSION,
+    self, CallContext, ShellTools, ShellToolsPre, ToolDefinition, WIT_PACKAGE, WIT_VERSION,
+    wit_sandbox,
 };
 use super::cache;
 use super::engine::Loader;
 use super::errors::{CallError, LimitExceeded, LoadError};
 use super::limits::{CallLimits, Grants};
 use super::state::{CallOptions, CallState, ProcessGrant};
+use super::v0_1_0;
 use crate::sandbox;
 use std::pin::Pin;
 use std::time::Duration;
@@ -41,14 +44,143 @@ pub(crate) struct PluginSource<'a> {
     pub(crate) config: String,
 }
 
+/// A component pre-linked against the contract version it was built for.
+#[derive(Clone)]
+enum Pre {
+    /// `toolhost:plugin@0.2.0`.
+    Current(ShellToolsPre<CallState>),
+    /// `toolhost:plugin@0.1.0`: its commands get the plugin's bound confinement.
+    V0_1_0(v0_1_0::ShellToolsPre<CallState>),
+}
+
+/// One instance of a component, of either version.
+enum Instance {
+    Current(ShellTools),
+    V0_1_0(v0_1_0::ShellTools),
+}
+
+impl Pre {
+    fn engine(&self) -> &wasmtime::Engine {
+        match self {
+            Pre::Current(pre) => pre.engine(),
+            Pre::V0_1_0(pre) => pre.engine(),
+        }
+    }
+
+    async fn instantiate(&self, store: &mut Store<CallState>) -> wasmtime::Result<Instance> {
+        Ok(match self {
+            Pre::Current(pre) => Instance::Current(pre.instantiate_async(store).await?),
+            Pre::V0_1_0(pre) => Instance::V0_1_0(pre.instantiate_async(store).await?),
+        })
+    }
+}
+
+impl Instance {
+    async fn tools(
+        &self,
+        store: &mut Store<CallState>,
+        config: &str,
+        settings: &wit_sandbox::Settings,
+    ) -> wasmtime::Result<Result<Vec<ToolDefinition>, String>> {
+        match self {
+            Instance::Current(instance) => {
+                instance
+                    .toolhost_plugin_tool()
+                    .call_tools(store, config, settings)
+                    .await
+            }
+            Instance::V0_1_0(instance) => Ok(instance
+                .toolhost_plugin_tool()
+                .call_tools(store, config)
+                .await?
+                .map(|tools| tools.into_iter().map(Into::into).collect())),
+        }
+    }
+
+    async fn call(
+        &self,
+        store: &mut Store<CallState>,
+        tool: &str,
+        arguments: &str,
+        context: &CallContext,
+    ) -> wasmtime::Result<Result<String, String>> {
+        match self {
+            Instance::Current(instance) => {
+                instance
+                    .toolhost_plugin_tool()
+                    .call_call(store, tool, arguments, context)
+                    .await
+            }
+            Instance::V0_1_0(instance) => {
+                let context = v0_1_0::OldCallContext {
+                    scope: context.scope.clone(),
+                    config: context.config.clone(),
+                };
+                instance
+                    .toolhost_plugin_tool()
+                    .call_call(store, tool, arguments, &context)
+                    .await
+            }
+        }
+    }
+}
+
+/// The contract version a component was built against, from its imports and exports of
+/// `toolhost:plugin` (all must agree), and whether it imports the process capability.
+fn contract_version(
+    engine: &wasmtime::Engine,
+    component: &wasmtime::component::Component,
+    name: &str,
+) -> Result<(String, bool), LoadError> {
+    let ty = component.component_type();
+    let names = ty
+        .imports(engine)
+        .map(|(import, _)| (import, true))
+        .chain(ty.exports(engine).map(|(export, _)| (export, false)));
+    let mut found: Option<String> = None;
+    let mut needs_process = false;
+    for (item, is_import) in names {
+        let Some(rest) = item.strip_prefix(&format!("{WIT_PACKAGE}/")) else {
+            continue;
+        };
+        let (interface, version) = rest.split_once('@').unwrap_or((rest, ""));
+        let version = if version.is_empty() {
+            "(unversioned)"
+        } else {
+            version
+        };
+        needs_process |= is_import && interface == "process";
+        match &found {
+            None => found = Some(version.to_string()),
+            Some(first) if first != version => {
+                return Err(LoadError::WitVersion {
+                    plugin: name.to_string(),
+                    found: format!("{first} and {version} at once"),
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    let version = found.unwrap_or_else(|| WIT_VERSION.to_string());
+    if version != WIT_VERSION && version != v0_1_0::WIT_VERSION {
+        return Err(LoadError::WitVersion {
+            plugin: name.to_string(),
+            found: version,
+        });
+    }
+    Ok((version, needs_process))
+}
+
 /// A loaded plugin.
 pub(crate) struct Plugin {
     name: String,
     origin: String,
-    pre: ShellToolsPre<CallState>,
+    pre: Pre,
     tools: Vec<ToolDefinition>,
     limits: CallLimits,
     config: String,
+    /// What its commands get unless a request tightens it, as handed to `tools`.
+    settings: wit_sandbox::Settings,
     grant: Option<ProcessGrant>,
 }
 
@@ -87,42 +219,13 @@ impl Plugin {
                 plugin: name.to_string(),
                 reason,
             })?;
-        let mut needs_process = false;
-        for (import, _) in component.component_type().imports(engine) {
-            let Some(rest) = import.strip_prefix(&format!("{WIT_PACKAGE}/")) else {
-                continue;
-            };
-            let (interface, version) = rest.split_once('@').unwrap_or((rest, ""));
-            if version != WIT_VERSION {
-                return Err(LoadError::WitVersion {
-                    plugin: name.to_string(),
-                    found: if version.is_empty() {
-                        "(unversioned)".to_string()
-                    } else {
-                        version.to_string()
-                    },
-                });
-            }
-            if interface == "process" {
-                needs_process = true;
-                if !grants.process {
-                    return Err(LoadError::MissingGrant {
-                        plugin: name.to_string(),
-                        import: import.to_string(),
-                        grant: "process",
-                    });
-                }
-            }
-        }
-        for (export, _) in component.component_type().exports(engine) {
-            if let Some(rest) = export.strip_prefix(&format!("{WIT_PACKAGE}/tool@"))
-                && rest != WIT_VERSION
-            {
-                return Err(LoadError::WitVersion {
-                    plugin: name.to_string(),
-                    found: rest.to_string(),
-                });
-            }
+        let (version, needs_process) = contract_version(engine, &component, name)?;
+        if needs_process && !grants.process {
+            return Err(LoadError::MissingGrant {
+                plugin: name.to_string(),
+                import: format!("{WIT_PACKAGE}/process@{version}"),
+                grant: "process",
+            });
         }
         let link_error = |e: wasmtime::Error| LoadError::Link {
             plugin: name.to_string(),
@@ -132,13 +235,21 @@ impl Plugin {
             .linker
             .instantiate_pre(&component)
             .map_err(link_error)?;
-        let pre = ShellToolsPre::new(pre).map_err(link_error)?;
+        let pre = if version == WIT_VERSION {
+            Pre::Current(ShellToolsPre::new(pre).map_err(link_error)?)
+        } else {
+            Pre::V0_1_0(v0_1_0::ShellToolsPre::new(pre).map_err(link_error)?)
+        };
+        let profile = sandbox::bound(&loader.sandbox, &grants.sandbox);
+        let settings = bindings::settings(&profile, &loader.sandbox.writable);
         let grant = needs_process.then(|| ProcessGrant {
             backend: loader.backend.clone(),
             workdir_root: grants.workdir_root.clone(),
             max_wait: grants.max_timeout,
             env_allowlist: grants.env.clone(),
-            profile: sandbox::bound(&loader.sandbox, &grants.sandbox),
+            profile,
+            operator: loader.sandbox.clone(),
+            sandbox_grant: grants.sandbox,
         });
         let mut plugin = Plugin {
             name: name.to_string(),
@@ -147,6 +258,7 @@ impl Plugin {
             tools: Vec::new(),
             limits,
             config,
+            settings,
             grant,
         };
         plugin.tools = plugin.fetch_tools().await?;
@@ -179,14 +291,10 @@ impl Plugin {
             reason,
         };
         let config = self.config.clone();
+        let settings = self.settings.clone();
         let tools = self
             .run("(load)", Phase::Load, |instance, store| {
-                Box::pin(async move {
-                    instance
-                        .toolhost_plugin_tool()
-                        .call_tools(store, &config)
-                        .await
-                })
+                Box::pin(async move { instance.tools(store, &config, &settings).await })
             })
             .await
             .map_err(|e| bad(e.to_string()))?
@@ -252,12 +360,7 @@ impl Plugin {
         let tool = tool.to_string();
         let arguments = arguments.to_string();
         self.run(scope, Phase::Call(options), move |instance, store| {
-            Box::pin(async move {
-                instance
-                    .toolhost_plugin_tool()
-                    .call_call(store, &tool, &arguments, &context)
-                    .await
-            })
+            Box::pin(async move { instance.call(store, &tool, &arguments, &context).await })
         })
         .await?
         .map_err(CallError::Tool)
@@ -270,7 +373,7 @@ impl Plugin {
         scope: &str,
         phase: Phase,
         f: impl for<'a> FnOnce(
-            &'a ShellTools,
+            &'a Instance,
             &'a mut Store<CallState>,
         ) -> Pin<
             Box<dyn Future<Output = wasmtime::Result<Result<R, String>>> + Send + 'a>,
@@ -301,7 +404,7 @@ impl Plugin {
         });
         let pre = self.pre.clone();
         let outcome = tokio::time::timeout(limits.wall_time, async {
-            let instance = pre.instantiate_async(&mut store).await?;
+            let instance = pre.instantiate(&mut store).await?;
             f(&instance, &mut store).await
         })
         .await;

@@ -4,9 +4,10 @@
 //! `max_timeout`; processes inherit only the host variables it was granted. While the guest
 //! waits, progress reaches the caller and a cancelled call ends the wait.
 
-use super::bindings::wit_process;
+use super::bindings::{wit_process, wit_sandbox};
 use super::state::{CallOptions, CallState, ProcessGrant, Progress};
 use crate::process::{OutputSnapshot, ProcessBackend, ProcessError, ReadFrom, StartRequest};
+use crate::sandbox::{self, ConfinementRequest, Profile};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -14,6 +15,8 @@ use std::time::{Duration, Instant};
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 /// Lines of output in one progress update.
 const PROGRESS_LINES: usize = 5;
+/// Most hidden paths one request may add.
+const MAX_HIDDEN: usize = 64;
 
 impl CallState {
     /// The plugin's process grant, or a trap for a guest that has none.
@@ -61,8 +64,48 @@ impl CallState {
             env: request.env,
             background: request.background,
             inherit_env: grant.env_allowlist.clone(),
-            profile: Some(grant.profile.clone()),
+            profile: Some(Self::profile(grant, request.confinement)?),
         })
+    }
+
+    /// The profile a command runs under: the plugin's bound, tightened by the policy's
+    /// request. A request looser than the plugin's grant, or naming a relative hidden path, is
+    /// refused.
+    fn profile(
+        grant: &ProcessGrant,
+        request: Option<wit_sandbox::Request>,
+    ) -> Result<Profile, wit_process::ProcessError> {
+        let Some(request) = request else {
+            return Ok(grant.profile.clone());
+        };
+        let invalid = wit_process::ProcessError::InvalidRequest;
+        if request.hidden.len() > MAX_HIDDEN {
+            return Err(invalid(format!(
+                "confinement: {} hidden paths; at most {MAX_HIDDEN}",
+                request.hidden.len()
+            )));
+        }
+        let mut hidden = Vec::with_capacity(request.hidden.len());
+        for path in request.hidden {
+            let path = PathBuf::from(path);
+            if !path.is_absolute() {
+                return Err(invalid(format!(
+                    "confinement: hidden path `{}` is not absolute",
+                    path.display()
+                )));
+            }
+            hidden.push(path);
+        }
+        hidden.sort();
+        hidden.dedup();
+        let request = ConfinementRequest {
+            mode: request.mode.map(Into::into),
+            network: request.network.map(Into::into),
+            hidden,
+            limits: request.limits.into(),
+        };
+        sandbox::resolve(&grant.operator, &grant.sandbox_grant, Some(&request))
+            .map_err(|e| invalid(format!("confinement: {e}")))
     }
 }
 

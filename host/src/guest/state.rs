@@ -10,7 +10,7 @@
 use super::limits::{CallLimiter, CallLimits};
 use super::log::GuestLog;
 use crate::process::ProcessBackend;
-use crate::sandbox::Profile;
+use crate::sandbox::{Profile, SandboxGrant, SandboxSettings};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,9 +34,14 @@ pub(crate) struct ProcessGrant {
     pub(crate) max_wait: Option<Duration>,
     /// Host environment variables the plugin's processes inherit (`None`: all).
     pub(crate) env_allowlist: Option<Vec<String>>,
-    /// The confinement of the plugin's commands: the operator's settings bounded by the
-    /// plugin's grant.
+    /// The confinement of the plugin's commands when its policy asks for nothing: the
+    /// operator's settings bounded by the plugin's grant.
     pub(crate) profile: Profile,
+    /// The operator's settings and the plugin's grant, which a policy's request is resolved
+    /// against ([`crate::sandbox::resolve`]).
+    pub(crate) operator: Arc<SandboxSettings>,
+    /// See `operator`.
+    pub(crate) sandbox_grant: SandboxGrant,
 }
 
 /// Receives progress updates of a long call: the latest output lines of the process the

@@ -115,4 +115,6 @@ pub mod fixtures {
     pub const HOSTILE: &str = env!("TOOLHOST_GUEST_HOSTILE");
     /// A plugin built against a newer WIT package version than this host implements.
     pub const FUTURE_VERSION: &str = env!("TOOLHOST_GUEST_FUTURE_VERSION");
+    /// A policy built against the frozen `toolhost:plugin@0.1.0`: `run`, `list`, `buffer`.
+    pub const LEGACY_POLICY: &str = env!("TOOLHOST_GUEST_LEGACY_POLICY");
 }

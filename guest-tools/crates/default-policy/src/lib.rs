@@ -3,7 +3,7 @@
 //! killed.
 
 use policy_core::exports::toolhost::plugin::tool::{CallContext, Guest, ToolDefinition};
-use policy_core::{OnTimeout, Policy, Settings};
+use policy_core::{Confinement, OnTimeout, Policy, SandboxSettings, Settings};
 use std::time::Duration;
 
 const POLICY: Policy = Policy {
@@ -16,13 +16,17 @@ const POLICY: Policy = Policy {
         list_limit: 20,
     },
     deny: &[],
+    confinement: Confinement {
+        mode: None,
+        network: None,
+    },
 };
 
 struct DefaultPolicy;
 
 impl Guest for DefaultPolicy {
-    fn tools(config: String) -> Result<Vec<ToolDefinition>, String> {
-        policy_core::tools(&POLICY, &config)
+    fn tools(config: String, sandbox: SandboxSettings) -> Result<Vec<ToolDefinition>, String> {
+        policy_core::tools(&POLICY, &config, &sandbox)
     }
 
     fn call(name: String, arguments: String, context: CallContext) -> Result<String, String> {

@@ -3,7 +3,7 @@
 //! everything it started at its timeout, and the longest timeout is lower.
 
 use policy_core::exports::toolhost::plugin::tool::{CallContext, Guest, ToolDefinition};
-use policy_core::{OnTimeout, Policy, Settings};
+use policy_core::{Confinement, Mode, Network, OnTimeout, Policy, SandboxSettings, Settings};
 use std::time::Duration;
 
 const POLICY: Policy = Policy {
@@ -16,13 +16,19 @@ const POLICY: Policy = Policy {
         list_limit: 20,
     },
     deny: policy_core::GUARDED_RULES,
+    // Its manifest's grant already bounds its commands this way; asking as well keeps the
+    // policy confined under a manifest that grants more.
+    confinement: Confinement {
+        mode: Some(Mode::WorkspaceWrite),
+        network: Some(Network::None),
+    },
 };
 
 struct GuardedPolicy;
 
 impl Guest for GuardedPolicy {
-    fn tools(config: String) -> Result<Vec<ToolDefinition>, String> {
-        policy_core::tools(&POLICY, &config)
+    fn tools(config: String, sandbox: SandboxSettings) -> Result<Vec<ToolDefinition>, String> {
+        policy_core::tools(&POLICY, &config, &sandbox)
     }
 
     fn call(name: String, arguments: String, context: CallContext) -> Result<String, String> {

@@ -31,10 +31,62 @@ const KILL_COLLECT: Duration = Duration::from_secs(2);
 
 const ARGS: &[&str] = &["command", "timeout", "workdir", "run_in_background"];
 
+/// What the description says about confinement: what commands may write and reach, and that
+/// nothing needing new privileges works. Empty when commands run unconfined.
+fn confinement_text(policy: &Policy, sandbox: &crate::SandboxSettings) -> String {
+    use crate::{Mode, Network};
+    let (mode, network) = policy.confinement.applied(sandbox);
+    let files = match mode {
+        Mode::Off => return String::new(),
+        Mode::WorkspaceWrite => {
+            let mut roots = "the working directory".to_string();
+            for dir in &sandbox.writable {
+                roots.push_str(", ");
+                roots.push_str(dir);
+            }
+            format!(
+                "Commands run confined by the host: they may read the machine (credentials such \
+                 as ~/.ssh are hidden) but write only {roots}, package caches and $TMPDIR."
+            )
+        }
+        Mode::ReadOnly => "Commands run confined by the host: they may read the machine \
+                           (credentials such as ~/.ssh are hidden) but write only $TMPDIR."
+            .to_string(),
+    };
+    let net = match network {
+        Network::Full => "",
+        Network::None => {
+            " They have no network (downloads, package installs from the \
+                          internet and DNS fail at once)."
+        }
+    };
+    let mut limits = Vec::new();
+    if let Some(bytes) = sandbox.limits.memory_bytes {
+        limits.push(format!("{} MiB of memory", bytes / (1024 * 1024)));
+    }
+    if let Some(processes) = sandbox.limits.processes {
+        limits.push(format!("{processes} processes"));
+    }
+    if let Some(seconds) = sandbox.limits.cpu_seconds {
+        limits.push(format!("{seconds} CPU seconds"));
+    }
+    let limits = if limits.is_empty() {
+        String::new()
+    } else {
+        format!(" Each command is limited to {}.", limits.join(", "))
+    };
+    format!(
+        " {files}{net}{limits} sudo and anything needing new privileges do not work; a command \
+         refused by the confinement gets a note saying so: do not retry it unchanged."
+    )
+}
+
 pub fn definition(
     policy: &Policy,
     s: &Settings,
+    sandbox: &crate::SandboxSettings,
 ) -> crate::exports::toolhost::plugin::tool::ToolDefinition {
+    let confinement = confinement_text(policy, sandbox);
     let on_timeout = match s.on_timeout {
         OnTimeout::Handover => {
             "If a foreground command outlives its timeout it is NOT killed: it keeps running as a \
@@ -67,7 +119,7 @@ pub fn definition(
          run_in_background to true (never end the command with `&`); then read its output with \
          process_output and stop it with process_signal. Foreground commands time out after {} \
          by default (at most {}). {on_timeout} Output longer than {} KiB keeps its beginning \
-         and its end; the middle is cut and the result says how much.{refusals}",
+         and its end; the middle is cut and the result says how much.{confinement}{refusals}",
         format_duration(s.default_timeout),
         format_duration(s.max_timeout),
         s.output_cap_bytes / 1024,
@@ -220,6 +272,7 @@ pub fn run(policy: &Policy, settings: &Settings, args: &str) -> Result<Map<Strin
         workdir,
         env,
         background: plan.background,
+        confinement: policy.confinement.request(),
     })
     .map_err(process_error)?;
 

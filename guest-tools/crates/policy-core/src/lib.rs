@@ -8,8 +8,8 @@
 //! ```ignore
 //! struct Mine;
 //! impl policy_core::exports::toolhost::plugin::tool::Guest for Mine {
-//!     fn tools(config: String) -> Result<Vec<ToolDefinition>, String> {
-//!         policy_core::tools(&POLICY, &config)
+//!     fn tools(config: String, sandbox: Settings) -> Result<Vec<ToolDefinition>, String> {
+//!         policy_core::tools(&POLICY, &config, &sandbox)
 //!     }
 //!     fn call(name: String, args: String, cx: CallContext) -> Result<String, String> {
 //!         policy_core::call(&POLICY, &name, &args, &cx)
@@ -35,6 +35,8 @@ wit_bindgen::generate!({
 use exports::toolhost::plugin::tool::{CallContext, ToolDefinition};
 use serde_json::{Map, Value, json};
 use std::time::Duration;
+pub use toolhost::plugin::sandbox::Settings as SandboxSettings;
+pub use toolhost::plugin::sandbox::{Mode, Network};
 
 pub use deny::{DenyRule, GUARDED_RULES};
 pub use settings::{OnTimeout, Settings};
@@ -48,13 +50,64 @@ pub struct Policy {
     pub settings: Settings,
     /// Commands refused before they run.
     pub deny: &'static [DenyRule],
+    /// The confinement the policy asks the host for on every command it starts. The host
+    /// applies it only where it is stricter than the plugin's bound (the operator's flags
+    /// narrowed by the manifest's `[grants]`), and refuses a request looser than the grant.
+    pub confinement: Confinement,
 }
 
-/// The tools every shell policy provides, described with the settings `config` gives.
-pub fn tools(policy: &Policy, config: &str) -> Result<Vec<ToolDefinition>, String> {
+/// What a policy asks for its commands; `None`: whatever the plugin's bound is.
+#[derive(Clone, Copy, Default)]
+pub struct Confinement {
+    /// Filesystem confinement.
+    pub mode: Option<Mode>,
+    /// Network access.
+    pub network: Option<Network>,
+}
+
+impl Confinement {
+    /// The request sent with a start, `None` when the policy asks for nothing.
+    fn request(&self) -> Option<toolhost::plugin::sandbox::Request> {
+        (self.mode.is_some() || self.network.is_some()).then(|| {
+            toolhost::plugin::sandbox::Request {
+                mode: self.mode,
+                network: self.network,
+                hidden: Vec::new(),
+                limits: toolhost::plugin::sandbox::Limits {
+                    memory_bytes: None,
+                    processes: None,
+                    cpu_seconds: None,
+                },
+            }
+        })
+    }
+
+    /// What the policy's commands get: the host's `bound` tightened by this request (the
+    /// host computes the same; this is for descriptions).
+    fn applied(&self, bound: &SandboxSettings) -> (Mode, Network) {
+        let mode = match (bound.mode, self.mode) {
+            (Mode::ReadOnly, _) | (_, Some(Mode::ReadOnly)) => Mode::ReadOnly,
+            (Mode::WorkspaceWrite, _) | (_, Some(Mode::WorkspaceWrite)) => Mode::WorkspaceWrite,
+            _ => Mode::Off,
+        };
+        let network = match (bound.network, self.network) {
+            (Network::None, _) | (_, Some(Network::None)) => Network::None,
+            _ => Network::Full,
+        };
+        (mode, network)
+    }
+}
+
+/// The tools every shell policy provides, described with the settings `config` gives and the
+/// confinement `sandbox` says its commands get.
+pub fn tools(
+    policy: &Policy,
+    config: &str,
+    sandbox: &SandboxSettings,
+) -> Result<Vec<ToolDefinition>, String> {
     let settings = Settings::from_config(&policy.settings, config)?;
     Ok(vec![
-        execute::definition(policy, &settings),
+        execute::definition(policy, &settings, sandbox),
         process_tools::output_definition(),
         process_tools::list_definition(),
         process_tools::signal_definition(),

@@ -76,7 +76,8 @@ pub fn list_definition() -> ToolDefinition {
                             "exit_code": {"type": "integer"},
                             "signal": {"type": "string"},
                             "started_ms": {"type": "integer", "description": "Unix milliseconds."},
-                            "background": {"type": "boolean"}
+                            "background": {"type": "boolean"},
+                            "sandbox": {"type": "string", "description": "The confinement it runs under."}
                         },
                         "required": ["id", "command", "running", "started_ms", "background"]
                     }
@@ -192,7 +193,8 @@ pub fn list(settings: &Settings, args: &str) -> Result<Map<String, Value>, Strin
                 .opt("exit_code", p.exit_code)
                 .opt("signal", p.signal)
                 .set("started_ms", p.started_ms)
-                .set("background", p.background);
+                .set("background", p.background)
+                .set("sandbox", p.profile);
             Value::Object(e.build())
         })
         .collect();
