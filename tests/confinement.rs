@@ -188,17 +188,20 @@ fn secrets_and_the_hosts_own_files_cannot_be_read() {
         ),
         ("the plugin directory", "touch \"$PLUGINS/evil.wasm\""),
     ];
-    let state = machine.path("state");
-    let plugins = machine.path("plugins");
-    for (what, command) in attempts {
-        let result = machine.execute_with(
-            &[],
-            command,
-            &[
-                ("STATE", &state.display().to_string()),
-                ("PLUGINS", &plugins.display().to_string()),
-            ],
-        );
+    let state = machine.path("state").display().to_string();
+    let plugins = machine.path("plugins").display().to_string();
+    // With namespaces, and with Landlock alone (forced).
+    let with = [("STATE", state.as_str()), ("PLUGINS", plugins.as_str())];
+    let without = [
+        ("STATE", state.as_str()),
+        ("PLUGINS", plugins.as_str()),
+        ("TOOLHOST_SANDBOX_DISABLE", "namespaces"),
+    ];
+    for ((what, command), env) in attempts
+        .iter()
+        .flat_map(|attempt| [(attempt, &with[..]), (attempt, &without[..])])
+    {
+        let result = machine.execute_with(&[], command, env);
         refused(&result, what);
         assert!(
             !output(&result).contains("PRIVATE KEY")
@@ -208,6 +211,9 @@ fn secrets_and_the_hosts_own_files_cannot_be_read() {
         );
     }
     assert!(!machine.path("plugins/evil.wasm").exists());
+    // In the namespaces, a hidden directory is covered: not even its names show.
+    let result = machine.execute(&[], "ls -a \"$HOME/.ssh\"");
+    assert!(!output(&result).contains("id_ed25519"), "{result}");
     // Everything else in the home directory is readable.
     let result = machine.execute(&[], "cat \"$HOME/.profile\"");
     assert_eq!(output(&result), "# profile", "{result}");
@@ -293,6 +299,16 @@ fn the_confinement_cannot_be_undone_from_inside() {
     }
 }
 
+/// The command failed and the result's note says the confinement refuses network access.
+fn network_refused(result: &serde_json::Value, what: &str) {
+    assert_ne!(result["exit_code"], 0, "{what} succeeded: {result}");
+    let text = output(result);
+    assert!(
+        text.contains("[toolhost: this command runs confined") && text.contains("network access"),
+        "{what}: no note in {result}"
+    );
+}
+
 #[test]
 fn network_none_refuses_connections_at_once() {
     let machine = Machine::new();
@@ -301,16 +317,34 @@ fn network_none_refuses_connections_at_once() {
     let connect = format!(
         "/usr/bin/python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 5)'"
     );
-    let result = machine.execute(&["--network", "none"], &connect);
-    refused(&result, "a TCP connection");
-    let udp =
+    let none = ["--network", "none"];
+    let dns = "/usr/bin/python3 -c 'import socket; socket.getaddrinfo(\"example.com\", 80)'";
+    let udp = "/usr/bin/python3 -c 'import socket; \
+               socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b\"x\", (\"1.1.1.1\", 53))'";
+    // A network namespace of the command's own: only its loopback exists.
+    let result = machine.execute(&none, &connect);
+    network_refused(&result, "a TCP connection to the host's loopback");
+    network_refused(&machine.execute(&none, udp), "a UDP datagram");
+    network_refused(&machine.execute(&none, dns), "name resolution");
+    // Its own loopback works: a test server on 127.0.0.1 inside the command.
+    let local = "/usr/bin/python3 -c 'import socket; s = socket.socket(); \
+                 s.bind((\"127.0.0.1\", 0)); s.listen(); \
+                 socket.create_connection(s.getsockname()); print(\"local\")'";
+    let result = machine.execute(&none, local);
+    assert_eq!(output(&result), "local\n", "{result}");
+    // Without namespaces (forced), seccomp and Landlock refuse every non-Unix socket.
+    let fallback = [("TOOLHOST_SANDBOX_DISABLE", "namespaces")];
+    refused(
+        &machine.execute_with(&none, &connect, &fallback),
+        "fallback: a TCP connection",
+    );
+    let socket =
         "/usr/bin/python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM)'";
     refused(
-        &machine.execute(&["--network", "none"], udp),
-        "a UDP socket",
+        &machine.execute_with(&none, socket, &fallback),
+        "fallback: a UDP socket",
     );
-    let dns = "/usr/bin/python3 -c 'import socket; socket.getaddrinfo(\"example.com\", 80)'";
-    let result = machine.execute(&["--network", "none"], dns);
+    let result = machine.execute_with(&none, dns, &fallback);
     assert_ne!(result["exit_code"], 0, "name resolution worked: {result}");
     // Unix sockets still work; with network full the connection is made.
     let pair = "/usr/bin/python3 -c 'import socket; a,b=socket.socketpair(); a.send(b\"u\"); print(b.recv(1).decode())'";
@@ -547,6 +581,18 @@ fn an_unprivileged_host_confines_its_commands_too() {
     );
     refused(&run("unshare -U true"), "a user namespace (unprivileged)");
     assert!(!path("outside/escape").exists());
+    // The namespaces layer is there too, unprivileged: a user namespace mapping only the
+    // host's own user (where this machine allows unprivileged user namespaces).
+    if toolhost::process::namespaces_available().is_ok() {
+        let result = run("cat /proc/self/uid_map");
+        let map: Vec<&str> = output(&result).split_whitespace().collect();
+        let uid = if root {
+            "65534"
+        } else {
+            map.first().copied().unwrap_or("?")
+        };
+        assert_eq!(map, [uid, uid, "1"], "{result}");
+    }
 }
 
 /// `toolhost sandbox` says what this machine enforces and what a missing layer means.
@@ -563,14 +609,16 @@ fn toolhost_sandbox_reports_the_layers_and_refusals() {
     };
     let report = run(&[]);
     assert!(report.contains("Landlock: ABI"), "{report}");
+    assert!(report.contains("namespaces: user and mount"), "{report}");
     assert!(report.contains("workspace-write, network none"), "{report}");
     assert!(report.contains("-- enforced"), "{report}");
     assert!(
         report.contains("off: off (unconfined) -- no confinement"),
         "{report}"
     );
-    let report = run(&[("TOOLHOST_SANDBOX_DISABLE", "landlock,cgroups")]);
+    let report = run(&[("TOOLHOST_SANDBOX_DISABLE", "landlock,cgroups,namespaces")]);
     assert!(report.contains("Landlock: NO"), "{report}");
+    assert!(report.contains("namespaces: NO (disabled by"), "{report}");
     assert!(report.contains("REFUSED: missing Landlock"), "{report}");
     assert!(report.contains("processes: NOT ENFORCED"), "{report}");
 }
@@ -600,12 +648,12 @@ fn the_guarded_policy_confines_its_own_commands() {
         "/usr/bin/python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 5)'"
     );
     let guarded = ["--policy", "guarded"];
-    refused(
+    network_refused(
         &machine.execute(&guarded, &connect),
         "guarded: a connection",
     );
     let off = ["--policy", "guarded", "--sandbox", "off"];
-    refused(
+    network_refused(
         &machine.execute(&off, &connect),
         "guarded, sandbox off: a connection",
     );

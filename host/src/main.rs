@@ -281,7 +281,11 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 (mode.name(), profile)
             })
             .collect();
-            print!("{}", probe::report(&probe::support(), &profiles));
+            let namespaces = toolhost::process::namespaces_available();
+            print!(
+                "{}",
+                probe::report(&probe::support(), &namespaces, &profiles)
+            );
             println!(
                 "\nWith these flags commands get: {}",
                 settings.profile().summary()

@@ -5,7 +5,8 @@
 //! 6, a Landlock ruleset; 7, a sealed file of seccomp programs (each a native-endian `u32`
 //! instruction count followed by 8-byte `sock_filter` instructions). Options on the command
 //! line: `--confine` (descriptors 6 and 7 are given), `--rlimit-cpu=SECONDS`,
-//! `--rlimit-data=BYTES`.
+//! `--rlimit-data=BYTES`, `--namespaces=N`: descriptors 8, 9 (and 10 when N is 3) are the
+//! scope's user, mount (and network) namespaces, joined first (see `namespaces.rs`).
 
 use std::io;
 use std::os::fd::RawFd;
@@ -14,6 +15,14 @@ use std::os::fd::RawFd;
 const RULESET_FD: RawFd = 6;
 /// The seccomp programs, as the host passes them.
 const SECCOMP_FD: RawFd = 7;
+/// The first namespace descriptor (user, then mount, then network).
+const NAMESPACE_FD: RawFd = 8;
+/// The namespace each descriptor from [`NAMESPACE_FD`] on is, in order.
+const NAMESPACES: [(libc::c_int, &str); 3] = [
+    (libc::CLONE_NEWUSER, "setns(user)"),
+    (libc::CLONE_NEWNS, "setns(mount)"),
+    (libc::CLONE_NEWNET, "setns(network)"),
+];
 
 /// What to apply to the command.
 #[derive(Debug, Default)]
@@ -22,6 +31,8 @@ pub(crate) struct Confinement {
     layers: Option<Vec<Vec<libc::sock_filter>>>,
     cpu_seconds: Option<u64>,
     data_bytes: Option<u64>,
+    /// How many namespace descriptors there are (0, 2 or 3).
+    namespaces: usize,
 }
 
 impl Confinement {
@@ -45,6 +56,17 @@ impl Confinement {
                 confinement.cpu_seconds = Some(number(value)?);
             } else if let Some(value) = arg.strip_prefix("--rlimit-data=") {
                 confinement.data_bytes = Some(number(value)?);
+            } else if let Some(value) = arg.strip_prefix("--namespaces=") {
+                confinement.namespaces = match number(value)? {
+                    2 => 2,
+                    3 => 3,
+                    _ => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            format!("bad option `{arg}`"),
+                        ));
+                    }
+                };
             } else {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
@@ -57,6 +79,9 @@ impl Confinement {
                 crate::set_cloexec(fd)?;
             }
             confinement.layers = Some(read_programs()?);
+        }
+        for fd in (NAMESPACE_FD..).take(confinement.namespaces) {
+            crate::set_cloexec(fd)?;
         }
         Ok((confinement, used))
     }
@@ -73,6 +98,21 @@ impl Confinement {
             eprintln!("toolhost: cannot confine the command: {name}: {error}");
             Err(error)
         };
+        if self.namespaces > 0 {
+            // Joining the mount namespace moves the working directory to its root: come back.
+            let workdir = std::env::current_dir()?;
+            for (fd, (kind, name)) in (NAMESPACE_FD..).zip(NAMESPACES).take(self.namespaces) {
+                // SAFETY: integer arguments; `fd` is a namespace descriptor the host passed.
+                step(name, unsafe { libc::setns(fd, kind) } == 0)?;
+            }
+            if let Err(error) = std::env::set_current_dir(&workdir) {
+                eprintln!(
+                    "toolhost: cannot enter {} in the sandbox: {error}",
+                    workdir.display()
+                );
+                return Err(error);
+            }
+        }
         if let Some(seconds) = self.cpu_seconds {
             step(
                 "setrlimit(RLIMIT_CPU)",

@@ -9,7 +9,8 @@
 //! Usage (the host runs it; not meant for people): `toolhost-keeper [OPTIONS] PROGRAM ARGV0
 //! [ARG...]`, with descriptor 3 the write end of the *status* pipe and descriptor 4 the
 //! keeper's end of the *control* socket; the options and descriptors 6 and 7 confine the
-//! command (see `confine.rs`).
+//! command (see `confine.rs`). `toolhost-keeper --make-namespaces ...` is the other mode: it
+//! makes a scope's namespaces for the host (see `namespaces.rs`).
 //!
 //! - It starts `PROGRAM` (argv[0] `ARGV0`) in a new session, with the keeper's stdio,
 //!   environment and working directory, then lets go of its stdio.
@@ -25,6 +26,7 @@
 //!   signal): it kills every descendant, waits for them, and exits.
 
 mod confine;
+mod namespaces;
 mod tree;
 
 use confine::Confinement;
@@ -77,6 +79,9 @@ fn main() -> ExitCode {
 
 fn run() -> io::Result<()> {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    if args.first().is_some_and(|arg| arg == "--make-namespaces") {
+        return namespaces::make(&args[1..]);
+    }
     let (confinement, options) = Confinement::from_args(&args)?;
     let [program, argv0, rest @ ..] = &args[options..] else {
         return Err(io::Error::new(

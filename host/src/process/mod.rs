@@ -12,7 +12,7 @@ use std::time::Duration;
 
 pub use crate::buffer::Truncation;
 use crate::sandbox::Profile;
-pub use manager::{ProcessManager, ProcessManagerConfig};
+pub use manager::{ProcessManager, ProcessManagerConfig, namespaces_available};
 
 /// A command to run.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

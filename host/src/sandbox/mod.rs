@@ -5,6 +5,9 @@
 //! the [`Profile`] a command runs under. The layers, each prepared once per scope and profile
 //! and applied by the command's keeper between `fork` and `exec`:
 //!
+//! - `namespaces`: a user and a mount namespace (hidden paths covered) and, with network
+//!   `none`, a network namespace with only its own loopback; skipped (Landlock alone) where
+//!   user namespaces are refused;
 //! - `landlock`: the filesystem view (read everything but the hidden paths, write only the
 //!   writable roots) and the scoping of signals and abstract Unix sockets to the command's own
 //!   processes;
@@ -19,6 +22,7 @@
 
 pub mod cgroup;
 mod landlock;
+pub(crate) mod namespaces;
 mod prepare;
 pub mod probe;
 mod profile;

@@ -2,15 +2,16 @@
 //! ([`Prepared`]), and the scope's private temporary directory ([`ScopeSandbox`]).
 
 use std::collections::HashMap;
-use std::os::fd::OwnedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::landlock::{self, LandlockError, Plan};
+use super::namespaces::{self, Namespaces};
 use super::probe;
 use super::seccomp::{self, SeccompError};
-use super::{Profile, SandboxMode};
+use super::{Network, Profile, SandboxMode};
 
 /// Paths under the home directory no confined command may reach.
 const HIDDEN_IN_HOME: &[&str] = &[
@@ -83,6 +84,8 @@ pub(crate) struct Context {
     pub(crate) writable: Vec<PathBuf>,
     /// The host's own files.
     pub(crate) protected: Vec<PathBuf>,
+    /// The keeper's executable, which makes the namespaces; `None`: no namespaces layer.
+    pub(crate) keeper: Option<BorrowedFd<'static>>,
 }
 
 /// The layers of one profile, ready for keepers.
@@ -96,6 +99,9 @@ pub(crate) struct Prepared {
     pub(crate) keeper_args: Vec<String>,
     /// Variables set for the command (`TMPDIR`).
     pub(crate) env: Vec<(String, String)>,
+    /// The scope's namespaces for this profile (the keeper's descriptors 8 and up); `None`
+    /// where user namespaces are refused (Landlock alone then).
+    pub(crate) namespaces: Option<Namespaces>,
 }
 
 /// One scope's confinement state: its private temporary directory and a [`Prepared`] per
@@ -219,10 +225,28 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
     if writable.iter().any(|root| root == Path::new("/")) {
         return Err(PrepareError::RootWritable);
     }
+    let mut visible = writable.clone();
+    visible.push(canonical(&context.workdir));
+    let namespaces = make_namespaces(
+        context,
+        &namespaces::masks(&hidden, &visible),
+        profile.network == Network::None,
+    );
+    // With a network namespace of its own, `none` is enforced by it: the command may use its
+    // private loopback (a test server on 127.0.0.1), and nothing else exists there.
+    let private_network = namespaces.as_ref().is_some_and(|ns| ns.fds.len() == 3);
+    let network = if private_network {
+        Network::Full
+    } else {
+        profile.network
+    };
     let plan = Plan::new(&writable, &hidden);
-    let ruleset = landlock::build(&plan, profile.network)?;
-    let seccomp = seccomp::programs(profile.network)?;
+    let ruleset = landlock::build(&plan, network)?;
+    let seccomp = seccomp::programs(network)?;
     let mut keeper_args = Vec::new();
+    if let Some(namespaces) = &namespaces {
+        keeper_args.push(format!("--namespaces={}", namespaces.fds.len()));
+    }
     if let Some(seconds) = profile.limits.cpu_seconds {
         keeper_args.push(format!("--rlimit-cpu={seconds}"));
     }
@@ -237,7 +261,30 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
         seccomp,
         keeper_args,
         env: vec![("TMPDIR".to_owned(), temp.display().to_string())],
+        namespaces,
     })
+}
+
+/// The namespaces layer, or `None` (logged once, and reported by `toolhost sandbox`) where it
+/// is disabled or the kernel refuses it: Landlock and seccomp enforce the profile alone then.
+fn make_namespaces(context: &Context, masks: &[PathBuf], network_none: bool) -> Option<Namespaces> {
+    if probe::disabled("namespaces") {
+        return None;
+    }
+    let keeper = context.keeper?;
+    match namespaces::make(keeper, masks, network_none) {
+        Ok(made) => Some(made),
+        Err(error) => {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                tracing::warn!(
+                    %error,
+                    "commands are confined without namespaces (Landlock and seccomp only)"
+                );
+            });
+            None
+        }
+    }
 }
 
 #[cfg(test)]

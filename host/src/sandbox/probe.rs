@@ -2,8 +2,8 @@
 //! gets here (`toolhost sandbox` prints [`report`]).
 //!
 //! The environment variable `TOOLHOST_SANDBOX_DISABLE` (a comma-separated list of `landlock`,
-//! `seccomp`) makes the host behave as if the kernel lacked those layers, so that the refusal
-//! paths can be tested and seen on any machine.
+//! `seccomp`, `namespaces`, `cgroups`) makes the host behave as if the kernel lacked those
+//! layers, so that the refusal and fallback paths can be tested and seen on any machine.
 
 use std::fmt::Write;
 
@@ -20,10 +20,16 @@ pub struct Support {
     pub seccomp: bool,
 }
 
+/// Whether `TOOLHOST_SANDBOX_DISABLE` names `layer`.
+pub(crate) fn disabled(layer: &str) -> bool {
+    std::env::var("TOOLHOST_SANDBOX_DISABLE")
+        .unwrap_or_default()
+        .split(',')
+        .any(|name| name.trim() == layer)
+}
+
 /// Probe the kernel (cheap: two system calls).
 pub fn support() -> Support {
-    let disabled = std::env::var("TOOLHOST_SANDBOX_DISABLE").unwrap_or_default();
-    let disabled = |layer: &str| disabled.split(',').any(|name| name.trim() == layer);
     Support {
         landlock_abi: if disabled("landlock") {
             0
@@ -87,11 +93,31 @@ impl Support {
     }
 }
 
-/// The text `toolhost sandbox` prints.
-pub fn report(support: &Support, profiles: &[(&str, Profile)]) -> String {
+/// The text `toolhost sandbox` prints; `namespaces` is the outcome of making them here
+/// ([`crate::process::namespaces_available`]).
+pub fn report(
+    support: &Support,
+    namespaces: &Result<(), String>,
+    profiles: &[(&str, Profile)],
+) -> String {
     let mut out = String::new();
     let yes = |ok: bool| if ok { "yes" } else { "NO" };
     let _ = writeln!(out, "Layers on this machine:");
+    match namespaces {
+        Ok(()) => {
+            let _ = writeln!(
+                out,
+                "  namespaces: user and mount (hidden paths covered), network with only its own \
+                 loopback for network none"
+            );
+        }
+        Err(error) => {
+            let _ = writeln!(
+                out,
+                "  namespaces: NO ({error}); Landlock and seccomp confine commands alone"
+            );
+        }
+    }
     if support.landlock_abi > 0 {
         let _ = writeln!(out, "  Landlock: ABI {}", support.landlock_abi);
         for (feature, abi) in support.landlock_features() {
@@ -157,8 +183,8 @@ pub fn report(support: &Support, profiles: &[(&str, Profile)]) -> String {
         out,
         "\nNot covered by these layers: changing the mode or owner of readable files (chmod, \
          chown), and connecting to pathname Unix sockets the user may reach (e.g. a Docker \
-         socket). Names inside hidden directories stay listable; their \
-         contents do not."
+         socket). Without namespaces, names inside hidden directories stay listable (their \
+         contents do not)."
     );
     out
 }

@@ -33,6 +33,21 @@ const DENIALS: &[&str] = &[
     "Invalid cross-device link",
 ];
 
+/// How a refused network access reads under network `none`, also in a network namespace of
+/// the command's own (where nothing but its loopback exists).
+const NETWORK_DENIALS: &[&str] = &[
+    "Network is unreachable",
+    "ENETUNREACH",
+    "Temporary failure in name resolution",
+    "Could not resolve host",
+    "getaddrinfo",
+    "Address family not supported",
+    // Nothing listens on the command's own loopback.
+    "Connection refused",
+    "Failed to connect",
+    "Couldn't connect",
+];
+
 /// One process's record.
 pub(super) struct Entry {
     pub(super) seq: u64,
@@ -163,12 +178,11 @@ impl Entry {
         let failed = exit.is_some_and(|exit| exit.exit_code() != 0);
         if failed && note.is_empty() && self.profile.mode != SandboxMode::Off {
             let text = lock(&self.state).buffer.render().text;
-            if DENIALS.iter().any(|denial| text.contains(denial)) {
-                let network = if self.profile.network == Network::None {
-                    ", network access"
-                } else {
-                    ""
-                };
+            let network_none = self.profile.network == Network::None;
+            let denied = DENIALS.iter().any(|denial| text.contains(denial))
+                || (network_none && NETWORK_DENIALS.iter().any(|denial| text.contains(denial)));
+            if denied {
+                let network = if network_none { ", network access" } else { "" };
                 let writes = if self.profile.mode == SandboxMode::ReadOnly {
                     "Writing anywhere but $TMPDIR"
                 } else {
@@ -176,8 +190,8 @@ impl Entry {
                 };
                 note.push_str(&format!(
                     "\n[toolhost: this command runs confined ({}). {writes}, reading secrets such \
-                     as ~/.ssh, reaching other processes, sudo{network} are refused: a permission \
-                     error above may come from that, so do not retry the same way]",
+                     as ~/.ssh, reaching other processes, sudo{network} are refused: an error above \
+                     may come from that, so do not retry the same way]",
                     self.profile.summary()
                 ));
             }

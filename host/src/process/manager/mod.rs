@@ -83,6 +83,19 @@ use super::{
 use crate::buffer::HeadTailBuffer;
 use crate::sandbox::{self, CommandCgroups, Profile, ScopeSandbox};
 pub use config::ProcessManagerConfig;
+
+/// Whether this machine lets the host make the namespaces layer of confined commands (a user
+/// and a mount namespace, and a network namespace): `Err` says why not (commands are then
+/// confined by Landlock and seccomp alone). Tries it once, for real.
+pub fn namespaces_available() -> Result<(), String> {
+    if sandbox::probe::disabled("namespaces") {
+        return Err("disabled by TOOLHOST_SANDBOX_DISABLE".to_owned());
+    }
+    let keeper = keeper::executable().map_err(|e| e.to_string())?;
+    sandbox::namespaces::make(keeper, &[], true)
+        .map(drop)
+        .map_err(|e| e.0)
+}
 use entry::{Entry, EntrySpec, LogTarget, unix_ms};
 use ids::Ids;
 use monitor::{FIRST_READ_CHUNK, LogSlot, Monitor, MonitorGuard, OutputReader};
@@ -175,6 +188,7 @@ impl ProcessManager {
                 .cloned()
                 .chain(log_dir.clone())
                 .collect(),
+            keeper: keeper::executable().ok(),
         });
         Arc::new(Self {
             config,

@@ -164,6 +164,8 @@ pub(super) struct ChildSpec {
     /// The confinement layers (Landlock ruleset, seccomp programs), for the keeper's
     /// descriptors 6 and 7.
     layers: Option<(OwnedFd, OwnedFd)>,
+    /// The scope's namespaces (user, mount, and maybe network), for descriptors 8 and up.
+    namespaces: Vec<OwnedFd>,
     /// `cgroup.procs` of the command's cgroups (at most two), joined by the child before exec.
     cgroups: Vec<OwnedFd>,
     nice: i32,
@@ -260,6 +262,18 @@ impl ChildSpec {
                 )),
                 None => None,
             },
+            namespaces: confine
+                .and_then(|prepared| prepared.namespaces.as_ref())
+                .map(|namespaces| {
+                    namespaces
+                        .fds
+                        .iter()
+                        .take(3)
+                        .map(|fd| above_reserved(fd.try_clone()?))
+                        .collect::<io::Result<Vec<_>>>()
+                })
+                .transpose()?
+                .unwrap_or_default(),
             cgroups: cgroups
                 .map(|cgroups| {
                     cgroups
@@ -307,8 +321,9 @@ fn find_program(program: &Path) -> io::Result<PathBuf> {
 }
 
 /// The descriptors a child gets: stdio, then the keeper's status pipe (3), control socket (4),
-/// its own executable (5), and when confined the Landlock ruleset (6) and seccomp programs (7).
-const RESERVED_FDS: RawFd = 8;
+/// its own executable (5), and when confined the Landlock ruleset (6), seccomp programs (7)
+/// and the scope's namespaces (8, 9, and 10 with a network namespace).
+const RESERVED_FDS: RawFd = 11;
 
 /// Whether `path` is a file with an execute bit set.
 fn is_executable(path: &Path) -> bool {
@@ -316,8 +331,8 @@ fn is_executable(path: &Path) -> bool {
         .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
 }
 
-/// Move a descriptor to number 6 or above (close-on-exec), so that installing the child's
-/// descriptors 0-7 with `dup2` cannot clobber it.
+/// Move a descriptor to number 11 or above (close-on-exec), so that installing the child's
+/// descriptors 0-10 with `dup2` cannot clobber it.
 pub(super) fn above_reserved(fd: OwnedFd) -> io::Result<OwnedFd> {
     if fd.as_raw_fd() >= RESERVED_FDS {
         return Ok(fd);
@@ -405,6 +420,8 @@ impl Forker {
             layers: spec.layers.as_ref().map_or((-1, -1), |(ruleset, seccomp)| {
                 (ruleset.as_raw_fd(), seccomp.as_raw_fd())
             }),
+            namespaces: [0, 1, 2]
+                .map(|index| spec.namespaces.get(index).map_or(-1, |fd| fd.as_raw_fd())),
             nice: spec.nice,
             parent: nix::unistd::getpid().as_raw(),
             rtmax: libc::SIGRTMAX(),
@@ -522,6 +539,8 @@ struct ChildContext {
     control: RawFd,
     /// The confinement layers for descriptors 6 and 7; `(-1, -1)` when unconfined.
     layers: (RawFd, RawFd),
+    /// The namespaces for descriptors 8, 9 and 10; -1 for none.
+    namespaces: [RawFd; 3],
     /// `cgroup.procs` files to join; -1 for none.
     cgroups: [RawFd; 2],
     nice: i32,
@@ -574,7 +593,7 @@ extern "C" fn child_main(context: *mut libc::c_void) -> libc::c_int {
     }
     // SAFETY: the descriptors were opened by the parent and stay open until `clone` returns
     // there (CLONE_VFORK); dup2 only changes this child's descriptor table.
-    // Every source descriptor is 8 or above (`above_reserved`), so none is overwritten
+    // Every source descriptor is 11 or above (`above_reserved`), so none is overwritten
     // before it is copied.
     let stdio = unsafe {
         libc::dup2(context.stdin, 0) != -1
@@ -585,8 +604,16 @@ extern "C" fn child_main(context: *mut libc::c_void) -> libc::c_int {
             && libc::dup2(context.keeper, 5) != -1
             && (context.layers.0 < 0
                 || (libc::dup2(context.layers.0, 6) != -1 && libc::dup2(context.layers.1, 7) != -1))
+            && (8..)
+                .zip(context.namespaces)
+                .all(|(target, fd)| fd < 0 || libc::dup2(fd, target) != -1)
     };
-    let first_closed: libc::c_uint = if context.layers.0 < 0 { 6 } else { 8 };
+    let namespaces = context.namespaces.iter().filter(|fd| **fd >= 0).count();
+    let first_closed: libc::c_uint = match (context.layers.0 < 0, namespaces) {
+        (true, _) => 6,
+        (false, 0) => 8,
+        (false, n) => 8 + n as libc::c_uint,
+    };
     if !stdio {
         return fail(STAGE_STDIO, errno());
     }
