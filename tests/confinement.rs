@@ -179,8 +179,13 @@ fn writes_outside_the_writable_roots_are_refused() {
 #[test]
 fn secrets_and_the_hosts_own_files_cannot_be_read() {
     let machine = Machine::new();
+    // A secret directory that is a link to elsewhere is hidden where it points.
+    std::fs::create_dir_all(machine.path("aws-real")).expect("dir");
+    std::fs::write(machine.path("aws-real/credentials"), "PRIVATE KEY").expect("credentials");
+    std::os::unix::fs::symlink(machine.path("aws-real"), machine.path("home/.aws")).expect("link");
     let attempts = [
         ("an SSH key", "cat \"$HOME/.ssh/id_ed25519\""),
+        ("a linked secret", "cat \"$HOME/.aws/credentials\""),
         ("~/.netrc", "cat \"$HOME/.netrc\""),
         (
             "another scope's output log",
@@ -698,4 +703,41 @@ fn a_0_1_0_policy_runs_its_commands_under_the_operators_confinement() {
     refused(&run("cat \"$HOME/.ssh/id_ed25519\""), "0.1.0: a secret");
     let result = run("echo ok > here && cat here");
     assert_eq!(output(&result), "ok\n", "{result}");
+}
+
+/// With namespaces the hidden paths are covered rather than carved out of the Landlock rules,
+/// so a workspace that is the home directory takes new files, and `~/.cache` new directories
+/// beside the host's own cache, while the secrets stay out of reach.
+#[test]
+fn a_home_directory_workspace_takes_new_files_with_namespaces() {
+    if toolhost::process::namespaces_available().is_err() {
+        eprintln!("no user namespaces here: Landlock alone, where this does not hold");
+        return;
+    }
+    let machine = Machine::new();
+    let home = machine.path("home").display().to_string();
+    let flags = ["--workdir", home.as_str()];
+    let result = machine.execute(
+        &flags,
+        "echo new > \"$HOME/notes.txt\" && mkdir -p \"$HOME/.cache/pip/wheels\" && \
+         cat \"$HOME/notes.txt\"",
+    );
+    assert_eq!(output(&result), "new\n", "{result}");
+    refused(
+        &machine.execute(&flags, "cat \"$HOME/.ssh/id_ed25519\""),
+        "an SSH key from a home workspace",
+    );
+    refused(
+        &machine.execute(&flags, "echo x > \"$HOME/.netrc\""),
+        "overwriting ~/.netrc from a home workspace",
+    );
+    assert_eq!(
+        std::fs::read_to_string(machine.path("home/.netrc")).expect("netrc"),
+        "machine x password y"
+    );
+    // The component cache below ~/.cache stays out of reach.
+    refused(
+        &machine.execute(&flags, "ls \"$HOME/.cache/toolhost/components\""),
+        "the component cache",
+    );
 }

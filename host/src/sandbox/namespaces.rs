@@ -2,15 +2,18 @@
 //! namespace with only its own loopback when the network is `none`), made once by the keeper
 //! in its helper mode and joined by every command of that profile before the other layers.
 //!
-//! In the mount namespace the hidden directories are covered by an empty, read-only, mode-000
-//! tmpfs, so their names are gone too, not only their contents (hidden files keep only their
-//! name visible, as under Landlock).
+//! In the mount namespace the hidden paths are covered: a directory by an empty, read-only,
+//! mode-000 tmpfs (its names are gone too, not only its contents), a file by a read-only bind
+//! of an empty mode-000 file. What is covered needs no carving in the Landlock rules, so the
+//! directories holding it stay whole (new entries can be made in `~/.cache`, or in a workspace
+//! that is the home directory).
 //! Landlock stays the filesystem layer underneath and the only one where user namespaces are
 //! refused (some distributions restrict them); that fallback is logged and reported by
 //! `toolhost sandbox`, and `TOOLHOST_SANDBOX_DISABLE=namespaces` forces it.
 
 use std::io::{BufRead, BufReader};
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -28,17 +31,27 @@ pub(crate) struct Namespaces {
     pub(crate) fds: Vec<OwnedFd>,
 }
 
-/// Make the namespaces with `keeper` (the keeper's executable): `masks` covered, and a network
-/// namespace of their own with `private_network`.
+/// Make the namespaces with `keeper` (the keeper's executable): `masks` covered (see
+/// [`masks`]), and a network namespace of their own with `private_network`.
 pub(crate) fn make(
     keeper: BorrowedFd<'_>,
     masks: &[PathBuf],
     private_network: bool,
 ) -> Result<Namespaces, NamespaceError> {
     let failed = |what: &str, error: std::io::Error| NamespaceError(format!("{what}: {error}"));
+    // What covers a file: empty and mode 000, bound by the helper (the bind keeps it after it
+    // is removed here).
+    let source = tempfile::Builder::new()
+        .prefix("toolhost-mask-")
+        .permissions(std::fs::Permissions::from_mode(0o000))
+        .tempfile()
+        .map_err(|e| failed("creating the file that covers hidden files", e))?;
     let mut command = Command::new(format!("/proc/self/fd/{}", keeper.as_raw_fd()));
     // Shown as the keeper in `ps`.
     command.arg0("toolhost-keeper").arg("--make-namespaces");
+    let mut arg = std::ffi::OsString::from("--mask-source=");
+    arg.push(source.path());
+    command.arg(arg);
     if private_network {
         command.arg("--net");
     }
@@ -92,13 +105,18 @@ fn open_all(pid: u32, private_network: bool) -> Result<Namespaces, NamespaceErro
     Ok(Namespaces { fds })
 }
 
-/// The hidden paths worth covering: not one holding the workspace or a writable root (a cover
+/// The hidden paths to cover: existing directories and regular files (not symbolic links:
+/// the caller resolves them), and not one holding the workspace or a writable root (a cover
 /// would hide those too; Landlock alone keeps such a path out of reach).
 pub(crate) fn masks(hidden: &[PathBuf], keep_visible: &[PathBuf]) -> Vec<PathBuf> {
+    let coverable = |path: &&PathBuf| {
+        std::fs::symlink_metadata(path).is_ok_and(|meta| meta.is_dir() || meta.is_file())
+    };
     let mut masks: Vec<PathBuf> = hidden
         .iter()
         .filter(|path| path.is_absolute() && path.as_path() != Path::new("/"))
         .filter(|path| !keep_visible.iter().any(|root| root.starts_with(path)))
+        .filter(coverable)
         .cloned()
         .collect();
     masks.sort();
@@ -118,19 +136,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn covers_skip_what_holds_a_writable_root_and_what_is_covered_already() {
-        let p = PathBuf::from;
+    fn covers_skip_what_holds_a_writable_root_what_is_covered_already_and_what_is_missing() {
+        let home = tempfile::tempdir().expect("home");
+        let p = |relative: &str| home.path().join(relative);
+        for dir in [".ssh", ".cache/toolhost", "state/workspace"] {
+            std::fs::create_dir_all(p(dir)).expect("dir");
+        }
+        std::fs::write(p(".ssh/id_ed25519"), "key").expect("key");
+        std::fs::write(p(".netrc"), "secret").expect("netrc");
+        std::os::unix::fs::symlink(p(".ssh"), p(".link")).expect("link");
         let hidden = [
-            p("/home/me/.ssh"),
-            p("/home/me/.ssh/id_ed25519"),
-            p("/home/me/.cache/toolhost"),
-            p("/srv/state"),
-            p("relative"),
+            p(".ssh"),
+            p(".ssh/id_ed25519"),
+            p(".cache/toolhost"),
+            p(".netrc"),
+            p(".link"),
+            p(".aws"),
+            p("state"),
+            PathBuf::from("relative"),
         ];
-        let visible = [p("/srv/state/workspace"), p("/home/me/project")];
+        let visible = [p("state/workspace"), p("project")];
         assert_eq!(
             masks(&hidden, &visible),
-            [p("/home/me/.cache/toolhost"), p("/home/me/.ssh")]
+            [p(".cache/toolhost"), p(".netrc"), p(".ssh")]
         );
     }
 }

@@ -207,9 +207,15 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
     let canonical = |path: &Path| path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
     let mut hidden: Vec<PathBuf> = context.protected.iter().map(|p| canonical(p)).collect();
     hidden.extend(profile.hidden.iter().map(|p| canonical(p)));
+    let kept_even_missing = hidden.clone();
     if let Some(home) = &home {
         let home = canonical(home);
-        hidden.extend(HIDDEN_IN_HOME.iter().map(|name| home.join(name)));
+        // Resolved: a `~/.ssh` that is a link hides where it points.
+        hidden.extend(
+            HIDDEN_IN_HOME
+                .iter()
+                .map(|name| canonical(&home.join(name))),
+        );
     }
     let mut writable = vec![canonical(temp)];
     if profile.mode == SandboxMode::WorkspaceWrite {
@@ -227,11 +233,17 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
     }
     let mut visible = writable.clone();
     visible.push(canonical(&context.workdir));
-    let namespaces = make_namespaces(
-        context,
-        &namespaces::masks(&hidden, &visible),
-        profile.network == Network::None,
-    );
+    let masks = namespaces::masks(&hidden, &visible);
+    let namespaces = make_namespaces(context, &masks, profile.network == Network::None);
+    // What the mount namespace covers needs no carving by Landlock, nor does a secret of the
+    // home directory that does not exist (the host's own paths and a policy's stay carved
+    // even then: nothing may plant them).
+    if namespaces.is_some() {
+        hidden.retain(|path| {
+            !masks.iter().any(|mask| path.starts_with(mask))
+                && (path.symlink_metadata().is_ok() || kept_even_missing.contains(path))
+        });
+    }
     // With a network namespace of its own, `none` is enforced by it: the command may use its
     // private loopback (a test server on 127.0.0.1), and nothing else exists there.
     let private_network = namespaces.as_ref().is_some_and(|ns| ns.fds.len() == 3);
