@@ -126,3 +126,84 @@ fn without_cgroups_memory_is_limited_per_process() {
     assert!(output.contains("MemoryError"), "{result}");
     assert!(!output.contains("memory limit of"), "{result}");
 }
+
+/// Without a pids cgroup (forced away here), an unprivileged host holds a fork bomb with
+/// RLIMIT_NPROC, which the kernel counts in the session's user namespace. Run as `nobody` when
+/// the tests run as root (the kernel does not apply RLIMIT_NPROC to root).
+#[tokio::test]
+async fn without_cgroups_an_unprivileged_host_holds_a_fork_bomb_in_its_user_namespace() {
+    nice();
+    if toolhost::process::namespaces_available().is_err() {
+        eprintln!("no user namespaces here: no process limit without a pids cgroup");
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let dir = tempfile::tempdir_in("/var/tmp").expect("dir in /var/tmp");
+    let binary = dir.path().join("toolhost");
+    std::fs::copy(toolhost_bin(), &binary).expect("copy");
+    if root {
+        let status = Command::new("chown")
+            .args(["-R", "65534:65534"])
+            .arg(dir.path())
+            .status()
+            .expect("chown");
+        assert!(status.success());
+    }
+    let marker = marker();
+    let bomb = format!("b{marker}() {{ b{marker} | b{marker} & }}; b{marker}; sleep 3");
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let marker = marker.clone();
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut most = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                most = most.max(processes_with(&marker).len());
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            most
+        })
+    };
+    let mut command = if root {
+        let mut command = Command::new("setpriv");
+        command
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(&binary);
+        command
+    } else {
+        Command::new(&binary)
+    };
+    let args = serde_json::json!({"command": bomb, "timeout": "3s"});
+    let output = command
+        .current_dir(dir.path())
+        .env("HOME", dir.path())
+        .env("TOOLHOST_SANDBOX_DISABLE", "cgroups")
+        .args(["--no-cache", "--state-dir"])
+        .arg(dir.path().join("state"))
+        .args([
+            "--process-limit",
+            "32",
+            "call",
+            "execute",
+            &args.to_string(),
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("toolhost runs");
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let most = sampler.join().expect("sampler");
+    let result = json(&String::from_utf8_lossy(&output.stdout));
+    let text = result["output"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("Cannot fork"),
+        "no fork was refused: {result}"
+    );
+    // The bomb's processes and its keeper.
+    assert!(most <= 33, "{most} processes of a session limited to 32");
+    assert!(
+        wait_gone(&marker, Duration::from_secs(10)).await,
+        "left behind: {:?}",
+        processes_with(&marker)
+    );
+}

@@ -5,7 +5,8 @@
 //! 6, a Landlock ruleset; 7, a sealed file of seccomp programs (each a native-endian `u32`
 //! instruction count followed by 8-byte `sock_filter` instructions). Options on the command
 //! line: `--confine` (descriptors 6 and 7 are given), `--rlimit-cpu=SECONDS`,
-//! `--rlimit-data=BYTES`, `--namespaces=N`: descriptors 8, 9 (and 10 when N is 3) are the
+//! `--rlimit-data=BYTES`, `--rlimit-nproc=N` (counted per user namespace: set only with
+//! namespaces, where it bounds the processes of the scope's namespace), `--namespaces=N`: descriptors 8, 9 (and 10 when N is 3) are the
 //! scope's user, mount (and network) namespaces, joined first (see `namespaces.rs`).
 
 use std::io;
@@ -31,6 +32,7 @@ pub(crate) struct Confinement {
     layers: Option<Vec<Vec<libc::sock_filter>>>,
     cpu_seconds: Option<u64>,
     data_bytes: Option<u64>,
+    processes: Option<u64>,
     /// How many namespace descriptors there are (0, 2 or 3).
     namespaces: usize,
 }
@@ -56,6 +58,8 @@ impl Confinement {
                 confinement.cpu_seconds = Some(number(value)?);
             } else if let Some(value) = arg.strip_prefix("--rlimit-data=") {
                 confinement.data_bytes = Some(number(value)?);
+            } else if let Some(value) = arg.strip_prefix("--rlimit-nproc=") {
+                confinement.processes = Some(number(value)?);
             } else if let Some(value) = arg.strip_prefix("--namespaces=") {
                 confinement.namespaces = match number(value)? {
                     2 => 2,
@@ -123,6 +127,12 @@ impl Confinement {
             step(
                 "setrlimit(RLIMIT_DATA)",
                 set_limit(libc::RLIMIT_DATA, bytes),
+            )?;
+        }
+        if let Some(processes) = self.processes {
+            step(
+                "setrlimit(RLIMIT_NPROC)",
+                set_limit(libc::RLIMIT_NPROC, processes),
             )?;
         }
         let Some(programs) = &self.layers else {

@@ -17,6 +17,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 /// Why the namespaces could not be made.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -29,6 +30,27 @@ pub(crate) struct NamespaceError(pub(crate) String);
 pub(crate) struct Namespaces {
     /// In the order the keeper joins them (`--namespaces=N`, descriptors 8, 9, 10).
     pub(crate) fds: Vec<OwnedFd>,
+}
+
+/// Whether the namespaces were made the last time they were tried in this process (`None`:
+/// not tried yet).
+pub(crate) fn made() -> Option<bool> {
+    match MADE.load(Ordering::Relaxed) {
+        1 => Some(true),
+        2 => Some(false),
+        _ => None,
+    }
+}
+
+/// 0: not tried; 1: made; 2: refused.
+static MADE: AtomicU8 = AtomicU8::new(0);
+
+/// Where `RLIMIT_NPROC` in the scope's user namespace is the process limit: no pids cgroup,
+/// namespaces made, and a host that is not root (the kernel does not apply it to root).
+pub(crate) fn nproc_limit_applies() -> bool {
+    super::cgroup::hierarchies().pids.is_none()
+        && made() == Some(true)
+        && !rustix::process::geteuid().is_root()
 }
 
 /// Make the namespaces with `keeper` (the keeper's executable): `masks` covered (see
@@ -85,6 +107,7 @@ pub(crate) fn make(
     // Closing its stdin lets the helper exit; the descriptors keep the namespaces.
     drop(child.stdin.take());
     let _ = child.wait();
+    MADE.store(if result.is_ok() { 1 } else { 2 }, Ordering::Relaxed);
     result
 }
 

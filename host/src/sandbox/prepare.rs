@@ -268,6 +268,15 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
     {
         keeper_args.push(format!("--rlimit-data={bytes}"));
     }
+    // Processes where no pids cgroup holds the command: RLIMIT_NPROC, which the kernel counts
+    // per user and user namespace, so in the scope's namespace it bounds the processes of the
+    // scope's commands of this profile together (not enforced for root of the host).
+    if let Some(processes) = profile.limits.processes
+        && namespaces.is_some()
+        && super::cgroup::hierarchies().pids.is_none()
+    {
+        keeper_args.push(format!("--rlimit-nproc={processes}"));
+    }
     Ok(Prepared {
         ruleset,
         seccomp,

@@ -162,11 +162,18 @@ pub fn report(
                 dir.display()
             );
         }
+        None if namespaces.is_ok() && !rustix::process::geteuid().is_root() => {
+            let _ = writeln!(
+                out,
+                "    processes: the session's commands of one profile together (RLIMIT_NPROC in \
+                 its user namespace; no pids cgroup the host may create)"
+            );
+        }
         None => {
             let _ = writeln!(
                 out,
-                "    processes: NOT ENFORCED (no pids cgroup the host may create; cgroup v2 \
-                 delegation is not used yet)"
+                "    processes: NOT ENFORCED (no pids cgroup the host may create, and no user \
+                 namespace for RLIMIT_NPROC or a root host; cgroup v2 delegation is not used yet)"
             );
         }
     }

@@ -253,6 +253,10 @@ impl Profile {
         if let Some(processes) = self.limits.processes {
             if cgroups.pids.is_some() {
                 parts.push(format!("{processes} processes"));
+            } else if super::namespaces::nproc_limit_applies() {
+                parts.push(format!(
+                    "{processes} processes for the session's commands together (RLIMIT_NPROC)"
+                ));
             } else {
                 parts.push(format!(
                     "{processes} processes (not enforced here: no pids cgroup the host may create)"

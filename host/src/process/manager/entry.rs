@@ -201,6 +201,20 @@ impl Entry {
 
     fn limit_notes(&self) -> String {
         let mut note = String::new();
+        // Without a pids cgroup, RLIMIT_NPROC may hold the process count: a refused fork reads
+        // "Resource temporarily unavailable" (EAGAIN).
+        if let Some(processes) = self.profile.limits.processes
+            && self.profile.mode != SandboxMode::Off
+            && crate::sandbox::namespaces::nproc_limit_applies()
+        {
+            let text = lock(&self.state).buffer.render().text;
+            if text.contains("Cannot fork") || text.contains("Resource temporarily unavailable") {
+                note.push_str(&format!(
+                    "\n[toolhost: forks failed: this session's commands may have reached their \
+                     limit of {processes} processes together]"
+                ));
+            }
+        }
         let Some(cgroups) = self.cgroups.as_ref() else {
             return note;
         };
