@@ -10,7 +10,9 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use tempfile::TempDir;
-use toolhost_e2e::{json, marker, processes_with, target_dir, toolhost_bin, wait_gone};
+use toolhost_e2e::{
+    UnprivilegedHost, json, marker, processes_with, target_dir, toolhost_bin, wait_gone,
+};
 
 /// A fake user: home with secrets, a workspace, a state directory, a plugin directory.
 struct Machine {
@@ -530,37 +532,14 @@ fn wait_gone_blocking(marker: &str) -> bool {
 /// The write outside goes to a directory `nobody` owns, so only the sandbox can refuse it.
 #[test]
 fn an_unprivileged_host_confines_its_commands_too() {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    // /var/tmp: reachable by every user, and not a writable root of the sandbox (unlike /tmp).
-    let dir = tempfile::tempdir_in("/var/tmp").expect("dir in /var/tmp");
-    let path = |name: &str| dir.path().join(name);
-    for name in ["home", "workspace", "state", "outside", "cache"] {
-        std::fs::create_dir(path(name)).expect("dir");
-    }
-    std::fs::create_dir(path("home/.ssh")).expect("ssh");
+    let host = UnprivilegedHost::new(&["home/.ssh", "workspace", "state", "outside", "cache"]);
+    let root = host.as_nobody();
+    let path = |name: &str| host.path(name);
     std::fs::write(path("home/.ssh/id_ed25519"), "PRIVATE KEY").expect("key");
-    let binary = path("toolhost");
-    std::fs::copy(toolhost_bin(), &binary).expect("copy");
-    if root {
-        let status = Command::new("chown")
-            .args(["-R", "65534:65534"])
-            .arg(dir.path())
-            .status()
-            .expect("chown");
-        assert!(status.success());
-    }
     let run = |command: &str| {
         let args = serde_json::json!({ "command": command });
-        let mut cmd = if root {
-            let mut cmd = Command::new("setpriv");
-            cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-                .arg(&binary);
-            cmd
-        } else {
-            Command::new(&binary)
-        };
-        let output = cmd
+        let output = host
+            .command()
             .current_dir(path("workspace"))
             .env("HOME", path("home"))
             .env("XDG_CACHE_HOME", path("cache"))

@@ -380,3 +380,59 @@ impl Default for Stoppable {
         Stoppable::new()
     }
 }
+
+/// A copy of the `toolhost` binary that an unprivileged user can run: in a fresh directory under
+/// `/var/tmp` (reachable by every user, and not a writable root of the sandbox, unlike `/tmp`),
+/// owned by `nobody` when the tests run as root, and run as `nobody` then (through `setpriv`),
+/// as the current user otherwise.
+pub struct UnprivilegedHost {
+    dir: TempDir,
+    root: bool,
+}
+
+impl UnprivilegedHost {
+    /// The directory with the binary and the subdirectories `dirs`, all owned by the user
+    /// the host will run as.
+    pub fn new(dirs: &[&str]) -> UnprivilegedHost {
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        let dir = tempfile::tempdir_in("/var/tmp").expect("dir in /var/tmp");
+        for name in dirs {
+            std::fs::create_dir_all(dir.path().join(name)).expect("dir");
+        }
+        std::fs::copy(toolhost_bin(), dir.path().join("toolhost")).expect("copy");
+        if root {
+            let status = std::process::Command::new("chown")
+                .args(["-R", "65534:65534"])
+                .arg(dir.path())
+                .status()
+                .expect("chown");
+            assert!(status.success());
+        }
+        UnprivilegedHost { dir, root }
+    }
+
+    /// Whether the tests run as root (and the host as `nobody`).
+    pub fn as_nobody(&self) -> bool {
+        self.root
+    }
+
+    /// A path in the directory.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The command that runs the copied binary unprivileged.
+    pub fn command(&self) -> std::process::Command {
+        let binary = self.path("toolhost");
+        if self.root {
+            let mut command = std::process::Command::new("setpriv");
+            command
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+                .arg(binary);
+            command
+        } else {
+            std::process::Command::new(binary)
+        }
+    }
+}

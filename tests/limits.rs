@@ -8,7 +8,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use toolhost::sandbox::cgroup;
-use toolhost_e2e::{json, marker, processes_with, toolhost_bin, wait_gone};
+use toolhost_e2e::{UnprivilegedHost, json, marker, processes_with, toolhost_bin, wait_gone};
 
 fn nice() {
     // SAFETY: an integer argument; lowers this process's priority (and its children's).
@@ -30,6 +30,37 @@ fn call(flags: &[&str], env: &[(&str, &str)], args: serde_json::Value) -> serde_
     json(&String::from_utf8_lossy(&output.stdout))
 }
 
+/// Counts the processes whose command line holds a marker, every 20 ms, until asked for the
+/// most it saw at once.
+struct Sampler {
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<usize>,
+}
+
+impl Sampler {
+    fn start(marker: &str) -> Sampler {
+        let marker = marker.to_owned();
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let thread = {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let mut most = 0;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    most = most.max(processes_with(&marker).len());
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                most
+            })
+        };
+        Sampler { done, thread }
+    }
+
+    fn most(self) -> usize {
+        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().expect("sampler")
+    }
+}
+
 #[tokio::test]
 async fn a_fork_bomb_is_held_by_the_process_limit() {
     nice();
@@ -46,26 +77,13 @@ async fn a_fork_bomb_is_held_by_the_process_limit() {
     let marker = marker();
     let bomb = format!("b{marker}() {{ b{marker} | b{marker} & }}; b{marker}; sleep 3");
     // Counts the bomb's processes for as long as the call runs.
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let sampler = {
-        let marker = marker.clone();
-        let done = done.clone();
-        std::thread::spawn(move || {
-            let mut most = 0;
-            while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                most = most.max(processes_with(&marker).len());
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            most
-        })
-    };
+    let sampler = Sampler::start(&marker);
     let result = call(
         &["--process-limit", "32"],
         &[],
         serde_json::json!({"command": bomb, "timeout": "3s"}),
     );
-    done.store(true, std::sync::atomic::Ordering::Relaxed);
-    let most = sampler.join().expect("sampler");
+    let most = sampler.most();
     // The host answered (at the timeout, or when the bomb fizzled out) and ended it all.
     assert!(result.is_object(), "{result}");
     // The kernel refused forks beyond the limit (how many processes the sampler saw at once
@@ -137,50 +155,18 @@ async fn without_cgroups_an_unprivileged_host_holds_a_fork_bomb_in_its_user_name
         eprintln!("no user namespaces here: no process limit without a pids cgroup");
         return;
     }
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let dir = tempfile::tempdir_in("/var/tmp").expect("dir in /var/tmp");
-    let binary = dir.path().join("toolhost");
-    std::fs::copy(toolhost_bin(), &binary).expect("copy");
-    if root {
-        let status = Command::new("chown")
-            .args(["-R", "65534:65534"])
-            .arg(dir.path())
-            .status()
-            .expect("chown");
-        assert!(status.success());
-    }
+    let host = UnprivilegedHost::new(&["state"]);
     let marker = marker();
     let bomb = format!("b{marker}() {{ b{marker} | b{marker} & }}; b{marker}; sleep 3");
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let sampler = {
-        let marker = marker.clone();
-        let done = done.clone();
-        std::thread::spawn(move || {
-            let mut most = 0;
-            while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                most = most.max(processes_with(&marker).len());
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            most
-        })
-    };
-    let mut command = if root {
-        let mut command = Command::new("setpriv");
-        command
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-            .arg(&binary);
-        command
-    } else {
-        Command::new(&binary)
-    };
+    let sampler = Sampler::start(&marker);
     let args = serde_json::json!({"command": bomb, "timeout": "3s"});
-    let output = command
-        .current_dir(dir.path())
-        .env("HOME", dir.path())
+    let output = host
+        .command()
+        .current_dir(host.path("state"))
+        .env("HOME", host.path("state"))
         .env("TOOLHOST_SANDBOX_DISABLE", "cgroups")
         .args(["--no-cache", "--state-dir"])
-        .arg(dir.path().join("state"))
+        .arg(host.path("state"))
         .args([
             "--process-limit",
             "32",
@@ -191,8 +177,7 @@ async fn without_cgroups_an_unprivileged_host_holds_a_fork_bomb_in_its_user_name
         .stdin(Stdio::null())
         .output()
         .expect("toolhost runs");
-    done.store(true, std::sync::atomic::Ordering::Relaxed);
-    let most = sampler.join().expect("sampler");
+    let most = sampler.most();
     let result = json(&String::from_utf8_lossy(&output.stdout));
     let text = result["output"].as_str().unwrap_or_default();
     assert!(
