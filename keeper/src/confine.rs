@@ -167,7 +167,18 @@ impl Confinement {
     }
 }
 
+/// Set `resource` to `value`, or to the hard limit already in place if that is lower (raising
+/// it would need a privilege the command does not have).
 fn set_limit(resource: libc::__rlimit_resource_t, value: u64) -> bool {
+    let mut current = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: `current` is a valid out-pointer for the call.
+    if unsafe { libc::getrlimit(resource, &mut current) } != 0 {
+        return false;
+    }
+    let value = value.min(current.rlim_max);
     let limit = libc::rlimit {
         rlim_cur: value,
         rlim_max: value,

@@ -2,16 +2,15 @@
 //! run in a helper mode, and joined by every command of that profile (`--namespaces=N`, see
 //! `confine.rs`).
 //!
-//! `toolhost-keeper --make-namespaces [--net] [--mask-source=FILE] [--mask=PATH]...`: unshare a
-//! user namespace (mapping only the caller's own user and group to themselves, so files keep
-//! their owners and nothing gains privileges outside), a mount namespace, and with `--net` a
-//! network namespace with only its own loopback (brought up). In the mount namespace every
-//! `--mask` path that is a directory is covered by an empty, read-only, mode-000 tmpfs, so that
-//! not even the names inside show, and every one that is a regular file by a read-only bind of
-//! `--mask-source` (an empty mode-000 file the host made); symbolic links and paths that do not
-//! exist are left alone. Then it prints `ready` on stdout and waits for end-of-file on stdin,
-//! while the host opens `/proc/PID/ns/{user,mnt,net}`; the descriptors keep the namespaces
-//! alive after the helper exits. On failure it prints `error: ...` and exits non-zero.
+//! `toolhost-keeper --make-namespaces [--net] [--mask=PATH]...`: unshare a user namespace
+//! (mapping only the caller's own user and group to themselves, so files keep their owners and
+//! nothing gains privileges outside), a mount namespace, and with `--net` a network namespace
+//! with only its own loopback (brought up). In the mount namespace every `--mask` path that is a
+//! directory is covered by an empty, read-only, mode-000 tmpfs, so that not even the names
+//! inside show (anything else is left alone: Landlock keeps it out of reach). Then it prints
+//! `ready` on stdout and waits for end-of-file on stdin, while the host opens
+//! `/proc/PID/ns/{user,mnt,net}`; the descriptors keep the namespaces alive after the helper
+//! exits. On failure it prints `error: ...` and exits non-zero.
 
 use std::ffi::{CString, OsString};
 use std::io::{self, Read, Write};
@@ -22,13 +21,10 @@ use std::path::PathBuf;
 pub(crate) fn make(args: &[OsString]) -> io::Result<()> {
     let mut net = false;
     let mut masks = Vec::new();
-    let mut source = None;
     for arg in args {
         let bytes = arg.as_bytes();
         if bytes == b"--net" {
             net = true;
-        } else if let Some(path) = bytes.strip_prefix(b"--mask-source=") {
-            source = Some(PathBuf::from(std::ffi::OsStr::from_bytes(path)));
         } else if let Some(path) = bytes.strip_prefix(b"--mask=") {
             masks.push(PathBuf::from(std::ffi::OsStr::from_bytes(path)));
         } else {
@@ -39,7 +35,7 @@ pub(crate) fn make(args: &[OsString]) -> io::Result<()> {
         }
     }
     let mut stdout = io::stdout().lock();
-    match setup(net, &masks, source.as_deref()) {
+    match setup(net, &masks) {
         Ok(()) => writeln!(stdout, "ready")?,
         Err(error) => {
             writeln!(stdout, "error: {error}")?;
@@ -67,7 +63,7 @@ fn step(name: &str, ok: bool) -> io::Result<()> {
     }
 }
 
-fn setup(net: bool, masks: &[PathBuf], source: Option<&std::path::Path>) -> io::Result<()> {
+fn setup(net: bool, masks: &[PathBuf]) -> io::Result<()> {
     // SAFETY: getuid and getgid take no arguments and cannot fail.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS;
@@ -94,7 +90,7 @@ fn setup(net: bool, masks: &[PathBuf], source: Option<&std::path::Path>) -> io::
     } == 0;
     step("making / private", private)?;
     for path in masks {
-        mask(path, source)?;
+        mask(path)?;
     }
     if net {
         loopback_up()?;
@@ -112,19 +108,12 @@ fn c_path(path: &std::path::Path) -> io::Result<CString> {
         .map_err(|_| invalid(format!("NUL byte in {}", path.display())))
 }
 
-/// Cover `path`: a directory with an empty read-only tmpfs (mode 000), a regular file with a
-/// read-only bind of `source`.
-fn mask(path: &std::path::Path, source: Option<&std::path::Path>) -> io::Result<()> {
+/// Cover `path`, if it is a directory (not a link), with an empty read-only tmpfs (mode 000).
+fn mask(path: &std::path::Path) -> io::Result<()> {
     let Ok(meta) = std::fs::symlink_metadata(path) else {
         return Ok(());
     };
     let target = c_path(path)?;
-    if meta.is_file() {
-        let Some(source) = source else {
-            return Ok(());
-        };
-        return bind_read_only(&c_path(source)?, &target, path);
-    }
     if !meta.is_dir() {
         return Ok(());
     }
@@ -139,52 +128,6 @@ fn mask(path: &std::path::Path, source: Option<&std::path::Path>) -> io::Result<
         )
     } == 0;
     step(&format!("masking {}", path.display()), ok)
-}
-
-/// Bind `source` onto `target` and make the bind read-only (keeping the flags of the mount it
-/// comes from, which a user namespace may not clear).
-fn bind_read_only(source: &CString, target: &CString, path: &std::path::Path) -> io::Result<()> {
-    let name = format!("masking {}", path.display());
-    // SAFETY: NUL-terminated strings for source and target; a bind takes no type or data.
-    let bound = unsafe {
-        libc::mount(
-            source.as_ptr(),
-            target.as_ptr(),
-            std::ptr::null(),
-            libc::MS_BIND,
-            std::ptr::null(),
-        )
-    } == 0;
-    step(&name, bound)?;
-    // SAFETY: statvfs is plain data, filled by the call.
-    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: a NUL-terminated path and a valid out-pointer.
-    let stated = unsafe { libc::statvfs(target.as_ptr(), &raw mut stat) } == 0;
-    step(&name, stated)?;
-    let mut flags = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY;
-    for (st, ms) in [
-        (libc::ST_NOSUID, libc::MS_NOSUID),
-        (libc::ST_NODEV, libc::MS_NODEV),
-        (libc::ST_NOEXEC, libc::MS_NOEXEC),
-        (libc::ST_NOATIME, libc::MS_NOATIME),
-        (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
-        (libc::ST_RELATIME, libc::MS_RELATIME),
-    ] {
-        if stat.f_flag & st != 0 {
-            flags |= ms;
-        }
-    }
-    // SAFETY: as above; a remount of the bind just made.
-    let read_only = unsafe {
-        libc::mount(
-            std::ptr::null(),
-            target.as_ptr(),
-            std::ptr::null(),
-            flags,
-            std::ptr::null(),
-        )
-    } == 0;
-    step(&name, read_only)
 }
 
 /// Bring up the network namespace's loopback interface.

@@ -118,10 +118,15 @@ pub(crate) enum LandlockError {
     Unsupported,
 }
 
-/// A ruleset for `plan`, with TCP and (when `network` is `none`) no port allowed, signals and
-/// abstract Unix sockets scoped to the command's own processes. Returns the ruleset's
-/// descriptor, for the keeper.
-pub(super) fn build(plan: &Plan, network: Network) -> Result<OwnedFd, LandlockError> {
+/// A ruleset for `plan`, with signals and abstract Unix sockets scoped to the command's own
+/// processes; when `network` is `none`, no TCP port (unless the command has a network
+/// namespace of its own, `private_network`, where only its loopback exists) and no resolver
+/// socket. Returns the ruleset's descriptor, for the keeper.
+pub(super) fn build(
+    plan: &Plan,
+    network: Network,
+    private_network: bool,
+) -> Result<OwnedFd, LandlockError> {
     let all = AccessFs::from_all(ABI_WANTED);
     let read = AccessFs::from_read(ABI_WANTED);
     let write = all & !(AccessFs::MakeChar | AccessFs::MakeBlock);
@@ -129,7 +134,7 @@ pub(super) fn build(plan: &Plan, network: Network) -> Result<OwnedFd, LandlockEr
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(all)?
         .scope(Scope::from_all(ABI_WANTED))?;
-    if network == Network::None {
+    if network == Network::None && !private_network {
         ruleset = ruleset.handle_access(AccessNet::from_all(ABI_WANTED))?;
     }
     let mut created = ruleset.create()?;

@@ -2,18 +2,17 @@
 //! namespace with only its own loopback when the network is `none`), made once by the keeper
 //! in its helper mode and joined by every command of that profile before the other layers.
 //!
-//! In the mount namespace the hidden paths are covered: a directory by an empty, read-only,
-//! mode-000 tmpfs (its names are gone too, not only its contents), a file by a read-only bind
-//! of an empty mode-000 file. What is covered needs no carving in the Landlock rules, so the
-//! directories holding it stay whole (new entries can be made in `~/.cache`, or in a workspace
-//! that is the home directory).
+//! In the mount namespace the hidden directories are covered by an empty, read-only, mode-000
+//! tmpfs, so their names are gone too, not only their contents. Landlock still carves every
+//! hidden path out underneath: a cover disappears when what it covers is replaced from
+//! outside, and the carving keeps the directories around a hidden path from being renamed.
 //! Landlock stays the filesystem layer underneath and the only one where user namespaces are
 //! refused (some distributions restrict them); that fallback is logged and reported by
 //! `toolhost sandbox`, and `TOOLHOST_SANDBOX_DISABLE=namespaces` forces it.
 
+use nix::libc;
 use std::io::{BufRead, BufReader};
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
-use std::os::unix::fs::PermissionsExt;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -61,19 +60,9 @@ pub(crate) fn make(
     private_network: bool,
 ) -> Result<Namespaces, NamespaceError> {
     let failed = |what: &str, error: std::io::Error| NamespaceError(format!("{what}: {error}"));
-    // What covers a file: empty and mode 000, bound by the helper (the bind keeps it after it
-    // is removed here).
-    let source = tempfile::Builder::new()
-        .prefix("toolhost-mask-")
-        .permissions(std::fs::Permissions::from_mode(0o000))
-        .tempfile()
-        .map_err(|e| failed("creating the file that covers hidden files", e))?;
     let mut command = Command::new(format!("/proc/self/fd/{}", keeper.as_raw_fd()));
     // Shown as the keeper in `ps`.
     command.arg0("toolhost-keeper").arg("--make-namespaces");
-    let mut arg = std::ffi::OsString::from("--mask-source=");
-    arg.push(source.path());
-    command.arg(arg);
     if private_network {
         command.arg("--net");
     }
@@ -89,10 +78,17 @@ pub(crate) fn make(
         .spawn()
         .map_err(|e| failed("running the keeper", e))?;
     let mut line = String::new();
-    let read = child
-        .stdout
-        .take()
-        .map(|out| BufReader::new(out).read_line(&mut line));
+    let read = child.stdout.take().map(|out| {
+        // A helper stuck on a mount (a hung network filesystem) must not hold the scope.
+        if !readable_within(out.as_fd(), HELPER_TIMEOUT) {
+            let _ = child.kill();
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {} s", HELPER_TIMEOUT.as_secs()),
+            ));
+        }
+        BufReader::new(out).read_line(&mut line)
+    });
     let result = match read {
         Some(Ok(_)) if line.trim_end() == "ready" => open_all(child.id(), private_network),
         Some(Ok(_)) => Err(NamespaceError(
@@ -109,6 +105,26 @@ pub(crate) fn make(
     let _ = child.wait();
     MADE.store(if result.is_ok() { 1 } else { 2 }, Ordering::Relaxed);
     result
+}
+
+/// Longest the helper may take to make the namespaces.
+const HELPER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Whether `fd` has something to read (or reached its end) within `timeout`.
+fn readable_within(fd: std::os::fd::BorrowedFd<'_>, timeout: std::time::Duration) -> bool {
+    let mut poll = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let millis = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+    loop {
+        // SAFETY: one valid pollfd for the duration of the call.
+        let ready = unsafe { libc::poll(&raw mut poll, 1, millis) };
+        if ready >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return ready > 0;
+        }
+    }
 }
 
 fn open_all(pid: u32, private_network: bool) -> Result<Namespaces, NamespaceError> {
@@ -128,13 +144,11 @@ fn open_all(pid: u32, private_network: bool) -> Result<Namespaces, NamespaceErro
     Ok(Namespaces { fds })
 }
 
-/// The hidden paths to cover: existing directories and regular files (not symbolic links:
-/// the caller resolves them), and not one holding the workspace or a writable root (a cover
-/// would hide those too; Landlock alone keeps such a path out of reach).
+/// The hidden paths to cover: existing directories (not symbolic links: the caller resolves
+/// them), and not one holding the workspace or a writable root (a cover would hide those too).
 pub(crate) fn masks(hidden: &[PathBuf], keep_visible: &[PathBuf]) -> Vec<PathBuf> {
-    let coverable = |path: &&PathBuf| {
-        std::fs::symlink_metadata(path).is_ok_and(|meta| meta.is_dir() || meta.is_file())
-    };
+    let coverable =
+        |path: &&PathBuf| std::fs::symlink_metadata(path).is_ok_and(|meta| meta.is_dir());
     let mut masks: Vec<PathBuf> = hidden
         .iter()
         .filter(|path| path.is_absolute() && path.as_path() != Path::new("/"))
@@ -179,9 +193,6 @@ mod tests {
             PathBuf::from("relative"),
         ];
         let visible = [p("state/workspace"), p("project")];
-        assert_eq!(
-            masks(&hidden, &visible),
-            [p(".cache/toolhost"), p(".netrc"), p(".ssh")]
-        );
+        assert_eq!(masks(&hidden, &visible), [p(".cache/toolhost"), p(".ssh")]);
     }
 }

@@ -13,6 +13,9 @@ use super::probe;
 use super::seccomp::{self, SeccompError};
 use super::{Network, Profile, SandboxMode};
 
+/// Most profiles one scope may use (each holds its namespaces and layers until the scope ends).
+const MAX_PROFILES: usize = 16;
+
 /// Paths under the home directory no confined command may reach.
 const HIDDEN_IN_HOME: &[&str] = &[
     ".ssh",
@@ -69,6 +72,12 @@ pub(crate) enum PrepareError {
     /// The seccomp filter could not be built.
     #[error(transparent)]
     Seccomp(#[from] SeccompError),
+    /// The scope uses too many profiles already (each holds namespaces and descriptors).
+    #[error(
+        "this session already runs commands under {MAX_PROFILES} different sandbox profiles; a \
+         policy asking for yet another confinement is refused (reuse one of the earlier ones)"
+    )]
+    TooManyProfiles,
     /// The private temporary directory could not be made.
     #[error("cannot create the scope's temporary directory: {0}")]
     TempDir(std::io::Error),
@@ -131,6 +140,9 @@ impl ScopeSandbox {
         let mut prepared = self.prepared.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(ready) = prepared.get(profile) {
             return Ok(Some(ready.clone()));
+        }
+        if prepared.len() >= MAX_PROFILES {
+            return Err(PrepareError::TooManyProfiles);
         }
         let support = probe::support();
         if let Some(missing) = support.missing_for(profile) {
@@ -207,7 +219,6 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
     let canonical = |path: &Path| path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
     let mut hidden: Vec<PathBuf> = context.protected.iter().map(|p| canonical(p)).collect();
     hidden.extend(profile.hidden.iter().map(|p| canonical(p)));
-    let kept_even_missing = hidden.clone();
     if let Some(home) = &home {
         let home = canonical(home);
         // Resolved: a `~/.ssh` that is a link hides where it points.
@@ -235,26 +246,16 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
     visible.push(canonical(&context.workdir));
     let masks = namespaces::masks(&hidden, &visible);
     let namespaces = make_namespaces(context, &masks, profile.network == Network::None);
-    // What the mount namespace covers needs no carving by Landlock, nor does a secret of the
-    // home directory that does not exist (the host's own paths and a policy's stay carved
-    // even then: nothing may plant them).
-    if namespaces.is_some() {
-        hidden.retain(|path| {
-            !masks.iter().any(|mask| path.starts_with(mask))
-                && (path.symlink_metadata().is_ok() || kept_even_missing.contains(path))
-        });
-    }
     // With a network namespace of its own, `none` is enforced by it: the command may use its
-    // private loopback (a test server on 127.0.0.1), and nothing else exists there.
+    // private loopback (a test server on 127.0.0.1), and nothing else exists there. Seccomp
+    // still allows only the socket families that stay inside it.
     let private_network = namespaces.as_ref().is_some_and(|ns| ns.fds.len() == 3);
-    let network = if private_network {
-        Network::Full
-    } else {
-        profile.network
-    };
+    // Landlock keeps carving every hidden path out even where the mount namespace covers it:
+    // a cover goes away when what it covers is replaced from outside, and the carving keeps
+    // the directories around a hidden path from being renamed.
     let plan = Plan::new(&writable, &hidden);
-    let ruleset = landlock::build(&plan, network)?;
-    let seccomp = seccomp::programs(network)?;
+    let ruleset = landlock::build(&plan, profile.network, private_network)?;
+    let seccomp = seccomp::programs(profile.network, private_network)?;
     let mut keeper_args = Vec::new();
     if let Some(namespaces) = &namespaces {
         keeper_args.push(format!("--namespaces={}", namespaces.fds.len()));

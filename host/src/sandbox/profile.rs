@@ -255,7 +255,8 @@ impl Profile {
                 parts.push(format!("{processes} processes"));
             } else if super::namespaces::nproc_limit_applies() {
                 parts.push(format!(
-                    "{processes} processes for the session's commands together (RLIMIT_NPROC)"
+                    "{processes} processes for the session's commands of this profile together \
+                     (RLIMIT_NPROC)"
                 ));
             } else {
                 parts.push(format!(

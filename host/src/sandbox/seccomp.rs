@@ -94,8 +94,11 @@ const NAMESPACE_FLAGS: &[libc::c_int] = &[
 ];
 
 /// The filters for `network`, as the keeper reads them: for each program its length in
-/// instructions (`u32`, native endian) followed by its instructions (8 bytes each).
-pub(super) fn programs(network: Network) -> Result<OwnedFd, SeccompError> {
+/// instructions (`u32`, native endian) followed by its instructions (8 bytes each). With
+/// network `none` only Unix sockets are allowed, and, in a network namespace of the command's
+/// own (`private_network`), the families that stay inside it (IPv4, IPv6, netlink): not
+/// `AF_VSOCK` or others that reach past a network namespace.
+pub(super) fn programs(network: Network, private_network: bool) -> Result<OwnedFd, SeccompError> {
     let arch = TargetArch::try_from(std::env::consts::ARCH)
         .map_err(|_| SeccompError::Arch(std::env::consts::ARCH))?;
     let mut denied: BTreeMap<i64, Vec<SeccompRule>> =
@@ -127,14 +130,26 @@ pub(super) fn programs(network: Network) -> Result<OwnedFd, SeccompError> {
         arch,
     )?)?);
     if network == Network::None {
-        let not_unix = SeccompRule::new(vec![SeccompCondition::new(
-            0,
-            SeccompCmpArgLen::Dword,
-            SeccompCmpOp::Ne,
-            libc::AF_UNIX.cast_unsigned().into(),
-        )?])?;
+        let mut allowed = vec![libc::AF_UNIX];
+        if private_network {
+            allowed.extend([libc::AF_INET, libc::AF_INET6, libc::AF_NETLINK]);
+        }
+        // Denied when the family is none of these (the conditions of one rule all hold).
+        let other = SeccompRule::new(
+            allowed
+                .into_iter()
+                .map(|family| {
+                    SeccompCondition::new(
+                        0,
+                        SeccompCmpArgLen::Dword,
+                        SeccompCmpOp::Ne,
+                        family.cast_unsigned().into(),
+                    )
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        )?;
         programs.push(BpfProgram::try_from(SeccompFilter::new(
-            BTreeMap::from([(libc::SYS_socket, vec![not_unix])]),
+            BTreeMap::from([(libc::SYS_socket, vec![other])]),
             SeccompAction::Allow,
             SeccompAction::Errno(libc::EACCES.cast_unsigned()),
             arch,
