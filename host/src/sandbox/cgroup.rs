@@ -123,8 +123,17 @@ impl CommandCgroups {
     }
 
     fn make(&mut self, base: &Path, name: &str) -> io::Result<PathBuf> {
+        sweep_stale(base);
         let dir = base.join(name);
-        std::fs::create_dir(&dir)?;
+        if let Err(error) = std::fs::create_dir(&dir) {
+            // Left by an earlier host that had this pid and died before removing it: an empty
+            // cgroup (no process left in it) can go; one in use cannot.
+            if error.kind() != io::ErrorKind::AlreadyExists {
+                return Err(error);
+            }
+            std::fs::remove_dir(&dir)?;
+            std::fs::create_dir(&dir)?;
+        }
         self.dirs.push(dir.clone());
         self.procs.push(
             OpenOptions::new()
@@ -157,6 +166,39 @@ impl CommandCgroups {
     }
 }
 
+/// Remove, once per process and hierarchy, the empty cgroups that hosts which are gone left
+/// behind (`toolhost-PID-N` whose PID no longer runs; killed hosts cannot clean up). A cgroup
+/// that still holds a process is not removed (the kernel refuses).
+fn sweep_stale(base: &Path) {
+    static SWEPT: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+    {
+        let mut swept = SWEPT
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if swept.iter().any(|done| done == base) {
+            return;
+        }
+        swept.push(base.to_path_buf());
+    }
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|name| name.strip_prefix("toolhost-"))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir(entry.path());
+        }
+    }
+}
+
 /// Whether the line of `file` starting with `key` holds a count above zero.
 fn counter(file: &Path, key: &str) -> bool {
     std::fs::read_to_string(file)
@@ -177,5 +219,26 @@ impl Drop for CommandCgroups {
                 tracing::debug!(dir = %dir.display(), %error, "cannot remove a command's cgroup");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cgroups_left_by_hosts_that_are_gone_are_swept() {
+        let base = tempfile::tempdir().expect("base");
+        let gone = base.path().join("toolhost-999999999-3");
+        let ours = base
+            .path()
+            .join(format!("toolhost-{}-0", std::process::id()));
+        let other = base.path().join("user.slice");
+        for dir in [&gone, &ours, &other] {
+            std::fs::create_dir(dir).expect("dir");
+        }
+        sweep_stale(base.path());
+        assert!(!gone.exists());
+        assert!(ours.exists() && other.exists());
     }
 }
