@@ -108,15 +108,51 @@ fn c_path(path: &std::path::Path) -> io::Result<CString> {
         .map_err(|_| invalid(format!("NUL byte in {}", path.display())))
 }
 
-/// Cover `path`, if it is a directory (not a link), with an empty read-only tmpfs (mode 000).
+/// `struct open_how` of `openat2(2)`.
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+/// Cover `path`, if it is a directory reached without following any symbolic link, with an
+/// empty read-only tmpfs (mode 000). The directory is opened first (`openat2` with
+/// `RESOLVE_NO_SYMLINKS`) and the cover mounted on that very directory through its descriptor,
+/// so a path changed meanwhile cannot move the cover elsewhere.
 fn mask(path: &std::path::Path) -> io::Result<()> {
-    let Ok(meta) = std::fs::symlink_metadata(path) else {
-        return Ok(());
-    };
     let target = c_path(path)?;
-    if !meta.is_dir() {
-        return Ok(());
-    }
+    let how = OpenHow {
+        flags: (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve: libc::RESOLVE_NO_SYMLINKS,
+    };
+    // SAFETY: a NUL-terminated path and a valid open_how of the size passed.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            target.as_ptr(),
+            &raw const how,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    let name = format!("masking {}", path.display());
+    let target = if fd >= 0 {
+        c_path(std::path::Path::new(&format!("/proc/self/fd/{fd}")))?
+    } else {
+        match io::Error::last_os_error().raw_os_error() {
+            // Missing, not a directory, or reached through a link: nothing to cover here
+            // (Landlock keeps it out of reach).
+            Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP | libc::EXDEV) => return Ok(()),
+            // A kernel before 5.6: the path as it is now.
+            Some(libc::ENOSYS) if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) => {
+                target
+            }
+            Some(libc::ENOSYS) => return Ok(()),
+            _ => return step(&name, false),
+        }
+    };
     // SAFETY: NUL-terminated strings for source, target, type and data.
     let ok = unsafe {
         libc::mount(
@@ -127,7 +163,12 @@ fn mask(path: &std::path::Path) -> io::Result<()> {
             c"mode=000,size=4k".as_ptr().cast(),
         )
     } == 0;
-    step(&format!("masking {}", path.display()), ok)
+    let result = step(&name, ok);
+    if fd >= 0 {
+        // SAFETY: closing the descriptor opened above, owned by nothing else.
+        unsafe { libc::close(fd as libc::c_int) };
+    }
+    result
 }
 
 /// Bring up the network namespace's loopback interface.
