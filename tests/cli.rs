@@ -214,3 +214,19 @@ async fn an_interrupted_call_stops_its_processes() {
         .await
         .expect("the CLI's shutdown stops them");
 }
+
+#[test]
+fn a_reader_that_goes_away_is_not_a_crash() {
+    // `toolhost tools | head -c 0`: the pipe is closed before anything is written.
+    let mut child = Command::new(toolhost_bin())
+        .arg("tools")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run toolhost");
+    drop(child.stdout.take());
+    let output = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+}

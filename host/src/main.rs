@@ -282,14 +282,11 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             })
             .collect();
             let namespaces = toolhost::process::namespaces_available();
-            print!(
-                "{}",
-                probe::report(&probe::support(), &namespaces, &profiles)
-            );
-            println!(
-                "\nWith these flags commands get: {}",
+            out(format_args!(
+                "{}\nWith these flags commands get: {}",
+                probe::report(&probe::support(), &namespaces, &profiles),
                 settings.profile().summary()
-            );
+            ));
             Ok(ExitCode::SUCCESS)
         }
         Command::Plugins {
@@ -298,7 +295,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             for path in
                 bundled::export(dir).with_context(|| format!("writing to {}", dir.display()))?
             {
-                println!("{}", path.display());
+                out(path.display());
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -311,7 +308,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 .into_iter()
                 .map(|(name, origin)| serde_json::json!({"name": name, "origin": origin}))
                 .collect();
-            println!("{}", serde_json::to_string_pretty(&plugins)?);
+            out(serde_json::to_string_pretty(&plugins)?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Tools { format } => {
@@ -338,7 +335,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                     }),
                 })
                 .collect();
-            println!("{}", serde_json::to_string_pretty(&tools)?);
+            out(serde_json::to_string_pretty(&tools)?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Call {
@@ -363,7 +360,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             };
             match outcome {
                 Ok(result) => {
-                    println!("{result}");
+                    out(result);
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(
@@ -470,4 +467,16 @@ fn interrupted() -> Result<impl Future<Output = &'static str>> {
 
 fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Print a result line on stdout. A reader that went away (`toolhost tools | head`) is not an
+/// error: there is nobody left to tell.
+fn out(text: impl std::fmt::Display) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(error) = writeln!(stdout, "{text}").and_then(|()| stdout.flush())
+        && error.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        eprintln!("toolhost: cannot write the result: {error}");
+    }
 }
