@@ -184,16 +184,7 @@ fn sweep_stale(base: &Path) {
         return;
     };
     for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|name| name.strip_prefix("toolhost-"))
-            .and_then(|rest| rest.split_once('-'))
-            .and_then(|(pid, _)| pid.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+        if super::left_by_a_gone_host(&entry.file_name()) {
             let _ = std::fs::remove_dir(entry.path());
         }
     }

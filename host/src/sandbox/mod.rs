@@ -29,6 +29,17 @@ mod profile;
 mod seccomp;
 
 pub(crate) use cgroup::CommandCgroups;
+
+/// Whether `name` is one of the `toolhost-PID-...` names a host gives what it makes per process
+/// (temporary directories, cgroups) and that host (PID) no longer runs, so that what it left
+/// may be removed.
+fn left_by_a_gone_host(name: &std::ffi::OsStr) -> bool {
+    name.to_str()
+        .and_then(|name| name.strip_prefix("toolhost-"))
+        .and_then(|rest| rest.split_once('-'))
+        .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        .is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
+}
 pub(crate) use prepare::{Context, Prepared, ScopeSandbox};
 
 pub use profile::{

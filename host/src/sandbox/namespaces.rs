@@ -44,11 +44,12 @@ pub(crate) fn made() -> Option<bool> {
 /// 0: not tried; 1: made; 2: refused.
 static MADE: AtomicU8 = AtomicU8::new(0);
 
-/// Where `RLIMIT_NPROC` in the scope's user namespace is the process limit: no pids cgroup,
-/// namespaces made, and a host that is not root (the kernel does not apply it to root).
-pub(crate) fn nproc_limit_applies() -> bool {
-    super::cgroup::hierarchies().pids.is_none()
-        && made() == Some(true)
+/// Whether `RLIMIT_NPROC` in the scope's user namespace is the process limit: where there is
+/// no pids cgroup, the namespaces are made (`with_namespaces`), and the host is not root (the
+/// kernel does not apply it to root).
+pub(crate) fn nproc_limit_applies(with_namespaces: bool) -> bool {
+    with_namespaces
+        && super::cgroup::hierarchies().pids.is_none()
         && !rustix::process::geteuid().is_root()
 }
 

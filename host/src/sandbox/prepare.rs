@@ -193,19 +193,13 @@ fn sweep(dir: &Path) {
     };
     let uid = rustix::process::getuid().as_raw();
     for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|name| name.strip_prefix(TEMP_PREFIX))
-            .and_then(|rest| rest.split_once('-'))
-            .and_then(|(pid, _)| pid.parse::<u32>().ok())
-        else {
+        if !super::left_by_a_gone_host(&entry.file_name()) {
             continue;
-        };
+        }
         let ours = entry
             .metadata()
             .is_ok_and(|meta| meta.is_dir() && meta.uid() == uid);
-        if ours && !Path::new(&format!("/proc/{pid}")).exists() {
+        if ours {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
@@ -271,10 +265,9 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
     }
     // Processes where no pids cgroup holds the command: RLIMIT_NPROC, which the kernel counts
     // per user and user namespace, so in the scope's namespace it bounds the processes of the
-    // scope's commands of this profile together (not enforced for root of the host).
+    // scope's commands of this profile together.
     if let Some(processes) = profile.limits.processes
-        && namespaces.is_some()
-        && super::cgroup::hierarchies().pids.is_none()
+        && namespaces::nproc_limit_applies(namespaces.is_some())
     {
         keeper_args.push(format!("--rlimit-nproc={processes}"));
     }

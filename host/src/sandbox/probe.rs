@@ -162,7 +162,7 @@ pub fn report(
                 dir.display()
             );
         }
-        None if namespaces.is_ok() && !rustix::process::geteuid().is_root() => {
+        None if super::namespaces::nproc_limit_applies(namespaces.is_ok()) => {
             let _ = writeln!(
                 out,
                 "    processes: the session's commands of one profile together (RLIMIT_NPROC in \

@@ -253,7 +253,9 @@ impl Profile {
         if let Some(processes) = self.limits.processes {
             if cgroups.pids.is_some() {
                 parts.push(format!("{processes} processes"));
-            } else if super::namespaces::nproc_limit_applies() {
+            } else if super::namespaces::nproc_limit_applies(
+                super::namespaces::made() == Some(true),
+            ) {
                 parts.push(format!(
                     "{processes} processes for the session's commands of this profile together \
                      (RLIMIT_NPROC)"

@@ -205,7 +205,9 @@ impl Entry {
         // "Resource temporarily unavailable" (EAGAIN).
         if let Some(processes) = self.profile.limits.processes
             && self.profile.mode != SandboxMode::Off
-            && crate::sandbox::namespaces::nproc_limit_applies()
+            && crate::sandbox::namespaces::nproc_limit_applies(
+                crate::sandbox::namespaces::made() == Some(true),
+            )
         {
             let text = lock(&self.state).buffer.render().text;
             if text.contains("Cannot fork") || text.contains("Resource temporarily unavailable") {

@@ -83,6 +83,12 @@ use super::{
 use crate::buffer::HeadTailBuffer;
 use crate::sandbox::{self, CommandCgroups, Profile, ScopeSandbox};
 pub use config::ProcessManagerConfig;
+use entry::{Entry, EntrySpec, LogTarget, unix_ms};
+use ids::Ids;
+use monitor::{FIRST_READ_CHUNK, LogSlot, Monitor, MonitorGuard, OutputReader};
+use spawner::Spawner;
+use sys::{ChildSpec, SpawnStep};
+use table::{Records, shut_down};
 
 /// Whether this machine lets the host make the namespaces layer of confined commands (a user
 /// and a mount namespace, and a network namespace): `Err` says why not (commands are then
@@ -96,12 +102,6 @@ pub fn namespaces_available() -> Result<(), String> {
         .map(drop)
         .map_err(|e| e.0)
 }
-use entry::{Entry, EntrySpec, LogTarget, unix_ms};
-use ids::Ids;
-use monitor::{FIRST_READ_CHUNK, LogSlot, Monitor, MonitorGuard, OutputReader};
-use spawner::Spawner;
-use sys::{ChildSpec, SpawnStep};
-use table::{Records, shut_down};
 
 /// After `SIGKILL`, how much longer than `drain_timeout` a stop waits for monitors to finish.
 const KILL_SETTLE: Duration = Duration::from_secs(1);
