@@ -2,10 +2,11 @@
 
 use std::process::Command;
 use std::time::Duration;
-use toolhost_e2e::{Stoppable, json, processes_with, toolhost_bin};
+use toolhost_e2e::{Stoppable, json, processes_with, shared_writable, toolhost_bin};
 
 fn toolhost(args: &[&str]) -> std::process::Output {
     Command::new(toolhost_bin())
+        .args(shared_writable())
         .args(args)
         .env("TOOLHOST_LOG", "warn")
         .output()
@@ -190,6 +191,7 @@ async fn an_interrupted_call_stops_its_processes() {
     let stoppable = Stoppable::new();
     let args = serde_json::json!({"command": stoppable.command(), "timeout": "60s"}).to_string();
     let mut child = Command::new(toolhost_bin())
+        .args(shared_writable())
         .args(["call", "execute", &args])
         .env("TOOLHOST_LOG", "warn")
         .stdout(std::process::Stdio::null())

@@ -268,8 +268,22 @@ fn other_processes_cannot_be_signalled_or_traced() {
             ),
         ),
     ];
-    for (what, command) in attempts {
-        let result = machine.execute(&[], &command);
+    // In its own PID namespace, a command does not even see the process; without one
+    // (forced), Landlock's scoping and seccomp refuse.
+    for (what, command) in &attempts {
+        let result = machine.execute(&[], command);
+        if *what == "ptrace" {
+            // Seccomp refuses ptrace before the kernel looks for the process.
+            refused(&result, what);
+        } else {
+            assert_ne!(result["exit_code"], 0, "{what} succeeded: {result}");
+            let text = output(&result).to_ascii_lowercase();
+            assert!(
+                text.contains("no such process") || text.contains("no such file"),
+                "{what}: the process is visible: {result}"
+            );
+        }
+        let result = machine.execute_with(&[], command, &[("TOOLHOST_SANDBOX_DISABLE", "pid")]);
         refused(&result, what);
     }
     assert!(
@@ -278,6 +292,58 @@ fn other_processes_cannot_be_signalled_or_traced() {
     );
     outsider.kill().expect("kill");
     outsider.wait().expect("reap");
+}
+
+/// A session's commands live in a PID namespace of their own (with its own `/proc`): nothing
+/// outside it shows. Forced off, they see the host's processes.
+#[test]
+fn commands_see_only_their_own_processes() {
+    let machine = Machine::new();
+    let command = format!(
+        "echo $$; test -d /proc/{me} && echo sees-the-host || echo alone",
+        me = std::process::id()
+    );
+    let result = machine.execute(&[], &command);
+    let text = output(&result);
+    let shell: u32 = text
+        .lines()
+        .next()
+        .and_then(|line| line.parse().ok())
+        .unwrap_or(u32::MAX);
+    // The namespace's init (1), the keeper (2), then the shell.
+    assert!(shell < 10 && text.ends_with("alone\n"), "{result}");
+    let result = machine.execute_with(&[], &command, &[("TOOLHOST_SANDBOX_DISABLE", "pid")]);
+    assert!(output(&result).ends_with("sees-the-host\n"), "{result}");
+}
+
+/// The mount namespace is a read-only view of `/` (the mount layer refuses a write outside the
+/// writable roots before Landlock does), with a private `/tmp` as `$TMPDIR`. Without
+/// namespaces (forced), Landlock alone refuses the same write.
+#[test]
+fn the_mount_namespace_is_a_read_only_view_with_a_private_tmp() {
+    let machine = Machine::new();
+    let name = format!("view-{}", marker());
+    let command = format!(
+        "echo x > \"$HOME/escape\"; echo x > /tmp/{name} && cat /tmp/{name} && echo $TMPDIR"
+    );
+    let result = machine.execute(&[], &command);
+    assert!(
+        output(&result).contains("Read-only file system"),
+        "{result}"
+    );
+    assert!(output(&result).ends_with("x\n/tmp\n"), "{result}");
+    assert!(!machine.path("home/escape").exists());
+    assert!(
+        !std::env::temp_dir().join(&name).exists(),
+        "the command's /tmp is the host's"
+    );
+    let result = machine.execute_with(
+        &[],
+        "echo x > \"$HOME/escape\"",
+        &[("TOOLHOST_SANDBOX_DISABLE", "namespaces")],
+    );
+    assert!(output(&result).contains("Permission denied"), "{result}");
+    assert!(!machine.path("home/escape").exists());
 }
 
 #[test]
@@ -597,7 +663,14 @@ fn toolhost_sandbox_reports_the_layers_and_refusals() {
     };
     let report = run(&[]);
     assert!(report.contains("Landlock: ABI"), "{report}");
-    assert!(report.contains("namespaces: user and mount"), "{report}");
+    assert!(
+        report.contains("namespaces: user; mount (a read-only view"),
+        "{report}"
+    );
+    assert!(
+        report.contains("PID namespace with its own /proc: yes"),
+        "{report}"
+    );
     assert!(report.contains("workspace-write, network none"), "{report}");
     assert!(report.contains("-- enforced"), "{report}");
     assert!(

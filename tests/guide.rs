@@ -159,9 +159,10 @@ fn the_guides_code_is_the_tested_code() {
 /// granted directory and reports what it printed and whether it passed.
 #[test]
 fn the_guides_policy_runs_the_tests_in_the_real_host() {
-    let project = tempfile::tempdir().expect("project dir");
+    // Where the commands see them (they have a private /tmp).
+    let project = toolhost_e2e::shared_tempdir();
     let project_dir = project.path().canonicalize().expect("canonical");
-    let bin = tempfile::tempdir().expect("bin dir");
+    let bin = toolhost_e2e::shared_tempdir();
     let plugins = tempfile::tempdir().expect("plugins dir");
     std::fs::copy(my_policy_wasm(), plugins.path().join("my_policy.wasm")).expect("copy");
     std::fs::write(
@@ -190,6 +191,7 @@ fn the_guides_policy_runs_the_tests_in_the_real_host() {
     for (code, passed) in [(0, true), (101, false)] {
         std::fs::write(bin.path().join("code"), code.to_string()).expect("write the code");
         let out = Command::new(toolhost_bin())
+            .args(toolhost_e2e::shared_writable())
             .args(["--policy", "none", "--plugins"])
             .arg(plugins.path())
             .args(["call", "run_tests", "{}"])

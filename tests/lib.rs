@@ -4,6 +4,7 @@
 
 pub mod mcp_client;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -71,6 +72,31 @@ pub async fn policy_host(policy: &str, fake: std::sync::Arc<FakeProcesses>) -> T
 }
 
 /// Compiled-component cache for tests.
+/// A directory every test host lets commands write (`--writable`), for files that a test and
+/// its commands both see: confined commands have a private `/tmp`, so a plain temporary
+/// directory of the test is not there for them.
+pub fn shared_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join("toolhost-tests-shared");
+        std::fs::create_dir_all(&dir).expect("shared dir");
+        // Sticky and open to all, like /tmp: tests also run hosts as an unprivileged user.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777))
+            .expect("chmod shared dir");
+        dir.canonicalize().expect("canonical shared dir")
+    })
+}
+
+/// A fresh temporary directory in [`shared_dir`].
+pub fn shared_tempdir() -> TempDir {
+    tempfile::tempdir_in(shared_dir()).expect("shared temp dir")
+}
+
+/// The flags that make [`shared_dir`] writable for a `toolhost` process's commands.
+pub fn shared_writable() -> [&'static std::ffi::OsStr; 2] {
+    ["--writable".as_ref(), shared_dir().as_os_str()]
+}
+
 pub fn test_cache_dir() -> PathBuf {
     std::env::temp_dir().join("toolhost-test-component-cache")
 }
@@ -88,11 +114,12 @@ pub async fn real_plugin_host(dir: &Path) -> (ToolHost, TempDir) {
 
 async fn real_host_with(builder: toolhost::ToolHostBuilder) -> (ToolHost, TempDir) {
     let state = tempfile::tempdir().expect("state dir");
-    let config = toolhost::process::ProcessManagerConfig {
+    let mut config = toolhost::process::ProcessManagerConfig {
         state_dir: Some(state.path().to_path_buf()),
         kill_grace: std::time::Duration::from_millis(500),
         ..Default::default()
     };
+    config.sandbox.writable.push(shared_dir().to_path_buf());
     let host = builder
         .process_config(config)
         .cache_dir(Some(test_cache_dir()))
@@ -300,7 +327,7 @@ impl Stoppable {
     /// A fresh command with its own marker and record directory.
     pub fn new() -> Stoppable {
         Stoppable {
-            dir: tempfile::tempdir().expect("temp dir"),
+            dir: shared_tempdir(),
             marker: marker(),
         }
     }

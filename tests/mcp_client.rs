@@ -35,6 +35,7 @@ impl StdioClient {
     pub fn spawn(global_args: &[&str]) -> StdioClient {
         let (cache_key, cache_value) = cache_env();
         let mut child = Command::new(toolhost_bin())
+            .args(crate::shared_writable())
             .args(global_args)
             .arg("serve")
             .env(cache_key, cache_value)

@@ -26,6 +26,7 @@ impl HttpServer {
     async fn start(extra: &[&str]) -> HttpServer {
         let (cache_key, cache_value) = cache_env();
         let mut child = Command::new(toolhost_bin())
+            .args(toolhost_e2e::shared_writable())
             .args(["serve", "--http", "127.0.0.1:0"])
             .args(extra)
             .env("TOOLHOST_TOKEN", TOKEN)

@@ -162,7 +162,7 @@ async fn concurrent_calls_run_in_parallel() {
     let mut client = StdioClient::start(&[]).await;
     // Each command ends only once all six run together; calls served one after another would
     // each time out instead.
-    let meeting = tempfile::tempdir().expect("dir");
+    let meeting = toolhost_e2e::shared_tempdir();
     let command = rendezvous_command(meeting.path(), 6);
     let mut waiting = Vec::new();
     for _ in 0..6 {

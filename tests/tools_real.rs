@@ -56,7 +56,7 @@ async fn execute_runs_commands() {
     assert_eq!(r["output"], "done\n");
     assert!(started.elapsed() < Duration::from_secs(5));
 
-    let dir = tempfile::tempdir().expect("dir");
+    let dir = toolhost_e2e::shared_tempdir();
     let r = call(
         &host,
         "execute",
@@ -243,7 +243,7 @@ async fn concurrent_calls_run_in_parallel() {
     let host = std::sync::Arc::new(host);
     // Each command ends only once all six run together; run one after another, each would
     // time out instead.
-    let meeting = tempfile::tempdir().expect("dir");
+    let meeting = toolhost_e2e::shared_tempdir();
     let args = serde_json::json!({
         "command": rendezvous_command(meeting.path(), 6),
         "timeout": "20s",
@@ -352,4 +352,31 @@ async fn the_omission_marker_states_the_whole_cut() {
         "marker: {}",
         &output[16000..16400.min(output.len())]
     );
+}
+
+/// A session's commands share a private `/tmp` (the host's is not theirs to see or change),
+/// and another session has its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_commands_share_a_private_tmp() {
+    let (host, _state) = real_host("default").await;
+    let name = format!("private-{}", marker());
+    let run = |scope: &'static str, command: String| {
+        let host = &host;
+        async move {
+            let args = serde_json::json!({ "command": command }).to_string();
+            json(&host.call(scope, "execute", &args).await.expect("execute"))
+        }
+    };
+    let r = run("s", format!("echo kept > /tmp/{name} && echo $TMPDIR")).await;
+    assert_eq!(r["output"], "/tmp\n", "{r}");
+    assert!(
+        !std::env::temp_dir().join(&name).exists(),
+        "the command wrote the host's /tmp"
+    );
+    let r = run("s", format!("cat /tmp/{name}")).await;
+    assert_eq!(r["output"], "kept\n", "{r}");
+    let r = run("t", format!("cat /tmp/{name}")).await;
+    assert_ne!(r["exit_code"], 0, "another session sees it: {r}");
+    host.end_scope("s").await;
+    host.end_scope("t").await;
 }

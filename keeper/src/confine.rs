@@ -6,8 +6,13 @@
 //! instruction count followed by 8-byte `sock_filter` instructions). Options on the command
 //! line: `--confine` (descriptors 6 and 7 are given), `--rlimit-cpu=SECONDS`,
 //! `--rlimit-data=BYTES`, `--rlimit-nproc=N` (counted per user namespace: set only with
-//! namespaces, where it bounds the processes of the scope's namespace), `--namespaces=N`: descriptors 8, 9 (and 10 when N is 3) are the
-//! scope's user, mount (and network) namespaces, joined first (see `namespaces.rs`).
+//! namespaces, where it bounds the processes of the scope's namespace).
+//!
+//! `--namespaces=KIND,...` (`user`, `mnt`, `net`, `pid`): descriptors 8 and up are the scope's
+//! namespaces of those kinds, in that order (see `namespaces.rs`). The keeper joins them
+//! itself, before it starts the command ([`Confinement::join`]): a command's descendants must
+//! stay the keeper's descendants, and orphans are re-parented to the nearest subreaper *in
+//! their own PID namespace* only.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -16,13 +21,15 @@ use std::os::fd::RawFd;
 const RULESET_FD: RawFd = 6;
 /// The seccomp programs, as the host passes them.
 const SECCOMP_FD: RawFd = 7;
-/// The first namespace descriptor (user, then mount, then network).
+/// The first namespace descriptor.
 const NAMESPACE_FD: RawFd = 8;
-/// The namespace each descriptor from [`NAMESPACE_FD`] on is, in order.
-const NAMESPACES: [(libc::c_int, &str); 3] = [
-    (libc::CLONE_NEWUSER, "setns(user)"),
-    (libc::CLONE_NEWNS, "setns(mount)"),
-    (libc::CLONE_NEWNET, "setns(network)"),
+/// The namespaces the keeper knows: name on the command line, kind for setns(2). The user
+/// namespace comes first (it gives the right to join the others).
+const NAMESPACES: [(&str, libc::c_int); 4] = [
+    ("user", libc::CLONE_NEWUSER),
+    ("mnt", libc::CLONE_NEWNS),
+    ("net", libc::CLONE_NEWNET),
+    ("pid", libc::CLONE_NEWPID),
 ];
 
 /// What to apply to the command.
@@ -33,8 +40,8 @@ pub(crate) struct Confinement {
     cpu_seconds: Option<u64>,
     data_bytes: Option<u64>,
     processes: Option<u64>,
-    /// How many namespace descriptors there are (0, 2 or 3).
-    namespaces: usize,
+    /// The namespaces to join, in descriptor order from [`NAMESPACE_FD`].
+    namespaces: Vec<(&'static str, libc::c_int)>,
 }
 
 impl Confinement {
@@ -61,16 +68,20 @@ impl Confinement {
             } else if let Some(value) = arg.strip_prefix("--rlimit-nproc=") {
                 confinement.processes = Some(number(value)?);
             } else if let Some(value) = arg.strip_prefix("--namespaces=") {
-                confinement.namespaces = match number(value)? {
-                    2 => 2,
-                    3 => 3,
-                    _ => {
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidInput,
-                            format!("bad option `{arg}`"),
-                        ));
+                for name in value.split(',') {
+                    let known = NAMESPACES.iter().find(|(known, _)| *known == name);
+                    match known {
+                        Some(&kind) if !confinement.namespaces.contains(&kind) => {
+                            confinement.namespaces.push(kind);
+                        }
+                        _ => {
+                            return Err(io::Error::new(
+                                io::ErrorKind::InvalidInput,
+                                format!("bad option `{arg}`"),
+                            ));
+                        }
                     }
-                };
+                }
             } else {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
@@ -84,13 +95,45 @@ impl Confinement {
             }
             confinement.layers = Some(read_programs()?);
         }
-        for fd in (NAMESPACE_FD..).take(confinement.namespaces) {
+        for fd in (NAMESPACE_FD..).take(confinement.namespaces.len()) {
             crate::set_cloexec(fd)?;
         }
         Ok((confinement, used))
     }
 
-    /// Apply everything, in the forked child just before `exec`. The keeper is single-threaded,
+    /// Join the scope's namespaces (in the keeper itself), and come back to the working
+    /// directory (joining a mount namespace moves it to the root). Returns whether a PID
+    /// namespace was joined: then the keeper's *children* are in it, not the keeper. On failure
+    /// it says which step failed on stderr (the command's output).
+    pub(crate) fn join(&self) -> io::Result<bool> {
+        if self.namespaces.is_empty() {
+            return Ok(false);
+        }
+        let workdir = std::env::current_dir()?;
+        for (fd, (name, kind)) in (NAMESPACE_FD..).zip(&self.namespaces) {
+            // SAFETY: integer arguments; `fd` is a namespace descriptor the host passed.
+            if unsafe { libc::setns(fd, *kind) } != 0 {
+                let error = io::Error::last_os_error();
+                eprintln!("toolhost: cannot confine the command: setns({name}): {error}");
+                return Err(error);
+            }
+            // SAFETY: closing a descriptor the host passed for this only.
+            unsafe { libc::close(fd) };
+        }
+        if let Err(error) = std::env::set_current_dir(&workdir) {
+            eprintln!(
+                "toolhost: cannot enter {} in the sandbox: {error}",
+                workdir.display()
+            );
+            return Err(error);
+        }
+        Ok(self
+            .namespaces
+            .iter()
+            .any(|(_, kind)| *kind == libc::CLONE_NEWPID))
+    }
+
+    /// Apply everything else, in the forked child just before `exec`. The keeper is single-threaded,
     /// so the child may allocate; on failure it says which step failed on its stderr (the
     /// command's output) before the error goes back to the keeper.
     pub(crate) fn apply(&self) -> io::Result<()> {
@@ -102,21 +145,6 @@ impl Confinement {
             eprintln!("toolhost: cannot confine the command: {name}: {error}");
             Err(error)
         };
-        if self.namespaces > 0 {
-            // Joining the mount namespace moves the working directory to its root: come back.
-            let workdir = std::env::current_dir()?;
-            for (fd, (kind, name)) in (NAMESPACE_FD..).zip(NAMESPACES).take(self.namespaces) {
-                // SAFETY: integer arguments; `fd` is a namespace descriptor the host passed.
-                step(name, unsafe { libc::setns(fd, kind) } == 0)?;
-            }
-            if let Err(error) = std::env::set_current_dir(&workdir) {
-                eprintln!(
-                    "toolhost: cannot enter {} in the sandbox: {error}",
-                    workdir.display()
-                );
-                return Err(error);
-            }
-        }
         if let Some(seconds) = self.cpu_seconds {
             step(
                 "setrlimit(RLIMIT_CPU)",
@@ -277,4 +305,24 @@ fn read_programs() -> io::Result<Vec<Vec<libc::sock_filter>>> {
         rest = tail;
     }
     Ok(programs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_namespace_lists_are_refused() {
+        let parse = |arg: &str| {
+            Confinement::from_args(&[std::ffi::OsString::from(arg)]).map(|(c, _)| c.namespaces)
+        };
+        // Descriptors 8.. are not open in the test process: the names are checked first.
+        for bad in [
+            "--namespaces=user,user",
+            "--namespaces=uts",
+            "--namespaces=",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+    }
 }

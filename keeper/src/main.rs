@@ -8,8 +8,10 @@
 //!
 //! Usage (the host runs it; not meant for people): `toolhost-keeper [OPTIONS] PROGRAM ARGV0
 //! [ARG...]`, with descriptor 3 the write end of the *status* pipe and descriptor 4 the
-//! keeper's end of the *control* socket; the options and descriptors 6 and 7 confine the
-//! command (see `confine.rs`). `toolhost-keeper --make-namespaces ...` is the other mode: it
+//! keeper's end of the *control* socket; the options and descriptors 6 and up confine the
+//! command (see `confine.rs`). When they include a PID namespace, the keeper forks once after
+//! joining it and carries on in the child, inside the namespace; the first process only waits
+//! for it. `toolhost-keeper --make-namespaces ...` is the other mode: it
 //! makes a scope's namespaces for the host (see `namespaces.rs`).
 //!
 //! - It starts `PROGRAM` (argv[0] `ARGV0`) in a new session, with the keeper's stdio,
@@ -100,6 +102,25 @@ fn run() -> io::Result<()> {
     // SAFETY: closing our own executable's descriptor, owned by nothing else here; EBADF
     // (not passed) is harmless.
     unsafe { libc::close(SELF_FD) };
+
+    match confinement.join() {
+        Ok(false) => {}
+        Ok(true) => {
+            // In a PID namespace only the keeper's children are: the keeper goes on in a child
+            // (the namespace's orphans go to the nearest subreaper *in* it), and this process
+            // only waits for it, so the host's child exits when everything is gone.
+            if let Some(code) = split()? {
+                drop((status, control));
+                release_stdio()?;
+                return wait_for(code);
+            }
+        }
+        Err(_) => {
+            // Said on the command's output; reported like a command that cannot run.
+            write_status(&mut status, b'C', 127);
+            return Ok(());
+        }
+    }
 
     let (wake_read, wake_write) = pipe()?;
     WAKE_FD.store(wake_write, Ordering::SeqCst);
@@ -204,6 +225,42 @@ fn run() -> io::Result<()> {
                     Err(_) => stopping = true,
                 }
             }
+        }
+    }
+}
+
+/// Fork. In the parent, `Some(child's pid)`; in the child, which carries on as the keeper,
+/// `None` (it takes `SIGTERM` when the parent goes, as the parent does when the host goes).
+fn split() -> io::Result<Option<libc::pid_t>> {
+    // SAFETY: the keeper is single-threaded, so the child may do anything after the fork.
+    match unsafe { libc::fork() } {
+        -1 => Err(io::Error::last_os_error()),
+        0 => {
+            // SAFETY: integer arguments; sets this process's parent-death signal.
+            if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0) } == -1 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(None)
+        }
+        child => Ok(Some(child)),
+    }
+}
+
+/// Wait for the keeper's child carrying on (see [`split`]) and end as it ends.
+fn wait_for(child: libc::pid_t) -> io::Result<()> {
+    loop {
+        let mut raw = 0;
+        // SAFETY: `raw` is a valid out-pointer.
+        if unsafe { libc::waitpid(child, &mut raw, 0) } == child {
+            return if libc::WIFEXITED(raw) && libc::WEXITSTATUS(raw) == 0 {
+                Ok(())
+            } else {
+                Err(io::Error::other("the keeper in the PID namespace failed"))
+            };
+        }
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::Interrupted {
+            return Err(error);
         }
     }
 }

@@ -1,52 +1,105 @@
 //! The namespaces of a scope's confined commands, made once per scope and profile by a keeper
-//! run in a helper mode, and joined by every command of that profile (`--namespaces=N`, see
+//! run in a helper mode, and joined by every command of that profile (`--namespaces=...`, see
 //! `confine.rs`).
 //!
-//! `toolhost-keeper --make-namespaces [--net] [--mask=PATH]...`: unshare a user namespace
-//! (mapping only the caller's own user and group to themselves, so files keep their owners and
-//! nothing gains privileges outside), a mount namespace, and with `--net` a network namespace
-//! with only its own loopback (brought up). In the mount namespace every `--mask` path that is a
-//! directory is covered by an empty, read-only, mode-000 tmpfs, so that not even the names
-//! inside show (anything else is left alone: Landlock keeps it out of reach). Then it prints
-//! `ready` on stdout and waits for end-of-file on stdin, while the host opens
-//! `/proc/PID/ns/{user,mnt,net}`; the descriptors keep the namespaces alive after the helper
-//! exits. On failure it prints `error: ...` and exits non-zero.
+//! `toolhost-keeper --make-namespaces [--net] [--pid] [--mask=DIR]... [--writable=PATH]...
+//! [--private-tmp=DIR]`:
+//!
+//! - a user namespace (mapping only the caller's own user and group to themselves, so files
+//!   keep their owners and nothing gains privileges outside) and a mount namespace; with
+//!   `--net` a network namespace with only its own loopback (brought up);
+//! - in the mount namespace every `--mask` directory is covered by an empty, read-only,
+//!   mode-000 tmpfs, so that not even the names inside show; then the whole tree is made
+//!   read-only, `--private-tmp` is bound over `/tmp`, and each `--writable` path is bound
+//!   back read-write (with what was mounted inside it, covers included);
+//! - with `--pid`, a PID namespace whose init is the *holder* below, with its own `/proc`.
+//!
+//! The namespaces are held by a *holder* process forked at the end as the host's own child
+//! (with `--pid` it is the new PID namespace's init): it reaps what is re-parented to it and exits at end-of-file on
+//! its stdin, which the host keeps open for the scope's life. The host dies, or ends the scope:
+//! the holder exits, and with it (as the init) every process left in the PID namespace.
+//!
+//! On success the helper prints `ready HOLDER_PID pid` (or `ready HOLDER_PID -REASON` when the
+//! PID namespace could not be made) and exits; the host opens `/proc/HOLDER_PID/ns/*`. On
+//! failure it prints `error: ...` and exits non-zero.
 
 use std::ffi::{CString, OsString};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+/// What to make, from the command line.
+#[derive(Debug, Default)]
+struct Plan {
+    net: bool,
+    pid: bool,
+    masks: Vec<PathBuf>,
+    writable: Vec<PathBuf>,
+    private_tmp: Option<PathBuf>,
+}
+
+impl Plan {
+    fn parse(args: &[OsString]) -> io::Result<Plan> {
+        let mut plan = Plan::default();
+        for arg in args {
+            let bytes = arg.as_bytes();
+            let path = |prefix: &[u8]| {
+                bytes
+                    .strip_prefix(prefix)
+                    .map(|path| PathBuf::from(std::ffi::OsStr::from_bytes(path)))
+            };
+            if bytes == b"--net" {
+                plan.net = true;
+            } else if bytes == b"--pid" {
+                plan.pid = true;
+            } else if let Some(path) = path(b"--mask=") {
+                plan.masks.push(path);
+            } else if let Some(path) = path(b"--writable=") {
+                plan.writable.push(path);
+            } else if let Some(path) = path(b"--private-tmp=") {
+                plan.private_tmp = Some(path);
+            } else {
+                return Err(invalid(format!(
+                    "unknown option `{}`",
+                    arg.to_string_lossy()
+                )));
+            }
+        }
+        for path in plan
+            .masks
+            .iter()
+            .chain(&plan.writable)
+            .chain(&plan.private_tmp)
+        {
+            if !path.is_absolute() {
+                return Err(invalid(format!("not an absolute path: {}", path.display())));
+            }
+        }
+        Ok(plan)
+    }
+}
 
 /// Run the helper mode with the arguments after `--make-namespaces`.
 pub(crate) fn make(args: &[OsString]) -> io::Result<()> {
-    let mut net = false;
-    let mut masks = Vec::new();
-    for arg in args {
-        let bytes = arg.as_bytes();
-        if bytes == b"--net" {
-            net = true;
-        } else if let Some(path) = bytes.strip_prefix(b"--mask=") {
-            masks.push(PathBuf::from(std::ffi::OsStr::from_bytes(path)));
-        } else {
-            return Err(invalid(format!(
-                "unknown option `{}`",
-                arg.to_string_lossy()
-            )));
-        }
-    }
+    let result = Plan::parse(args).and_then(|plan| setup(&plan).map(|holder| (plan, holder)));
     let mut stdout = io::stdout().lock();
-    match setup(net, &masks) {
-        Ok(()) => writeln!(stdout, "ready")?,
+    match result {
+        Ok((_, Holder { pid, pid_namespace })) => {
+            let pid_namespace = match pid_namespace {
+                Ok(true) => "pid".to_owned(),
+                Ok(false) => "-".to_owned(),
+                Err(reason) => format!("-{reason}"),
+            };
+            writeln!(stdout, "ready {pid} {pid_namespace}")?;
+            stdout.flush()
+        }
         Err(error) => {
             writeln!(stdout, "error: {error}")?;
-            return Err(error);
+            stdout.flush()?;
+            Err(error)
         }
     }
-    stdout.flush()?;
-    // Wait until the host has what it needs (it closes our stdin).
-    let mut rest = Vec::new();
-    let _ = io::stdin().read_to_end(&mut rest);
-    Ok(())
 }
 
 fn invalid(message: String) -> io::Error {
@@ -63,11 +116,20 @@ fn step(name: &str, ok: bool) -> io::Result<()> {
     }
 }
 
-fn setup(net: bool, masks: &[PathBuf]) -> io::Result<()> {
+/// The process holding the namespaces.
+struct Holder {
+    /// Its pid (in the host's PID namespace).
+    pid: libc::pid_t,
+    /// Whether it is the init of a PID namespace of its own (`Ok(false)`: none was asked
+    /// for; `Err`: asked for, but why it could not be made).
+    pid_namespace: Result<bool, String>,
+}
+
+fn setup(plan: &Plan) -> io::Result<Holder> {
     // SAFETY: getuid and getgid take no arguments and cannot fail.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS;
-    if net {
+    if plan.net {
         flags |= libc::CLONE_NEWNET;
     }
     // SAFETY: an integer argument; this helper is single-threaded, as unshare(CLONE_NEWUSER)
@@ -89,13 +151,19 @@ fn setup(net: bool, masks: &[PathBuf]) -> io::Result<()> {
         )
     } == 0;
     step("making / private", private)?;
-    for path in masks {
+    for path in &plan.masks {
         mask(path)?;
     }
-    if net {
+    read_only_view(plan)?;
+    if plan.net {
         loopback_up()?;
     }
-    Ok(())
+    if plan.pid {
+        // SAFETY: an integer argument; the next child forked is the new namespace's init.
+        let unshared = unsafe { libc::unshare(libc::CLONE_NEWPID) } == 0;
+        step("unshare(pid)", unshared)?;
+    }
+    hold(plan.pid)
 }
 
 fn write_file(path: &str, text: &str) -> io::Result<()> {
@@ -103,7 +171,7 @@ fn write_file(path: &str, text: &str) -> io::Result<()> {
         .map_err(|error| io::Error::new(error.kind(), format!("{path}: {error}")))
 }
 
-fn c_path(path: &std::path::Path) -> io::Result<CString> {
+fn c_path(path: &Path) -> io::Result<CString> {
     CString::new(path.as_os_str().as_bytes())
         .map_err(|_| invalid(format!("NUL byte in {}", path.display())))
 }
@@ -116,14 +184,14 @@ struct OpenHow {
     resolve: u64,
 }
 
-/// Cover `path`, if it is a directory reached without following any symbolic link, with an
-/// empty read-only tmpfs (mode 000). The directory is opened first (`openat2` with
-/// `RESOLVE_NO_SYMLINKS`) and the cover mounted on that very directory through its descriptor,
-/// so a path changed meanwhile cannot move the cover elsewhere.
-fn mask(path: &std::path::Path) -> io::Result<()> {
+/// Open `path` (`O_PATH`, with `flags` added) without following any symbolic link on the way
+/// (`openat2` with `RESOLVE_NO_SYMLINKS`), so that what is mounted on it or cloned from it is
+/// the very file checked, whatever changes meanwhile. `None`: missing, or reached through a
+/// link (or not a directory, with `O_DIRECTORY`).
+fn open_no_symlinks(path: &Path, flags: libc::c_int) -> io::Result<Option<OwnedFd>> {
     let target = c_path(path)?;
     let how = OpenHow {
-        flags: (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64,
+        flags: (libc::O_PATH | libc::O_CLOEXEC | flags) as u64,
         mode: 0,
         resolve: libc::RESOLVE_NO_SYMLINKS,
     };
@@ -137,22 +205,30 @@ fn mask(path: &std::path::Path) -> io::Result<()> {
             std::mem::size_of::<OpenHow>(),
         )
     };
-    let name = format!("masking {}", path.display());
-    let target = if fd >= 0 {
-        c_path(std::path::Path::new(&format!("/proc/self/fd/{fd}")))?
-    } else {
-        match io::Error::last_os_error().raw_os_error() {
-            // Missing, not a directory, or reached through a link: nothing to cover here
-            // (Landlock keeps it out of reach).
-            Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP | libc::EXDEV) => return Ok(()),
-            // A kernel before 5.6: the path as it is now.
-            Some(libc::ENOSYS) if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) => {
-                target
-            }
-            Some(libc::ENOSYS) => return Ok(()),
-            _ => return step(&name, false),
-        }
+    if fd >= 0 {
+        let fd = RawFd::try_from(fd).map_err(io::Error::other)?;
+        // SAFETY: openat2 returned a new descriptor that nothing else owns.
+        return Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }));
+    }
+    match io::Error::last_os_error().raw_os_error() {
+        Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP | libc::EXDEV) => Ok(None),
+        _ => step(&format!("opening {}", path.display()), false).map(|()| None),
+    }
+}
+
+/// The `/proc/self/fd/N` path of a descriptor, for calls that take a path.
+fn fd_path(fd: &OwnedFd) -> io::Result<CString> {
+    c_path(Path::new(&format!("/proc/self/fd/{}", fd.as_raw_fd())))
+}
+
+/// Cover `path`, if it is a directory reached without following any symbolic link, with an
+/// empty read-only tmpfs (mode 000). Anything else is left alone: Landlock keeps it out of
+/// reach.
+fn mask(path: &Path) -> io::Result<()> {
+    let Some(fd) = open_no_symlinks(path, libc::O_DIRECTORY)? else {
+        return Ok(());
     };
+    let target = fd_path(&fd)?;
     // SAFETY: NUL-terminated strings for source, target, type and data.
     let ok = unsafe {
         libc::mount(
@@ -163,12 +239,266 @@ fn mask(path: &std::path::Path) -> io::Result<()> {
             c"mode=000,size=4k".as_ptr().cast(),
         )
     } == 0;
-    let result = step(&name, ok);
-    if fd >= 0 {
-        // SAFETY: closing the descriptor opened above, owned by nothing else.
-        unsafe { libc::close(fd as libc::c_int) };
+    step(&format!("masking {}", path.display()), ok)
+}
+
+/// `AT_RECURSIVE` of open_tree(2) and mount_setattr(2).
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+
+/// Make the whole tree read-only, with `/tmp` replaced by the private one and the writable
+/// roots bound back read-write. Copies of what stays writable are taken first (a copy of a
+/// read-write mount is read-write), then everything mounted is made read-only, then the copies
+/// are put in place.
+fn read_only_view(plan: &Plan) -> io::Result<()> {
+    let private_tmp = match &plan.private_tmp {
+        Some(dir) => clone_tree(dir)?,
+        None => None,
+    };
+    let mut roots: Vec<&PathBuf> = plan.writable.iter().collect();
+    roots.sort();
+    roots.dedup();
+    let mut outermost: Vec<&PathBuf> = Vec::with_capacity(roots.len());
+    for root in roots {
+        // A root inside another one comes with its copy.
+        if !outermost.iter().any(|outer| root.starts_with(outer)) {
+            outermost.push(root);
+        }
     }
-    result
+    let mut copies = Vec::with_capacity(outermost.len());
+    for root in outermost {
+        if let Some(copy) = clone_tree(root)? {
+            copies.push((root, copy));
+        }
+    }
+    let attr = libc::mount_attr {
+        attr_set: libc::MOUNT_ATTR_RDONLY,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: a NUL-terminated path and a valid mount_attr of the size passed.
+    let read_only = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            c"/".as_ptr(),
+            AT_RECURSIVE,
+            &raw const attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    } == 0;
+    step("making / read-only", read_only)?;
+    if let Some(copy) = private_tmp {
+        attach(&copy, Path::new("/tmp"))?;
+    }
+    for (root, copy) in copies {
+        if plan.private_tmp.is_some() && root.starts_with("/tmp") {
+            // Not in the private /tmp yet: make the place to mount it on.
+            make_mountpoint(&copy, root)?;
+        }
+        attach(&copy, root)?;
+    }
+    Ok(())
+}
+
+/// A detached copy of the mounts at and under `path` (`None`: missing, or reached through a
+/// link).
+fn clone_tree(path: &Path) -> io::Result<Option<OwnedFd>> {
+    let Some(fd) = open_no_symlinks(path, 0)? else {
+        return Ok(None);
+    };
+    let flags = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC | AT_RECURSIVE;
+    // SAFETY: an open descriptor, an empty NUL-terminated path and integer flags.
+    let copy = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            flags | libc::AT_EMPTY_PATH as libc::c_uint,
+        )
+    };
+    step(
+        &format!("copying the mount of {}", path.display()),
+        copy >= 0,
+    )?;
+    let copy = RawFd::try_from(copy).map_err(io::Error::other)?;
+    // SAFETY: open_tree returned a new descriptor that nothing else owns.
+    Ok(Some(unsafe { OwnedFd::from_raw_fd(copy) }))
+}
+
+/// Put the detached `copy` on `target`, opened without following links (a target reached
+/// through one is skipped: its root is not writable in this view).
+fn attach(copy: &OwnedFd, target: &Path) -> io::Result<()> {
+    let Some(place) = open_no_symlinks(target, 0)? else {
+        return Ok(());
+    };
+    let flags = libc::MOVE_MOUNT_F_EMPTY_PATH | libc::MOVE_MOUNT_T_EMPTY_PATH;
+    // SAFETY: two open descriptors, empty NUL-terminated paths and integer flags.
+    let moved = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            copy.as_raw_fd(),
+            c"".as_ptr(),
+            place.as_raw_fd(),
+            c"".as_ptr(),
+            flags,
+        )
+    } == 0;
+    step(&format!("mounting {}", target.display()), moved)
+}
+
+/// Create `target` in the private `/tmp` as what `copy` is (a directory, or an empty file).
+fn make_mountpoint(copy: &OwnedFd, target: &Path) -> io::Result<()> {
+    // SAFETY: `stat` is plain data, filled by fstat on an open descriptor.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: an open descriptor and a valid out-pointer.
+    let statted = unsafe { libc::fstat(copy.as_raw_fd(), &raw mut stat) } == 0;
+    step("fstat", statted)?;
+    let made = if stat.st_mode & libc::S_IFMT == libc::S_IFDIR {
+        std::fs::create_dir_all(target)
+    } else {
+        target
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::File::create(target).map(drop))
+    };
+    made.map_err(|error| {
+        io::Error::new(
+            error.kind(),
+            format!("making {} in the private /tmp: {error}", target.display()),
+        )
+    })
+}
+
+/// Fork the holder and wait until it is ready (with a PID namespace, it mounts the
+/// namespace's own `/proc` first).
+fn hold(pid_namespace: bool) -> io::Result<Holder> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
+    let piped = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0;
+    step("pipe", piped)?;
+    // SAFETY: pipe2 returned two new descriptors that nothing else owns.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // A fork whose child is the host's (CLONE_PARENT): the host reaps the holder when the
+    // scope ends, and this helper may exit now.
+    // SAFETY: like fork(2) (no new stack: the child continues on a copy of this one); this
+    // helper is single-threaded, so the child may do anything after it.
+    let child = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            libc::CLONE_PARENT | libc::SIGCHLD,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
+    step("clone", child >= 0)?;
+    let child = libc::pid_t::try_from(child).map_err(io::Error::other)?;
+    if child == 0 {
+        drop(read);
+        let error = if pid_namespace { mount_proc() } else { 0 };
+        let mut write = std::fs::File::from(write);
+        let _ = write.write_all(&error.to_le_bytes());
+        drop(write);
+        serve_as_holder();
+    }
+    drop(write);
+    let mut answer = [0u8; 4];
+    io::Read::read_exact(&mut std::fs::File::from(read), &mut answer).map_err(|error| {
+        io::Error::new(error.kind(), format!("the holder did not start: {error}"))
+    })?;
+    let error = i32::from_le_bytes(answer);
+    Ok(Holder {
+        pid: child,
+        pid_namespace: match (pid_namespace, error) {
+            (false, _) => Ok(false),
+            (true, 0) => Ok(true),
+            (true, errno) => Err(format!(
+                "mounting its /proc: {}",
+                io::Error::from_raw_os_error(errno)
+            )),
+        },
+    })
+}
+
+/// Mount the PID namespace's own `/proc` (in the holder, its init); the errno, or 0.
+fn mount_proc() -> i32 {
+    // SAFETY: NUL-terminated strings for source, target and type; no data.
+    let mounted = unsafe {
+        libc::mount(
+            c"proc".as_ptr(),
+            c"/proc".as_ptr(),
+            c"proc".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            std::ptr::null(),
+        )
+    } == 0;
+    if mounted {
+        0
+    } else {
+        io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO)
+    }
+}
+
+/// The holder's life: reap whatever is re-parented to it (as a PID namespace's init), and exit
+/// at end-of-file on stdin (the host ended the scope, or died).
+fn serve_as_holder() -> ! {
+    // Let go of the host's pipes but stdin, and of the working directory.
+    if let Ok(null) = std::fs::File::options().write(true).open("/dev/null") {
+        for fd in [1, 2] {
+            // SAFETY: dup2 onto our own stdio descriptors; `null` stays open across the calls.
+            unsafe { libc::dup2(null.as_raw_fd(), fd) };
+        }
+    }
+    let _ = std::env::set_current_dir("/");
+    // SAFETY: sigset_t is plain data, initialised by sigemptyset before use.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid sigset_t; blocking SIGCHLD lets the signalfd below take it.
+    let signals = unsafe {
+        libc::sigemptyset(&raw mut set);
+        libc::sigaddset(&raw mut set, libc::SIGCHLD);
+        libc::sigprocmask(libc::SIG_BLOCK, &raw const set, std::ptr::null_mut());
+        libc::signalfd(-1, &raw const set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK)
+    };
+    loop {
+        let mut fds = [
+            libc::pollfd {
+                fd: 0,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: signals,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: `fds` is a valid array of two pollfd structures (a negative fd is ignored).
+        unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if fds[1].revents != 0 {
+            let mut info = [0u8; 128];
+            // SAFETY: `info` is a valid, writable buffer of its length.
+            while unsafe { libc::read(signals, info.as_mut_ptr().cast(), info.len()) } > 0 {}
+            let mut status = 0;
+            // SAFETY: `status` is a valid out-pointer; WNOHANG never blocks.
+            while unsafe { libc::waitpid(-1, &raw mut status, libc::WNOHANG) } > 0 {}
+        }
+        if fds[0].revents != 0 {
+            let mut byte = [0u8; 64];
+            // SAFETY: `byte` is a valid, writable buffer of its length.
+            let read = unsafe { libc::read(0, byte.as_mut_ptr().cast(), byte.len()) };
+            let interrupted =
+                read < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted;
+            if read <= 0 && !interrupted {
+                // SAFETY: ends this process; as the init of a PID namespace, every process
+                // left in it goes too.
+                unsafe { libc::_exit(0) };
+            }
+        }
+    }
 }
 
 /// Bring up the network namespace's loopback interface.
@@ -195,4 +525,32 @@ fn loopback_up() -> io::Result<()> {
     // SAFETY: closing the descriptor opened above, owned by nothing else.
     unsafe { libc::close(socket) };
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<OsString> {
+        list.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn the_plan_takes_absolute_paths_and_known_options_only() {
+        let plan = Plan::parse(&args(&[
+            "--net",
+            "--pid",
+            "--mask=/home/u/.ssh",
+            "--writable=/work",
+            "--private-tmp=/tmp/toolhost-1-x",
+        ]))
+        .expect("plan");
+        assert!(plan.net && plan.pid);
+        assert_eq!(plan.masks, [PathBuf::from("/home/u/.ssh")]);
+        assert_eq!(plan.writable, [PathBuf::from("/work")]);
+        assert_eq!(plan.private_tmp, Some(PathBuf::from("/tmp/toolhost-1-x")));
+        for bad in [&["--writable=work"][..], &["--mask=.ssh"], &["--bogus"]] {
+            assert!(Plan::parse(&args(bad)).is_err(), "{bad:?}");
+        }
+    }
 }

@@ -1,14 +1,22 @@
-//! The namespaces layer: a user and a mount namespace per scope and profile (and a network
-//! namespace with only its own loopback when the network is `none`), made once by the keeper
-//! in its helper mode and joined by every command of that profile before the other layers.
+//! The namespaces layer, made once per scope and profile by the keeper in its helper mode
+//! (`keeper/src/namespaces.rs`) and joined by every keeper of that profile before it starts
+//! the command:
 //!
-//! In the mount namespace the hidden directories are covered by an empty, read-only, mode-000
-//! tmpfs, so their names are gone too, not only their contents. Landlock still carves every
-//! hidden path out underneath: a cover disappears when what it covers is replaced from
-//! outside, and the carving keeps the directories around a hidden path from being renamed.
-//! Landlock stays the filesystem layer underneath and the only one where user namespaces are
-//! refused (some distributions restrict them); that fallback is logged and reported by
-//! `toolhost sandbox`, and `TOOLHOST_SANDBOX_DISABLE=namespaces` forces it.
+//! - a user namespace (the host's own user and group only) and a mount namespace with a
+//!   read-only view of `/`: the writable roots bound back read-write, `/tmp` replaced by the
+//!   scope's private temporary directory, and the hidden directories covered by an empty,
+//!   read-only, mode-000 tmpfs (their names are gone too, not only their contents);
+//! - a PID namespace with its own `/proc`, whose init (the *holder*) ends when the scope ends
+//!   or the host dies, taking every process left in it along; where `/proc` cannot be mounted
+//!   (a container that masks parts of it) commands share the host's PID namespace;
+//! - with network `none`, a network namespace with only its own loopback.
+//!
+//! Landlock still carves every hidden path out and bounds writes underneath: a cover
+//! disappears when what it covers is replaced from outside, and the carving keeps the
+//! directories around a hidden path from being renamed. Landlock is the only filesystem layer
+//! where user namespaces are refused (some distributions restrict them); that fallback is
+//! logged and reported by `toolhost sandbox`, and `TOOLHOST_SANDBOX_DISABLE=namespaces` forces
+//! it (`TOOLHOST_SANDBOX_DISABLE=pid` leaves the PID namespace out alone).
 
 use nix::libc;
 use std::io::{BufRead, BufReader};
@@ -23,12 +31,74 @@ use std::sync::atomic::{AtomicU8, Ordering};
 #[error("cannot make the sandbox's namespaces: {0}")]
 pub(crate) struct NamespaceError(pub(crate) String);
 
-/// A scope's namespaces for one profile, held open by descriptor: user, mount, and network
-/// when it has its own.
+/// What to make for one profile.
+#[derive(Debug, Default)]
+pub(crate) struct Request<'a> {
+    /// Directories to cover (see [`masks`]).
+    pub(crate) masks: &'a [PathBuf],
+    /// What stays writable in the read-only view of `/` (canonical paths).
+    pub(crate) writable: &'a [PathBuf],
+    /// The directory bound over `/tmp`.
+    pub(crate) private_tmp: Option<&'a Path>,
+    /// A network namespace with only its own loopback.
+    pub(crate) private_network: bool,
+    /// A PID namespace with its own `/proc`.
+    pub(crate) pid: bool,
+}
+
+/// A scope's namespaces for one profile, held open by descriptor and by their holder process
+/// (the PID namespace's init), which ends when this is dropped.
 #[derive(Debug)]
 pub(crate) struct Namespaces {
-    /// In the order the keeper joins them (`--namespaces=N`, descriptors 8, 9, 10).
-    pub(crate) fds: Vec<OwnedFd>,
+    /// Kind (`user`, `mnt`, `net`, `pid`) and descriptor, in the order the keeper joins them
+    /// (its descriptors 8 and up).
+    pub(crate) fds: Vec<(&'static str, OwnedFd)>,
+    /// Why the PID namespace asked for could not be made (commands then share the host's).
+    pub(crate) pid_missing: Option<String>,
+    /// The holder's stdin: end-of-file ends it.
+    holder_stdin: Option<OwnedFd>,
+    /// The holder, the host's child until reaped.
+    holder: libc::pid_t,
+}
+
+impl Namespaces {
+    /// Whether a namespace of `kind` is among them.
+    pub(crate) fn has(&self, kind: &str) -> bool {
+        self.fds.iter().any(|(name, _)| *name == kind)
+    }
+
+    /// The PID namespace's own `/proc`, as the host reaches it (through the holder's root);
+    /// `None` without a PID namespace.
+    pub(crate) fn proc_root(&self) -> Option<PathBuf> {
+        self.has("pid")
+            .then(|| PathBuf::from(format!("/proc/{}/root/proc", self.holder)))
+    }
+
+    /// The keeper's option naming them: `--namespaces=user,mnt,...`.
+    pub(crate) fn keeper_arg(&self) -> String {
+        let kinds: Vec<&str> = self.fds.iter().map(|(kind, _)| *kind).collect();
+        format!("--namespaces={}", kinds.join(","))
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        // End of file: the holder exits, and as the PID namespace's init takes every process
+        // left in it along.
+        drop(self.holder_stdin.take());
+        let holder = nix::unistd::Pid::from_raw(self.holder);
+        let reap = move || {
+            let _ = nix::sys::wait::waitpid(holder, None);
+        };
+        // Reaped aside: the kernel empties the namespace first, which may take a moment.
+        if let Err(error) = std::thread::Builder::new()
+            .name("toolhost-namespaces-end".to_owned())
+            .spawn(reap)
+        {
+            tracing::debug!(%error, "reaping a namespaces holder inline");
+            let _ = nix::sys::wait::waitpid(holder, None);
+        }
+    }
 }
 
 /// Whether the namespaces were made the last time they were tried in this process (`None`:
@@ -53,24 +123,37 @@ pub(crate) fn nproc_limit_applies(with_namespaces: bool) -> bool {
         && !rustix::process::geteuid().is_root()
 }
 
-/// Make the namespaces with `keeper` (the keeper's executable): `masks` covered (see
-/// [`masks`]), and a network namespace of their own with `private_network`.
+/// Make the namespaces of `request` with `keeper` (the keeper's executable).
 pub(crate) fn make(
     keeper: BorrowedFd<'_>,
-    masks: &[PathBuf],
-    private_network: bool,
+    request: &Request<'_>,
 ) -> Result<Namespaces, NamespaceError> {
     let failed = |what: &str, error: std::io::Error| NamespaceError(format!("{what}: {error}"));
     let mut command = Command::new(format!("/proc/self/fd/{}", keeper.as_raw_fd()));
     // Shown as the keeper in `ps`.
     command.arg0("toolhost-keeper").arg("--make-namespaces");
-    if private_network {
+    if request.private_network {
         command.arg("--net");
     }
-    for path in masks {
-        let mut arg = std::ffi::OsString::from("--mask=");
-        arg.push(path);
-        command.arg(arg);
+    if request.pid {
+        command.arg("--pid");
+    }
+    let private_tmp: Vec<PathBuf> = request
+        .private_tmp
+        .map(Path::to_path_buf)
+        .into_iter()
+        .collect();
+    let paths = [
+        ("--mask=", request.masks),
+        ("--writable=", request.writable),
+        ("--private-tmp=", private_tmp.as_slice()),
+    ];
+    for (option, list) in paths {
+        for path in list {
+            let mut arg = std::ffi::OsString::from(option);
+            arg.push(path);
+            command.arg(arg);
+        }
     }
     let mut child = command
         .stdin(Stdio::piped())
@@ -90,19 +173,21 @@ pub(crate) fn make(
         }
         BufReader::new(out).read_line(&mut line)
     });
+    let stdin = child.stdin.take().map(OwnedFd::from);
     let result = match read {
-        Some(Ok(_)) if line.trim_end() == "ready" => open_all(child.id(), private_network),
-        Some(Ok(_)) => Err(NamespaceError(
-            line.trim_end()
-                .strip_prefix("error: ")
-                .unwrap_or("the helper ended without a word")
-                .to_owned(),
-        )),
+        Some(Ok(_)) => match line.trim_end().strip_prefix("ready ") {
+            Some(ready) => open_all(ready, request, stdin),
+            None => Err(NamespaceError(
+                line.trim_end()
+                    .strip_prefix("error: ")
+                    .unwrap_or("the helper ended without a word")
+                    .to_owned(),
+            )),
+        },
         Some(Err(e)) => Err(failed("reading the helper", e)),
         None => Err(NamespaceError("no pipe to the helper".to_owned())),
     };
-    // Closing its stdin lets the helper exit; the descriptors keep the namespaces.
-    drop(child.stdin.take());
+    // The helper exits once it has answered; the holder stays.
     let _ = child.wait();
     MADE.store(if result.is_ok() { 1 } else { 2 }, Ordering::Relaxed);
     result
@@ -128,21 +213,49 @@ fn readable_within(fd: std::os::fd::BorrowedFd<'_>, timeout: std::time::Duration
     }
 }
 
-fn open_all(pid: u32, private_network: bool) -> Result<Namespaces, NamespaceError> {
+/// Open the holder's namespaces from the helper's answer, `HOLDER_PID pid` (or `HOLDER_PID
+/// -REASON` without a PID namespace).
+fn open_all(
+    ready: &str,
+    request: &Request<'_>,
+    stdin: Option<OwnedFd>,
+) -> Result<Namespaces, NamespaceError> {
+    let (pid, pid_namespace) = ready.split_once(' ').unwrap_or((ready, "-"));
+    let holder = pid
+        .parse::<libc::pid_t>()
+        .ok()
+        .filter(|pid| *pid > 0)
+        .ok_or_else(|| NamespaceError(format!("a garbled answer from the helper: {ready}")))?;
+    let mut namespaces = Namespaces {
+        fds: Vec::with_capacity(4),
+        pid_missing: None,
+        holder_stdin: stdin,
+        holder,
+    };
     let mut kinds = vec!["user", "mnt"];
-    if private_network {
+    if request.private_network {
         kinds.push("net");
     }
-    let fds = kinds
-        .into_iter()
-        .map(|kind| {
-            let path = format!("/proc/{pid}/ns/{kind}");
-            std::fs::File::open(&path)
-                .map(OwnedFd::from)
-                .map_err(|e| NamespaceError(format!("{path}: {e}")))
-        })
-        .collect::<Result<_, _>>()?;
-    Ok(Namespaces { fds })
+    match pid_namespace {
+        "pid" => kinds.push("pid"),
+        _ if request.pid => {
+            let reason = pid_namespace.strip_prefix('-').unwrap_or_default();
+            namespaces.pid_missing = Some(if reason.is_empty() {
+                "not made".to_owned()
+            } else {
+                reason.to_owned()
+            });
+        }
+        _ => {}
+    }
+    for kind in kinds {
+        let path = format!("/proc/{holder}/ns/{kind}");
+        let fd = std::fs::File::open(&path)
+            .map(OwnedFd::from)
+            .map_err(|e| NamespaceError(format!("{path}: {e}")))?;
+        namespaces.fds.push((kind, fd));
+    }
+    Ok(namespaces)
 }
 
 /// The hidden paths to cover: existing directories (not symbolic links: the caller resolves

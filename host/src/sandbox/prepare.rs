@@ -111,6 +111,8 @@ pub(crate) struct Prepared {
     /// The scope's namespaces for this profile (the keeper's descriptors 8 and up); `None`
     /// where user namespaces are refused (Landlock alone then).
     pub(crate) namespaces: Option<Namespaces>,
+    /// `RLIMIT_NPROC` in the namespaces holds the process limit (no pids cgroup).
+    pub(crate) nproc_rlimit: bool,
 }
 
 /// One scope's confinement state: its private temporary directory and a [`Prepared`] per
@@ -226,11 +228,15 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
     if profile.mode == SandboxMode::WorkspaceWrite {
         writable.push(canonical(&context.workdir));
         writable.extend(context.writable.iter().map(|p| canonical(p)));
-        writable.push(PathBuf::from("/tmp"));
         writable.push(PathBuf::from("/dev/shm"));
         if let Some(home) = &home {
             let home = canonical(home);
-            writable.extend(CACHES_IN_HOME.iter().map(|name| home.join(name)));
+            // Resolved: a cache that is a link is writable where it points.
+            writable.extend(
+                CACHES_IN_HOME
+                    .iter()
+                    .map(|name| canonical(&home.join(name))),
+            );
         }
     }
     if writable.iter().any(|root| root == Path::new("/")) {
@@ -239,20 +245,44 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
     let mut visible = writable.clone();
     visible.push(canonical(&context.workdir));
     let masks = namespaces::masks(&hidden, &visible);
-    let namespaces = make_namespaces(context, &masks, profile.network == Network::None);
+    // In the namespaces' read-only view, `/tmp` is the private temporary directory; the other
+    // writable roots are bound back read-write.
+    let temp = canonical(temp);
+    let view: Vec<PathBuf> = writable
+        .iter()
+        .filter(|root| **root != temp)
+        .cloned()
+        .collect();
+    let request = namespaces::Request {
+        masks: &masks,
+        writable: &view,
+        private_tmp: Some(&temp),
+        private_network: profile.network == Network::None,
+        pid: !probe::disabled("pid"),
+    };
+    let namespaces = make_namespaces(context, &request);
     // With a network namespace of its own, `none` is enforced by it: the command may use its
     // private loopback (a test server on 127.0.0.1), and nothing else exists there. Seccomp
     // still allows only the socket families that stay inside it.
-    let private_network = namespaces.as_ref().is_some_and(|ns| ns.fds.len() == 3);
+    let private_network = namespaces.as_ref().is_some_and(|ns| ns.has("net"));
     // Landlock keeps carving every hidden path out even where the mount namespace covers it:
     // a cover goes away when what it covers is replaced from outside, and the carving keeps
     // the directories around a hidden path from being renamed.
-    let plan = Plan::new(&writable, &hidden);
+    // Without namespaces there is no private /tmp: the host's is writable in workspace-write.
+    if namespaces.is_none() && profile.mode == SandboxMode::WorkspaceWrite {
+        writable.push(PathBuf::from("/tmp"));
+    }
+    let mut plan = Plan::new(&writable, &hidden);
+    // The PID namespace's own `/proc` is a new mount, which no rule on the host's `/proc`
+    // reaches (Landlock does not look at a mount point hidden by another mount).
+    if let Some(proc) = namespaces.as_ref().and_then(Namespaces::proc_root) {
+        plan.read.insert(proc);
+    }
     let ruleset = landlock::build(&plan, profile.network, private_network)?;
     let seccomp = seccomp::programs(profile.network, private_network)?;
     let mut keeper_args = Vec::new();
     if let Some(namespaces) = &namespaces {
-        keeper_args.push(format!("--namespaces={}", namespaces.fds.len()));
+        keeper_args.push(namespaces.keeper_arg());
     }
     if let Some(seconds) = profile.limits.cpu_seconds {
         keeper_args.push(format!("--rlimit-cpu={seconds}"));
@@ -266,8 +296,10 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
     // Processes where no pids cgroup holds the command: RLIMIT_NPROC, which the kernel counts
     // per user and user namespace, so in the scope's namespace it bounds the processes of the
     // scope's commands of this profile together.
+    let nproc_rlimit =
+        profile.limits.processes.is_some() && namespaces::nproc_limit_applies(namespaces.is_some());
     if let Some(processes) = profile.limits.processes
-        && namespaces::nproc_limit_applies(namespaces.is_some())
+        && nproc_rlimit
     {
         keeper_args.push(format!("--rlimit-nproc={processes}"));
     }
@@ -275,20 +307,40 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
         ruleset,
         seccomp,
         keeper_args,
-        env: vec![("TMPDIR".to_owned(), temp.display().to_string())],
+        // In the namespaces the private directory is `/tmp` itself.
+        env: vec![(
+            "TMPDIR".to_owned(),
+            if namespaces.is_some() {
+                "/tmp".to_owned()
+            } else {
+                temp.display().to_string()
+            },
+        )],
         namespaces,
+        nproc_rlimit,
     })
 }
 
 /// The namespaces layer, or `None` (logged once, and reported by `toolhost sandbox`) where it
 /// is disabled or the kernel refuses it: Landlock and seccomp enforce the profile alone then.
-fn make_namespaces(context: &Context, masks: &[PathBuf], network_none: bool) -> Option<Namespaces> {
+fn make_namespaces(context: &Context, request: &namespaces::Request<'_>) -> Option<Namespaces> {
     if probe::disabled("namespaces") {
         return None;
     }
     let keeper = context.keeper?;
-    match namespaces::make(keeper, masks, network_none) {
-        Ok(made) => Some(made),
+    match namespaces::make(keeper, request) {
+        Ok(made) => {
+            if let Some(reason) = &made.pid_missing {
+                static WARNED: std::sync::Once = std::sync::Once::new();
+                WARNED.call_once(|| {
+                    tracing::warn!(
+                        %reason,
+                        "commands share the host's PID namespace (no PID namespace of their own)"
+                    );
+                });
+            }
+            Some(made)
+        }
         Err(error) => {
             static WARNED: std::sync::Once = std::sync::Once::new();
             WARNED.call_once(|| {

@@ -97,19 +97,36 @@ impl Support {
 /// ([`crate::process::namespaces_available`]).
 pub fn report(
     support: &Support,
-    namespaces: &Result<(), String>,
+    namespaces: &Result<Option<String>, String>,
     profiles: &[(&str, Profile)],
 ) -> String {
     let mut out = String::new();
     let yes = |ok: bool| if ok { "yes" } else { "NO" };
     let _ = writeln!(out, "Layers on this machine:");
     match namespaces {
-        Ok(()) => {
+        Ok(pid_missing) => {
             let _ = writeln!(
                 out,
-                "  namespaces: user and mount (hidden paths covered), network with only its own \
-                 loopback for network none"
+                "  namespaces: user; mount (a read-only view of /, the writable roots bound \
+                 read-write, a private /tmp, hidden directories covered); network with only its \
+                 own loopback for network none"
             );
+            match pid_missing {
+                None => {
+                    let _ = writeln!(
+                        out,
+                        "    PID namespace with its own /proc: yes (its init ends with the session \
+                         or the host, and everything in it with it)"
+                    );
+                }
+                Some(reason) => {
+                    let _ = writeln!(
+                        out,
+                        "    PID namespace with its own /proc: NO ({reason}); commands see the \
+                         host's processes (each command's keeper still holds all it starts)"
+                    );
+                }
+            }
         }
         Err(error) => {
             let _ = writeln!(

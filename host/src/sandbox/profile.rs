@@ -235,7 +235,18 @@ impl Profile {
     /// A short description for results and listings, e.g.
     /// `workspace-write, network none, memory 512 MiB per process`; `off (unconfined)` for `off`,
     /// which applies no layer and no limit.
+    ///
+    /// Before a command runs, whether `RLIMIT_NPROC` will hold the process limit is what the
+    /// last namespaces made in this process say (see `Profile::summary_with` for the exact
+    /// fact of one command).
     pub fn summary(&self) -> String {
+        self.summary_with(super::namespaces::nproc_limit_applies(
+            super::namespaces::made() == Some(true),
+        ))
+    }
+
+    /// [`Profile::summary`], saying whether `RLIMIT_NPROC` holds the process limit.
+    pub(crate) fn summary_with(&self, nproc_rlimit: bool) -> String {
         if self.mode == SandboxMode::Off {
             return "off (unconfined)".to_owned();
         }
@@ -253,9 +264,7 @@ impl Profile {
         if let Some(processes) = self.limits.processes {
             if cgroups.pids.is_some() {
                 parts.push(format!("{processes} processes"));
-            } else if super::namespaces::nproc_limit_applies(
-                super::namespaces::made() == Some(true),
-            ) {
+            } else if nproc_rlimit {
                 parts.push(format!(
                     "{processes} processes for the session's commands of this profile together \
                      (RLIMIT_NPROC)"

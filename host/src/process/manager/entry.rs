@@ -58,6 +58,8 @@ pub(super) struct Entry {
     pub(super) background: bool,
     /// The confinement it runs under.
     pub(super) profile: Profile,
+    /// `RLIMIT_NPROC` holds its process limit (see `sandbox::Prepared`).
+    pub(super) nproc_rlimit: bool,
     /// Its cgroups (limits on everything it started), if any.
     pub(super) cgroups: Option<CommandCgroups>,
     pub(super) started_ms: u64,
@@ -116,6 +118,8 @@ pub(super) struct EntrySpec {
     pub(super) background: bool,
     /// The confinement it runs under.
     pub(super) profile: Profile,
+    /// `RLIMIT_NPROC` holds its process limit (see `sandbox::Prepared`).
+    pub(super) nproc_rlimit: bool,
     /// Its cgroups (limits on everything it started), if any.
     pub(super) cgroups: Option<CommandCgroups>,
     pub(super) started_ms: u64,
@@ -139,6 +143,7 @@ impl Entry {
             workdir: spec.workdir,
             background: spec.background,
             profile: spec.profile,
+            nproc_rlimit: spec.nproc_rlimit,
             cgroups: spec.cgroups,
             started_ms: spec.started_ms,
             started_at: spec.started_at,
@@ -192,7 +197,7 @@ impl Entry {
                     "\n[toolhost: this command runs confined ({}). {writes}, reading secrets such \
                      as ~/.ssh, reaching other processes, sudo{network} are refused: an error above \
                      may come from that, so do not retry the same way]",
-                    self.profile.summary()
+                    self.profile.summary_with(self.nproc_rlimit)
                 ));
             }
         }
@@ -205,9 +210,7 @@ impl Entry {
         // "Resource temporarily unavailable" (EAGAIN).
         if let Some(processes) = self.profile.limits.processes
             && self.profile.mode != SandboxMode::Off
-            && crate::sandbox::namespaces::nproc_limit_applies(
-                crate::sandbox::namespaces::made() == Some(true),
-            )
+            && self.nproc_rlimit
         {
             let text = lock(&self.state).buffer.render().text;
             if text.contains("Cannot fork") || text.contains("Resource temporarily unavailable") {
@@ -347,7 +350,7 @@ impl Entry {
             command: self.command.clone(),
             workdir: self.workdir.clone(),
             background: self.background,
-            profile: self.profile.summary(),
+            profile: self.profile.summary_with(self.nproc_rlimit),
             running: end.is_none(),
             started_ms: self.started_ms,
             exited_ms: end.map(|end| end.exited_ms),

@@ -90,16 +90,22 @@ use spawner::Spawner;
 use sys::{ChildSpec, SpawnStep};
 use table::{Records, shut_down};
 
-/// Whether this machine lets the host make the namespaces layer of confined commands (a user
-/// and a mount namespace, and a network namespace): `Err` says why not (commands are then
-/// confined by Landlock and seccomp alone). Tries it once, for real.
-pub fn namespaces_available() -> Result<(), String> {
+/// Whether this machine lets the host make the namespaces layer of confined commands (user,
+/// mount, network and PID namespaces): `Err` says why not (commands are then confined by
+/// Landlock and seccomp alone); `Ok(Some(reason))`: all but the PID namespace, and why. Tries
+/// it once, for real.
+pub fn namespaces_available() -> Result<Option<String>, String> {
     if sandbox::probe::disabled("namespaces") {
         return Err("disabled by TOOLHOST_SANDBOX_DISABLE".to_owned());
     }
     let keeper = keeper::executable().map_err(|e| e.to_string())?;
-    sandbox::namespaces::make(keeper, &[], true)
-        .map(drop)
+    let request = sandbox::namespaces::Request {
+        private_network: true,
+        pid: !sandbox::probe::disabled("pid"),
+        ..Default::default()
+    };
+    sandbox::namespaces::make(keeper, &request)
+        .map(|made| made.pid_missing.clone())
         .map_err(|e| e.0)
 }
 
@@ -338,6 +344,9 @@ impl ProcessManager {
             command,
             workdir,
             background,
+            nproc_rlimit: confine
+                .as_ref()
+                .is_some_and(|prepared| prepared.nproc_rlimit),
             profile,
             cgroups,
             started_ms,

@@ -164,7 +164,7 @@ pub(super) struct ChildSpec {
     /// The confinement layers (Landlock ruleset, seccomp programs), for the keeper's
     /// descriptors 6 and 7.
     layers: Option<(OwnedFd, OwnedFd)>,
-    /// The scope's namespaces (user, mount, and maybe network), for descriptors 8 and up.
+    /// The scope's namespaces (user, mount, and maybe network and PID), for descriptors 8 and up.
     namespaces: Vec<OwnedFd>,
     /// `cgroup.procs` of the command's cgroups (at most two), joined by the child before exec.
     cgroups: Vec<OwnedFd>,
@@ -268,8 +268,8 @@ impl ChildSpec {
                     namespaces
                         .fds
                         .iter()
-                        .take(3)
-                        .map(|fd| above_reserved(fd.try_clone()?))
+                        .take(4)
+                        .map(|(_, fd)| above_reserved(fd.try_clone()?))
                         .collect::<io::Result<Vec<_>>>()
                 })
                 .transpose()?
@@ -322,8 +322,8 @@ fn find_program(program: &Path) -> io::Result<PathBuf> {
 
 /// The descriptors a child gets: stdio, then the keeper's status pipe (3), control socket (4),
 /// its own executable (5), and when confined the Landlock ruleset (6), seccomp programs (7)
-/// and the scope's namespaces (8, 9, and 10 with a network namespace).
-const RESERVED_FDS: RawFd = 11;
+/// and the scope's namespaces (8 to 11 at most: user, mount, network, PID).
+const RESERVED_FDS: RawFd = 12;
 
 /// Whether `path` is a file with an execute bit set.
 fn is_executable(path: &Path) -> bool {
@@ -331,8 +331,8 @@ fn is_executable(path: &Path) -> bool {
         .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
 }
 
-/// Move a descriptor to number 11 or above (close-on-exec), so that installing the child's
-/// descriptors 0-10 with `dup2` cannot clobber it.
+/// Move a descriptor to number 12 or above (close-on-exec), so that installing the child's
+/// descriptors 0-11 with `dup2` cannot clobber it.
 pub(super) fn above_reserved(fd: OwnedFd) -> io::Result<OwnedFd> {
     if fd.as_raw_fd() >= RESERVED_FDS {
         return Ok(fd);
@@ -420,7 +420,7 @@ impl Forker {
             layers: spec.layers.as_ref().map_or((-1, -1), |(ruleset, seccomp)| {
                 (ruleset.as_raw_fd(), seccomp.as_raw_fd())
             }),
-            namespaces: [0, 1, 2]
+            namespaces: [0, 1, 2, 3]
                 .map(|index| spec.namespaces.get(index).map_or(-1, |fd| fd.as_raw_fd())),
             nice: spec.nice,
             parent: nix::unistd::getpid().as_raw(),
@@ -539,8 +539,8 @@ struct ChildContext {
     control: RawFd,
     /// The confinement layers for descriptors 6 and 7; `(-1, -1)` when unconfined.
     layers: (RawFd, RawFd),
-    /// The namespaces for descriptors 8, 9 and 10; -1 for none.
-    namespaces: [RawFd; 3],
+    /// The namespaces for descriptors 8 to 11; -1 for none.
+    namespaces: [RawFd; 4],
     /// `cgroup.procs` files to join; -1 for none.
     cgroups: [RawFd; 2],
     nice: i32,
@@ -593,7 +593,7 @@ extern "C" fn child_main(context: *mut libc::c_void) -> libc::c_int {
     }
     // SAFETY: the descriptors were opened by the parent and stay open until `clone` returns
     // there (CLONE_VFORK); dup2 only changes this child's descriptor table.
-    // Every source descriptor is 11 or above (`above_reserved`), so none is overwritten
+    // Every source descriptor is 12 or above (`above_reserved`), so none is overwritten
     // before it is copied.
     let stdio = unsafe {
         libc::dup2(context.stdin, 0) != -1

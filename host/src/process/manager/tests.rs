@@ -13,6 +13,12 @@ fn test_config(dir: &Path) -> ProcessManagerConfig {
         state_dir: Some(dir.join("logs")),
         max_running_per_scope: 16,
         nice: 0,
+        sandbox: crate::sandbox::SandboxSettings {
+            // The host's /tmp shared with the commands (they get a private one otherwise), for
+            // the temporary directories these tests share with them.
+            writable: vec![std::env::temp_dir().canonicalize().expect("temp dir")],
+            ..Default::default()
+        },
         ..ProcessManagerConfig::default()
     }
 }
