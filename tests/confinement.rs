@@ -133,6 +133,10 @@ fn writes_outside_the_writable_roots_are_refused() {
         ("a file in $HOME", "echo x > \"$HOME/escape\"".to_owned()),
         ("a dotfile", "echo x >> \"$HOME/.profile\"".to_owned()),
         (
+            "the mode of a dotfile",
+            "chmod 600 \"$HOME/.profile\"".to_owned(),
+        ),
+        (
             "through a symlink in the workspace",
             "echo x > link/escape".to_owned(),
         ),
@@ -352,7 +356,13 @@ fn the_confinement_cannot_be_undone_from_inside() {
     let attempts = [
         ("remount / read-write", "mount -o remount,rw /"),
         (
-            "unmount",
+            "unmount the cover over ~/.ssh",
+            "/usr/bin/python3 -c 'import ctypes,os,sys; l=ctypes.CDLL(None, use_errno=True); \
+             r=l.umount2(os.path.expanduser(\"~/.ssh\").encode(), 2); \
+             print(os.strerror(ctypes.get_errno())); sys.exit(r != 0)'",
+        ),
+        (
+            "unmount /proc",
             "/usr/bin/python3 -c 'import ctypes,os,sys; l=ctypes.CDLL(None, use_errno=True); \
              r=l.umount2(b\"/proc\", 2); print(os.strerror(ctypes.get_errno())); sys.exit(r != 0)'",
         ),
@@ -646,6 +656,18 @@ fn an_unprivileged_host_confines_its_commands_too() {
             map.first().copied().unwrap_or("?")
         };
         assert_eq!(map, [uid, uid, "1"], "{result}");
+        // And the PID namespace with its own /proc, and the read-only view of /.
+        let result = run("echo $$; echo x > \"$HOME/escape\"");
+        let shell: u32 = output(&result)
+            .lines()
+            .next()
+            .and_then(|line| line.parse().ok())
+            .unwrap_or(u32::MAX);
+        assert!(shell < 10, "{result}");
+        assert!(
+            output(&result).contains("Read-only file system"),
+            "{result}"
+        );
     }
 }
 

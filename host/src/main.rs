@@ -41,9 +41,9 @@ struct Cli {
     no_cache: bool,
 
     /// How commands are confined: `workspace-write` (read everything but secrets such as
-    /// ~/.ssh, write the workdir, the --writable paths, /tmp and package caches), `read-only`
-    /// (write nothing but a private temporary directory) or `off` (unconfined). A policy may
-    /// ask for stricter, never looser. See `toolhost sandbox`.
+    /// ~/.ssh, write the workdir, the --writable paths, package caches and the session's
+    /// private /tmp), `read-only` (write nothing but the private /tmp) or `off` (unconfined). A
+    /// policy may ask for stricter, never looser. See `toolhost sandbox`.
     #[arg(long = "sandbox", value_name = "MODE", default_value = "workspace-write", value_parser = parse_mode, global = true)]
     sandbox_mode: SandboxMode,
 
@@ -51,7 +51,8 @@ struct Cli {
     #[arg(long, value_name = "ACCESS", default_value = "full", value_parser = parse_network, global = true)]
     network: Network,
 
-    /// A directory confined commands may write besides the workdir (repeatable).
+    /// A directory confined commands may write besides the workdir (repeatable; `/tmp` shares
+    /// the host's /tmp with them instead of a private one).
     #[arg(long, value_name = "DIR", global = true)]
     writable: Vec<PathBuf>,
 

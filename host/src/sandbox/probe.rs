@@ -205,10 +205,10 @@ pub fn report(
     }
     let _ = writeln!(
         out,
-        "\nNot covered by these layers: changing the mode or owner of readable files (chmod, \
-         chown), and connecting to pathname Unix sockets the user may reach (e.g. a Docker \
-         socket). Without namespaces, names inside hidden directories stay listable (their \
-         contents do not)."
+        "\nNot covered by these layers: connecting to pathname Unix sockets the user may reach \
+         (e.g. a Docker socket), and a hidden file reached through a hard link elsewhere. \
+         Without namespaces, also changing the mode or owner of readable files (chmod, chown), \
+         and the names inside hidden directories stay listable (their contents do not)."
     );
     out
 }

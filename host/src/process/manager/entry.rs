@@ -191,7 +191,7 @@ impl Entry {
                 let writes = if self.profile.mode == SandboxMode::ReadOnly {
                     "Writing anywhere but $TMPDIR"
                 } else {
-                    "Writing outside the workspace, /tmp and package caches"
+                    "Writing outside the workspace, $TMPDIR and package caches"
                 };
                 note.push_str(&format!(
                     "\n[toolhost: this command runs confined ({}). {writes}, reading secrets such \
