@@ -32,6 +32,7 @@ impl Machine {
             "outside",
             "state",
             "plugins",
+            "run",
         ] {
             std::fs::create_dir_all(machine.path(dir)).expect("dir");
         }
@@ -89,6 +90,7 @@ impl Machine {
             .env("HOME", self.path("home"))
             .env("XDG_CACHE_HOME", self.path("home/.cache"))
             .env("XDG_STATE_HOME", self.path("home/.local/state"))
+            .env("XDG_RUNTIME_DIR", self.path("run"))
             .envs(env.iter().copied())
             .arg("--state-dir")
             .arg(self.path("state"))
@@ -228,6 +230,18 @@ fn secrets_and_the_hosts_own_files_cannot_be_read() {
     // Everything else in the home directory is readable.
     let result = machine.execute(&[], "cat \"$HOME/.profile\"");
     assert_eq!(output(&result), "# profile", "{result}");
+    // The user's runtime directory is covered too: its session bus (`systemd-run --user`
+    // starts anything unconfined through it) cannot be reached.
+    let bus = std::os::unix::net::UnixListener::bind(machine.path("run/bus")).expect("bus");
+    let result = machine.execute(
+        &[],
+        "ls -a \"$XDG_RUNTIME_DIR\"; /usr/bin/python3 -c 'import os,socket; \
+         socket.socket(socket.AF_UNIX).connect(os.environ[\"XDG_RUNTIME_DIR\"] + \"/bus\")'",
+    );
+    assert_ne!(result["exit_code"], 0, "{result}");
+    assert!(!output(&result).contains("bus\n"), "{result}");
+    bus.set_nonblocking(true).expect("nonblocking");
+    assert!(bus.accept().is_err(), "the bus was reached");
 }
 
 #[test]

@@ -380,3 +380,43 @@ async fn a_sessions_commands_share_a_private_tmp() {
     host.end_scope("s").await;
     host.end_scope("t").await;
 }
+
+/// The namespaces' holder killed from outside: the session's next command gets new ones
+/// instead of failing for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_namespace_holder_is_replaced() {
+    let (host, _state) = real_host("default").await;
+    // The PID namespace's init is the holder: its command line names the session's private
+    // /tmp, which tells it from other tests' holders.
+    let r = call(
+        &host,
+        "execute",
+        serde_json::json!({"command": "tr '\\0' '\\n' < /proc/1/cmdline | grep private-tmp"}),
+    )
+    .await;
+    let private_tmp = r["output"].as_str().unwrap_or_default().trim().to_owned();
+    assert!(private_tmp.starts_with("--private-tmp="), "{r}");
+    let holders = processes_with(&private_tmp);
+    assert_eq!(holders.len(), 1, "{holders:?}");
+    let status = std::process::Command::new("kill")
+        .args(["-KILL", &holders[0].to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    assert!(
+        eventually(Duration::from_secs(5), || processes_with(
+            "--make-namespaces"
+        )
+        .iter()
+        .all(|pid| *pid != holders[0]))
+        .await
+    );
+    let r = call(
+        &host,
+        "execute",
+        serde_json::json!({"command": "echo second"}),
+    )
+    .await;
+    assert_eq!(r["output"], "second\n", "{r}");
+    host.end_scope("s").await;
+}

@@ -109,10 +109,18 @@ fn run() -> io::Result<()> {
             // In a PID namespace only the keeper's children are: the keeper goes on in a child
             // (the namespace's orphans go to the nearest subreaper *in* it), and this process
             // only waits for it, so the host's child exits when everything is gone.
-            if let Some(code) = split()? {
-                drop((status, control));
-                release_stdio()?;
-                return wait_for(code);
+            match split() {
+                Ok(Some(child)) => {
+                    drop((status, control));
+                    release_stdio()?;
+                    return wait_for(child);
+                }
+                Ok(None) => {}
+                Err(error) => {
+                    eprintln!("toolhost: cannot start the command in its PID namespace: {error}");
+                    write_status(&mut status, b'C', 127);
+                    return Ok(());
+                }
             }
         }
         Err(_) => {

@@ -80,6 +80,9 @@ impl Plan {
     }
 }
 
+/// How the answer starts when the kernel refuses to make a user namespace.
+const REFUSED: &str = "user namespaces refused: ";
+
 /// Run the helper mode with the arguments after `--make-namespaces`.
 pub(crate) fn make(args: &[OsString]) -> io::Result<()> {
     let result = Plan::parse(args).and_then(|plan| setup(&plan).map(|holder| (plan, holder)));
@@ -134,10 +137,13 @@ fn setup(plan: &Plan) -> io::Result<Holder> {
     }
     // SAFETY: an integer argument; this helper is single-threaded, as unshare(CLONE_NEWUSER)
     // requires.
-    step("unshare", unsafe { libc::unshare(flags) } == 0)?;
-    write_file("/proc/self/setgroups", "deny")?;
-    write_file("/proc/self/uid_map", &format!("{uid} {uid} 1"))?;
-    write_file("/proc/self/gid_map", &format!("{gid} {gid} 1"))?;
+    let unshared = unsafe { libc::unshare(flags) } == 0;
+    step("unshare", unshared)
+        .and_then(|()| write_file("/proc/self/setgroups", "deny"))
+        .and_then(|()| write_file("/proc/self/uid_map", &format!("{uid} {uid} 1")))
+        .and_then(|()| write_file("/proc/self/gid_map", &format!("{gid} {gid} 1")))
+        // The host tells this (the kernel refuses user namespaces) from any other failure.
+        .map_err(|error| io::Error::new(error.kind(), format!("{REFUSED}{error}")))?;
     // Nothing mounted here propagates anywhere (it could not reach the host's namespace
     // anyway: a less privileged mount namespace only receives).
     // SAFETY: NUL-terminated strings and null pointers where mount(2) allows them.
@@ -189,17 +195,27 @@ struct OpenHow {
 /// the very file checked, whatever changes meanwhile. `None`: missing, or reached through a
 /// link (or not a directory, with `O_DIRECTORY`).
 fn open_no_symlinks(path: &Path, flags: libc::c_int) -> io::Result<Option<OwnedFd>> {
+    open_at(libc::AT_FDCWD, path, flags, 0)
+}
+
+/// [`open_no_symlinks`] relative to `dir`, with more `resolve` flags.
+fn open_at(
+    dir: RawFd,
+    path: &Path,
+    flags: libc::c_int,
+    resolve: u64,
+) -> io::Result<Option<OwnedFd>> {
     let target = c_path(path)?;
     let how = OpenHow {
         flags: (libc::O_PATH | libc::O_CLOEXEC | flags) as u64,
         mode: 0,
-        resolve: libc::RESOLVE_NO_SYMLINKS,
+        resolve: libc::RESOLVE_NO_SYMLINKS | resolve,
     };
     // SAFETY: a NUL-terminated path and a valid open_how of the size passed.
     let fd = unsafe {
         libc::syscall(
             libc::SYS_openat2,
-            libc::AT_FDCWD,
+            dir,
             target.as_ptr(),
             &raw const how,
             std::mem::size_of::<OpenHow>(),
@@ -250,8 +266,12 @@ const AT_RECURSIVE: libc::c_uint = 0x8000;
 /// read-write mount is read-write), then everything mounted is made read-only, then the copies
 /// are put in place.
 fn read_only_view(plan: &Plan) -> io::Result<()> {
+    // Missing, the private /tmp would leave the host's in view: refused.
     let private_tmp = match &plan.private_tmp {
-        Some(dir) => clone_tree(dir)?,
+        Some(dir) => Some(
+            clone_tree(dir)?
+                .ok_or_else(|| invalid(format!("the private /tmp {} is missing", dir.display())))?,
+        ),
         None => None,
     };
     let mut roots: Vec<&PathBuf> = plan.writable.iter().collect();
@@ -289,14 +309,22 @@ fn read_only_view(plan: &Plan) -> io::Result<()> {
     } == 0;
     step("making / read-only", read_only)?;
     if let Some(copy) = private_tmp {
-        attach(&copy, Path::new("/tmp"))?;
+        let place = open_no_symlinks(Path::new("/tmp"), libc::O_DIRECTORY)?
+            .ok_or_else(|| invalid("/tmp is missing or a link".to_owned()))?;
+        move_onto(&copy, &place, Path::new("/tmp"))?;
     }
     for (root, copy) in copies {
-        if plan.private_tmp.is_some() && root.starts_with("/tmp") {
+        let place = if plan.private_tmp.is_some() && root.starts_with("/tmp") {
             // Not in the private /tmp yet: make the place to mount it on.
-            make_mountpoint(&copy, root)?;
+            make_mountpoint(&copy, root)?
+        } else {
+            open_no_symlinks(root, 0)?
+        };
+        // A place reached through a link, or one a command of the scope spoiled in the private
+        // /tmp: this root is not writable (nor there) in this view.
+        if let Some(place) = place {
+            move_onto(&copy, &place, root)?;
         }
-        attach(&copy, root)?;
     }
     Ok(())
 }
@@ -326,12 +354,8 @@ fn clone_tree(path: &Path) -> io::Result<Option<OwnedFd>> {
     Ok(Some(unsafe { OwnedFd::from_raw_fd(copy) }))
 }
 
-/// Put the detached `copy` on `target`, opened without following links (a target reached
-/// through one is skipped: its root is not writable in this view).
-fn attach(copy: &OwnedFd, target: &Path) -> io::Result<()> {
-    let Some(place) = open_no_symlinks(target, 0)? else {
-        return Ok(());
-    };
+/// Put the detached `copy` on `place` (which is `target`).
+fn move_onto(copy: &OwnedFd, place: &OwnedFd, target: &Path) -> io::Result<()> {
     let flags = libc::MOVE_MOUNT_F_EMPTY_PATH | libc::MOVE_MOUNT_T_EMPTY_PATH;
     // SAFETY: two open descriptors, empty NUL-terminated paths and integer flags.
     let moved = unsafe {
@@ -347,27 +371,65 @@ fn attach(copy: &OwnedFd, target: &Path) -> io::Result<()> {
     step(&format!("mounting {}", target.display()), moved)
 }
 
-/// Create `target` in the private `/tmp` as what `copy` is (a directory, or an empty file).
-fn make_mountpoint(copy: &OwnedFd, target: &Path) -> io::Result<()> {
+/// Create `target` in the private `/tmp` as what `copy` is (a directory, or an empty file),
+/// and open it. The scope's commands write that `/tmp`: every step is taken beneath the one
+/// before, without following a link, and nothing is truncated. `None`: a component is in the
+/// way (a file, a link, a pipe).
+fn make_mountpoint(copy: &OwnedFd, target: &Path) -> io::Result<Option<OwnedFd>> {
     // SAFETY: `stat` is plain data, filled by fstat on an open descriptor.
     let mut stat: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: an open descriptor and a valid out-pointer.
     let statted = unsafe { libc::fstat(copy.as_raw_fd(), &raw mut stat) } == 0;
     step("fstat", statted)?;
-    let made = if stat.st_mode & libc::S_IFMT == libc::S_IFDIR {
-        std::fs::create_dir_all(target)
-    } else {
-        target
-            .parent()
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|()| std::fs::File::create(target).map(drop))
+    let Ok(relative) = target.strip_prefix("/tmp") else {
+        return Ok(None);
     };
-    made.map_err(|error| {
-        io::Error::new(
-            error.kind(),
-            format!("making {} in the private /tmp: {error}", target.display()),
-        )
-    })
+    let Some(tmp) = open_no_symlinks(Path::new("/tmp"), libc::O_DIRECTORY)? else {
+        return Ok(None);
+    };
+    make_beneath(tmp, relative, stat.st_mode & libc::S_IFMT == libc::S_IFDIR)
+}
+
+/// Create `relative` beneath `dir` (directories on the way; the last one a directory or an
+/// empty file), following no link and truncating nothing, and open it.
+fn make_beneath(mut dir: OwnedFd, relative: &Path, is_dir: bool) -> io::Result<Option<OwnedFd>> {
+    let parts: Vec<_> = relative.components().collect();
+    for (index, part) in parts.iter().enumerate() {
+        let std::path::Component::Normal(name) = part else {
+            return Ok(None);
+        };
+        let last = index + 1 == parts.len();
+        let name = c_path(Path::new(name))?;
+        if last && !is_dir {
+            let flags = libc::O_CREAT
+                | libc::O_WRONLY
+                | libc::O_NOFOLLOW
+                | libc::O_NONBLOCK
+                | libc::O_CLOEXEC;
+            // SAFETY: an open directory descriptor and a NUL-terminated name.
+            let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags, 0o644) };
+            if fd < 0 {
+                return Ok(None);
+            }
+            // SAFETY: closing the descriptor just opened, owned by nothing else.
+            unsafe { libc::close(fd) };
+        } else {
+            // SAFETY: an open directory descriptor and a NUL-terminated name. It fails when
+            // something is there already; what that is, the open below checks.
+            unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o755) };
+        }
+        let flags = if last && !is_dir {
+            0
+        } else {
+            libc::O_DIRECTORY
+        };
+        let resolve = libc::RESOLVE_BENEATH;
+        match open_at(dir.as_raw_fd(), Path::new(part), flags, resolve)? {
+            Some(next) => dir = next,
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(dir))
 }
 
 /// Fork the holder and wait until it is ready (with a PID namespace, it mounts the
@@ -454,6 +516,10 @@ fn serve_as_holder() -> ! {
         }
     }
     let _ = std::env::set_current_dir("/");
+    // Nothing else of the host's (the helper was started without closing what the host left
+    // open without close-on-exec).
+    // SAFETY: integer arguments; closes this process's descriptors from 3 on.
+    unsafe { libc::syscall(libc::SYS_close_range, 3u32, libc::c_uint::MAX, 0u32) };
     // SAFETY: sigset_t is plain data, initialised by sigemptyset before use.
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
     // SAFETY: `set` is a valid sigset_t; blocking SIGCHLD lets the signalfd below take it.
@@ -533,6 +599,52 @@ mod tests {
 
     fn args(list: &[&str]) -> Vec<OsString> {
         list.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn mountpoints_are_made_beneath_without_following_links_or_truncating() {
+        let tmp = tempfile_dir();
+        let outside = tmp.join("outside");
+        std::fs::create_dir(&outside).expect("outside");
+        std::fs::write(outside.join("file"), "keep").expect("file");
+        let root = tmp.join("private");
+        std::fs::create_dir(&root).expect("private");
+        std::os::unix::fs::symlink(&outside, root.join("link")).expect("link");
+        std::os::unix::fs::symlink(outside.join("file"), root.join("filelink")).expect("link");
+        let open = || {
+            open_no_symlinks(&root, libc::O_DIRECTORY)
+                .expect("open")
+                .expect("dir")
+        };
+        let made = |relative: &str, is_dir: bool| {
+            make_beneath(open(), Path::new(relative), is_dir).expect("make")
+        };
+        assert!(made("a/b/ws", true).is_some());
+        assert!(root.join("a/b/ws").is_dir());
+        assert!(made("a/file", false).is_some());
+        assert!(root.join("a/file").is_file());
+        // A link on the way or at the end is not followed, and nothing is truncated.
+        assert!(made("link/ws", true).is_none());
+        assert!(made("filelink", false).is_none());
+        assert!(!outside.join("ws").exists());
+        assert_eq!(
+            std::fs::read_to_string(outside.join("file")).expect("read"),
+            "keep"
+        );
+        // A file where a directory is needed.
+        assert!(made("a/file/ws", true).is_none());
+        std::fs::remove_dir_all(&tmp).expect("clean up");
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "toolhost-keeper-test-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        dir
     }
 
     #[test]

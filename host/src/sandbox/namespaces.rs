@@ -31,6 +31,21 @@ use std::sync::atomic::{AtomicU8, Ordering};
 #[error("cannot make the sandbox's namespaces: {0}")]
 pub(crate) struct NamespaceError(pub(crate) String);
 
+impl NamespaceError {
+    /// The kernel refuses user namespaces (as some distributions configure it), or the helper
+    /// cannot run: the namespaces layer is missing here, not spoiled.
+    pub(crate) fn missing_here(&self) -> bool {
+        self.0.starts_with("user namespaces refused: ") || self.0.starts_with("running the keeper")
+    }
+}
+
+/// Whether namespaces were made at least once in this process.
+pub(crate) fn ever_made() -> bool {
+    EVER_MADE.load(Ordering::Relaxed)
+}
+
+static EVER_MADE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// What to make for one profile.
 #[derive(Debug, Default)]
 pub(crate) struct Request<'a> {
@@ -65,6 +80,21 @@ impl Namespaces {
     /// Whether a namespace of `kind` is among them.
     pub(crate) fn has(&self, kind: &str) -> bool {
         self.fds.iter().any(|(name, _)| *name == kind)
+    }
+
+    /// Whether the holder still runs (killed, its namespaces are gone: a PID namespace whose
+    /// init has exited takes no new process). Leaves it unreaped.
+    pub(crate) fn holder_alive(&self) -> bool {
+        let Some(pid) = rustix::process::Pid::from_raw(self.holder) else {
+            return false;
+        };
+        let options = rustix::process::WaitIdOptions::EXITED
+            | rustix::process::WaitIdOptions::NOHANG
+            | rustix::process::WaitIdOptions::NOWAIT;
+        matches!(
+            rustix::process::waitid(rustix::process::WaitId::Pid(pid), options),
+            Ok(None)
+        )
     }
 
     /// The PID namespace's own `/proc`, as the host reaches it (through the holder's root);
@@ -190,6 +220,9 @@ pub(crate) fn make(
     // The helper exits once it has answered; the holder stays.
     let _ = child.wait();
     MADE.store(if result.is_ok() { 1 } else { 2 }, Ordering::Relaxed);
+    if result.is_ok() {
+        EVER_MADE.store(true, Ordering::Relaxed);
+    }
     result
 }
 
@@ -285,6 +318,15 @@ pub(crate) fn masks(hidden: &[PathBuf], keep_visible: &[PathBuf]) -> Vec<PathBuf
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_refused_user_namespace_or_a_missing_helper_means_the_layer_is_missing() {
+        let error = |text: &str| NamespaceError(text.to_owned());
+        assert!(error("user namespaces refused: unshare: Operation not permitted").missing_here());
+        assert!(error("running the keeper: No such file").missing_here());
+        assert!(!error("making / read-only: Operation not permitted").missing_here());
+        assert!(!error("the private /tmp /tmp/x is missing").missing_here());
+    }
 
     #[test]
     fn covers_skip_what_holds_a_writable_root_what_is_covered_already_and_what_is_missing() {

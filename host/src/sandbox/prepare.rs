@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::landlock::{self, LandlockError, Plan};
-use super::namespaces::{self, Namespaces};
+use super::namespaces::{self, NamespaceError, Namespaces};
 use super::probe;
 use super::seccomp::{self, SeccompError};
 use super::{Network, Profile, SandboxMode};
@@ -78,6 +78,14 @@ pub(crate) enum PrepareError {
          policy asking for yet another confinement is refused (reuse one of the earlier ones)"
     )]
     TooManyProfiles,
+    /// The namespaces layer worked on this machine but not for this profile (e.g. a command of
+    /// the session spoiled a place the view needs): refused rather than confined less.
+    #[error(
+        "cannot confine this command: {0}. It is refused rather than run with fewer layers \
+         (`toolhost sandbox` shows what this machine supports; TOOLHOST_SANDBOX_DISABLE=namespaces \
+         does without the namespaces layer)"
+    )]
+    Namespaces(NamespaceError),
     /// The private temporary directory could not be made.
     #[error("cannot create the scope's temporary directory: {0}")]
     TempDir(std::io::Error),
@@ -141,7 +149,16 @@ impl ScopeSandbox {
         }
         let mut prepared = self.prepared.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(ready) = prepared.get(profile) {
-            return Ok(Some(ready.clone()));
+            if ready
+                .namespaces
+                .as_ref()
+                .is_none_or(Namespaces::holder_alive)
+            {
+                return Ok(Some(ready.clone()));
+            }
+            // Its namespaces are gone (the holder was killed): made again.
+            tracing::warn!("the namespaces of a session's profile ended early; making them again");
+            prepared.remove(profile);
         }
         if prepared.len() >= MAX_PROFILES {
             return Err(PrepareError::TooManyProfiles);
@@ -207,6 +224,20 @@ fn sweep(dir: &Path) {
     }
 }
 
+/// The user's runtime directories: `$XDG_RUNTIME_DIR` and `/run/user/UID`.
+fn runtime_dirs() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|dir| dir.is_absolute() && dir.as_path() != Path::new("/"))
+        .into_iter()
+        .collect();
+    dirs.push(PathBuf::from(format!(
+        "/run/user/{}",
+        rustix::process::getuid().as_raw()
+    )));
+    dirs
+}
+
 /// Build the layers of `profile`.
 fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, PrepareError> {
     let home = std::env::var_os("HOME")
@@ -224,6 +255,9 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
                 .map(|name| canonical(&home.join(name))),
         );
     }
+    // The user's runtime directory holds the sockets of their session bus (`systemd-run
+    // --user` starts anything unconfined through it), agents (gpg, ssh) and desktop.
+    hidden.extend(runtime_dirs().iter().map(|dir| canonical(dir)));
     let mut writable = vec![canonical(temp)];
     if profile.mode == SandboxMode::WorkspaceWrite {
         writable.push(canonical(&context.workdir));
@@ -260,7 +294,7 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
         private_network: profile.network == Network::None,
         pid: !probe::disabled("pid"),
     };
-    let namespaces = make_namespaces(context, &request);
+    let namespaces = make_namespaces(context, &request)?;
     // With a network namespace of its own, `none` is enforced by it: the command may use its
     // private loopback (a test server on 127.0.0.1), and nothing else exists there. Seccomp
     // still allows only the socket families that stay inside it.
@@ -323,11 +357,18 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
 
 /// The namespaces layer, or `None` (logged once, and reported by `toolhost sandbox`) where it
 /// is disabled or the kernel refuses it: Landlock and seccomp enforce the profile alone then.
-fn make_namespaces(context: &Context, request: &namespaces::Request<'_>) -> Option<Namespaces> {
+/// Where the layer is there but fails for this profile (namespaces were made before in this
+/// process, or the kernel did not refuse the user namespace itself), the profile is refused.
+fn make_namespaces(
+    context: &Context,
+    request: &namespaces::Request<'_>,
+) -> Result<Option<Namespaces>, PrepareError> {
     if probe::disabled("namespaces") {
-        return None;
+        return Ok(None);
     }
-    let keeper = context.keeper?;
+    let Some(keeper) = context.keeper else {
+        return Ok(None);
+    };
     match namespaces::make(keeper, request) {
         Ok(made) => {
             if let Some(reason) = &made.pid_missing {
@@ -339,7 +380,10 @@ fn make_namespaces(context: &Context, request: &namespaces::Request<'_>) -> Opti
                     );
                 });
             }
-            Some(made)
+            Ok(Some(made))
+        }
+        Err(error) if namespaces::ever_made() || !error.missing_here() => {
+            Err(PrepareError::Namespaces(error))
         }
         Err(error) => {
             static WARNED: std::sync::Once = std::sync::Once::new();
@@ -349,7 +393,7 @@ fn make_namespaces(context: &Context, request: &namespaces::Request<'_>) -> Opti
                     "commands are confined without namespaces (Landlock and seccomp only)"
                 );
             });
-            None
+            Ok(None)
         }
     }
 }

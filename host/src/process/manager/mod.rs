@@ -254,11 +254,15 @@ impl ProcessManager {
             .scope_sandbox(scope)
             .prepare(&profile)
             .map_err(|error| ProcessError::Failed(error.to_string()))?;
-        // Limits on everything the command starts; one more process than asked for, the
-        // keeper.
+        // Limits on everything the command starts; more processes than asked for, the keeper
+        // (two in a PID namespace: one waits outside, one keeps inside).
+        let keepers = match confine.as_ref().and_then(|ready| ready.namespaces.as_ref()) {
+            Some(namespaces) if namespaces.has("pid") => 2,
+            _ => 1,
+        };
         let cgroups = match confine {
             Some(_) => CommandCgroups::create(
-                profile.limits.processes.map(|n| n.saturating_add(1)),
+                profile.limits.processes.map(|n| n.saturating_add(keepers)),
                 profile.limits.memory_bytes,
             )
             .map_err(|error| {
