@@ -10,7 +10,8 @@
 //! The tree follows the design: `process/` (the process manager), `buffer/` (the head/tail
 //! buffer), `guest/` (the guest runtime: bindings, limits, the WIT imports' host side),
 //! `plugins/` (the plugin registry: manifests, bundled policies, hot swap), `sandbox/` (what
-//! a command may touch: profiles and the kernel layers that enforce them), `host.rs` (the
+//! a command may touch: profiles and the kernel layers that enforce them), `terminal/`
+//! (pseudo-terminal views: keys, the stream view, the screen emulator), `host.rs` (the
 //! embeddable host), `mcp/` (the MCP server), `testing.rs` (a fake process capability).
 
 mod buffer;
@@ -21,6 +22,7 @@ pub mod mcp;
 mod plugins;
 pub mod process;
 pub mod sandbox;
+pub mod terminal;
 pub mod testing;
 
 pub use error::HostError;

@@ -353,6 +353,7 @@ impl ProcessBackend for FakeProcesses {
                 exited_ms: p.finished.as_ref().map(|_| p.started_ms),
                 exit_code: p.finished.as_ref().map(|f| f.0),
                 signal: p.finished.as_ref().and_then(|f| f.1.clone()),
+                stdin: p.request.stdin,
             })
             .collect();
         list.sort_by_key(|p| !p.running);

@@ -15,7 +15,8 @@
 //! makes a scope's namespaces for the host (see `namespaces.rs`).
 //!
 //! - It starts `PROGRAM` (argv[0] `ARGV0`) in a new session, with the keeper's stdio,
-//!   environment and working directory, then lets go of its stdio.
+//!   environment and working directory, then lets go of its stdio. With `--tty` first among
+//!   the options, stdin is a terminal and becomes the session's controlling terminal.
 //! - When that process exits it writes 5 bytes to the status pipe: `C` and the exit code, or
 //!   `S` and the signal number (little-endian `i32`); in lower case (`c`, `s`) when nothing
 //!   else of the command is left at that moment.
@@ -84,7 +85,10 @@ fn run() -> io::Result<()> {
     if args.first().is_some_and(|arg| arg == "--make-namespaces") {
         return namespaces::make(&args[1..]);
     }
-    let (confinement, options) = Confinement::from_args(&args)?;
+    // `--tty`: stdin is a terminal, to become the command's controlling terminal.
+    let terminal = args.first().is_some_and(|arg| arg == "--tty");
+    let args = &args[usize::from(terminal)..];
+    let (confinement, options) = Confinement::from_args(args)?;
     let [program, argv0, rest @ ..] = &args[options..] else {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -144,10 +148,15 @@ fn run() -> io::Result<()> {
     command.arg0(argv0).args(rest);
     // SAFETY: the closure runs in the forked child before exec. The keeper is
     // single-threaded, so no lock or allocator state is held by another thread at the fork;
-    // setsid(2) and what `Confinement::apply` does are safe there.
+    // setsid(2), ioctl(2) and what `Confinement::apply` does are safe there.
     unsafe {
         command.pre_exec(move || {
             if libc::setsid() == -1 {
+                return Err(io::Error::last_os_error());
+            }
+            // The new session's controlling terminal: `/dev/tty`, job control and the
+            // terminal's signals (Ctrl-C) reach the command.
+            if terminal && libc::ioctl(0, libc::TIOCSCTTY, 0) == -1 {
                 return Err(io::Error::last_os_error());
             }
             confinement.apply()

@@ -4,8 +4,9 @@
 //! 0.1.0 contract has its own bindings beside these (`v0_1_0.rs`).
 
 use crate::buffer::{HeadTailBuffer, Truncation};
-use crate::process::{self, ProcessError, ReadFrom, Signal};
+use crate::process::{self, ProcessError, ReadFrom, Signal, Stdin, Until};
 use crate::sandbox::{self, SandboxMode};
+use crate::terminal::{Key, Screen, TerminalSize};
 
 wasmtime::component::bindgen!({
     path: "../wit",
@@ -110,6 +111,91 @@ impl From<process::ProcessInfo> for wit_process::ProcessInfo {
             exit_code: p.exit_code,
             signal: p.signal,
             profile: p.profile,
+            stdin: p.stdin.into(),
+        }
+    }
+}
+
+impl From<wit_process::TerminalSize> for TerminalSize {
+    fn from(size: wit_process::TerminalSize) -> Self {
+        Self {
+            rows: size.rows,
+            cols: size.cols,
+        }
+    }
+}
+
+impl From<TerminalSize> for wit_process::TerminalSize {
+    fn from(size: TerminalSize) -> Self {
+        Self {
+            rows: size.rows,
+            cols: size.cols,
+        }
+    }
+}
+
+impl From<wit_process::StdinMode> for Stdin {
+    fn from(mode: wit_process::StdinMode) -> Self {
+        match mode {
+            wit_process::StdinMode::Closed => Stdin::Closed,
+            wit_process::StdinMode::Pipe => Stdin::Pipe,
+            wit_process::StdinMode::Terminal(size) => Stdin::Terminal(size.into()),
+        }
+    }
+}
+
+impl From<Stdin> for wit_process::StdinMode {
+    fn from(mode: Stdin) -> Self {
+        match mode {
+            Stdin::Closed => Self::Closed,
+            Stdin::Pipe => Self::Pipe,
+            Stdin::Terminal(size) => Self::Terminal(size.into()),
+        }
+    }
+}
+
+impl From<wit_process::Key> for Key {
+    fn from(key: wit_process::Key) -> Self {
+        use wit_process::Key as K;
+        match key {
+            K::Enter => Key::Enter,
+            K::Tab => Key::Tab,
+            K::Escape => Key::Escape,
+            K::Backspace => Key::Backspace,
+            K::Up => Key::Up,
+            K::Down => Key::Down,
+            K::Left => Key::Left,
+            K::Right => Key::Right,
+            K::Home => Key::Home,
+            K::End => Key::End,
+            K::PageUp => Key::PageUp,
+            K::PageDown => Key::PageDown,
+            K::Function(n) => Key::Function(n),
+            K::Ctrl(c) => Key::Ctrl(c),
+        }
+    }
+}
+
+impl From<wit_process::Until> for Until {
+    fn from(until: wit_process::Until) -> Self {
+        match until {
+            wit_process::Until::Exit => Until::Exit,
+            wit_process::Until::Output => Until::Output,
+            wit_process::Until::Text(text) => Until::Text(text),
+            wit_process::Until::Quiet(ms) => Until::Quiet(std::time::Duration::from_millis(ms)),
+        }
+    }
+}
+
+impl From<Screen> for wit_process::Screen {
+    fn from(screen: Screen) -> Self {
+        Self {
+            rows: screen.rows,
+            cursor_row: screen.cursor_row,
+            cursor_col: screen.cursor_col,
+            cursor_hidden: screen.cursor_hidden,
+            alternate: screen.alternate,
+            size: screen.size.into(),
         }
     }
 }

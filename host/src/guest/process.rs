@@ -6,8 +6,9 @@
 
 use super::bindings::{wit_process, wit_sandbox};
 use super::state::{CallOptions, CallState, ProcessGrant, Progress};
-use crate::process::{OutputSnapshot, ProcessBackend, ProcessError, ReadFrom, StartRequest};
+use crate::process::{OutputSnapshot, ProcessBackend, ProcessError, ReadFrom, StartRequest, Until};
 use crate::sandbox::{self, ConfinementRequest, Profile};
+use crate::terminal::Key;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -65,6 +66,7 @@ impl CallState {
             background: request.background,
             inherit_env: grant.env_allowlist.clone(),
             profile: Some(Self::profile(grant, request.confinement)?),
+            stdin: request.stdin.into(),
         })
     }
 
@@ -180,6 +182,82 @@ impl wit_process::Host for CallState {
             .collect())
     }
 
+    async fn write_input(
+        &mut self,
+        id: String,
+        data: Vec<u8>,
+        keys: Vec<wit_process::Key>,
+    ) -> wasmtime::Result<Result<(), wit_process::ProcessError>> {
+        if keys.len() > MAX_KEYS {
+            return Ok(Err(wit_process::ProcessError::InvalidRequest(format!(
+                "{} keys in one call; at most {MAX_KEYS}",
+                keys.len()
+            ))));
+        }
+        let keys: Vec<Key> = keys.into_iter().map(Into::into).collect();
+        self.on_backend(
+            |g, scope| async move { g.backend.write_input(&scope, &id, &data, &keys).await },
+        )
+        .await
+    }
+
+    async fn close_input(
+        &mut self,
+        id: String,
+    ) -> wasmtime::Result<Result<(), wit_process::ProcessError>> {
+        self.on_backend(|g, scope| async move { g.backend.close_input(&scope, &id).await })
+            .await
+    }
+
+    async fn resize(
+        &mut self,
+        id: String,
+        size: wit_process::TerminalSize,
+    ) -> wasmtime::Result<Result<(), wit_process::ProcessError>> {
+        let grant = self.grant()?;
+        Ok(grant
+            .backend
+            .resize(&self.scope, &id, size.into())
+            .map_err(Into::into))
+    }
+
+    async fn read_screen(
+        &mut self,
+        id: String,
+    ) -> wasmtime::Result<Result<wit_process::Screen, wit_process::ProcessError>> {
+        let grant = self.grant()?;
+        Ok(grant
+            .backend
+            .screen(&self.scope, &id)
+            .map(Into::into)
+            .map_err(Into::into))
+    }
+
+    async fn wait_until(
+        &mut self,
+        id: String,
+        condition: wit_process::Until,
+        timeout_ms: u64,
+        from: wit_process::ReadFrom,
+    ) -> wasmtime::Result<Result<wit_process::Output, wit_process::ProcessError>> {
+        let grant = self.grant()?;
+        let mut timeout = Duration::from_millis(timeout_ms);
+        if let Some(max) = grant.max_wait {
+            timeout = timeout.min(max);
+        }
+        let from: ReadFrom = from.into();
+        let until: Until = condition.into();
+        let cancel = self.options.cancel.clone().unwrap_or_default();
+        self.on_backend(|g, scope| async move {
+            tokio::select! {
+                result = g.backend.wait_until(&scope, &id, until, timeout, from) => result,
+                () = cancel.cancelled() => g.backend.read(&scope, &id, from),
+            }
+        })
+        .await
+        .map(|result| result.map(Into::into))
+    }
+
     async fn send_signal(
         &mut self,
         id: String,
@@ -190,6 +268,23 @@ impl wit_process::Host for CallState {
             .backend
             .signal(&self.scope, &id, signal.into())
             .map_err(Into::into))
+    }
+}
+
+/// Most keys in one `write-input` call (each is a few bytes; the byte limit applies too).
+const MAX_KEYS: usize = 4096;
+
+impl CallState {
+    /// Run `f` on the backend within the caller's scope, charged to the host's time.
+    async fn on_backend<T, F>(
+        &mut self,
+        f: impl FnOnce(ProcessGrant, String) -> F,
+    ) -> wasmtime::Result<Result<T, wit_process::ProcessError>>
+    where
+        F: Future<Output = Result<T, ProcessError>>,
+    {
+        let grant = self.grant()?.clone();
+        Ok(self.in_host(grant, f).await.map_err(Into::into))
     }
 }
 

@@ -94,6 +94,7 @@ impl old_process::Host for CallState {
             env: request.env,
             background: request.background,
             confinement: None,
+            stdin: wit_process::StdinMode::Closed,
         };
         let result = wit_process::Host::start(self, request).await?;
         Ok(result.map_err(process_error))

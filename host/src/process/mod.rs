@@ -12,6 +12,7 @@ use std::time::Duration;
 
 pub use crate::buffer::Truncation;
 use crate::sandbox::Profile;
+use crate::terminal::{Key, Screen, TerminalSize};
 pub use manager::{ProcessManager, ProcessManagerConfig, namespaces_available};
 
 /// A command to run.
@@ -32,6 +33,38 @@ pub struct StartRequest {
     /// settings). Resolved by the host from the operator's settings, the plugin's grant and
     /// the policy's request ([`crate::sandbox::resolve`]).
     pub profile: Option<Profile>,
+    /// What the command reads as input, and whether it runs on a terminal.
+    pub stdin: Stdin,
+}
+
+/// What a command reads as its input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Stdin {
+    /// `/dev/null`; output through a pipe.
+    #[default]
+    Closed,
+    /// A pipe the caller writes ([`ProcessBackend::write_input`]); output through a pipe.
+    Pipe,
+    /// A pseudo-terminal of this size for stdin, stdout, stderr and as the controlling
+    /// terminal. Output reads in the stream view ([`crate::terminal::stream_view`]).
+    Terminal(TerminalSize),
+}
+
+/// Most bytes one [`ProcessBackend::write_input`] may send (text and keys together).
+pub const MAX_INPUT_BYTES: usize = 64 * 1024;
+
+/// What [`ProcessBackend::wait_until`] waits for, besides the exit and the timeout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Until {
+    /// Only the exit.
+    Exit,
+    /// Any output after the read position.
+    Output,
+    /// Output after the read position containing this text (in the stream view for a
+    /// terminal).
+    Text(String),
+    /// No new output for this long (the first interval counts from the call).
+    Quiet(Duration),
 }
 
 /// Where a read of a process's output starts.
@@ -112,6 +145,8 @@ pub struct ProcessInfo {
     pub signal: Option<String>,
     /// The confinement it runs under ([`Profile::summary`]).
     pub profile: String,
+    /// What it was started with as input.
+    pub stdin: Stdin,
 }
 
 /// Why a process operation failed.
@@ -170,4 +205,72 @@ pub trait ProcessBackend: Send + Sync + 'static {
     /// Terminate every process of `scope` (the session ended) and wait until they are gone
     /// (bounded by the kill grace period).
     fn end_scope<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, ()>;
+
+    /// Write `data` (on a terminal with each `\n` sent as Enter, `\r`), then `keys`, to the
+    /// process's input; at most [`MAX_INPUT_BYTES`] in all. The default: no process takes
+    /// input.
+    fn write_input<'a>(
+        &'a self,
+        scope: &'a str,
+        id: &'a str,
+        data: &'a [u8],
+        keys: &'a [Key],
+    ) -> BoxFuture<'a, Result<(), ProcessError>> {
+        let _ = (scope, data, keys);
+        Box::pin(async move { Err(no_input(id)) })
+    }
+
+    /// End the process's input pipe (end-of-file). The default: no process takes input.
+    fn close_input<'a>(
+        &'a self,
+        scope: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<(), ProcessError>> {
+        let _ = scope;
+        Box::pin(async move { Err(no_input(id)) })
+    }
+
+    /// Resize the process's terminal. The default: no process has a terminal.
+    fn resize(&self, scope: &str, id: &str, size: TerminalSize) -> Result<(), ProcessError> {
+        let _ = (scope, size);
+        Err(no_terminal(id))
+    }
+
+    /// The visible screen of the process's terminal. The default: no process has a terminal.
+    fn screen(&self, scope: &str, id: &str) -> Result<Screen, ProcessError> {
+        let _ = scope;
+        Err(no_terminal(id))
+    }
+
+    /// Wait until `until` holds, the process exits or `timeout` passes, then read from
+    /// `from`. The default handles only [`Until::Exit`] (as [`ProcessBackend::wait`]) and
+    /// otherwise reads at once.
+    fn wait_until<'a>(
+        &'a self,
+        scope: &'a str,
+        id: &'a str,
+        until: Until,
+        timeout: Duration,
+        from: ReadFrom,
+    ) -> BoxFuture<'a, Result<OutputSnapshot, ProcessError>> {
+        match until {
+            Until::Exit => self.wait(scope, id, timeout, from),
+            _ => Box::pin(async move { self.read(scope, id, from) }),
+        }
+    }
+}
+
+/// The error for input to a process that takes none.
+pub(crate) fn no_input(id: &str) -> ProcessError {
+    ProcessError::InvalidRequest(format!(
+        "process `{id}` takes no input: it was started with its stdin closed (start it with a \
+         terminal or an open stdin to type into it)"
+    ))
+}
+
+/// The error for a terminal operation on a process without one.
+pub(crate) fn no_terminal(id: &str) -> ProcessError {
+    ProcessError::InvalidRequest(format!(
+        "process `{id}` has no terminal (it was not started on one)"
+    ))
 }

@@ -273,6 +273,7 @@ pub fn run(policy: &Policy, settings: &Settings, args: &str) -> Result<Map<Strin
         env,
         background: plan.background,
         confinement: policy.confinement.request(),
+        stdin: host::StdinMode::Closed,
     })
     .map_err(process_error)?;
 

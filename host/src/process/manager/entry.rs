@@ -14,12 +14,14 @@ use nix::unistd::Pid;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::input::InputSide;
 use super::keeper;
 use super::output_log::OutputLog;
 use super::sys::{self, Exit};
 use crate::buffer::HeadTailBuffer;
-use crate::process::{OutputSnapshot, ProcessInfo, ReadFrom, Signal};
+use crate::process::{OutputSnapshot, ProcessInfo, ReadFrom, Signal, Until};
 use crate::sandbox::{CommandCgroups, Network, Profile, SandboxMode};
+use crate::terminal::stream_view;
 
 /// How refusals of the confinement read in a command's output.
 const DENIALS: &[&str] = &[
@@ -80,6 +82,10 @@ pub(super) struct Entry {
     /// `true` once the record is released (or was never admitted): its monitor stops
     /// lingering.
     pub(super) removed: watch::Sender<bool>,
+    /// Bytes of output recorded so far (changes wake `wait_until`).
+    pub(super) progress: watch::Sender<u64>,
+    /// Its stdin pipe or terminal.
+    pub(super) input: InputSide,
 }
 
 /// The host's hold on a process's keeper.
@@ -130,6 +136,8 @@ pub(super) struct EntrySpec {
     pub(super) control: OwnedFd,
     /// Empty, sized for this process.
     pub(super) buffer: HeadTailBuffer,
+    /// Its stdin pipe or terminal.
+    pub(super) input: InputSide,
 }
 
 impl Entry {
@@ -163,6 +171,8 @@ impl Entry {
             nothing_left: AtomicBool::new(false),
             gone: watch::channel(false).0,
             removed: watch::channel(false).0,
+            progress: watch::channel(0).0,
+            input: spec.input,
         })
     }
 
@@ -243,8 +253,88 @@ impl Entry {
         note
     }
 
+    /// Record output the process wrote (and show it on its terminal's screen).
+    pub(super) fn record_output(&self, data: &[u8]) {
+        self.input.feed(data);
+        self.append(data);
+    }
+
+    /// Add to the recorded output (the process's, or a note of the host's).
     pub(super) fn append(&self, data: &[u8]) {
-        lock(&self.state).buffer.write(data);
+        let total = {
+            let mut state = lock(&self.state);
+            state.buffer.write(data);
+            state.buffer.total_bytes()
+        };
+        self.progress.send_replace(total);
+    }
+
+    /// Wait until `until` holds for the output after `from`, the process finishes, or
+    /// `deadline` (`None`: no deadline).
+    pub(super) async fn wait_until(
+        &self,
+        until: &Until,
+        from: ReadFrom,
+        deadline: Option<Instant>,
+    ) {
+        let start = match from {
+            ReadFrom::All => 0,
+            ReadFrom::Cursor(position) => position,
+            ReadFrom::Unread => lock(&self.state).last_read_end,
+        };
+        let mut progress = self.progress.subscribe();
+        let mut finished = self.finished.subscribe();
+        let deadline = async {
+            match deadline {
+                Some(deadline) => tokio::time::sleep_until(deadline).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(deadline);
+        loop {
+            if *finished.borrow_and_update() {
+                return;
+            }
+            let total = *progress.borrow_and_update();
+            let done = match until {
+                Until::Exit | Until::Quiet(_) => false,
+                Until::Output => total > start,
+                Until::Text(text) => self.peek_from(start).contains(text.as_str()),
+            };
+            if done {
+                return;
+            }
+            let quiet = async {
+                match until {
+                    Until::Quiet(quiet) => tokio::time::sleep(*quiet).await,
+                    _ => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                changed = progress.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+                changed = finished.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+                () = &mut deadline => return,
+                () = quiet => return,
+            }
+        }
+    }
+
+    /// The output after `position` as a read would show it, without moving the unread mark.
+    fn peek_from(&self, position: u64) -> String {
+        let text = lock(&self.state).buffer.render_from(position).text;
+        if self.input.is_terminal() {
+            stream_view(&text)
+        } else {
+            text
+        }
     }
 
     pub(super) fn ended_now(&self, exit: Option<Exit>) -> Ended {
@@ -329,7 +419,11 @@ impl Entry {
         }
         let exit = state.end.and_then(|end| end.exit);
         OutputSnapshot {
-            text: rendered.text,
+            text: if self.input.is_terminal() {
+                stream_view(&rendered.text)
+            } else {
+                rendered.text
+            },
             running: state.end.is_none(),
             exit_code: exit.map(Exit::exit_code),
             signal: exit.and_then(Exit::signal_name),
@@ -356,6 +450,7 @@ impl Entry {
             exited_ms: end.map(|end| end.exited_ms),
             exit_code: exit.map(Exit::exit_code),
             signal: exit.and_then(Exit::signal_name),
+            stdin: self.input.kind,
         }
     }
 

@@ -56,9 +56,11 @@
 mod config;
 mod entry;
 mod ids;
+mod input;
 mod keeper;
 mod monitor;
 mod output_log;
+mod pty;
 mod spawner;
 mod sys;
 mod table;
@@ -78,13 +80,15 @@ use tokio::time::Instant;
 
 use super::{
     BoxFuture, OutputSnapshot, ProcessBackend, ProcessError, ProcessInfo, ReadFrom, Signal,
-    StartRequest,
+    StartRequest, Stdin, Until,
 };
 use crate::buffer::HeadTailBuffer;
 use crate::sandbox::{self, CommandCgroups, Profile, ScopeSandbox};
+use crate::terminal::{Key, Screen, TerminalSize};
 pub use config::ProcessManagerConfig;
 use entry::{Entry, EntrySpec, LogTarget, unix_ms};
 use ids::Ids;
+use input::InputSide;
 use monitor::{FIRST_READ_CHUNK, LogSlot, Monitor, MonitorGuard, OutputReader};
 use spawner::Spawner;
 use sys::{ChildSpec, SpawnStep};
@@ -107,6 +111,74 @@ pub fn namespaces_available() -> Result<Option<String>, String> {
     sandbox::namespaces::make(keeper, &request)
         .map(|made| made.pid_missing.clone())
         .map_err(|e| e.0)
+}
+
+/// A command's stdio as the host sets it up.
+struct Io {
+    /// What the host reads the output from.
+    output: pipe::Receiver,
+    /// The command's stdout and stderr.
+    output_fd: OwnedFd,
+    /// The command's stdin when it is not `/dev/null`, and whether it is a terminal.
+    child_stdin: Option<(OwnedFd, bool)>,
+    /// The host's side of its input.
+    input: InputSide,
+}
+
+/// Open the command's stdio for `stdin`: one pipe for stdout and stderr (and one for stdin if
+/// asked for), or a terminal for all three.
+fn open_io(stdin: Stdin) -> Result<Io, ProcessError> {
+    let pipe_error =
+        |error: io::Error| ProcessError::Failed(format!("cannot create the output pipe: {error}"));
+    // The default capacity: asking for more (`F_SETPIPE_SZ`) would count against the user's
+    // pipe allowance (`pipe-user-pages-soft`), past which every new pipe of the user gets a
+    // single page. Both ends close-on-exec in the parent.
+    let output_pipe = || -> Result<(pipe::Receiver, OwnedFd), ProcessError> {
+        let (reader, writer) = io::pipe().map_err(pipe_error)?;
+        let output = pipe::Receiver::from_owned_fd(OwnedFd::from(reader)).map_err(pipe_error)?;
+        Ok((output, OwnedFd::from(writer)))
+    };
+    match stdin {
+        Stdin::Closed => {
+            let (output, output_fd) = output_pipe()?;
+            Ok(Io {
+                output,
+                output_fd,
+                child_stdin: None,
+                input: InputSide::closed(),
+            })
+        }
+        Stdin::Pipe => {
+            let (output, output_fd) = output_pipe()?;
+            let input_error = |error: io::Error| {
+                ProcessError::Failed(format!("cannot create the input pipe: {error}"))
+            };
+            let (reader, writer) = io::pipe().map_err(input_error)?;
+            let writer = pipe::Sender::from_owned_fd(OwnedFd::from(writer)).map_err(input_error)?;
+            Ok(Io {
+                output,
+                output_fd,
+                child_stdin: Some((OwnedFd::from(reader), false)),
+                input: InputSide::pipe(writer),
+            })
+        }
+        Stdin::Terminal(size) => {
+            let pty_error =
+                |error: io::Error| ProcessError::Failed(format!("cannot open a terminal: {error}"));
+            let terminal = pty::open(size).map_err(pty_error)?;
+            let dup = |fd: &OwnedFd| fd.try_clone().map_err(pty_error);
+            let output = pipe::Receiver::from_owned_fd_unchecked(dup(&terminal.master)?)
+                .map_err(pty_error)?;
+            let writer =
+                pipe::Sender::from_owned_fd_unchecked(dup(&terminal.master)?).map_err(pty_error)?;
+            Ok(Io {
+                output,
+                output_fd: dup(&terminal.slave)?,
+                child_stdin: Some((terminal.slave, true)),
+                input: InputSide::terminal(writer, terminal.master, size),
+            })
+        }
+    }
 }
 
 /// After `SIGKILL`, how much longer than `drain_timeout` a stop waits for monitors to finish.
@@ -242,6 +314,7 @@ impl ProcessManager {
             background,
             inherit_env,
             profile,
+            stdin,
         } = request;
         let profile = profile.unwrap_or_else(|| self.default_profile());
         if self.records.is_closed() {
@@ -249,6 +322,9 @@ impl ProcessManager {
         }
         validate_command(&command)?;
         validate_env(&env)?;
+        if let Stdin::Terminal(size) = stdin {
+            size.check().map_err(ProcessError::InvalidRequest)?;
+        }
         let workdir = self.resolve_workdir(workdir)?;
         let confine = self
             .scope_sandbox(scope)
@@ -280,16 +356,13 @@ impl ProcessManager {
             .reserve(scope, self.config.max_running_per_scope)?;
         let (seq, id) = self.ids.next();
 
-        let pipe_error = |error: io::Error| {
-            ProcessError::Failed(format!("cannot create the output pipe: {error}"))
-        };
-        // One pipe (both ends close-on-exec in the parent); the child gets the write end as
-        // both stdout and stderr.
-        // The default capacity: asking for more (`F_SETPIPE_SZ`) would count against the
-        // user's pipe allowance (`pipe-user-pages-soft`), past which every new pipe of the
-        // user gets a single page.
-        let (reader, writer) = io::pipe().map_err(pipe_error)?;
-        let output = pipe::Receiver::from_owned_fd(OwnedFd::from(reader)).map_err(pipe_error)?;
+        // One pipe or terminal; the child gets its end as both stdout and stderr.
+        let Io {
+            output,
+            output_fd: writer,
+            child_stdin,
+            input,
+        } = open_io(stdin)?;
         let channel_error = |error: io::Error| {
             ProcessError::Failed(format!("cannot create the keeper's channels: {error}"))
         };
@@ -301,12 +374,18 @@ impl ProcessManager {
             &env,
             inherit_env.as_deref(),
             &workdir,
-            OwnedFd::from(writer),
+            writer,
             keeper_ends,
             confine.as_deref(),
             cgroups.as_ref(),
             self.config.nice,
         )
+        .and_then(|mut spec| {
+            if let Some((fd, terminal)) = child_stdin {
+                spec.input(fd, terminal)?;
+            }
+            Ok(spec)
+        })
         .map_err(|error| {
             ProcessError::Failed(format!(
                 "cannot prepare `{}`: {error}",
@@ -358,6 +437,7 @@ impl ProcessManager {
             keeper: spawned.pid(),
             control: host_ends.control,
             buffer: HeadTailBuffer::new(self.config.head_bytes, self.config.tail_bytes),
+            input,
         });
         let admitted = self.records.admit(reservation, &entry);
         if admitted.is_err() {
@@ -366,6 +446,7 @@ impl ProcessManager {
             let _ = entry.signal_all(Signal::Kill);
             entry.removed.send_replace(true);
         }
+        let terminal = entry.input.is_terminal();
         let monitor = Monitor {
             guard: MonitorGuard {
                 records: Arc::downgrade(&self.records),
@@ -374,6 +455,7 @@ impl ProcessManager {
             status,
             keeper_exit: spawned.take_pidfd(),
             output: OutputReader {
+                terminal,
                 pipe: output,
                 buf: vec![0u8; FIRST_READ_CHUNK],
                 log,
@@ -525,6 +607,59 @@ impl ProcessBackend for ProcessManager {
         self.send_signal(scope, id, signal)
     }
 
+    fn write_input<'a>(
+        &'a self,
+        scope: &'a str,
+        id: &'a str,
+        data: &'a [u8],
+        keys: &'a [Key],
+    ) -> BoxFuture<'a, Result<(), ProcessError>> {
+        Box::pin(async move {
+            let entry = self.records.find(scope, id)?;
+            if !entry.is_running() {
+                return Err(ProcessError::NotRunning(id.to_owned()));
+            }
+            entry.input.write(id, data, keys).await
+        })
+    }
+
+    fn close_input<'a>(
+        &'a self,
+        scope: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<(), ProcessError>> {
+        Box::pin(async move {
+            let entry = self.records.find(scope, id)?;
+            entry.input.close(id).await
+        })
+    }
+
+    fn resize(&self, scope: &str, id: &str, size: TerminalSize) -> Result<(), ProcessError> {
+        let entry = self.records.find(scope, id)?;
+        entry.input.resize(id, size)
+    }
+
+    fn screen(&self, scope: &str, id: &str) -> Result<Screen, ProcessError> {
+        self.records.find(scope, id)?.input.screen(id)
+    }
+
+    fn wait_until<'a>(
+        &'a self,
+        scope: &'a str,
+        id: &'a str,
+        until: Until,
+        timeout: Duration,
+        from: ReadFrom,
+    ) -> BoxFuture<'a, Result<OutputSnapshot, ProcessError>> {
+        Box::pin(async move {
+            let entry = self.records.find(scope, id)?;
+            entry
+                .wait_until(&until, from, Instant::now().checked_add(timeout))
+                .await;
+            Ok(entry.snapshot(from))
+        })
+    }
+
     fn end_scope<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             let entries = self.records.end_scope(scope);
@@ -597,5 +732,7 @@ fn validate_env(env: &[(String, String)]) -> Result<(), ProcessError> {
     Ok(())
 }
 
+#[cfg(test)]
+mod input_tests;
 #[cfg(test)]
 mod tests;

@@ -119,6 +119,7 @@ impl Monitor {
             Some(records) => records.finish(&entry, ended),
             None => entry.finish_orphaned(ended),
         }
+        entry.input.release();
 
         // Retention. Whatever still holds the pipe keeps being read, so it neither blocks
         // on a full pipe nor dies of SIGPIPE before the record goes away.
@@ -182,7 +183,10 @@ impl Drop for MonitorGuard {
 /// What reads a process's output: the pipe, the read buffer and the log. Dropped as soon
 /// as the pipe reaches end-of-file.
 pub(super) struct OutputReader {
+    /// The output pipe, or the host's end of the process's terminal.
     pub(super) pipe: pipe::Receiver,
+    /// `pipe` is a terminal: `EIO` is its end-of-file (nothing has it open any more).
+    pub(super) terminal: bool,
     /// Small at first, grown when reads fill it.
     pub(super) buf: Vec<u8>,
     pub(super) log: LogSlot,
@@ -190,7 +194,10 @@ pub(super) struct OutputReader {
 
 impl OutputReader {
     async fn read(&mut self) -> io::Result<usize> {
-        self.pipe.read(&mut self.buf).await
+        match self.pipe.read(&mut self.buf).await {
+            Err(error) if self.terminal && error.raw_os_error() == Some(nix::libc::EIO) => Ok(0),
+            read => read,
+        }
     }
 
     /// Take the `n` bytes just read: into the record's buffer and the log. Grows the read
@@ -198,7 +205,7 @@ impl OutputReader {
     /// memory).
     async fn record(&mut self, entry: &Entry, n: usize) {
         let data = &self.buf[..n];
-        entry.append(data);
+        entry.record_output(data);
         if let LogSlot::Pending(target) = &self.log {
             self.log = match entry.create_log(target) {
                 Some(file) => LogSlot::Open(file),

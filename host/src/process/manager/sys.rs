@@ -159,6 +159,8 @@ pub(super) struct ChildSpec {
     workdir: CString,
     /// Becomes the child's stdout and stderr.
     output: OwnedFd,
+    /// Becomes the child's stdin; `None`: `/dev/null`.
+    stdin: Option<OwnedFd>,
     /// Become the keeper's descriptors 3 and 4.
     keeper: KeeperEnds,
     /// The confinement layers (Landlock ruleset, seccomp programs), for the keeper's
@@ -254,6 +256,7 @@ impl ChildSpec {
             envp,
             workdir: cstring(workdir.as_os_str().as_bytes())?,
             output: above_reserved(output)?,
+            stdin: None,
             keeper,
             layers: match confine {
                 Some(prepared) => Some((
@@ -287,6 +290,18 @@ impl ChildSpec {
                 .unwrap_or_default(),
             nice,
         })
+    }
+}
+
+impl ChildSpec {
+    /// Give the command `stdin` as its input; with `terminal`, the keeper makes it the
+    /// command's controlling terminal (it is then the output descriptor too).
+    pub(super) fn input(&mut self, stdin: OwnedFd, terminal: bool) -> io::Result<()> {
+        self.stdin = Some(above_reserved(stdin)?);
+        if terminal {
+            self.argv.insert(1, cstring(b"--tty")?);
+        }
+        Ok(())
     }
 }
 
@@ -408,7 +423,10 @@ impl Forker {
             argv: argv.as_ptr(),
             envp: envp.as_ptr(),
             workdir: spec.workdir.as_ptr(),
-            stdin: self.dev_null.as_raw_fd(),
+            stdin: spec
+                .stdin
+                .as_ref()
+                .map_or(self.dev_null.as_raw_fd(), AsRawFd::as_raw_fd),
             output: spec.output.as_raw_fd(),
             status: spec.keeper.status.as_raw_fd(),
             control: spec.keeper.control.as_raw_fd(),

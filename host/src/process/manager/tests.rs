@@ -2,8 +2,8 @@ use super::*;
 use nix::unistd::Pid;
 
 /// Long enough never to be reached by a passing test.
-const LONG: Duration = Duration::from_secs(10);
-const SCOPE: &str = "session-1";
+pub(super) const LONG: Duration = Duration::from_secs(10);
+pub(super) const SCOPE: &str = "session-1";
 
 fn test_config(dir: &Path) -> ProcessManagerConfig {
     ProcessManagerConfig {
@@ -32,11 +32,11 @@ fn manager_with(
     (dir, ProcessManager::new(config))
 }
 
-fn manager() -> (tempfile::TempDir, Arc<ProcessManager>) {
+pub(super) fn manager() -> (tempfile::TempDir, Arc<ProcessManager>) {
     manager_with(|_| {})
 }
 
-fn request(command: &str) -> StartRequest {
+pub(super) fn request(command: &str) -> StartRequest {
     StartRequest {
         command: command.to_owned(),
         ..StartRequest::default()
