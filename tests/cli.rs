@@ -28,6 +28,7 @@ fn tools_lists_every_bundled_tool_with_schema() {
         names,
         [
             "execute",
+            "process_input",
             "process_list",
             "process_output",
             "process_signal"

@@ -295,7 +295,7 @@ async fn tools_over_http() {
     let list = session.request("tools/list", json!({})).await;
     assert_eq!(
         list["result"]["tools"].as_array().map(Vec::len),
-        Some(4),
+        Some(5),
         "{list}"
     );
     let result = session

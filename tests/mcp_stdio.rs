@@ -29,6 +29,7 @@ async fn initialize_and_list_tools() {
         names,
         [
             "execute",
+            "process_input",
             "process_list",
             "process_output",
             "process_signal"
@@ -350,7 +351,7 @@ async fn tool_list_changes_are_announced() {
     let after = client.request("tools/list", json!({})).await;
     assert_eq!(
         after["result"]["tools"].as_array().map(Vec::len),
-        Some(4),
+        Some(5),
         "{after}"
     );
 }
@@ -406,4 +407,52 @@ async fn start_stoppable(client: &mut StdioClient) -> Stoppable {
     structured(&started);
     stoppable.wait_ready(Duration::from_secs(20)).await;
     stoppable
+}
+
+/// A terminal session over MCP: `execute` with `tty` returns waiting for input, and
+/// `process_input` answers a prompt and reads the next one; a bad key is a tool error.
+#[tokio::test]
+async fn process_input_drives_a_terminal_over_mcp() {
+    let mut client = StdioClient::start(&[]).await;
+    let started = structured(
+        &client
+            .call_tool(
+                "execute",
+                json!({"command": "while printf 'name? '; read n; do echo \"hi $n\"; done", "tty": true}),
+            )
+            .await,
+    );
+    assert_eq!(started["waiting_for_input"], true, "{started}");
+    assert_eq!(started["output"], "name? ", "{started}");
+    let id = started["background_process_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let answered = structured(
+        &client
+            .call_tool(
+                "process_input",
+                json!({"process_id": id, "input": "ada\n", "until": "name? "}),
+            )
+            .await,
+    );
+    assert_eq!(answered["output"], "ada\nhi ada\nname? ", "{answered}");
+    assert_eq!(answered["until_found"], true);
+    let bad = client
+        .call_tool(
+            "process_input",
+            json!({"process_id": id, "keys": ["Hyper-X"]}),
+        )
+        .await;
+    assert_eq!(bad["isError"], true, "{bad}");
+    assert!(bad.to_string().contains("unknown key name"), "{bad}");
+    let stopped = structured(
+        &client
+            .call_tool(
+                "process_input",
+                json!({"process_id": id, "keys": ["Ctrl-C"], "wait": "10s"}),
+            )
+            .await,
+    );
+    assert_eq!(stopped["running"], false, "{stopped}");
 }

@@ -49,7 +49,7 @@ async fn swapping_policies_changes_behaviour_without_restart() {
 
     install(dir.path(), "policy", bundled::DEFAULT.bytes, Some(GRANT));
     next_change(&mut changes).await;
-    assert_eq!(host.tools().len(), 4);
+    assert_eq!(host.tools().len(), 5);
     let dangerous = r#"{"command":"rm -rf /"}"#;
     host.call("s", "execute", dangerous)
         .await
@@ -88,7 +88,7 @@ async fn a_broken_replacement_keeps_the_previous_version_serving() {
     let fake = FakeProcesses::new();
     install(dir.path(), "policy", bundled::DEFAULT.bytes, Some(GRANT));
     let host = watching_host(dir.path(), fake.clone()).await;
-    assert_eq!(host.tools().len(), 4);
+    assert_eq!(host.tools().len(), 5);
 
     let mut changes = host.changes();
     install(dir.path(), "policy", b"\0asm garbage", None);
@@ -106,10 +106,10 @@ async fn a_broken_replacement_keeps_the_previous_version_serving() {
         tools.iter().any(|t| t == "execute") && tools.iter().any(|t| t == "spin"),
         "{tools:?}"
     );
-    assert_eq!(tools.len(), 4 + 6, "{tools:?}");
+    assert_eq!(tools.len(), 5 + 6, "{tools:?}");
     // A direct reload reports the same outcome.
     host.reload().await.expect("a lenient reload does not fail");
-    assert_eq!(host.tools().len(), 4 + 6);
+    assert_eq!(host.tools().len(), 5 + 6);
     host.call("s", "execute", r#"{"command":"echo still here"}"#)
         .await
         .expect("previous version still serves");
@@ -249,7 +249,7 @@ async fn a_plugin_tool_replaces_the_bundled_one() {
         .await
         .expect("host");
     let tools = host.tools();
-    assert_eq!(tools.len(), 4);
+    assert_eq!(tools.len(), 5);
     assert!(tools.iter().all(|t| t.plugin == "strict"), "{tools:?}");
 }
 

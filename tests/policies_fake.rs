@@ -634,3 +634,137 @@ async fn start_background(host: &toolhost::ToolHost, command: &str) -> String {
         .expect("id")
         .to_string()
 }
+
+/// The fake capability plays interactive programs: a REPL on a terminal scripted with replies
+/// to input, its screen, and an open stdin closed at the end; results conform to the schemas.
+#[tokio::test]
+async fn interactive_flows_play_against_the_fake() {
+    use toolhost::process::Stdin;
+    use toolhost::terminal::TerminalSize;
+    let fake = FakeProcesses::new();
+    let host = policy_host("default", fake.clone()).await;
+    let schemas: std::collections::HashMap<String, Value> = host
+        .tools()
+        .into_iter()
+        .filter_map(|t| Some((t.name, t.output_schema?)))
+        .collect();
+    fake.push(
+        Script::interactive("Python 3\n>>> ")
+            .reply("1+1\n", "1+1\r\n2\r\n>>> ")
+            .reply_and_exit("\x04", "\r\n", 0),
+    );
+    let started = json(
+        &host
+            .call(
+                "s",
+                "execute",
+                r#"{"command":"python3","tty":true,"rows":30}"#,
+            )
+            .await
+            .expect("execute"),
+    );
+    assert_conforms(&started, &schemas["execute"]);
+    assert_eq!(started["waiting_for_input"], true, "{started}");
+    assert_eq!(started["output"], "Python 3\n>>> ");
+    let id = started["background_process_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let start = &fake.starts()[0].request;
+    assert_eq!(
+        start.stdin,
+        Stdin::Terminal(TerminalSize { rows: 30, cols: 80 })
+    );
+    assert!(
+        start
+            .env
+            .contains(&("TERM".into(), "xterm-256color".into()))
+    );
+
+    let r = json(
+        &host
+            .call(
+                "s",
+                "process_input",
+                &serde_json::json!({"process_id": id, "input": "1+1\n", "until": ">>> "})
+                    .to_string(),
+            )
+            .await
+            .expect("input"),
+    );
+    assert_conforms(&r, &schemas["process_input"]);
+    assert_eq!(r["output"], "1+1\n2\n>>> ", "{r}");
+    assert_eq!(r["until_found"], true);
+    let screen = json(
+        &host
+            .call(
+                "s",
+                "process_output",
+                &serde_json::json!({"process_id": id, "view": "screen"}).to_string(),
+            )
+            .await
+            .expect("screen"),
+    );
+    assert_conforms(&screen, &schemas["process_output"]);
+    assert_eq!(screen["output"], "Python 3\n>>> 1+1\n2\n>>>", "{screen}");
+    assert_eq!(screen["cursor"]["row"], 3);
+    let r = json(
+        &host
+            .call(
+                "s",
+                "process_input",
+                &serde_json::json!({"process_id": id, "keys": ["Ctrl-D"]}).to_string(),
+            )
+            .await
+            .expect("ctrl-d"),
+    );
+    assert_eq!(
+        (r["running"].clone(), r["exit_code"].clone()),
+        (Value::Bool(false), Value::from(0))
+    );
+    assert_eq!(
+        fake.inputs(),
+        vec![
+            (id.clone(), b"1+1\r".to_vec()),
+            (id.clone(), b"\x04".to_vec())
+        ]
+    );
+
+    fake.push(
+        Script::interactive("")
+            .reply("b\n", "a\nb\n")
+            .exits_at_eof(0),
+    );
+    let started = json(
+        &host
+            .call("s", "execute", r#"{"command":"sort","stdin":"open"}"#)
+            .await
+            .expect("execute"),
+    );
+    let id = started["background_process_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let r = json(
+        &host
+            .call(
+                "s",
+                "process_input",
+                &serde_json::json!({"process_id": id, "input": "b\na\n", "eof": true}).to_string(),
+            )
+            .await
+            .expect("input"),
+    );
+    assert_eq!(r["output"], "a\nb\n", "{r}");
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let error = tool_error(
+        host.call(
+            "s",
+            "process_input",
+            &serde_json::json!({"process_id": id, "keys": ["Meta-X"]}).to_string(),
+        )
+        .await
+        .map(|r| json(&r)),
+    );
+    assert!(error.contains("unknown key name \"Meta-X\""), "{error}");
+}

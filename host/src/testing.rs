@@ -7,6 +7,14 @@
 //! later wait, all instantly. Signals are recorded and end a running script as a real kill
 //! would.
 //!
+//! Interactive flows work too: a process started with a terminal or an open stdin records
+//! what is written to it ([`FakeProcesses::inputs`]; keys encoded as the real host encodes
+//! them) and answers with scripted [`Reply`]s: each fires once, in order, when the input
+//! since the previous reply contains its text (a terminal's Enter, `\r`, counts as `\n`),
+//! adding output and possibly ending the process. A terminal's screen is kept by the same
+//! emulator the real host uses; waits for a text, for any output or for quiet are answered on
+//! logical time.
+//!
 //! ```no_run
 //! use std::sync::Arc;
 //! use toolhost::testing::{FakeProcesses, Script};
@@ -25,9 +33,10 @@
 
 use crate::buffer::HeadTailBuffer;
 use crate::process::{
-    BoxFuture, OutputSnapshot, ProcessBackend, ProcessError, ProcessInfo, ReadFrom, Signal,
-    StartRequest,
+    BoxFuture, MAX_INPUT_BYTES, OutputSnapshot, ProcessBackend, ProcessError, ProcessInfo,
+    ReadFrom, Signal, StartRequest, Stdin, Until, no_input, no_terminal,
 };
+use crate::terminal::{Emulator, Key, Screen, TerminalSize, stream_view};
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -55,6 +64,21 @@ pub struct Script {
     pub runs_for: Duration,
     /// How it ends.
     pub ending: Ending,
+    /// Answers to input, in order.
+    pub replies: Vec<Reply>,
+    /// Exit code when its stdin pipe is closed (`None`: closing changes nothing).
+    pub exits_at_eof: Option<i32>,
+}
+
+/// A scripted answer to input: see the module docs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// Fires when the input since the previous reply contains this.
+    pub when: Vec<u8>,
+    /// Output it adds.
+    pub output: Vec<u8>,
+    /// Exit code the process then ends with (`None`: it keeps running).
+    pub exit: Option<i32>,
 }
 
 impl Script {
@@ -65,7 +89,45 @@ impl Script {
             final_output: Vec::new(),
             runs_for: Duration::ZERO,
             ending: Ending::Code(code),
+            replies: Vec::new(),
+            exits_at_eof: None,
         }
+    }
+
+    /// A program waiting for input: runs until signalled, shows `prompt` at start.
+    pub fn interactive(prompt: impl AsRef<[u8]>) -> Script {
+        Script::never_exits().output(prompt)
+    }
+
+    /// When the input contains `when`, print `output` (see the module docs).
+    pub fn reply(mut self, when: impl AsRef<[u8]>, output: impl AsRef<[u8]>) -> Script {
+        self.replies.push(Reply {
+            when: when.as_ref().to_vec(),
+            output: output.as_ref().to_vec(),
+            exit: None,
+        });
+        self
+    }
+
+    /// When the input contains `when`, print `output` and exit with `code`.
+    pub fn reply_and_exit(
+        mut self,
+        when: impl AsRef<[u8]>,
+        output: impl AsRef<[u8]>,
+        code: i32,
+    ) -> Script {
+        self.replies.push(Reply {
+            when: when.as_ref().to_vec(),
+            output: output.as_ref().to_vec(),
+            exit: Some(code),
+        });
+        self
+    }
+
+    /// Exit with `code` when the stdin pipe is closed.
+    pub fn exits_at_eof(mut self, code: i32) -> Script {
+        self.exits_at_eof = Some(code);
+        self
     }
 
     /// Runs until signalled.
@@ -123,6 +185,12 @@ struct FakeProcess {
     buffer: HeadTailBuffer,
     last_read: u64,
     started_ms: u64,
+    /// Input since the last reply fired (`\r` as `\n`).
+    pending_input: Vec<u8>,
+    /// The stdin pipe was closed.
+    input_closed: bool,
+    /// The screen of a process on a terminal.
+    emulator: Option<Emulator>,
 }
 
 #[derive(Default)]
@@ -133,6 +201,7 @@ struct State {
     read_error: Option<ProcessError>,
     starts: Vec<RecordedStart>,
     signals: Vec<(String, Signal)>,
+    inputs: Vec<(String, Vec<u8>)>,
     processes: HashMap<String, FakeProcess>,
     order: Vec<String>,
     counter: u64,
@@ -180,6 +249,12 @@ impl FakeProcesses {
         self.lock().signals.clone()
     }
 
+    /// Every write to a process's input so far, in order: the id and the bytes as the real
+    /// host would send them (on a terminal Enter is `\r`, keys are escape sequences).
+    pub fn inputs(&self) -> Vec<(String, Vec<u8>)> {
+        self.lock().inputs.clone()
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -203,7 +278,7 @@ impl FakeProcess {
         if self.script.ending != Ending::Never && remaining <= by {
             self.elapsed = self.script.runs_for;
             let final_output = std::mem::take(&mut self.script.final_output);
-            self.buffer.write(&final_output);
+            self.print(&final_output);
             self.finished = Some(match self.script.ending {
                 Ending::Code(c) => (c, None),
                 Ending::Signal(n) => (128 + n, Some(signal_name(n))),
@@ -211,6 +286,32 @@ impl FakeProcess {
             });
         } else {
             self.elapsed += by;
+        }
+    }
+
+    /// Add output (and show it on the screen).
+    fn print(&mut self, data: &[u8]) {
+        self.buffer.write(data);
+        if let Some(emulator) = &mut self.emulator {
+            emulator.process(&onlcr(data));
+        }
+    }
+
+    /// Take input: fire the replies it completes, in order.
+    fn take_input(&mut self, bytes: &[u8]) {
+        self.pending_input
+            .extend(bytes.iter().map(|&b| if b == b'\r' { b'\n' } else { b }));
+        while let Some(reply) = self.script.replies.first() {
+            let Some(at) = find(&self.pending_input, &reply.when) else {
+                break;
+            };
+            let reply = self.script.replies.remove(0);
+            self.pending_input.drain(..at + reply.when.len());
+            self.print(&reply.output);
+            if let Some(code) = reply.exit {
+                self.finished = Some((code, None));
+                return;
+            }
         }
     }
 
@@ -232,7 +333,11 @@ impl FakeProcess {
             self.last_read = cursor;
         }
         OutputSnapshot {
-            text: rendered.text,
+            text: if self.emulator.is_some() {
+                stream_view(&rendered.text)
+            } else {
+                rendered.text
+            },
             running: self.finished.is_none(),
             exit_code: self.finished.as_ref().map(|f| f.0),
             signal: self.finished.as_ref().and_then(|f| f.1.clone()),
@@ -278,7 +383,21 @@ impl ProcessBackend for FakeProcesses {
             let id = format!("fake{}", state.counter);
             let mut buffer = HeadTailBuffer::default();
             buffer.write(&script.output);
+            let emulator = match request.stdin {
+                Stdin::Terminal(size) => {
+                    if let Err(message) = size.check() {
+                        return Err(ProcessError::InvalidRequest(message));
+                    }
+                    let mut emulator = Emulator::new(size);
+                    emulator.process(&onlcr(&script.output));
+                    Some(emulator)
+                }
+                _ => None,
+            };
             let mut process = FakeProcess {
+                pending_input: Vec::new(),
+                input_closed: false,
+                emulator,
                 scope: scope.to_string(),
                 request: request.clone(),
                 script,
@@ -383,6 +502,160 @@ impl ProcessBackend for FakeProcesses {
             }
         })
     }
+
+    fn write_input<'a>(
+        &'a self,
+        scope: &'a str,
+        id: &'a str,
+        data: &'a [u8],
+        keys: &'a [Key],
+    ) -> BoxFuture<'a, Result<(), ProcessError>> {
+        Box::pin(async move {
+            let mut state = self.lock();
+            let process = state.process(scope, id)?;
+            if process.request.stdin == Stdin::Closed {
+                return Err(no_input(id));
+            }
+            if process.finished.is_some() {
+                return Err(ProcessError::NotRunning(id.to_string()));
+            }
+            if process.input_closed {
+                return Err(ProcessError::InvalidRequest(format!(
+                    "the input of process `{id}` was closed"
+                )));
+            }
+            let terminal = process.emulator.is_some();
+            let mut bytes: Vec<u8> = data
+                .iter()
+                .map(|&b| if terminal && b == b'\n' { b'\r' } else { b })
+                .collect();
+            let application_cursor = process
+                .emulator
+                .as_ref()
+                .is_some_and(Emulator::application_cursor);
+            for key in keys {
+                let sequence = key
+                    .bytes(terminal, application_cursor)
+                    .map_err(ProcessError::InvalidRequest)?;
+                bytes.extend_from_slice(sequence);
+            }
+            if bytes.len() > MAX_INPUT_BYTES {
+                return Err(ProcessError::InvalidRequest(format!(
+                    "{} bytes of input in one call; at most {MAX_INPUT_BYTES}",
+                    bytes.len()
+                )));
+            }
+            process.take_input(&bytes);
+            state.inputs.push((id.to_string(), bytes));
+            Ok(())
+        })
+    }
+
+    fn close_input<'a>(
+        &'a self,
+        scope: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<(), ProcessError>> {
+        Box::pin(async move {
+            let mut state = self.lock();
+            let process = state.process(scope, id)?;
+            match process.request.stdin {
+                Stdin::Closed => Err(no_input(id)),
+                Stdin::Terminal(_) => Err(ProcessError::InvalidRequest(format!(
+                    "process `{id}` reads a terminal, which has no stdin to close: send the key \
+                     Ctrl-D at the start of a line for end-of-file"
+                ))),
+                Stdin::Pipe => {
+                    process.input_closed = true;
+                    if let (Some(code), None) = (process.script.exits_at_eof, &process.finished) {
+                        process.finished = Some((code, None));
+                    }
+                    Ok(())
+                }
+            }
+        })
+    }
+
+    fn resize(&self, scope: &str, id: &str, size: TerminalSize) -> Result<(), ProcessError> {
+        let mut state = self.lock();
+        let process = state.process(scope, id)?;
+        let emulator = process.emulator.as_mut().ok_or_else(|| no_terminal(id))?;
+        let size = size.check().map_err(ProcessError::InvalidRequest)?;
+        emulator.resize(size);
+        Ok(())
+    }
+
+    fn screen(&self, scope: &str, id: &str) -> Result<Screen, ProcessError> {
+        let mut state = self.lock();
+        let process = state.process(scope, id)?;
+        let emulator = process.emulator.as_ref().ok_or_else(|| no_terminal(id))?;
+        Ok(emulator.screen())
+    }
+
+    /// On logical time: a condition the output already meets returns at once; otherwise the
+    /// process runs on for the timeout (for [`Until::Quiet`], for the quiet time).
+    fn wait_until<'a>(
+        &'a self,
+        scope: &'a str,
+        id: &'a str,
+        until: Until,
+        timeout: Duration,
+        from: ReadFrom,
+    ) -> BoxFuture<'a, Result<OutputSnapshot, ProcessError>> {
+        Box::pin(async move {
+            let mut state = self.lock();
+            if let Some(e) = state.read_error.clone() {
+                return Err(e);
+            }
+            let process = state.process(scope, id)?;
+            let start = match from {
+                ReadFrom::All => 0,
+                ReadFrom::Cursor(c) => c,
+                ReadFrom::Unread => process.last_read,
+            };
+            let met = match &until {
+                Until::Exit | Until::Quiet(_) => false,
+                Until::Output => process.buffer.total_bytes() > start,
+                Until::Text(text) => process
+                    .snapshot(ReadFrom::Cursor(start))
+                    .text
+                    .contains(text.as_str()),
+            };
+            if !met {
+                let by = match until {
+                    Until::Quiet(quiet) => quiet.min(timeout),
+                    _ => timeout,
+                };
+                process.advance(by);
+            }
+            Ok(process.snapshot(from))
+        })
+    }
+}
+
+/// Output as a terminal shows it: a newline also returns the cursor to the start of the line
+/// (the terminal's `onlcr`), so scripts can be written with plain `\n`.
+fn onlcr(data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(data.len());
+    let mut previous = 0u8;
+    for &byte in data {
+        if byte == b'\n' && previous != b'\r' {
+            out.push(b'\r');
+        }
+        out.push(byte);
+        previous = byte;
+    }
+    out
+}
+
+/// Where `needle` first occurs in `haystack`.
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() {
+        return Some(0);
+    }
+    haystack
+        .windows(needle.len())
+        .position(|window| window == needle)
 }
 
 #[cfg(test)]

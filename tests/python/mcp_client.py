@@ -13,7 +13,13 @@ import sys
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-EXPECTED_TOOLS = {"execute", "process_output", "process_list", "process_signal"}
+EXPECTED_TOOLS = {
+    "execute",
+    "process_output",
+    "process_input",
+    "process_list",
+    "process_signal",
+}
 
 
 def field(obj, snake: str, camel: str):

@@ -73,6 +73,45 @@ impl Args {
         }
     }
 
+    /// An optional whole-number argument within `min..=max`.
+    pub fn integer(&self, key: &str, min: u64, max: u64) -> Result<Option<u64>, String> {
+        match self.map.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Number(n)) => match n.as_u64() {
+                Some(v) if (min..=max).contains(&v) => Ok(Some(v)),
+                _ => Err(format!(
+                    "`{key}` must be a whole number from {min} to {max}, got {n}"
+                )),
+            },
+            Some(other) => Err(format!(
+                "`{key}` must be a whole number from {min} to {max}, got {}",
+                describe(other)
+            )),
+        }
+    }
+
+    /// An optional list of strings.
+    pub fn string_list(&self, key: &str) -> Result<Option<Vec<&str>>, String> {
+        match self.map.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|item| match item {
+                    Value::String(s) => Ok(s.as_str()),
+                    other => Err(format!(
+                        "`{key}` must be a list of strings, but it holds {}",
+                        describe(other)
+                    )),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some),
+            Some(other) => Err(format!(
+                "`{key}` must be a list of strings, got {}",
+                describe(other)
+            )),
+        }
+    }
+
     /// An optional duration argument written like `"500ms"`, `"30s"`, `"5m"`.
     pub fn duration(&self, key: &str) -> Result<Option<Duration>, String> {
         match self.map.get(key) {

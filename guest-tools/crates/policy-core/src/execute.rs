@@ -29,7 +29,27 @@ pub const NON_INTERACTIVE_ENV: &[(&str, &str)] = &[
 /// How long a killed foreground command gets to flush its last output.
 const KILL_COLLECT: Duration = Duration::from_secs(2);
 
-const ARGS: &[&str] = &["command", "timeout", "workdir", "run_in_background"];
+const ARGS: &[&str] = &[
+    "command",
+    "timeout",
+    "workdir",
+    "run_in_background",
+    "tty",
+    "rows",
+    "cols",
+    "stdin",
+];
+
+/// The environment of a command on a terminal: [`NON_INTERACTIVE_ENV`] with a terminal type
+/// programs know, and git allowed to prompt.
+fn terminal_env() -> Vec<(String, String)> {
+    NON_INTERACTIVE_ENV
+        .iter()
+        .filter(|(k, _)| !matches!(*k, "TERM" | "GIT_TERMINAL_PROMPT"))
+        .chain(&[("TERM", "xterm-256color")])
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
 
 /// What the description says about confinement: what commands may write and reach, and that
 /// nothing needing new privileges works. Empty when commands run unconfined.
@@ -111,10 +131,21 @@ pub fn definition(
                 .join("; ")
         )
     };
+    let sudo = if sandbox.mode == crate::Mode::Off && policy.confinement.mode.is_none() {
+        ""
+    } else {
+        " (sudo and other privilege prompts cannot work: commands run confined)"
+    };
     let description = format!(
         "Run a shell command (`sh -c`) and return its combined stdout and stderr, exit code and \
-         duration. Commands run non-interactively: stdin is empty and editors, pagers and \
-         credential prompts are disabled, so never run anything that waits for input. For \
+         duration. By default commands run non-interactively: stdin is empty and editors, \
+         pagers and credential prompts are disabled; keep it that way whenever a command has \
+         non-interactive flags (-y, --yes, --no-input). For what needs a person at a terminal \
+         (REPLs such as python or psql, y/n prompts, ssh host-key questions, full-screen \
+         programs such as less or top) pass tty: true: execute then returns as soon as the \
+         program exits or waits for input, with its process id; answer with process_input and \
+         read the screen with process_output view \"screen\"{sudo}. stdin: \"open\" gives a \
+         program a stdin pipe instead, for feeding it data with process_input. For \
          servers, watchers, long builds or anything that should keep running, set \
          run_in_background to true (never end the command with `&`); then read its output with \
          process_output and stop it with process_signal. Foreground commands time out after {} \
@@ -144,6 +175,17 @@ pub fn definition(
             "run_in_background": {
                 "type": "boolean",
                 "description": "true to start the command and return at once with a background_process_id, for servers, watchers and long jobs. Default false."
+            },
+            "tty": {
+                "type": "boolean",
+                "description": "true to run on a terminal (24x80 unless rows/cols say otherwise) for REPLs, prompts and full-screen programs; execute returns when it exits or waits for input. Default false."
+            },
+            "rows": {"type": "integer", "minimum": crate::interactive::ROWS.0, "maximum": crate::interactive::ROWS.1, "description": "Terminal rows (with tty). Default 24."},
+            "cols": {"type": "integer", "minimum": crate::interactive::COLS.0, "maximum": crate::interactive::COLS.1, "description": "Terminal columns (with tty). Default 80."},
+            "stdin": {
+                "type": "string",
+                "enum": ["closed", "open"],
+                "description": "\"open\": give the command a stdin pipe to write with process_input (execute returns when it exits or waits for input). Default \"closed\" (empty stdin)."
             }
         },
         "required": ["command"],
@@ -161,6 +203,7 @@ pub fn definition(
             "truncated": crate::truncation_schema(),
             "output_file": {"type": "string", "description": "The complete output, when the text was cut."},
             "background_process_id": {"type": "string", "description": "Follow it with process_output, stop it with process_signal."},
+            "waiting_for_input": {"type": "boolean", "description": "true when a tty or open-stdin command is still running and its output has gone quiet: answer it with process_input."},
             "note": {"type": "string"}
         },
         "required": ["success", "output", "wall_duration_ms"]
@@ -232,6 +275,7 @@ pub fn run(policy: &Policy, settings: &Settings, args: &str) -> Result<Map<Strin
     let requested_timeout = args.duration("timeout")?;
     let workdir = args.string("workdir")?.map(str::to_string);
     let background = args.bool("run_in_background")?.unwrap_or(false);
+    let stdin = crate::interactive::stdin_mode(&args)?;
 
     if let Some(rule) = deny::check(policy.deny, command) {
         return Err(format!(
@@ -263,25 +307,33 @@ pub fn run(policy: &Policy, settings: &Settings, args: &str) -> Result<Map<Strin
     }
 
     let started = Instant::now();
-    let env = NON_INTERACTIVE_ENV
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+    let env = match stdin {
+        Some(host::StdinMode::Terminal(_)) => terminal_env(),
+        _ => NON_INTERACTIVE_ENV
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    };
     let id = host::start(&StartRequest {
         command: plan.command.clone(),
         workdir,
         env,
         background: plan.background,
         confinement: policy.confinement.request(),
-        stdin: host::StdinMode::Closed,
+        stdin: stdin.unwrap_or(host::StdinMode::Closed),
     })
     .map_err(process_error)?;
 
     let mut result = Obj::default();
     if plan.background {
+        let input = if stdin.is_some() {
+            " Type into it with process_input."
+        } else {
+            ""
+        };
         notes.push(format!(
             "Started in the background as process {id}. Read its output with process_output \
-             (process_id \"{id}\", optionally with wait) and stop it with process_signal."
+             (process_id \"{id}\", optionally with wait) and stop it with process_signal.{input}"
         ));
         return Ok(result
             .set("success", true)
@@ -292,10 +344,16 @@ pub fn run(policy: &Policy, settings: &Settings, args: &str) -> Result<Map<Strin
             .build());
     }
 
-    let mut out = host::wait(&id, millis(timeout), ReadFrom::All).map_err(process_error)?;
+    let (mut out, waiting) = match stdin {
+        Some(_) => crate::interactive::settle(&id, timeout)?,
+        None => (
+            host::wait(&id, millis(timeout), ReadFrom::All).map_err(process_error)?,
+            false,
+        ),
+    };
     let mut timed_out = false;
     let mut killed = false;
-    if out.running {
+    if out.running && !waiting {
         timed_out = true;
         // The host may cap a single wait below the policy's timeout (a `max_timeout` grant):
         // report the time actually waited (the process's own running time).
@@ -337,7 +395,23 @@ pub fn run(policy: &Policy, settings: &Settings, args: &str) -> Result<Map<Strin
         );
     }
 
-    if timed_out && !killed {
+    if waiting {
+        result
+            .set("success", true)
+            .set("waiting_for_input", true)
+            .set("background_process_id", id.clone());
+        let view = if matches!(stdin, Some(host::StdinMode::Terminal(_))) {
+            " or read its screen with process_output (view \"screen\")"
+        } else {
+            ""
+        };
+        notes.push(format!(
+            "Process {id} is still running and waiting for input (its output has been quiet for \
+             {} ms). Answer it with process_input (process_id \"{id}\", e.g. input \"y\\n\", \
+             until the next prompt){view}; stop it with process_signal.",
+            crate::interactive::SETTLE.as_millis()
+        ));
+    } else if timed_out && !killed {
         result
             .set("success", false)
             .set("exit_code", -1)

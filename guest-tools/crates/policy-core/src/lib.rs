@@ -1,5 +1,6 @@
 //! The logic shared by the bundled shell tool policies (`default-policy`, `guarded-policy`):
-//! the `execute`, `process_output`, `process_list` and `process_signal` tools, parameterised
+//! the `execute`, `process_output`, `process_input`, `process_list` and `process_signal`
+//! tools, parameterised
 //! by a [`Policy`].
 //!
 //! A policy component is a few lines: describe its [`Policy`], implement the exported `tool`
@@ -21,6 +22,7 @@
 mod args;
 mod deny;
 mod execute;
+mod interactive;
 mod process_tools;
 mod settings;
 
@@ -109,6 +111,7 @@ pub fn tools(
     Ok(vec![
         execute::definition(policy, &settings, sandbox),
         process_tools::output_definition(),
+        interactive::input_definition(),
         process_tools::list_definition(),
         process_tools::signal_definition(),
     ])
@@ -120,11 +123,12 @@ pub fn call(policy: &Policy, name: &str, args: &str, cx: &CallContext) -> Result
     let result = match name {
         "execute" => execute::run(policy, &settings, args)?,
         "process_output" => process_tools::output(&settings, args)?,
+        "process_input" => interactive::input(&settings, args)?,
         "process_list" => process_tools::list(&settings, args)?,
         "process_signal" => process_tools::signal(args)?,
         other => {
             return Err(format!(
-                "unknown tool `{other}`; this plugin provides execute, process_output, process_list, process_signal"
+                "unknown tool `{other}`; this plugin provides execute, process_output, process_input, process_list, process_signal"
             ));
         }
     };

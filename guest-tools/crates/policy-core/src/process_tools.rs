@@ -23,14 +23,18 @@ pub fn output_definition() -> ToolDefinition {
          foreground one that outlived its timeout), with whether it is still running and its \
          exit code. Pass wait (e.g. \"30s\") to block until the process exits or the wait \
          elapses, whichever is first. Pass only_new: true to get just the output produced since \
-         your previous read of this process."
+         your previous read of this process. For a process on a terminal (execute with tty), \
+         output is shown as a log (colours and cursor movement removed, a progress bar in its \
+         last state); view \"screen\" returns the terminal's visible screen instead (rows of \
+         text and the cursor), for full-screen programs."
             .to_string(),
         json!({
             "type": "object",
             "properties": {
                 "process_id": {"type": "string", "description": "The id from execute's background_process_id or from process_list."},
                 "wait": {"type": "string", "description": "Block up to this long (\"10s\", \"2m\") for the process to exit before reading. Default: read at once."},
-                "only_new": {"type": "boolean", "description": "true: only output written since the previous process_output read of this process. Default false: all retained output."}
+                "only_new": {"type": "boolean", "description": "true: only output written since the previous process_output read of this process. Default false: all retained output."},
+                "view": {"type": "string", "enum": ["stream", "screen"], "description": "\"stream\" (default): the output as a log. \"screen\": the visible screen of a process on a terminal."}
             },
             "required": ["process_id"],
             "additionalProperties": false
@@ -46,6 +50,9 @@ pub fn output_definition() -> ToolDefinition {
                 "duration_ms": {"type": "integer"},
                 "truncated": truncation_schema(),
                 "output_file": {"type": "string", "description": "The complete output, when the text was cut."},
+                "cursor": {"type": "object", "description": "Screen view: the cursor's row and column (0-based) and whether it is hidden."},
+                "size": {"type": "object", "description": "Screen view: the terminal's rows and cols."},
+                "full_screen": {"type": "boolean", "description": "Screen view: the program shows its full-screen (alternate) screen."},
                 "note": {"type": "string"}
             },
             "required": ["process_id", "running", "output", "duration_ms"]
@@ -77,7 +84,8 @@ pub fn list_definition() -> ToolDefinition {
                             "signal": {"type": "string"},
                             "started_ms": {"type": "integer", "description": "Unix milliseconds."},
                             "background": {"type": "boolean"},
-                            "sandbox": {"type": "string", "description": "The confinement it runs under."}
+                            "sandbox": {"type": "string", "description": "The confinement it runs under."},
+                            "input": {"type": "string", "description": "\"terminal ROWSxCOLS\" or \"stdin pipe\" for a process that takes input (process_input)."}
                         },
                         "required": ["id", "command", "running", "started_ms", "background"]
                     }
@@ -123,8 +131,17 @@ pub fn signal_definition() -> ToolDefinition {
 }
 
 pub fn output(settings: &Settings, args: &str) -> Result<Map<String, Value>, String> {
-    let args = Args::parse(args, &["process_id", "wait", "only_new"])?;
+    let args = Args::parse(args, &["process_id", "wait", "only_new", "view"])?;
     let id = args.required_string("process_id")?;
+    let screen = match args.string("view")?.map(str::trim) {
+        None | Some("stream") => false,
+        Some("screen") => true,
+        Some(other) => {
+            return Err(format!(
+                "`view` must be \"stream\" or \"screen\", got \"{other}\""
+            ));
+        }
+    };
     let mut wait = args.duration("wait")?;
     let mut clamped = None;
     if let Some(w) = wait.filter(|w| *w > settings.max_timeout) {
@@ -141,7 +158,22 @@ pub fn output(settings: &Settings, args: &str) -> Result<Map<String, Value>, Str
         None => host::read(id, from),
     }
     .map_err(process_error)?;
-    let mut result = describe_output(settings, id, out);
+    let mut result = if screen {
+        let view = host::read_screen(id).map_err(|e| match e {
+            host::ProcessError::InvalidRequest(m) => format!("{m}; use view \"stream\""),
+            other => process_error(other),
+        })?;
+        let mut r = Obj::default();
+        r.set("process_id", id)
+            .set("running", out.running)
+            .opt("exit_code", out.exit_code)
+            .opt("signal", out.signal)
+            .set("duration_ms", out.duration_ms);
+        crate::interactive::screen_fields(&mut r, view);
+        r.build()
+    } else {
+        describe_output(settings, id, out)
+    };
     let mut notes = Vec::new();
     if let Some(asked) = clamped {
         notes.push(format!(
@@ -162,7 +194,7 @@ pub fn output(settings: &Settings, args: &str) -> Result<Map<String, Value>, Str
     Ok(result)
 }
 
-fn describe_output(settings: &Settings, id: &str, out: Output) -> Map<String, Value> {
+pub(crate) fn describe_output(settings: &Settings, id: &str, out: Output) -> Map<String, Value> {
     let (text, truncation) = bound_output(out.text, out.truncation, settings.output_cap_bytes);
     let mut r = Obj::default();
     r.set("process_id", id)
@@ -195,6 +227,15 @@ pub fn list(settings: &Settings, args: &str) -> Result<Map<String, Value>, Strin
                 .set("started_ms", p.started_ms)
                 .set("background", p.background)
                 .set("sandbox", p.profile);
+            match p.stdin {
+                host::StdinMode::Closed => {}
+                host::StdinMode::Pipe => {
+                    e.set("input", "stdin pipe");
+                }
+                host::StdinMode::Terminal(size) => {
+                    e.set("input", format!("terminal {}x{}", size.rows, size.cols));
+                }
+            }
             Value::Object(e.build())
         })
         .collect();
