@@ -1,14 +1,21 @@
 //! Limits on a command and everything it started, with cgroups: the number of processes
 //! (`pids`) and memory (`memory`), one cgroup per command and controller.
 //!
-//! Used where the host may create cgroups: the cgroup v1 hierarchies of the controllers, below
-//! the cgroup the host runs in (as root, or where they are delegated). The host creates the
-//! command's cgroups, sets the limits and hands the keeper an open `cgroup.procs` of each; the
-//! keeper moves itself in before it starts the command, so everything the command starts is
-//! counted. A cgroup is removed once its command's record is dropped.
+//! Used where the host may create cgroups below the cgroup it runs in, so that commands stay
+//! inside whatever bounds the host itself (a service's limits): for each controller, its
+//! cgroup v1 hierarchy (as root, or where delegated), else the unified (v2) hierarchy where
+//! the controller is delegated to the host's cgroup. The host creates the command's cgroups,
+//! sets the limits and hands the keeper an open `cgroup.procs` of each; the keeper moves
+//! itself in before it starts the command, so everything the command starts is counted. A
+//! cgroup is removed once its command's record is dropped.
 //!
-//! Cgroup v2 is not used yet: a process may only join a leaf, so the host would first have to
-//! move itself into a cgroup of its own below a delegated one.
+//! In v2 a cgroup that enables controllers for its children may hold no process itself. When
+//! the host's cgroup offers the controllers (`cgroup.controllers`) but does not enable them
+//! yet, the host moves itself into a leaf of its own (`toolhost-host-PID`) and enables them
+//! (`cgroup.subtree_control`); the commands' cgroups are that leaf's siblings. That needs the
+//! host to be alone in its cgroup and allowed to write it: a cgroup delegated to the user
+//! (`systemd-run --user -p Delegate=yes`), or, as root, the root of a container's cgroup
+//! namespace. Anywhere else v2 is left alone and `toolhost sandbox` says the limits fall back.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -19,10 +26,30 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Where the host may create cgroups for each controller.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Hierarchies {
-    /// The `pids` controller (process count), cgroup v1.
-    pub pids: Option<PathBuf>,
-    /// The `memory` controller, cgroup v1.
-    pub memory: Option<PathBuf>,
+    /// The `pids` controller (process count).
+    pub pids: Option<Hierarchy>,
+    /// The `memory` controller.
+    pub memory: Option<Hierarchy>,
+}
+
+/// A directory below which the host creates a controller's cgroups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hierarchy {
+    /// The directory.
+    pub dir: PathBuf,
+    /// In the unified (v2) hierarchy, where one cgroup serves every controller.
+    pub v2: bool,
+}
+
+impl Hierarchy {
+    /// `cgroup v1 pids, below DIR` and the like, for reports.
+    pub fn describe(&self, controller: &str) -> String {
+        let version = if self.v2 { "v2" } else { "v1" };
+        format!(
+            "cgroup {version} {controller}, below {}",
+            self.dir.display()
+        )
+    }
 }
 
 /// The host's own cgroups of the v1 `pids` and `memory` hierarchies, when it may create
@@ -39,11 +66,101 @@ pub fn hierarchies() -> &'static Hierarchies {
         }
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
         let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        Hierarchies {
-            pids: usable(&own, &mounts, "pids"),
-            memory: usable(&own, &mounts, "memory"),
+        let v1 =
+            |controller| usable(&own, &mounts, controller).map(|dir| Hierarchy { dir, v2: false });
+        let mut found = Hierarchies {
+            pids: v1("pids"),
+            memory: v1("memory"),
+        };
+        let wanted: Vec<&str> = [("pids", &found.pids), ("memory", &found.memory)]
+            .into_iter()
+            .filter(|(_, v1)| v1.is_none())
+            .map(|(name, _)| name)
+            .collect();
+        let root = rustix::process::geteuid().is_root();
+        if let Some(dir) = unified(&own, &mounts, &wanted, root, std::process::id()) {
+            for name in wanted {
+                let slot = if name == "pids" {
+                    &mut found.pids
+                } else {
+                    &mut found.memory
+                };
+                *slot = Some(Hierarchy {
+                    dir: dir.clone(),
+                    v2: true,
+                });
+            }
         }
+        found
     })
+}
+
+/// The host's cgroup in the unified (v2) hierarchy and that hierarchy's mount point.
+fn unified_cgroup(own: &str, mounts: &str) -> Option<(PathBuf, PathBuf)> {
+    let path = own.lines().find_map(|line| line.strip_prefix("0::"))?;
+    let (mount, root) = mounts.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        let fstype = right.split_whitespace().next()?;
+        let mut fields = left.split_whitespace();
+        let root = fields.nth(3)?;
+        let mount_point = fields.next()?;
+        (fstype == "cgroup2").then(|| (PathBuf::from(mount_point), root.to_owned()))
+    })?;
+    let relative = Path::new(path).strip_prefix(&root).ok()?;
+    Some((mount.join(relative), mount))
+}
+
+/// Where the host may create v2 cgroups with all of `wanted` (controller names) enabled: its
+/// own cgroup if it enables them for children already, else the same after moving the host
+/// (process `pid`) into a leaf of its own, where that is allowed (see the module docs).
+fn unified(own: &str, mounts: &str, wanted: &[&str], root: bool, pid: u32) -> Option<PathBuf> {
+    if wanted.is_empty() {
+        return None;
+    }
+    let (cgroup, mount) = unified_cgroup(own, mounts)?;
+    let lists_all = |file: &str| {
+        let text = std::fs::read_to_string(cgroup.join(file)).unwrap_or_default();
+        wanted
+            .iter()
+            .all(|name| text.split_whitespace().any(|have| have == *name))
+    };
+    if lists_all("cgroup.subtree_control") {
+        return can_create_in(&cgroup).then_some(cgroup);
+    }
+    if !lists_all("cgroup.controllers") {
+        return None;
+    }
+    // As root anything is writable: only the root of a cgroup namespace (a container's own
+    // tree) is taken as the host's to rearrange.
+    if root && cgroup != mount {
+        return None;
+    }
+    let leaf = cgroup.join(format!("toolhost-host-{pid}"));
+    let moved = std::fs::create_dir(&leaf).is_ok()
+        && std::fs::write(leaf.join("cgroup.procs"), pid.to_string()).is_ok();
+    let enable: Vec<String> = wanted.iter().map(|name| format!("+{name}")).collect();
+    if moved
+        && std::fs::write(cgroup.join("cgroup.subtree_control"), enable.join(" ")).is_ok()
+        && can_create_in(&cgroup)
+    {
+        tracing::debug!(cgroup = %cgroup.display(), "cgroup v2: the host moved into a leaf of its own");
+        return Some(cgroup);
+    }
+    // Not alone, or not allowed: put things back.
+    if moved {
+        let _ = std::fs::write(cgroup.join("cgroup.procs"), pid.to_string());
+    }
+    let _ = std::fs::remove_dir(&leaf);
+    tracing::debug!(cgroup = %cgroup.display(), "cgroup v2 controllers cannot be enabled below the host's cgroup");
+    None
+}
+
+/// Whether a cgroup can be made (and removed) in `dir`.
+fn can_create_in(dir: &Path) -> bool {
+    let probe = dir.join(format!("toolhost-probe-{}", std::process::id()));
+    let made = std::fs::create_dir(&probe).is_ok();
+    let _ = std::fs::remove_dir(&probe);
+    made
 }
 
 /// `controller`'s v1 mount point joined with the host's cgroup in it, if a cgroup can be made
@@ -70,10 +187,7 @@ fn usable(own: &str, mounts: &str, controller: &str) -> Option<PathBuf> {
             .then(|| PathBuf::from(mount_point))
     })?;
     let base = mount.join(path);
-    let probe = base.join(format!("toolhost-probe-{}", std::process::id()));
-    std::fs::create_dir(&probe).ok()?;
-    let _ = std::fs::remove_dir(&probe);
-    Some(base)
+    can_create_in(&base).then_some(base)
 }
 
 /// One command's cgroups; removed on drop (they are empty by then: the record is dropped only
@@ -83,8 +197,9 @@ pub(crate) struct CommandCgroups {
     dirs: Vec<PathBuf>,
     /// `cgroup.procs` of each, for the keeper.
     procs: Vec<File>,
-    memory: Option<PathBuf>,
-    pids: Option<PathBuf>,
+    /// The memory and pids cgroups, and whether each is v2.
+    memory: Option<(PathBuf, bool)>,
+    pids: Option<(PathBuf, bool)>,
 }
 
 impl CommandCgroups {
@@ -107,17 +222,36 @@ impl CommandCgroups {
             memory: None,
             pids: None,
         };
-        if let (Some(limit), Some(base)) = (processes, &hierarchies.pids) {
-            let dir = cgroups.make(base, &name)?;
+        // One v2 cgroup serves both controllers.
+        let mut v2_dir: Option<PathBuf> = None;
+        let mut dir_for = |cgroups: &mut CommandCgroups, hierarchy: &Hierarchy| {
+            if hierarchy.v2
+                && let Some(dir) = &v2_dir
+            {
+                return Ok::<_, io::Error>(dir.clone());
+            }
+            let dir = cgroups.make(&hierarchy.dir, &name)?;
+            if hierarchy.v2 {
+                v2_dir = Some(dir.clone());
+            }
+            Ok(dir)
+        };
+        if let (Some(limit), Some(hierarchy)) = (processes, &hierarchies.pids) {
+            let dir = dir_for(&mut cgroups, hierarchy)?;
             std::fs::write(dir.join("pids.max"), limit.to_string())?;
-            cgroups.pids = Some(dir);
+            cgroups.pids = Some((dir, hierarchy.v2));
         }
-        if let (Some(limit), Some(base)) = (memory_bytes, &hierarchies.memory) {
-            let dir = cgroups.make(base, &name)?;
-            std::fs::write(dir.join("memory.limit_in_bytes"), limit.to_string())?;
-            // Without swap as a way around the limit, where swap accounting exists.
-            let _ = std::fs::write(dir.join("memory.memsw.limit_in_bytes"), limit.to_string());
-            cgroups.memory = Some(dir);
+        if let (Some(limit), Some(hierarchy)) = (memory_bytes, &hierarchies.memory) {
+            let dir = dir_for(&mut cgroups, hierarchy)?;
+            if hierarchy.v2 {
+                std::fs::write(dir.join("memory.max"), limit.to_string())?;
+                // Without swap as a way around the limit, where swap accounting exists.
+                let _ = std::fs::write(dir.join("memory.swap.max"), "0");
+            } else {
+                std::fs::write(dir.join("memory.limit_in_bytes"), limit.to_string())?;
+                let _ = std::fs::write(dir.join("memory.memsw.limit_in_bytes"), limit.to_string());
+            }
+            cgroups.memory = Some((dir, hierarchy.v2));
         }
         Ok((!cgroups.dirs.is_empty()).then_some(cgroups))
     }
@@ -150,7 +284,7 @@ impl CommandCgroups {
 
     /// Whether a fork of the command was refused by the process limit (`pids.events`).
     pub(crate) fn process_limit_hit(&self) -> bool {
-        let Some(dir) = &self.pids else {
+        let Some((dir, _)) = &self.pids else {
             return false;
         };
         counter(&dir.join("pids.events"), "max ")
@@ -159,10 +293,11 @@ impl CommandCgroups {
     /// Whether the memory limit killed a process of the command (the kernel's OOM killer
     /// counted a kill in its cgroup).
     pub(crate) fn memory_limit_hit(&self) -> bool {
-        let Some(dir) = &self.memory else {
-            return false;
-        };
-        counter(&dir.join("memory.oom_control"), "oom_kill ")
+        match &self.memory {
+            Some((dir, true)) => counter(&dir.join("memory.events"), "oom_kill "),
+            Some((dir, false)) => counter(&dir.join("memory.oom_control"), "oom_kill "),
+            None => false,
+        }
     }
 }
 
@@ -216,6 +351,57 @@ impl Drop for CommandCgroups {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn mounts(dir: &Path) -> String {
+        format!(
+            "30 25 0:26 / {} rw,nosuid shared:4 - cgroup2 cgroup2 rw\n",
+            dir.display()
+        )
+    }
+
+    /// A simulated v2 tree (plain directories: this checks the decisions and the files
+    /// written, not the kernel's enforcement).
+    #[test]
+    fn a_delegated_v2_cgroup_gets_the_host_moved_into_a_leaf() {
+        let tree = tempfile::tempdir().expect("tree");
+        let own = tree.path().join("user.slice/app.scope");
+        std::fs::create_dir_all(&own).expect("own");
+        std::fs::write(own.join("cgroup.controllers"), "cpu memory pids\n").expect("write");
+        std::fs::write(own.join("cgroup.subtree_control"), "").expect("write");
+        let line = "0::/user.slice/app.scope\n";
+        let mounts = mounts(tree.path());
+        assert_eq!(
+            unified(line, &mounts, &["pids", "memory"], false, 4242),
+            Some(own.clone())
+        );
+        let leaf = own.join("toolhost-host-4242");
+        assert_eq!(
+            std::fs::read_to_string(leaf.join("cgroup.procs"))
+                .ok()
+                .as_deref(),
+            Some("4242")
+        );
+        assert_eq!(
+            std::fs::read_to_string(own.join("cgroup.subtree_control"))
+                .ok()
+                .as_deref(),
+            Some("+pids +memory")
+        );
+        // Nothing to do where nothing is wanted, or a controller is not delegated.
+        assert_eq!(unified(line, &mounts, &[], false, 1), None);
+        assert_eq!(unified(line, &mounts, &["hugetlb"], false, 1), None);
+        // Root leaves a cgroup that is not its namespace's root alone.
+        std::fs::write(own.join("cgroup.subtree_control"), "").expect("write");
+        assert_eq!(unified(line, &mounts, &["pids"], true, 7), None);
+        assert!(!own.join("toolhost-host-7").exists());
+        // Children of a cgroup that enables the controllers are used as they are.
+        std::fs::write(own.join("cgroup.subtree_control"), "memory pids").expect("write");
+        assert_eq!(
+            unified(line, &mounts, &["pids"], true, 8),
+            Some(own.clone())
+        );
+        assert!(!own.join("toolhost-host-8").exists());
+    }
 
     #[test]
     fn cgroups_left_by_hosts_that_are_gone_are_swept() {

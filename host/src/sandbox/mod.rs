@@ -36,8 +36,11 @@ pub(crate) use cgroup::CommandCgroups;
 fn left_by_a_gone_host(name: &std::ffi::OsStr) -> bool {
     name.to_str()
         .and_then(|name| name.strip_prefix("toolhost-"))
-        .and_then(|rest| rest.split_once('-'))
-        .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        .and_then(|rest| match rest.strip_prefix("host-") {
+            // The v2 leaf a host moved itself into (`cgroup.rs`).
+            Some(pid) => pid.parse::<u32>().ok(),
+            None => rest.split_once('-')?.0.parse::<u32>().ok(),
+        })
         .is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
 }
 pub(crate) use prepare::{Context, Prepared, ScopeSandbox};

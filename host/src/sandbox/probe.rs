@@ -157,11 +157,11 @@ pub fn report(
     let _ = writeln!(out, "  limits:");
     let _ = writeln!(out, "    CPU seconds: per process (RLIMIT_CPU)");
     match &cgroups.memory {
-        Some(dir) => {
+        Some(hierarchy) => {
             let _ = writeln!(
                 out,
-                "    memory: the whole command (cgroup v1 memory, below {})",
-                dir.display()
+                "    memory: the whole command ({})",
+                hierarchy.describe("memory")
             );
         }
         None => {
@@ -172,11 +172,11 @@ pub fn report(
         }
     }
     match &cgroups.pids {
-        Some(dir) => {
+        Some(hierarchy) => {
             let _ = writeln!(
                 out,
-                "    processes: the whole command (cgroup v1 pids, below {})",
-                dir.display()
+                "    processes: the whole command ({})",
+                hierarchy.describe("pids")
             );
         }
         None if super::namespaces::nproc_limit_applies(namespaces.is_ok()) => {
@@ -190,7 +190,8 @@ pub fn report(
             let _ = writeln!(
                 out,
                 "    processes: NOT ENFORCED (no pids cgroup the host may create, and no user \
-                 namespace for RLIMIT_NPROC or a root host; cgroup v2 delegation is not used yet)"
+                 namespace for RLIMIT_NPROC or a root host; a v2 cgroup needs the pids controller \
+                 delegated to the host's cgroup, with the host alone in it)"
             );
         }
     }

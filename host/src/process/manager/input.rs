@@ -186,10 +186,13 @@ impl InputSide {
         let master = master
             .as_ref()
             .ok_or_else(|| ProcessError::NotRunning(id.to_owned()))?;
+        // The screen is resized under its lock together with the terminal, so the program's
+        // redraw (it can only come after the resize) is never drawn on the old size.
+        let mut emulator = lock(&terminal.emulator);
         pty::set_size(master, size).map_err(|error| {
             ProcessError::Failed(format!("cannot resize the terminal of `{id}`: {error}"))
         })?;
-        lock(&terminal.emulator).resize(size);
+        emulator.resize(size);
         Ok(())
     }
 

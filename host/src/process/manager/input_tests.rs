@@ -56,11 +56,18 @@ async fn a_prompt_on_dev_tty_is_answered_and_echo_off_hides_the_secret() {
     assert!(!out.text.contains('\r'), "{:?}", out.text);
 }
 
+/// Says `ready` once SIGINT has its default action and then sleeps. (A shell's `echo ready;
+/// sleep 30` would race: a Ctrl-C between the echo and the `exec` of `sleep` reaches the
+/// forked shell's handler, and the sleep never sees it.)
+const SLEEPER: &str = "exec python3 -c \"import signal, time; \
+                       signal.signal(signal.SIGINT, signal.SIG_DFL); \
+                       print('ready', flush=True); time.sleep(30)\"";
+
 #[tokio::test]
 async fn ctrl_c_interrupts_and_the_result_says_sigint() {
     let (_dir, manager) = manager();
     let id = manager
-        .start(SCOPE, terminal("echo ready; sleep 30"))
+        .start(SCOPE, terminal(SLEEPER))
         .await
         .expect("start");
     until(&manager, &id, Until::Text("ready".into())).await;
@@ -72,7 +79,7 @@ async fn ctrl_c_interrupts_and_the_result_says_sigint() {
         .wait(SCOPE, &id, LONG, ReadFrom::All)
         .await
         .expect("wait");
-    assert!(!out.running);
+    assert!(!out.running, "{out:?}");
     assert_eq!(out.signal.as_deref(), Some("SIGINT"), "{out:?}");
 }
 

@@ -252,6 +252,9 @@ impl ProcessManager {
                 None
             }
         };
+        // Found (and, for cgroup v2, the host's own cgroup arranged) before the first process
+        // is started: moving the host into a leaf needs it alone in its cgroup.
+        let _ = sandbox::cgroup::hierarchies();
         let records = Arc::new(Records::new(config.max_retained_per_scope));
         let sandbox_context = Arc::new(sandbox::Context {
             workdir: config
