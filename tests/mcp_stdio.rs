@@ -47,6 +47,31 @@ async fn initialize_and_list_tools() {
         .find(|t| t["name"] == "execute")
         .expect("execute");
     assert_eq!(execute["inputSchema"]["required"], json!(["command"]));
+    // Titles and behaviour hints, as the default policy states them.
+    let hints = |name: &str| {
+        let tool = tools
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("no {name}"));
+        assert!(
+            tool["title"].as_str().is_some_and(|t| !t.is_empty()),
+            "{tool}"
+        );
+        let a = &tool["annotations"];
+        [
+            &a["readOnlyHint"],
+            &a["destructiveHint"],
+            &a["idempotentHint"],
+            &a["openWorldHint"],
+        ]
+        .map(|hint| hint.as_bool())
+    };
+    let (yes, no) = (Some(true), Some(false));
+    assert_eq!(hints("execute"), [no, yes, no, yes]);
+    assert_eq!(hints("process_input"), [no, yes, no, yes]);
+    assert_eq!(hints("process_signal"), [no, yes, no, no]);
+    assert_eq!(hints("process_output"), [yes, no, no, no]);
+    assert_eq!(hints("process_list"), [yes, no, yes, no]);
 }
 
 #[tokio::test]

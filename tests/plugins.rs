@@ -372,6 +372,11 @@ async fn a_0_1_0_component_works_beside_0_2_0_ones_and_gets_the_operators_confin
     let names: Vec<String> = host.tools().into_iter().map(|t| t.name).collect();
     assert!(names.contains(&"run".to_string()), "{names:?}");
     assert!(names.contains(&"execute".to_string()), "{names:?}");
+    // 0.1.0 states no title or hints; 0.2.0 tools do.
+    for tool in host.tools() {
+        let stated = tool.title.is_some() && !tool.annotations.is_empty();
+        assert_eq!(stated, tool.plugin != "legacy", "{tool:?}");
+    }
 
     // The 0.1.0 process import: start, wait, list.
     let result = json(

@@ -409,6 +409,32 @@ async fn process_list_is_capped_with_a_count() {
     assert_eq!(list["processes"].as_array().map(Vec::len), Some(20));
     assert_eq!(list["omitted"], 5);
     assert_eq!(list["processes"][0]["command"], "echo 24", "newest first");
+    // Running processes are never cut: 30 of them and the 20 newest exited ones.
+    for i in 0..30 {
+        fake.push(Script::never_exits());
+        host.call(
+            "s",
+            "execute",
+            &format!(r#"{{"command":"server {i}","run_in_background":true}}"#),
+        )
+        .await
+        .expect("start");
+    }
+    let list = json(&host.call("s", "process_list", "{}").await.expect("list"));
+    let processes = list["processes"].as_array().cloned().unwrap_or_default();
+    assert_eq!(processes.len(), 50, "{list}");
+    assert_eq!(
+        processes.iter().filter(|p| p["running"] == true).count(),
+        30
+    );
+    assert_eq!(list["omitted"], 5);
+    assert!(
+        list["note"]
+            .as_str()
+            .unwrap_or("")
+            .contains("5 older exited"),
+        "{list}"
+    );
 }
 
 #[tokio::test]

@@ -96,6 +96,64 @@ async fn big_output_is_bounded_with_the_full_log_on_disk() {
     assert!(full.ends_with("FINAL-LINE\n"));
     assert_eq!(full.lines().count(), 200_001);
     assert_eq!(r["truncated"]["original_bytes"], full.len() as u64);
+    assert!(
+        r["note"].as_str().unwrap_or("").contains("holds all of it"),
+        "{}",
+        r["note"]
+    );
+}
+
+/// A capped log file is said to be capped, with what it holds; without a log directory no
+/// note points at a file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_note_about_the_full_output_says_what_the_file_holds() {
+    let state = tempfile::tempdir().expect("state dir");
+    let build = |config: toolhost::process::ProcessManagerConfig| async move {
+        let mut config = config;
+        config
+            .sandbox
+            .writable
+            .push(toolhost_e2e::shared_dir().to_path_buf());
+        ToolHost::builder()
+            .bundled_policy(Some("default"))
+            .process_config(config)
+            .cache_dir(Some(toolhost_e2e::test_cache_dir()))
+            .build()
+            .await
+            .expect("host builds")
+    };
+    let capped = build(toolhost::process::ProcessManagerConfig {
+        state_dir: Some(state.path().to_path_buf()),
+        log_cap_bytes: 100_000,
+        ..Default::default()
+    })
+    .await;
+    let r = call(
+        &capped,
+        "execute",
+        serde_json::json!({"command": "seq 1 200000"}),
+    )
+    .await;
+    let note = r["note"].as_str().unwrap_or("");
+    assert!(note.contains("holds only its first 100000 bytes"), "{note}");
+    let file = r["output_file"].as_str().expect("output_file");
+    assert_eq!(std::fs::metadata(file).expect("log").len(), 100_000);
+
+    let unlogged = build(toolhost::process::ProcessManagerConfig {
+        output_logs: false,
+        ..Default::default()
+    })
+    .await;
+    let r = call(
+        &unlogged,
+        "execute",
+        serde_json::json!({"command": "seq 1 200000"}),
+    )
+    .await;
+    assert_eq!(r.get("output_file"), None, "{r}");
+    let note = r["note"].as_str().unwrap_or("");
+    assert!(note.contains("keeps no complete copy"), "{note}");
+    assert!(!note.contains("output_file"), "{note}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

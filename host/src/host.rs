@@ -22,9 +22,40 @@ pub struct ToolInfo {
     /// JSON Schema of successful results, when the tool declares one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_schema: Option<serde_json::Value>,
+    /// A short name for people, when the tool gives one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// How the tool behaves, as its plugin states it (MCP tool annotations).
+    #[serde(skip_serializing_if = "ToolHints::is_empty")]
+    pub annotations: ToolHints,
     /// The providing plugin.
     #[serde(skip)]
     pub plugin: String,
+}
+
+/// Hints about a tool's behaviour for clients deciding what needs approval, as the plugin
+/// states them (not checked by the host); `None`: not stated. Serialized with MCP's names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ToolHints {
+    /// Changes nothing in its environment.
+    #[serde(rename = "readOnlyHint", skip_serializing_if = "Option::is_none")]
+    pub read_only: Option<bool>,
+    /// May destroy or overwrite data (when not read-only).
+    #[serde(rename = "destructiveHint", skip_serializing_if = "Option::is_none")]
+    pub destructive: Option<bool>,
+    /// A repeated call with the same arguments has no further effect.
+    #[serde(rename = "idempotentHint", skip_serializing_if = "Option::is_none")]
+    pub idempotent: Option<bool>,
+    /// May reach an open world (network, other systems).
+    #[serde(rename = "openWorldHint", skip_serializing_if = "Option::is_none")]
+    pub open_world: Option<bool>,
+}
+
+impl ToolHints {
+    /// No hint is stated.
+    pub fn is_empty(&self) -> bool {
+        *self == ToolHints::default()
+    }
 }
 
 /// Configures a [`ToolHost`].
@@ -283,6 +314,13 @@ fn tool_info(tool: &ToolDefinition, plugin: &str) -> ToolInfo {
             .output_schema
             .as_deref()
             .and_then(|s| serde_json::from_str(s).ok()),
+        title: tool.title.clone(),
+        annotations: ToolHints {
+            read_only: tool.annotations.read_only,
+            destructive: tool.annotations.destructive,
+            idempotent: tool.annotations.idempotent,
+            open_world: tool.annotations.open_world,
+        },
         plugin: plugin.to_string(),
     }
 }

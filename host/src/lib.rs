@@ -29,7 +29,7 @@ pub use error::HostError;
 pub use guest::{
     CallError, CallOptions, EngineError, LimitExceeded, LoadError, Progress, ProgressSink,
 };
-pub use host::{ToolHost, ToolHostBuilder, ToolInfo, default_cache_dir};
+pub use host::{ToolHints, ToolHost, ToolHostBuilder, ToolInfo, default_cache_dir};
 pub use plugins::bundled;
 pub use plugins::manifest::ManifestError;
 pub use tokio_util::sync::CancellationToken;

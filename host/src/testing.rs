@@ -344,6 +344,8 @@ impl FakeProcess {
             truncation: rendered.truncation,
             cursor,
             log_path: None,
+            log_bytes: None,
+            log_capped: false,
             duration_ms: self.elapsed.as_millis() as u64,
         }
     }

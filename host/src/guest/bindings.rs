@@ -21,7 +21,7 @@ wasmtime::component::bindgen!({
 pub(crate) use self::toolhost::plugin::output_buffer as wit_buffer;
 pub(crate) use self::toolhost::plugin::process as wit_process;
 pub(crate) use self::toolhost::plugin::sandbox as wit_sandbox;
-pub(crate) use exports::toolhost::plugin::tool::{CallContext, ToolDefinition};
+pub(crate) use exports::toolhost::plugin::tool::{CallContext, ToolAnnotations, ToolDefinition};
 
 /// The WIT package this host implements.
 pub(crate) const WIT_PACKAGE: &str = "toolhost:plugin";
@@ -93,6 +93,8 @@ impl From<process::OutputSnapshot> for wit_process::Output {
             truncation: o.truncation.map(Into::into),
             cursor: o.cursor,
             log_path: o.log_path.map(|p| p.display().to_string()),
+            log_bytes: o.log_bytes,
+            log_capped: o.log_capped,
             duration_ms: o.duration_ms,
         }
     }

@@ -37,6 +37,14 @@ impl From<OldToolDefinition> for super::bindings::ToolDefinition {
             description: t.description,
             input_schema: t.input_schema,
             output_schema: t.output_schema,
+            // 0.1.0 has neither: clients assume the cautious values.
+            title: None,
+            annotations: super::bindings::ToolAnnotations {
+                read_only: None,
+                destructive: None,
+                idempotent: None,
+                open_world: None,
+            },
         }
     }
 }

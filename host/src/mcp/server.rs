@@ -9,7 +9,7 @@ use crate::{CallError, CallOptions, Progress, ProgressSink, ToolHost, ToolInfo};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     JsonObject, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
-    ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
+    ProtocolVersion, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
@@ -194,7 +194,18 @@ fn mcp_tool(tool: ToolInfo) -> Tool {
             object
         }
     };
-    let mcp = Tool::new(tool.name, tool.description, Arc::new(schema));
+    let mut mcp = Tool::new(tool.name, tool.description, Arc::new(schema));
+    if let Some(title) = tool.title {
+        mcp = mcp.with_title(title);
+    }
+    if !tool.annotations.is_empty() {
+        let mut annotations = ToolAnnotations::new();
+        annotations.read_only_hint = tool.annotations.read_only;
+        annotations.destructive_hint = tool.annotations.destructive;
+        annotations.idempotent_hint = tool.annotations.idempotent;
+        annotations.open_world_hint = tool.annotations.open_world;
+        mcp = mcp.with_annotations(annotations);
+    }
     match tool.output_schema {
         Some(serde_json::Value::Object(output)) => mcp.with_raw_output_schema(Arc::new(output)),
         _ => mcp,

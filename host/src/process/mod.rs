@@ -118,6 +118,10 @@ pub struct OutputSnapshot {
     pub cursor: u64,
     /// File holding the complete output (up to the cap).
     pub log_path: Option<PathBuf>,
+    /// Bytes of the process's output the file holds.
+    pub log_bytes: Option<u64>,
+    /// The file lacks output written after its first `log_bytes` bytes (it was capped).
+    pub log_capped: bool,
     /// Milliseconds from start to exit, or to now.
     pub duration_ms: u64,
 }

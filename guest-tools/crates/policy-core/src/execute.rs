@@ -208,7 +208,19 @@ pub fn definition(
         },
         "required": ["success", "output", "wall_duration_ms"]
     });
-    tool_definition("execute", description, schema, output)
+    tool_definition(
+        "execute",
+        crate::Hints {
+            title: "Run a shell command",
+            read_only: false,
+            destructive: true,
+            idempotent: false,
+            open_world: true,
+        },
+        description,
+        schema,
+        output,
+    )
 }
 
 /// How a command is to be run, after argument checks and the trailing-`&` rule.
@@ -382,6 +394,7 @@ pub fn run(policy: &Policy, settings: &Settings, args: &str) -> Result<Map<Strin
         }
     }
 
+    let file_note = crate::output_file_note(&out);
     let (text, truncation) = bound_output(out.text, out.truncation, settings.output_cap_bytes);
     result
         .set("output", text)
@@ -389,10 +402,7 @@ pub fn run(policy: &Policy, settings: &Settings, args: &str) -> Result<Map<Strin
     if let Some(t) = &truncation {
         result.set("truncated", truncation_json(t));
         result.opt("output_file", out.log_path.clone());
-        notes.push(
-            "Output was cut in the middle; output_file holds all of it (grep or page through it)."
-                .to_string(),
-        );
+        notes.push(file_note);
     }
 
     if waiting {

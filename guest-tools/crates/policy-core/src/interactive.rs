@@ -125,6 +125,13 @@ pub fn settle(id: &str, timeout: Duration) -> Result<(Output, bool), String> {
 pub fn input_definition() -> ToolDefinition {
     tool_definition(
         "process_input",
+        crate::Hints {
+            title: "Type into a process",
+            read_only: false,
+            destructive: true,
+            idempotent: false,
+            open_world: true,
+        },
         format!(
             "Type into a process started by execute with tty: true (a terminal) or stdin: \
              \"open\", then return the output it produced since. input is literal text; \\n is \
@@ -232,7 +239,7 @@ pub fn input(settings: &Settings, args: &str) -> Result<Map<String, Value>, Stri
     let out = host::wait_until(id, &condition, millis(wait), ReadFrom::Cursor(start))
         .map_err(process_error)?;
     let found = until.map(|u| out.text.contains(u));
-    let mut result = crate::process_tools::describe_output(settings, id, out);
+    let mut result = crate::process_tools::describe_output(settings, id, out, &mut notes);
     if let Some(found) = found {
         result.insert("until_found".into(), Value::Bool(found));
         if !found && result.get("running") == Some(&Value::Bool(true)) {

@@ -135,13 +135,36 @@ pub fn call(policy: &Policy, name: &str, args: &str, cx: &CallContext) -> Result
     Ok(Value::Object(result).to_string())
 }
 
+/// How a tool behaves, for clients deciding what needs approval (see the WIT's
+/// `tool-annotations`).
+struct Hints {
+    title: &'static str,
+    read_only: bool,
+    destructive: bool,
+    idempotent: bool,
+    open_world: bool,
+}
+
 /// Build a tool definition from its parts.
-fn tool_definition(name: &str, description: String, input: Value, output: Value) -> ToolDefinition {
+fn tool_definition(
+    name: &str,
+    hints: Hints,
+    description: String,
+    input: Value,
+    output: Value,
+) -> ToolDefinition {
     ToolDefinition {
         name: name.to_string(),
         description,
         input_schema: input.to_string(),
         output_schema: Some(output.to_string()),
+        title: Some(hints.title.to_string()),
+        annotations: exports::toolhost::plugin::tool::ToolAnnotations {
+            read_only: Some(hints.read_only),
+            destructive: Some(hints.destructive),
+            idempotent: Some(hints.idempotent),
+            open_world: Some(hints.open_world),
+        },
     }
 }
 
@@ -245,6 +268,25 @@ fn restate_omission(text: &str, omitted: u64) -> String {
         &text[..start],
         &text[start + OPEN.len() + end..]
     )
+}
+
+/// What a result whose output was cut says about the complete output: where all of it is,
+/// how much of it the (capped) file holds, or that nothing more can be read.
+fn output_file_note(out: &toolhost::plugin::process::Output) -> String {
+    match (&out.log_path, out.log_bytes) {
+        (Some(_), Some(bytes)) if out.log_capped => format!(
+            "Output was cut in the middle; output_file holds only its first {} bytes (the host \
+             caps the file; the end is in output above).",
+            bytes
+        ),
+        (Some(_), _) => {
+            "Output was cut in the middle; output_file holds all of it (grep or page through it)."
+                .to_string()
+        }
+        (None, _) => "Output was cut in the middle; the host keeps no complete copy of it, so \
+                      the omitted part cannot be read again."
+            .to_string(),
+    }
 }
 
 /// A process error as a message for the model.

@@ -19,6 +19,13 @@ const SIGNAL_SETTLE: Duration = Duration::from_secs(1);
 pub fn output_definition() -> ToolDefinition {
     tool_definition(
         "process_output",
+        crate::Hints {
+            title: "Read a process's output",
+            read_only: true,
+            destructive: false,
+            idempotent: false,
+            open_world: false,
+        },
         "Read the output of a process started by execute (a background process, or a \
          foreground one that outlived its timeout), with whether it is still running and its \
          exit code. Pass wait (e.g. \"30s\") to block until the process exits or the wait \
@@ -63,6 +70,13 @@ pub fn output_definition() -> ToolDefinition {
 pub fn list_definition() -> ToolDefinition {
     tool_definition(
         "process_list",
+        crate::Hints {
+            title: "List processes",
+            read_only: true,
+            destructive: false,
+            idempotent: true,
+            open_world: false,
+        },
         "List the processes this session started: running ones first, then the most recent. \
          Each entry has the id (for process_output and process_signal), the command, whether it \
          is running, its exit code and start time. Exited processes are forgotten a few minutes \
@@ -90,7 +104,7 @@ pub fn list_definition() -> ToolDefinition {
                         "required": ["id", "command", "running", "started_ms", "background"]
                     }
                 },
-                "omitted": {"type": "integer", "description": "Older processes not listed."},
+                "omitted": {"type": "integer", "description": "Older exited processes not listed (running ones are always listed)."},
                 "note": {"type": "string"}
             },
             "required": ["processes"]
@@ -101,6 +115,13 @@ pub fn list_definition() -> ToolDefinition {
 pub fn signal_definition() -> ToolDefinition {
     tool_definition(
         "process_signal",
+        crate::Hints {
+            title: "Stop or interrupt a process",
+            read_only: false,
+            destructive: true,
+            idempotent: false,
+            open_world: false,
+        },
         "Stop or interrupt a process started by execute, together with every process it \
          started. signal: \"terminate\" (SIGTERM, then SIGKILL if it is still alive after a \
          grace period; the default), \"kill\" (SIGKILL at once) or \"interrupt\" (SIGINT, like \
@@ -158,6 +179,7 @@ pub fn output(settings: &Settings, args: &str) -> Result<Map<String, Value>, Str
         None => host::read(id, from),
     }
     .map_err(process_error)?;
+    let mut notes = Vec::new();
     let mut result = if screen {
         let view = host::read_screen(id).map_err(|e| match e {
             host::ProcessError::InvalidRequest(m) => format!("{m}; use view \"stream\""),
@@ -172,9 +194,8 @@ pub fn output(settings: &Settings, args: &str) -> Result<Map<String, Value>, Str
         crate::interactive::screen_fields(&mut r, view);
         r.build()
     } else {
-        describe_output(settings, id, out)
+        describe_output(settings, id, out, &mut notes)
     };
-    let mut notes = Vec::new();
     if let Some(asked) = clamped {
         notes.push(format!(
             "The wait {} was above this policy's maximum and was clamped to {}.",
@@ -194,7 +215,15 @@ pub fn output(settings: &Settings, args: &str) -> Result<Map<String, Value>, Str
     Ok(result)
 }
 
-pub(crate) fn describe_output(settings: &Settings, id: &str, out: Output) -> Map<String, Value> {
+/// A process's output as result fields; when the text was cut, a note about the complete
+/// output goes to `notes`.
+pub(crate) fn describe_output(
+    settings: &Settings,
+    id: &str,
+    out: Output,
+    notes: &mut Vec<String>,
+) -> Map<String, Value> {
+    let file_note = crate::output_file_note(&out);
     let (text, truncation) = bound_output(out.text, out.truncation, settings.output_cap_bytes);
     let mut r = Obj::default();
     r.set("process_id", id)
@@ -206,6 +235,7 @@ pub(crate) fn describe_output(settings: &Settings, id: &str, out: Output) -> Map
     if let Some(t) = &truncation {
         r.set("truncated", truncation_json(t))
             .opt("output_file", out.log_path);
+        notes.push(file_note);
     }
     r.build()
 }
@@ -214,9 +244,12 @@ pub fn list(settings: &Settings, args: &str) -> Result<Map<String, Value>, Strin
     Args::parse(args, &[])?;
     let all = host::list();
     let total = all.len();
+    // Every running process (the host caps how many a session has), then the most recent
+    // exited ones up to the limit.
+    let shown = all.iter().filter(|p| p.running).count() + settings.list_limit;
     let entries: Vec<Value> = all
         .into_iter()
-        .take(settings.list_limit)
+        .take(shown)
         .map(|p| {
             let mut e = Obj::default();
             e.set("id", p.id)
@@ -241,13 +274,10 @@ pub fn list(settings: &Settings, args: &str) -> Result<Map<String, Value>, Strin
         .collect();
     let mut r = Obj::default();
     r.set("processes", entries);
-    if total > settings.list_limit {
-        r.set("omitted", total - settings.list_limit).set(
+    if total > shown {
+        r.set("omitted", total - shown).set(
             "note",
-            format!(
-                "{} older processes are not shown.",
-                total - settings.list_limit
-            ),
+            format!("{} older exited processes are not shown.", total - shown),
         );
     }
     Ok(r.build())

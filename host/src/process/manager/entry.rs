@@ -4,7 +4,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -86,6 +86,10 @@ pub(super) struct Entry {
     pub(super) progress: watch::Sender<u64>,
     /// Its stdin pipe or terminal.
     pub(super) input: InputSide,
+    /// Bytes written to its log file so far.
+    pub(super) log_bytes: AtomicU64,
+    /// Bytes the process wrote so far (the host's notes not counted).
+    pub(super) output_bytes: AtomicU64,
 }
 
 /// The host's hold on a process's keeper.
@@ -173,6 +177,8 @@ impl Entry {
             removed: watch::channel(false).0,
             progress: watch::channel(0).0,
             input: spec.input,
+            log_bytes: AtomicU64::new(0),
+            output_bytes: AtomicU64::new(0),
         })
     }
 
@@ -256,6 +262,8 @@ impl Entry {
     /// Record output the process wrote (and show it on its terminal's screen).
     pub(super) fn record_output(&self, data: &[u8]) {
         self.input.feed(data);
+        self.output_bytes
+            .fetch_add(data.len() as u64, Ordering::AcqRel);
         self.append(data);
     }
 
@@ -430,6 +438,14 @@ impl Entry {
             truncation: rendered.truncation,
             cursor,
             log_path: state.log_path.clone(),
+            log_bytes: state
+                .log_path
+                .as_ref()
+                .map(|_| self.log_bytes.load(Ordering::Acquire)),
+            // The log is written before the buffer (`monitor.rs`), so a shortfall is a cap.
+            log_capped: state.log_path.is_some()
+                && self.log_bytes.load(Ordering::Acquire)
+                    < self.output_bytes.load(Ordering::Acquire),
             duration_ms: state
                 .end
                 .map_or_else(|| millis(self.started_at.elapsed()), |end| end.duration_ms),

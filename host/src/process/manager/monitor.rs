@@ -205,7 +205,7 @@ impl OutputReader {
     /// memory).
     async fn record(&mut self, entry: &Entry, n: usize) {
         let data = &self.buf[..n];
-        entry.record_output(data);
+        // The log first: whoever sees the output in the record finds it in the file too.
         if let LogSlot::Pending(target) = &self.log {
             self.log = match entry.create_log(target) {
                 Some(file) => LogSlot::Open(file),
@@ -214,7 +214,9 @@ impl OutputReader {
         }
         if let LogSlot::Open(file) = &mut self.log {
             file.append(data).await;
+            entry.log_bytes.store(file.written(), Ordering::Release);
         }
+        entry.record_output(data);
         if n == self.buf.len() && self.buf.len() < READ_CHUNK {
             self.buf.resize((self.buf.len() * 4).min(READ_CHUNK), 0);
         }

@@ -74,6 +74,11 @@ impl OutputLog {
         &self.path
     }
 
+    /// Bytes written to the file (it stops at the cap, or at a write error).
+    pub(super) fn written(&self) -> u64 {
+        self.written
+    }
+
     /// Append `data`, stopping at the cap. A write error is logged once and ends logging.
     pub(super) async fn append(&mut self, data: &[u8]) {
         if self.failed || self.written >= self.cap {
