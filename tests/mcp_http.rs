@@ -24,10 +24,14 @@ struct HttpServer {
 
 impl HttpServer {
     async fn start(extra: &[&str]) -> HttpServer {
+        HttpServer::start_on("127.0.0.1:0", extra).await
+    }
+
+    async fn start_on(addr: &str, extra: &[&str]) -> HttpServer {
         let (cache_key, cache_value) = cache_env();
         let mut child = Command::new(toolhost_bin())
             .args(toolhost_e2e::shared_writable())
-            .args(["serve", "--http", "127.0.0.1:0"])
+            .args(["serve", "--http", addr])
             .args(extra)
             .env("TOOLHOST_TOKEN", TOKEN)
             .env("TOOLHOST_LOG", "error")
@@ -500,4 +504,104 @@ async fn the_token_does_not_reach_commands() {
     );
     assert!(!output.contains(TOKEN), "the token leaked: {output}");
     server.stop().await;
+}
+
+/// The status of an `initialize` POST carrying `origin` (none: no Origin header).
+async fn initialize_with_origin(url: &str, origin: Option<&str>) -> StatusCode {
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .body(initialize_body().to_string());
+    if let Some(origin) = origin {
+        request = request.header("origin", origin);
+    }
+    request.send().await.expect("HTTP request").status()
+}
+
+/// A page in a browser cannot drive the server: a present Origin must be the server's own or
+/// one the operator allowed; no Origin (a non-browser client) is fine.
+#[tokio::test]
+async fn foreign_origins_are_refused_with_403() {
+    let server = HttpServer::start(&["--allowed-origin", "https://app.example.com:443"]).await;
+    let own = server.url.trim_end_matches("/mcp").to_owned();
+    let port = own.rsplit(':').next().unwrap_or_default().to_owned();
+    let cases = [
+        (None, StatusCode::OK),
+        (Some(own.clone()), StatusCode::OK),
+        (Some(format!("http://localhost:{port}")), StatusCode::OK),
+        (Some("https://app.example.com".to_owned()), StatusCode::OK),
+        (
+            Some("http://evil.example".to_owned()),
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            Some(format!("http://evil.example:{port}")),
+            StatusCode::FORBIDDEN,
+        ),
+        (Some("null".to_owned()), StatusCode::FORBIDDEN),
+    ];
+    for (origin, expected) in cases {
+        let status = initialize_with_origin(&server.url, origin.as_deref()).await;
+        assert_eq!(status, expected, "Origin {origin:?}");
+    }
+    server.stop().await;
+}
+
+/// Bound to another loopback address, the server answers requests naming that address.
+#[tokio::test]
+async fn the_bound_loopback_address_is_an_accepted_host() {
+    let server = HttpServer::start_on("127.0.0.2:0", &[]).await;
+    assert!(
+        server.url.starts_with("http://127.0.0.2:"),
+        "{}",
+        server.url
+    );
+    assert_eq!(
+        initialize_with_origin(&server.url, None).await,
+        StatusCode::OK
+    );
+    server.stop().await;
+}
+
+/// A token file others may read is used, with a warning saying so.
+#[tokio::test]
+async fn a_token_file_readable_by_others_is_warned_about() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("token");
+    std::fs::write(&file, TOKEN).expect("token file");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let (cache_key, cache_value) = cache_env();
+    let mut child = Command::new(toolhost_bin())
+        .args(["serve", "--http", "127.0.0.1:0", "--token-file"])
+        .arg(&file)
+        .env("TOOLHOST_LOG", "warn")
+        .env(cache_key, cache_value)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start toolhost serve --http");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let mut warned = false;
+    let mut coloured = false;
+    let served = tokio::time::timeout(ANSWER_TIMEOUT, async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            warned |= line.contains("may be read by other users") && line.contains("644");
+            coloured |= line.contains('\x1b');
+            if line.contains("serving MCP on") {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .unwrap_or(false);
+    assert!(served, "the server starts with the token file");
+    assert!(warned, "no warning about the token file's mode");
+    // stderr is a pipe here: the log line carries no colour codes.
+    assert!(!coloured, "colour codes in a log that is not a terminal");
 }

@@ -120,6 +120,11 @@ enum Command {
             requires = "http"
         )]
         idle_timeout: humantime::Duration,
+        /// Also accept requests from this browser origin (e.g. https://app.example.com:443;
+        /// `:*` for any port). Repeatable. A request with any other Origin header is refused
+        /// with 403; the server's own origins are always accepted.
+        #[arg(long, value_name = "ORIGIN", requires = "http")]
+        allowed_origin: Vec<String>,
     },
 }
 
@@ -175,6 +180,8 @@ fn main() -> ExitCode {
     }
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, never in a file or a pipe.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("TOOLHOST_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
@@ -380,6 +387,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             token_file,
             allow_remote,
             idle_timeout,
+            allowed_origin,
         } => {
             let http = match http {
                 Some(addr) => {
@@ -388,6 +396,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                         token: serve_token(token_file.as_deref())?,
                         allow_remote: *allow_remote,
                         idle_timeout: (*idle_timeout).into(),
+                        allowed_origins: allowed_origin.clone(),
                     };
                     // Refuse a bad address or token before loading anything.
                     options.resolve().await?;
@@ -409,6 +418,20 @@ async fn run(cli: Cli) -> Result<ExitCode> {
 
 /// The HTTP bearer token: the first line of `file`, or `$TOOLHOST_TOKEN`.
 fn serve_token(file: Option<&std::path::Path>) -> Result<String> {
+    if let Some(path) = file
+        && let Ok(meta) = std::fs::metadata(path)
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = meta.permissions().mode();
+        if mode & 0o077 != 0 {
+            tracing::warn!(
+                file = %path.display(),
+                "the token file may be read by other users (mode {:o}): anyone who reads it can \
+                 run commands here; make it private with chmod 600",
+                mode & 0o777
+            );
+        }
+    }
     let token = match file {
         Some(path) => std::fs::read_to_string(path)
             .with_context(|| format!("reading the token file {}", path.display()))?

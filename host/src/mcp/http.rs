@@ -34,6 +34,10 @@ pub struct HttpOptions {
     pub allow_remote: bool,
     /// A session idle this long is closed and its processes are terminated.
     pub idle_timeout: Duration,
+    /// Browser origins allowed besides the server's own (`http://HOST:PORT` for the bound
+    /// address, `localhost` and the loopback addresses): a request whose `Origin` header
+    /// names another is refused with 403. Entries need a scheme; `:*` matches any port.
+    pub allowed_origins: Vec<String>,
 }
 
 impl std::fmt::Debug for HttpOptions {
@@ -43,6 +47,7 @@ impl std::fmt::Debug for HttpOptions {
             .field("token", &"<redacted>")
             .field("allow_remote", &self.allow_remote)
             .field("idle_timeout", &self.idle_timeout)
+            .field("allowed_origins", &self.allowed_origins)
             .finish()
     }
 }
@@ -135,6 +140,26 @@ async fn require_token(State(auth): State<Auth>, request: Request, next: Next) -
     response
 }
 
+/// The origins of pages the server itself would serve: `http://` with the bound port and the
+/// bound address, `localhost` or a loopback address.
+fn own_origins(local: SocketAddr) -> impl Iterator<Item = String> {
+    let port = local.port();
+    let ip = match local.ip() {
+        std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+        std::net::IpAddr::V4(ip) => ip.to_string(),
+    };
+    let mut hosts = vec![
+        ip,
+        "localhost".to_owned(),
+        "127.0.0.1".to_owned(),
+        "[::1]".to_owned(),
+    ];
+    hosts.dedup();
+    hosts
+        .into_iter()
+        .map(move |host| format!("http://{host}:{port}"))
+}
+
 /// Serve `host`'s tools over streamable HTTP at `http://ADDR/mcp` until SIGINT/SIGTERM, then
 /// terminate every process the host started. The bound address is announced on stderr.
 pub async fn serve_http(host: Arc<ToolHost>, options: HttpOptions) -> Result<(), ServeError> {
@@ -160,10 +185,22 @@ pub async fn serve_http(host: Arc<ToolHost>, options: HttpOptions) -> Result<(),
     sessions.session_config.keep_alive = Some(options.idle_timeout + host.max_call_time());
     let mut config = StreamableHttpServerConfig::default()
         .with_cancellation_token(stop.child_token())
-        .with_legacy_session_mode(true);
+        .with_legacy_session_mode(true)
+        // A page in a browser must not drive the server (DNS rebinding, cross-site requests):
+        // a present Origin must be the server's own or one the operator allowed.
+        .with_allowed_origins(own_origins(local).chain(options.allowed_origins.iter().cloned()))
+        .enforce_origin_validation();
     if options.allow_remote {
         // Clients reach a remote server under names we cannot know; the token guards it.
         config = config.disable_allowed_hosts();
+    } else {
+        // The loopback names, and the address actually bound (127.0.0.2 is loopback too).
+        config = config.with_allowed_hosts([
+            "localhost".to_owned(),
+            "127.0.0.1".to_owned(),
+            "::1".to_owned(),
+            local.ip().to_string(),
+        ]);
     }
     let factory_host = host.clone();
     let service = StreamableHttpService::new(
