@@ -337,11 +337,16 @@ impl Stoppable {
         &self.marker
     }
 
+    /// A shell that says it is ready only once its `sleep` runs (has exec'd: a `SIGTERM` that
+    /// reached the forked shell before that would be taken by the shell's trap handler and
+    /// lost), and then waits for it with `wait`, which a trapped signal interrupts at once.
     fn shell(&self, name: &str) -> String {
         let dir = self.dir.path().display();
         format!(
-            "trap 'echo > {dir}/{name}.term; exit 0' TERM; echo > {dir}/{name}.ready; \
-             while :; do sleep 300.{marker}; done",
+            "trap 'echo > {dir}/{name}.term; exit 0' TERM; sleep 300.{marker} & s=\\$!; \
+             until [ \\\"\\$(cat /proc/\\$s/comm 2>/dev/null)\\\" = sleep ]; do :; done; \
+             echo > {dir}/{name}.ready; \
+             while :; do wait \\$s; sleep 300.{marker} & s=\\$!; done",
             marker = self.marker
         )
     }

@@ -5,9 +5,7 @@
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 use toolhost_e2e::mcp_client::*;
-use toolhost_e2e::{
-    Stoppable, marker, processes_with, rendezvous_command, wait_gone, wait_present,
-};
+use toolhost_e2e::{Stoppable, marker, rendezvous_command, wait_gone, wait_present};
 
 #[tokio::test]
 async fn initialize_and_list_tools() {
@@ -293,30 +291,45 @@ async fn cancellation_stops_a_waiting_call_promptly() {
     assert!(structured(&result).to_string().contains("still here"));
 }
 
+/// A cancelled foreground call leaves no process behind, under both bundled policies: the
+/// policy learns that the call was cancelled (not timed out) and kills what it started.
 #[tokio::test]
-async fn cancelled_foreground_command_is_handed_over_by_the_default_policy() {
-    let mut client = StdioClient::start(&[]).await;
-    let stoppable = Stoppable::new();
-    let (id, _rx) = client
-        .start_request(
-            "tools/call",
-            json!({"name": "execute", "arguments": {"command": stoppable.command(), "timeout": "60s"}}),
-        )
-        .await;
-    stoppable.wait_ready(Duration::from_secs(20)).await;
-    client
-        .notify("notifications/cancelled", json!({"requestId": id}))
-        .await;
-    // Still running, now followed like a background process; stopped when the session ends.
-    let listed = structured(&client.call_tool("process_list", json!({})).await);
-    assert_eq!(listed["processes"][0]["running"], true, "{listed}");
-    assert!(!processes_with(stoppable.marker()).is_empty());
-    client.close_stdin();
-    assert_eq!(client.wait_exit(Duration::from_secs(15)).await, Some(0));
-    stoppable
-        .stopped_by_the_host(Duration::from_secs(5))
-        .await
-        .expect("the server stops the session's processes");
+async fn a_cancelled_foreground_call_leaves_no_process() {
+    for policy in ["default", "guarded"] {
+        let mut client = StdioClient::start(&["--policy", policy]).await;
+        let stoppable = Stoppable::new();
+        let (id, _rx) = client
+            .start_request(
+                "tools/call",
+                json!({"name": "execute", "arguments": {"command": stoppable.command(), "timeout": "60s"}}),
+            )
+            .await;
+        stoppable.wait_ready(Duration::from_secs(20)).await;
+        client
+            .notify("notifications/cancelled", json!({"requestId": id}))
+            .await;
+        assert!(
+            wait_gone(stoppable.marker(), Duration::from_secs(10)).await,
+            "{policy}: the cancelled call's command still runs"
+        );
+        // Listed as ended (once its end is recorded), and the session goes on.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut listed = structured(&client.call_tool("process_list", json!({})).await);
+        while listed["processes"][0]["running"] != false && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            listed = structured(&client.call_tool("process_list", json!({})).await);
+        }
+        assert_eq!(
+            listed["processes"][0]["running"], false,
+            "{policy}: {listed}"
+        );
+        let result = client
+            .call_tool("execute", json!({"command": "echo still here"}))
+            .await;
+        assert!(structured(&result).to_string().contains("still here"));
+        client.close_stdin();
+        assert_eq!(client.wait_exit(Duration::from_secs(15)).await, Some(0));
+    }
 }
 
 #[tokio::test]

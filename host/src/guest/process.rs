@@ -258,6 +258,15 @@ impl wit_process::Host for CallState {
         .map(|result| result.map(Into::into))
     }
 
+    async fn call_cancelled(&mut self) -> wasmtime::Result<bool> {
+        self.grant()?;
+        Ok(self
+            .options
+            .cancel
+            .as_ref()
+            .is_some_and(|cancel| cancel.is_cancelled()))
+    }
+
     async fn send_signal(
         &mut self,
         id: String,

@@ -63,7 +63,7 @@ pub struct CallOptions {
     /// Where progress updates go while the guest waits on a process.
     pub progress: Option<ProgressSink>,
     /// Cancelled when the caller gives up: a wait in progress returns at once as if it had
-    /// timed out, so the policy handles the process as it handles a timeout.
+    /// timed out, and the policy can tell why (`process.call-cancelled`).
     pub cancel: Option<CancellationToken>,
 }
 

@@ -363,6 +363,17 @@ pub fn run(policy: &Policy, settings: &Settings, args: &str) -> Result<Map<Strin
             false,
         ),
     };
+    // The caller gave up on this call: stop what it started, which would otherwise run on
+    // with nobody to follow it.
+    if out.running && host::call_cancelled() {
+        match host::send_signal(&id, Signal::Kill) {
+            Ok(()) | Err(host::ProcessError::NotRunning(_)) => {}
+            Err(e) => return Err(process_error(e)),
+        }
+        return Err(format!(
+            "the call was cancelled: process {id} and everything it started were sent SIGKILL"
+        ));
+    }
     let mut timed_out = false;
     let mut killed = false;
     if out.running && !waiting {
