@@ -50,6 +50,29 @@ const CONTROL_FD: RawFd = 4;
 /// The keeper's own executable (a memfd), left open by the host for `execveat`.
 const SELF_FD: RawFd = 5;
 
+/// The keeper carrying on inside a PID namespace, in the process that only waits for it.
+static INNER: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_forwarded(signal: libc::c_int) {
+    let inner = INNER.load(Ordering::SeqCst);
+    if inner > 0 {
+        // SAFETY: kill(2) is async-signal-safe; integer arguments.
+        unsafe { libc::kill(inner, signal) };
+    }
+}
+
+/// Route `signal` to [`on_forwarded`] (passed on to the keeper inside).
+fn forward(signal: libc::c_int) -> io::Result<()> {
+    // SAFETY: sigaction is plain data; all zeroes is a valid starting value.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = on_forwarded as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    // SAFETY: `action` is a valid sigaction whose handler only makes an async-signal-safe call.
+    if unsafe { libc::sigaction(signal, &action, std::ptr::null_mut()) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Set by `SIGTERM`/`SIGHUP`: stop everything and exit.
 static STOP: AtomicBool = AtomicBool::new(false);
 /// Write end of the self-pipe that wakes the main loop on a signal.
@@ -117,6 +140,13 @@ fn run() -> io::Result<()> {
                 Ok(Some(child)) => {
                     drop((status, control));
                     release_stdio()?;
+                    // A stop request for this process goes to the keeper inside, and this one
+                    // exits only after it: the host's "the keeper has exited" keeps meaning
+                    // "nothing of the command is left".
+                    INNER.store(child, Ordering::SeqCst);
+                    for signal in [libc::SIGTERM, libc::SIGHUP] {
+                        forward(signal)?;
+                    }
                     return wait_for(child);
                 }
                 Ok(None) => {}

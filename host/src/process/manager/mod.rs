@@ -181,6 +181,9 @@ fn open_io(stdin: Stdin) -> Result<Io, ProcessError> {
     }
 }
 
+/// The least a shutdown waits, after the kill, for what is still not gone.
+const LAST_WAIT: Duration = Duration::from_secs(5);
+
 /// After `SIGKILL`, how much longer than `drain_timeout` a stop waits for monitors to finish.
 const KILL_SETTLE: Duration = Duration::from_secs(1);
 
@@ -300,6 +303,16 @@ impl ProcessManager {
     pub async fn shutdown(&self) {
         let entries = self.records.close();
         self.stop_all(&entries).await;
+        // On a loaded machine killing can outlast the settle time: what is not gone yet gets
+        // its control socket closed (its keeper kills everything and exits) and a last
+        // bounded wait, so that nothing is left when this returns.
+        let deadline = Instant::now().checked_add(self.config.kill_grace.max(LAST_WAIT));
+        for entry in &entries {
+            if !*entry.gone.borrow() {
+                let _ = entry.signal_all(Signal::Kill);
+                entry.wait_gone(deadline).await;
+            }
+        }
         for entry in &entries {
             self.records.remove(entry);
         }
