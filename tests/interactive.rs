@@ -22,6 +22,20 @@ async fn refused(host: &ToolHost, tool: &str, args: Value) -> String {
         .to_string()
 }
 
+/// `r` if it shows the process `id` exited, else its output once it has (waiting up to 10 s).
+async fn until_exit(host: &ToolHost, id: &str, r: Value) -> Value {
+    if r["running"] == true {
+        call(
+            host,
+            "process_output",
+            json!({"process_id": id, "wait": "10s"}),
+        )
+        .await
+    } else {
+        r
+    }
+}
+
 fn id(result: &Value) -> String {
     result["background_process_id"]
         .as_str()
@@ -55,16 +69,7 @@ async fn a_python_repl_answers_and_ends_with_ctrl_d() {
             json!({"process_id": id, "keys": ["Ctrl-D"], "wait": "10s"}),
         )
         .await;
-        let r = if r["running"] == true {
-            call(
-                &host,
-                "process_output",
-                json!({"process_id": id, "wait": "10s"}),
-            )
-            .await
-        } else {
-            r
-        };
+        let r = until_exit(&host, &id, r).await;
         assert_eq!(r["running"], false, "{policy}: {r}");
         assert_eq!(r["exit_code"], 0, "{policy}: {r}");
     }
@@ -192,16 +197,7 @@ async fn less_shows_its_screen_also_after_a_resize() {
         json!({"process_id": id, "input": "q", "wait": "10s"}),
     )
     .await;
-    let r = if r["running"] == true {
-        call(
-            &host,
-            "process_output",
-            json!({"process_id": id, "wait": "10s"}),
-        )
-        .await
-    } else {
-        r
-    };
+    let r = until_exit(&host, &id, r).await;
     assert_eq!(r["exit_code"], 0, "{r}");
 }
 
@@ -244,16 +240,7 @@ async fn ctrl_c_interrupts_and_a_progress_bar_reads_as_its_last_state() {
         json!({"process_id": id, "keys": ["Ctrl-C"], "wait": "10s"}),
     )
     .await;
-    let r = if r["running"] == true {
-        call(
-            &host,
-            "process_output",
-            json!({"process_id": id, "wait": "10s"}),
-        )
-        .await
-    } else {
-        r
-    };
+    let r = until_exit(&host, &id, r).await;
     assert_eq!(r["signal"], "SIGINT", "{r}");
 }
 
@@ -274,16 +261,7 @@ async fn an_open_stdin_is_fed_and_closed() {
         json!({"process_id": id, "input": "pear\napple\n", "eof": true, "wait": "10s"}),
     )
     .await;
-    let r = if r["running"] == true {
-        call(
-            &host,
-            "process_output",
-            json!({"process_id": id, "wait": "10s"}),
-        )
-        .await
-    } else {
-        r
-    };
+    let r = until_exit(&host, &id, r).await;
     assert_eq!(r["output"], "apple\npear\n", "{r}");
     assert_eq!(r["exit_code"], 0);
 }
