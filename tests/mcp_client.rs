@@ -132,6 +132,25 @@ impl StdioClient {
         await_response(rx).await
     }
 
+    /// Write `line` as it is (with a newline after it), expecting an answer with id `id`;
+    /// returns a receiver for it.
+    pub async fn raw_request(&mut self, id: i64, line: &[u8]) -> oneshot::Receiver<Value> {
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().expect("lock").insert(id, tx);
+        let stdin = self.stdin.as_mut().expect("stdin is open");
+        stdin.write_all(line).await.expect("write");
+        stdin.write_all(b"\n").await.expect("write");
+        stdin.flush().await.expect("flush");
+        rx
+    }
+
+    /// Wait for another answer with id `id` (after an earlier one with the same id arrived).
+    pub fn expect_answer(&mut self, id: i64) -> oneshot::Receiver<Value> {
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().expect("lock").insert(id, tx);
+        rx
+    }
+
     /// Send a notification.
     pub async fn notify(&mut self, method: &str, params: Value) {
         self.send(json!({"jsonrpc": "2.0", "method": method, "params": params}))

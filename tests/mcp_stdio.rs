@@ -131,6 +131,96 @@ async fn unknown_tool_is_a_protocol_error() {
     );
 }
 
+/// The error code of an answer, with the answer in the panic message when it is none.
+fn error_code(answer: &Value) -> i64 {
+    answer["error"]["code"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("expected an error answer: {answer}"))
+}
+
+#[tokio::test]
+async fn malformed_requests_get_their_proper_errors_and_the_session_goes_on() {
+    let mut client = StdioClient::start(&[]).await;
+    let mut deep = br#"{"jsonrpc":"2.0","id":108,"method":"ping","params":"#.to_vec();
+    deep.extend(std::iter::repeat_n(b'[', 10_000));
+    deep.extend(std::iter::repeat_n(b']', 10_000));
+    deep.push(b'}');
+    let cases: Vec<(i64, Vec<u8>, i64)> = vec![
+        (101, br#"{"jsonrpc":"2.0","id":101,"method":"tools/call","params":{"name":"execute","arguments":"echo hi"}}"#.to_vec(), -32602),
+        (102, br#"{"jsonrpc":"2.0","id":102,"method":"tools/call","params":{"arguments":{}}}"#.to_vec(), -32602),
+        (103, br#"{"jsonrpc":"2.0","id":103,"method":"tools/call","params":{"name":5}}"#.to_vec(), -32602),
+        (104, br#"{"jsonrpc":"2.0","id":104,"method":"#.to_vec(), -32700),
+        (105, b"{\"jsonrpc\":\"2.0\",\"id\":105,\"method\":\"tools/call\",\"params\":{\"name\":\"execute\",\"arguments\":{\"command\":\"echo \xff\"}}}".to_vec(), -32700),
+        (106, b"{\"jsonrpc\":\"2.0\",\"id\":106,\xff\"method\":\"ping\"}".to_vec(), -32700),
+        (107, br#"{"jsonrpc":"2.0","id":107,"method":"tools/call","params":{"name":"execute","arguments":{"command":"echo \ud800"}}}"#.to_vec(), -32700),
+        (108, deep, -32700),
+        (109, br#"{"jsonrpc":"2.0","id":109,"method":"ping"}{"jsonrpc":"2.0","id":110,"method":"ping"}"#.to_vec(), -32700),
+        (111, br#"[{"jsonrpc":"2.0","id":111,"method":"ping"}]"#.to_vec(), -32600),
+        (112, br#"{"jsonrpc":"2.0","id":112,"method":"no/such/method"}"#.to_vec(), -32601),
+    ];
+    // Line 109 holds two requests: both are answered, so wait for both before sending it.
+    let second = client.expect_answer(110);
+    for (id, line, expected) in cases {
+        let answer = await_response(client.raw_request(id, &line).await).await;
+        assert_eq!(error_code(&answer), expected, "line {id}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.len() > 12, "line {id} says what is wrong: {answer}");
+    }
+    // The second request on the line of 109 is answered too.
+    let second = await_response(second).await;
+    assert_eq!(error_code(&second), -32700, "{second}");
+    // And the session goes on.
+    let result = client
+        .call_tool("execute", json!({"command": "echo still serving"}))
+        .await;
+    assert!(
+        structured(&result)["output"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("still serving"),
+        "{result}"
+    );
+}
+
+#[tokio::test]
+async fn a_reused_pending_id_is_refused_without_losing_the_first_answer() {
+    let mut client = StdioClient::start(&[]).await;
+    let dir = toolhost_e2e::shared_tempdir();
+    let script = format!("{}; echo first", rendezvous_command(dir.path(), 2));
+    let first = client
+        .raw_request(
+            500,
+            json!({"jsonrpc": "2.0", "id": 500, "method": "tools/call",
+                   "params": {"name": "execute", "arguments": {"command": script}}})
+            .to_string()
+            .as_bytes(),
+        )
+        .await;
+    // The reuse arrives while the first call is still running: it waits for a second file.
+    let refusal = await_response(
+        client
+            .raw_request(
+                500,
+                br#"{"jsonrpc":"2.0","id":500,"method":"tools/call","params":{"name":"execute","arguments":{"command":"echo second"}}}"#,
+            )
+            .await,
+    )
+    .await;
+    drop(first);
+    assert_eq!(error_code(&refusal), -32600, "{refusal}");
+    let later = client.expect_answer(500);
+    std::fs::write(dir.path().join("go"), "").expect("release the first call");
+    let answer = await_response(later).await;
+    let text = structured(&answer["result"])["output"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        text.contains("first"),
+        "the first call keeps its answer: {answer}"
+    );
+}
+
 #[tokio::test]
 async fn background_process_output_and_signal() {
     let mut client = StdioClient::start(&[]).await;

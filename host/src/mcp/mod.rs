@@ -4,10 +4,13 @@
 //! Each MCP session is a scope of its own (see [`ToolServer`]): its processes are invisible to
 //! other sessions and are terminated when the session ends. Tool results are returned as text
 //! content holding the result JSON and as structured content; a tool's refusal is a result
-//! with `isError: true`, an unknown tool name a protocol error.
+//! with `isError: true`, an unknown tool name a protocol error. Every request with an id gets
+//! an answer, also a malformed one (see `stdio` for the line framing).
 
 pub mod http;
+mod jsonrpc;
 mod server;
+mod stdio;
 
 pub use http::{HttpOptions, serve_http};
 pub use server::ToolServer;
@@ -50,7 +53,7 @@ pub async fn serve_stdio(host: Arc<ToolHost>) -> Result<(), ServeError> {
     let stop = CancellationToken::new();
     let signals = spawn_signal_watch(stop.clone())?;
     let outcome = async {
-        let transport = rmcp::transport::stdio_pipes();
+        let transport = stdio::LineTransport::new(tokio::io::stdin(), tokio::io::stdout());
         let running = tokio::select! {
             running = server.clone().serve_with_ct(transport, stop.clone()) => {
                 running.map_err(|e| ServeError::Initialize(e.to_string()))?

@@ -7,9 +7,10 @@
 
 use crate::{CallError, CallOptions, Progress, ProgressSink, ToolHost, ToolInfo};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
-    ProtocolVersion, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
+    CustomResult, ErrorCode, Implementation, InitializeRequestParams, JsonObject, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ProtocolVersion,
+    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
@@ -144,6 +145,42 @@ impl ToolServer {
             )])),
         }
     }
+}
+
+/// The error for a request rmcp could not type: -32602 for a standard method (with the reason
+/// the params do not fit), -32601 for any other.
+fn custom_request_error(method: &str, params: Option<serde_json::Value>) -> ErrorData {
+    fn reason<T: serde::de::DeserializeOwned>(params: Option<serde_json::Value>) -> String {
+        match serde_json::from_value::<T>(params.unwrap_or(serde_json::Value::Null)) {
+            Err(error) => error.to_string(),
+            Ok(_) => "they do not match the method".to_owned(),
+        }
+    }
+    let why = match method {
+        "tools/call" => reason::<CallToolRequestParams>(params),
+        "initialize" => reason::<InitializeRequestParams>(params),
+        "tools/list" | "resources/list" | "resources/templates/list" | "prompts/list" => {
+            reason::<PaginatedRequestParams>(params)
+        }
+        "ping"
+        | "resources/read"
+        | "resources/subscribe"
+        | "resources/unsubscribe"
+        | "prompts/get"
+        | "completion/complete"
+        | "logging/setLevel" => "they do not match the method".to_owned(),
+        _ => {
+            return ErrorData::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!("method not found: {method}"),
+                None,
+            );
+        }
+    };
+    ErrorData::invalid_params(
+        format!("invalid params for {method}: {why}"),
+        Some(serde_json::json!({ "method": method })),
+    )
 }
 
 /// A successful call's result: the JSON text as text content and, when it is a JSON object,
@@ -285,5 +322,15 @@ impl ServerHandler for ToolServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         self.call(request, context).await.map(Into::into)
+    }
+
+    /// rmcp hands a standard request whose params do not fit its type here, as an unknown
+    /// method: answer it as what it is, invalid params, saying what is wrong.
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        Err(custom_request_error(&request.method, request.params))
     }
 }
