@@ -1,6 +1,7 @@
 //! `toolhost serve --http` (streamable HTTP at `/mcp`), driven with plain HTTP requests: the
-//! bearer token, the loopback rule, tool calls, per-session isolation of processes, and
-//! processes ending with their session (DELETE or idle expiry).
+//! bearer token, the loopback rule, tool calls, per-session isolation of processes,
+//! processes ending with their session (DELETE or idle expiry), the session cap, and the
+//! answers to malformed requests.
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -422,9 +423,9 @@ async fn ending_a_session_terminates_its_processes() {
 
 #[tokio::test]
 async fn idle_sessions_expire_with_their_processes() {
-    // Idle expiry allows for the longest call (the plugin's wall limit, 2 s here) on top of
-    // the idle time.
-    let (server, _plugins) = idle_server("2s").await;
+    // The idle time is 1 s, the plugin's wall-time limit the default hour: the session ends
+    // within seconds, not after the longest call could have run.
+    let server = HttpServer::start(&["--idle-timeout", "1s"]).await;
     let session = Session::open(&server).await;
     let command = format!("sleep 300.{}", marker());
     structured(
@@ -437,15 +438,24 @@ async fn idle_sessions_expire_with_their_processes() {
     );
     assert!(wait_present(&command, Duration::from_secs(10)).await);
     assert!(
-        wait_gone(&command, Duration::from_secs(15)).await,
+        wait_gone(&command, Duration::from_secs(10)).await,
         "the idle session's process survives"
     );
+    let (status, _, _) = post(
+        &session.http,
+        &session.url,
+        Some(TOKEN),
+        Some(&session.id),
+        &json!({"jsonrpc": "2.0", "id": 99, "method": "ping"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "the session is gone");
     server.stop().await;
 }
 
 #[tokio::test]
 async fn a_silent_call_longer_than_the_idle_timeout_is_not_cut() {
-    let (server, _plugins) = idle_server("20s").await;
+    let server = HttpServer::start(&["--idle-timeout", "1s"]).await;
     let session = Session::open(&server).await;
     let result = session
         .call_tool(
@@ -455,33 +465,6 @@ async fn a_silent_call_longer_than_the_idle_timeout_is_not_cut() {
         .await;
     assert_eq!(structured(&result)["output"], "survived\n");
     server.stop().await;
-}
-
-/// A server with a 1 s idle timeout serving the default policy with the given wall-clock
-/// limit (the plugin directory is returned so it lives as long as the server).
-async fn idle_server(wall: &str) -> (HttpServer, tempfile::TempDir) {
-    let dir = tempfile::tempdir().expect("dir");
-    std::fs::write(
-        dir.path().join("default.wasm"),
-        toolhost::bundled::DEFAULT.bytes,
-    )
-    .expect("component");
-    std::fs::write(
-        dir.path().join("default.toml"),
-        format!("[grants]\nprocess = true\n[limits]\nwall_time = \"{wall}\"\n"),
-    )
-    .expect("manifest");
-    let path = dir.path().to_str().expect("utf8").to_string();
-    let server = HttpServer::start(&[
-        "--idle-timeout",
-        "1s",
-        "--policy",
-        "none",
-        "--plugins",
-        &path,
-    ])
-    .await;
-    (server, dir)
 }
 
 #[tokio::test]
@@ -604,4 +587,148 @@ async fn a_token_file_readable_by_others_is_warned_about() {
     assert!(warned, "no warning about the token file's mode");
     // stderr is a pipe here: the log line carries no colour codes.
     assert!(!coloured, "colour codes in a log that is not a terminal");
+}
+
+/// POST `body` as it is to a session; returns the status and the body text.
+async fn post_raw(session: &Session, body: Vec<u8>) -> (StatusCode, String) {
+    let response = session
+        .http
+        .post(&session.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .header("mcp-session-id", &session.id)
+        .header("mcp-protocol-version", PROTOCOL_VERSION)
+        .body(body)
+        .send()
+        .await
+        .expect("HTTP request");
+    let status = response.status();
+    let text = tokio::time::timeout(ANSWER_TIMEOUT, response.text())
+        .await
+        .expect("response body in time")
+        .expect("response body");
+    (status, text)
+}
+
+#[tokio::test]
+async fn malformed_bodies_get_400_with_their_proper_errors() {
+    let server = HttpServer::start(&[]).await;
+    let session = Session::open(&server).await;
+    let cases: Vec<(&[u8], i64, Value)> = vec![
+        (br#"{"jsonrpc":"2.0","id":4,"method":"#, -32700, json!(4)),
+        (
+            b"{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"ping\",\"params\":{\"x\":\"\xff\"}}",
+            -32700,
+            json!(5),
+        ),
+        (
+            br#"{"jsonrpc":"2.0","id":"s","method":"ping","params":{"x":"\ud800"}}"#,
+            -32700,
+            json!("s"),
+        ),
+        (
+            br#"[{"jsonrpc":"2.0","id":13,"method":"ping"}]"#,
+            -32600,
+            json!(13),
+        ),
+        (br#"42"#, -32600, Value::Null),
+        (br#"{"jsonrpc":"2.0","id":7}"#, -32600, json!(7)),
+    ];
+    for (body, code, id) in cases {
+        let (status, text) = post_raw(&session, body.to_vec()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+        let answer: Value = serde_json::from_str(&text).expect("a JSON-RPC error body");
+        assert_eq!(answer["error"]["code"], code, "{answer}");
+        assert_eq!(answer["id"], id, "{answer}");
+    }
+    // Invalid params are a JSON-RPC error in a normal response.
+    let response = session
+        .request(
+            "tools/call",
+            json!({"name": "execute", "arguments": "echo hi"}),
+        )
+        .await;
+    assert_eq!(response["error"]["code"], -32602, "{response}");
+    // The session keeps serving.
+    let result = session
+        .call_tool("execute", json!({"command": "echo fine"}))
+        .await;
+    assert_eq!(structured(&result)["output"], "fine\n");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_reused_pending_id_is_refused_without_losing_the_first_answer() {
+    let server = HttpServer::start(&[]).await;
+    let session = Session::open(&server).await;
+    let dir = toolhost_e2e::shared_tempdir();
+    let command = format!(
+        "{}; echo first",
+        toolhost_e2e::rendezvous_command(dir.path(), 2)
+    );
+    let body = json!({"jsonrpc": "2.0", "id": 500, "method": "tools/call",
+                      "params": {"name": "execute", "arguments": {"command": command}}});
+    let first = {
+        let http = session.http.clone();
+        let url = session.url.clone();
+        let id = session.id.clone();
+        tokio::spawn(async move { post(&http, &url, Some(TOKEN), Some(&id), &body).await })
+    };
+    // The first call is in progress once its command has registered in `dir`.
+    assert!(
+        toolhost_e2e::eventually(Duration::from_secs(10), || {
+            std::fs::read_dir(dir.path()).is_ok_and(|d| d.count() == 1)
+        })
+        .await,
+        "the first call runs"
+    );
+    let (status, text) = post_raw(
+        &session,
+        br#"{"jsonrpc":"2.0","id":500,"method":"ping"}"#.to_vec(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+    assert!(
+        text.contains("-32600") && text.contains("in progress"),
+        "{text}"
+    );
+    std::fs::write(dir.path().join("go"), "").expect("release the first call");
+    let (status, _, answer) = first.await.expect("first call");
+    assert_eq!(status, StatusCode::OK);
+    let result = answer
+        .iter()
+        .find_map(|m| m.get("result"))
+        .expect("the first call's answer");
+    assert!(
+        structured(result)["output"]
+            .as_str()
+            .is_some_and(|o| o.contains("first")),
+        "{result}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn sessions_beyond_the_cap_are_refused_with_503() {
+    let server = HttpServer::start(&["--max-sessions", "2"]).await;
+    let first = Session::open(&server).await;
+    let _second = Session::open(&server).await;
+    let http = reqwest::Client::new();
+    let response = http
+        .post(&server.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .body(initialize_body().to_string())
+        .send()
+        .await
+        .expect("HTTP request");
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let text = response.text().await.expect("body");
+    assert!(text.contains("--max-sessions"), "{text}");
+    // Ending a session makes room.
+    assert!(first.delete().await.is_success());
+    let _third = Session::open(&server).await;
+    server.stop().await;
 }

@@ -112,7 +112,9 @@ enum Command {
         /// Allow listening on a non-loopback address.
         #[arg(long, requires = "http")]
         allow_remote: bool,
-        /// Close an HTTP session idle this long, terminating its processes.
+        /// Close an HTTP session idle this long, terminating its processes: no request in
+        /// progress and none, nor the end of a response, for this long (a running call keeps
+        /// its session open).
         #[arg(
             long,
             value_name = "DURATION",
@@ -120,6 +122,10 @@ enum Command {
             requires = "http"
         )]
         idle_timeout: humantime::Duration,
+        /// The most HTTP sessions at once; a new session beyond it is refused (503) until one
+        /// ends or expires.
+        #[arg(long, value_name = "N", default_value_t = 256, requires = "http", value_parser = clap::value_parser!(u32).range(1..))]
+        max_sessions: u32,
         /// Also accept requests from this browser origin (e.g. https://app.example.com:443;
         /// `:*` for any port). Repeatable. A request with any other Origin header is refused
         /// with 403; the server's own origins are always accepted.
@@ -387,6 +393,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             token_file,
             allow_remote,
             idle_timeout,
+            max_sessions,
             allowed_origin,
         } => {
             let http = match http {
@@ -396,6 +403,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                         token: serve_token(token_file.as_deref())?,
                         allow_remote: *allow_remote,
                         idle_timeout: (*idle_timeout).into(),
+                        max_sessions: *max_sessions as usize,
                         allowed_origins: allowed_origin.clone(),
                     };
                     // Refuse a bad address or token before loading anything.

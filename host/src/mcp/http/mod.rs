@@ -5,6 +5,8 @@
 //! processes, and a session's processes are terminated when it ends. The listener binds
 //! loopback addresses only unless remote access is allowed explicitly.
 
+mod sessions;
+
 use super::{ServeError, ToolServer};
 use crate::ToolHost;
 use axum::extract::{Request, State};
@@ -32,8 +34,11 @@ pub struct HttpOptions {
     pub token: String,
     /// Allow a non-loopback listen address.
     pub allow_remote: bool,
-    /// A session idle this long is closed and its processes are terminated.
+    /// A session idle this long (no request in progress, none since, no response ending
+    /// since) is closed and its processes are terminated. A call in flight keeps its session.
     pub idle_timeout: Duration,
+    /// The most sessions at once; `initialize` beyond it is refused with 503.
+    pub max_sessions: usize,
     /// Browser origins allowed besides the server's own (`http://HOST:PORT` for the bound
     /// address, `localhost` and the loopback addresses): a request whose `Origin` header
     /// names another is refused with 403. Entries need a scheme; `:*` matches any port.
@@ -47,6 +52,7 @@ impl std::fmt::Debug for HttpOptions {
             .field("token", &"<redacted>")
             .field("allow_remote", &self.allow_remote)
             .field("idle_timeout", &self.idle_timeout)
+            .field("max_sessions", &self.max_sessions)
             .field("allowed_origins", &self.allowed_origins)
             .finish()
     }
@@ -178,11 +184,14 @@ pub async fn serve_http(host: Arc<ToolHost>, options: HttpOptions) -> Result<(),
     let stop = CancellationToken::new();
     let signals = super::spawn_signal_watch(stop.clone())?;
 
-    let mut sessions = LocalSessionManager::default();
-    // The session timer only restarts on session traffic, and a call without a progress token
-    // is silent until it answers: allow for the longest call on top of the idle time, so a
-    // session is never expired (and its processes killed) in the middle of a call.
-    sessions.session_config.keep_alive = Some(options.idle_timeout + host.max_call_time());
+    let mut manager = LocalSessionManager::default();
+    // Idleness is ours to judge (`sessions`): rmcp's timer restarts only on traffic, so it
+    // would expire a session in the middle of a long silent call.
+    manager.session_config.keep_alive = None;
+    let manager = Arc::new(manager);
+    let sessions =
+        sessions::Sessions::new(manager.clone(), options.idle_timeout, options.max_sessions);
+    let reaper = tokio::spawn(sessions.clone().reap_idle(stop.clone()));
     let mut config = StreamableHttpServerConfig::default()
         .with_cancellation_token(stop.child_token())
         .with_legacy_session_mode(true)
@@ -205,12 +214,19 @@ pub async fn serve_http(host: Arc<ToolHost>, options: HttpOptions) -> Result<(),
     let factory_host = host.clone();
     let service = StreamableHttpService::new(
         move || Ok(ToolServer::new(factory_host.clone())),
-        Arc::new(sessions),
+        manager,
         config,
     );
-    let router = axum::Router::new().nest_service("/mcp", service).layer(
-        axum::middleware::from_fn_with_state(Auth::new(&options.token), require_token),
-    );
+    let router = axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(
+            sessions,
+            sessions::track,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            Auth::new(&options.token),
+            require_token,
+        ));
 
     // Announced on stderr whatever the log level: scripts and tests read the port here.
     eprintln!("toolhost: serving MCP on http://{local}/mcp");
@@ -231,6 +247,7 @@ pub async fn serve_http(host: Arc<ToolHost>, options: HttpOptions) -> Result<(),
         }
     };
     signals.abort();
+    reaper.abort();
     host.shutdown().await;
     outcome.map_err(|e| ServeError::Task(e.to_string()))
 }

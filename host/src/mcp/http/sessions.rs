@@ -1,0 +1,324 @@
+//! The HTTP sessions' bookkeeping, in front of rmcp's session manager: what a request body
+//! must be, how many sessions there may be, which request ids are in use, and when a session
+//! is idle.
+//!
+//! - A POST body must be one JSON-RPC message: unparsable JSON is `400` with `-32700`, JSON
+//!   that is no request `400` with `-32600` (each with the request's id when it shows), a
+//!   batch `400` (rmcp cannot answer one over HTTP), a body over 16 MiB `413`.
+//! - A new session beyond `max_sessions` is refused with `503` and a JSON-RPC error saying so.
+//! - A request reusing the id of one still in progress in its session is refused with `400`;
+//!   the first keeps its answer (rmcp would send it to the second).
+//! - A session is idle when none of its requests is in progress; it is closed (and its
+//!   processes terminated) once idle for the idle timeout, counted from its last request or
+//!   the end of its last response. A call in flight keeps it open however long it runs.
+
+use super::super::jsonrpc::{self, INVALID_REQUEST, Parsed, id_key};
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
+use rmcp::transport::streamable_http_server::SessionManager;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// The largest request body accepted.
+const MAX_BODY: usize = 16 * 1024 * 1024;
+
+/// The header carrying the session id.
+const SESSION_HEADER: &str = "mcp-session-id";
+
+/// JSON-RPC error code for "the server cannot take this now" (implementation-defined range).
+const SERVER_BUSY: i32 = -32000;
+
+/// The sessions of one HTTP server. Shared by the request middleware and the idle reaper.
+pub struct Sessions {
+    manager: Arc<LocalSessionManager>,
+    idle_timeout: Duration,
+    max_sessions: usize,
+    table: Mutex<HashMap<String, Activity>>,
+    /// Woken whenever a session may have become idle or its deadline moved.
+    changed: Notify,
+}
+
+/// One session's traffic.
+struct Activity {
+    /// Ids (their JSON text) of requests in progress.
+    pending: HashSet<String>,
+    /// Requests whose response has not ended.
+    in_flight: usize,
+    /// The last request, or the end of the last response.
+    last: Instant,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Activity {
+            pending: HashSet::new(),
+            in_flight: 0,
+            last: Instant::now(),
+        }
+    }
+}
+
+impl Sessions {
+    /// Bookkeeping for `manager`'s sessions.
+    pub fn new(
+        manager: Arc<LocalSessionManager>,
+        idle_timeout: Duration,
+        max_sessions: usize,
+    ) -> Arc<Self> {
+        Arc::new(Sessions {
+            manager,
+            idle_timeout,
+            max_sessions,
+            table: Mutex::new(HashMap::new()),
+            changed: Notify::new(),
+        })
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, Activity>> {
+        self.table
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Close sessions once they are idle for the idle timeout, until `stop`.
+    pub async fn reap_idle(self: Arc<Self>, stop: CancellationToken) {
+        loop {
+            let now = Instant::now();
+            let mut expired = Vec::new();
+            let mut next: Option<Instant> = None;
+            {
+                let mut table = self.table();
+                table.retain(|id, activity| {
+                    if activity.in_flight > 0 {
+                        return true;
+                    }
+                    let deadline = activity.last + self.idle_timeout;
+                    if deadline <= now {
+                        expired.push(id.clone());
+                        return false;
+                    }
+                    next = Some(next.map_or(deadline, |n| n.min(deadline)));
+                    true
+                });
+            }
+            for id in expired {
+                tracing::info!(
+                    session = %id,
+                    idle = %humantime::format_duration(self.idle_timeout),
+                    "HTTP session idle; closing it and terminating its processes"
+                );
+                if let Err(error) = self.manager.close_session(&id.as_str().into()).await {
+                    tracing::debug!(session = %id, %error, "closing an idle session");
+                }
+            }
+            let wait = async {
+                match next {
+                    Some(deadline) => tokio::time::sleep_until(deadline).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = self.changed.notified() => {}
+                _ = wait => {}
+            }
+        }
+    }
+
+    /// How many sessions rmcp holds.
+    async fn count(&self) -> usize {
+        self.manager.sessions.read().await.len()
+    }
+}
+
+/// The middleware: checks a POST body, caps sessions, tracks ids and activity.
+pub async fn track(
+    State(sessions): State<Arc<Sessions>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let session = request
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(id) = &session {
+        touch(&sessions, id);
+    }
+    match *request.method() {
+        Method::POST => post(sessions, session, request, next).await,
+        Method::DELETE => {
+            let response = next.run(request).await;
+            if let Some(id) = session
+                && response.status().is_success()
+            {
+                sessions.table().remove(&id);
+            }
+            response
+        }
+        _ => next.run(request).await,
+    }
+}
+
+/// Note traffic of a known session.
+fn touch(sessions: &Sessions, id: &str) {
+    if let Some(activity) = sessions.table().get_mut(id) {
+        activity.last = Instant::now();
+    }
+}
+
+async fn post(
+    sessions: Arc<Sessions>,
+    session: Option<String>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    let bytes = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(bytes) => bytes,
+        Err(error) => {
+            let message = format!(
+                "Invalid Request: cannot read the request body ({error}); the limit is {} MiB",
+                MAX_BODY / (1024 * 1024)
+            );
+            return refusal(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                jsonrpc::error_answer(None, INVALID_REQUEST, message),
+            );
+        }
+    };
+    let value = match jsonrpc::parse(jsonrpc::trim(&bytes)) {
+        Parsed::One(value) => value,
+        Parsed::Broken(answers) => return refusal(StatusCode::BAD_REQUEST, many(answers)),
+        Parsed::Batch(items) => {
+            let message = "Invalid Request: this server takes one JSON-RPC message per HTTP \
+                           request, not a batch";
+            return refusal(
+                StatusCode::BAD_REQUEST,
+                many(jsonrpc::refuse_all(&items, INVALID_REQUEST, message)),
+            );
+        }
+    };
+    let request_id = jsonrpc::request_id(&value);
+    let initialize =
+        session.is_none() && value.get("method").and_then(Value::as_str) == Some("initialize");
+    match jsonrpc::check(value) {
+        Err(answer) => return refusal(StatusCode::BAD_REQUEST, answer),
+        Ok(None) => return StatusCode::ACCEPTED.into_response(),
+        Ok(Some(_)) => {}
+    }
+    if initialize && sessions.count().await >= sessions.max_sessions {
+        let message = format!(
+            "this server already has {} MCP sessions, its limit (--max-sessions); end one \
+             (HTTP DELETE) or wait for an idle one to expire",
+            sessions.max_sessions
+        );
+        tracing::warn!("{message}");
+        let answer = jsonrpc::error_answer(request_id, SERVER_BUSY, message);
+        return refusal(StatusCode::SERVICE_UNAVAILABLE, answer);
+    }
+    let guard = match (&session, request_id) {
+        (Some(session), Some(id)) => match InFlight::begin(&sessions, session, id) {
+            Ok(guard) => Some(guard),
+            Err(answer) => return refusal(StatusCode::BAD_REQUEST, answer),
+        },
+        _ => None,
+    };
+    let response = next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await;
+    if initialize
+        && let Some(id) = response
+            .headers()
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+    {
+        sessions.table().insert(id.to_owned(), Activity::new());
+        sessions.changed.notify_one();
+    }
+    match guard {
+        // The request is in progress until its response (an SSE stream) has ended.
+        Some(guard) => response.map(|body| {
+            Body::from_stream(body.into_data_stream().map(move |chunk| {
+                let _ = &guard;
+                chunk
+            }))
+        }),
+        None => response,
+    }
+}
+
+/// A request in progress in a session; ends when dropped.
+struct InFlight {
+    sessions: Arc<Sessions>,
+    session: String,
+    key: String,
+}
+
+impl InFlight {
+    /// Register request `id` of `session`, or the refusal when it is already in progress.
+    fn begin(sessions: &Arc<Sessions>, session: &str, id: Value) -> Result<Self, Value> {
+        let key = id_key(&id);
+        let mut table = sessions.table();
+        let Some(activity) = table.get_mut(session) else {
+            // Not a session we know (rmcp answers 404 for it): nothing to track.
+            return Ok(InFlight {
+                sessions: sessions.clone(),
+                session: String::new(),
+                key,
+            });
+        };
+        if !activity.pending.insert(key.clone()) {
+            return Err(jsonrpc::id_in_use(id));
+        }
+        activity.in_flight += 1;
+        Ok(InFlight {
+            sessions: sessions.clone(),
+            session: session.to_owned(),
+            key,
+        })
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if self.session.is_empty() {
+            return;
+        }
+        if let Some(activity) = self.sessions.table().get_mut(&self.session) {
+            activity.pending.remove(&self.key);
+            activity.in_flight = activity.in_flight.saturating_sub(1);
+            activity.last = Instant::now();
+        }
+        self.sessions.changed.notify_one();
+    }
+}
+
+/// One answer as itself, several as an array.
+fn many(mut answers: Vec<Value>) -> Value {
+    if answers.len() == 1 {
+        answers.remove(0)
+    } else {
+        Value::Array(answers)
+    }
+}
+
+/// A refusal: `status` with the JSON-RPC error `answer` as a JSON body.
+fn refusal(status: StatusCode, answer: Value) -> Response {
+    let mut response = (status, Bytes::from(answer.to_string())).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
