@@ -333,6 +333,48 @@ async fn progress_notifications_carry_the_latest_output() {
 }
 
 #[tokio::test]
+async fn a_silent_command_sends_a_heartbeat_at_least_every_5_seconds() {
+    let mut client = StdioClient::start(&[]).await;
+    let (_, rx) = client
+        .start_request(
+            "tools/call",
+            json!({
+                "name": "execute",
+                "arguments": {"command": "echo started; sleep 11; echo done", "timeout": "60s"},
+                "_meta": {"progressToken": 7}
+            }),
+        )
+        .await;
+    let mut heartbeats = Vec::new();
+    let mut last = Instant::now();
+    // Each update must come within 5 s of the one before (1 s of slack for a loaded machine).
+    while let Some(message) = client.next_notification(Duration::from_secs(6)).await {
+        if message["method"] == "notifications/progress" {
+            last = Instant::now();
+            let text = message["params"]["message"].as_str().unwrap_or_default();
+            if text.contains("still running") {
+                heartbeats.push(text.to_owned());
+                if heartbeats.len() == 2 {
+                    break;
+                }
+            }
+        }
+    }
+    assert!(
+        heartbeats.len() == 2,
+        "two heartbeats during 11 silent seconds, none more than 6 s after the update before \
+         ({:?} since the last): {heartbeats:?}",
+        last.elapsed()
+    );
+    assert!(
+        heartbeats[0].contains("8 bytes of output") && heartbeats[0].contains("started"),
+        "a heartbeat says how much output there is and the last line: {heartbeats:?}"
+    );
+    let response = await_response(rx).await;
+    assert_eq!(structured(&response["result"])["output"], "started\ndone\n");
+}
+
+#[tokio::test]
 async fn no_progress_without_a_token() {
     let mut client = StdioClient::start(&[]).await;
     let result = client

@@ -16,6 +16,10 @@ use std::time::{Duration, Instant};
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 /// Lines of output in one progress update.
 const PROGRESS_LINES: usize = 5;
+/// A waiting call with nothing new to report still reports this often (checked every
+/// [`PROGRESS_EVERY`], so updates are never more than 5 s apart): a client whose request
+/// timeout restarts on progress keeps waiting for a healthy silent command.
+const HEARTBEAT: Duration = Duration::from_secs(4);
 /// Most hidden paths one request may add.
 const MAX_HIDDEN: usize = 64;
 
@@ -307,6 +311,18 @@ struct Wait<'a> {
     call_started: Instant,
 }
 
+/// The update of a waiting call with nothing new: how long, how much output, the last line.
+fn heartbeat(elapsed_ms: u64, bytes: u64, last_line: &str) -> String {
+    let elapsed = humantime::format_duration(Duration::from_secs(elapsed_ms / 1000));
+    match (bytes, last_line.is_empty()) {
+        (0, _) => format!("still running after {elapsed}; no output yet"),
+        (_, true) => format!("still running after {elapsed}; {bytes} bytes of output"),
+        (_, false) => format!(
+            "still running after {elapsed}; {bytes} bytes of output, the last line: {last_line}"
+        ),
+    }
+}
+
 /// Wait on a process, reporting progress and honouring cancellation when the caller asked for
 /// them. Without either it is a single event-driven wait.
 async fn wait_with_options(
@@ -329,6 +345,8 @@ async fn wait_with_options(
     // The first update carries the latest lines written so far, even those written before
     // this wait began.
     let mut reported = 0;
+    let mut last_sent = Instant::now();
+    let mut last_line = String::new();
     loop {
         let left = timeout.saturating_sub(started.elapsed());
         let step = match options.progress {
@@ -342,9 +360,11 @@ async fn wait_with_options(
         if !snapshot.running || started.elapsed() >= timeout {
             break;
         }
-        if let Some(progress) = &options.progress
-            && snapshot.cursor > reported
-        {
+        let Some(progress) = &options.progress else {
+            continue;
+        };
+        let elapsed_ms = call_started.elapsed().as_millis() as u64;
+        if snapshot.cursor > reported {
             let fresh = backend.read(scope, id, ReadFrom::Cursor(reported))?;
             reported = fresh.cursor;
             let lines: Vec<&str> = fresh
@@ -353,12 +373,22 @@ async fn wait_with_options(
                 .filter(|l| !l.trim().is_empty())
                 .collect();
             let last = &lines[lines.len().saturating_sub(PROGRESS_LINES)..];
-            if !last.is_empty() {
+            if let Some(line) = last.last() {
+                last_line = (*line).to_owned();
                 progress(Progress {
-                    elapsed_ms: call_started.elapsed().as_millis() as u64,
+                    elapsed_ms,
                     message: last.join("\n"),
                 });
+                last_sent = Instant::now();
+                continue;
             }
+        }
+        if last_sent.elapsed() >= HEARTBEAT {
+            progress(Progress {
+                elapsed_ms,
+                message: heartbeat(elapsed_ms, snapshot.cursor, &last_line),
+            });
+            last_sent = Instant::now();
         }
     }
     backend.read(scope, id, from)
