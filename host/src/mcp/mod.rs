@@ -53,7 +53,8 @@ pub async fn serve_stdio(host: Arc<ToolHost>) -> Result<(), ServeError> {
     let stop = CancellationToken::new();
     let signals = spawn_signal_watch(stop.clone())?;
     let outcome = async {
-        let transport = stdio::LineTransport::new(tokio::io::stdin(), tokio::io::stdout());
+        let transport = stdio::LineTransport::new(tokio::io::stdin(), tokio::io::stdout())
+            .cancel_at_end(stop.clone());
         let running = tokio::select! {
             running = server.clone().serve_with_ct(transport, stop.clone()) => {
                 running.map_err(|e| ServeError::Initialize(e.to_string()))?

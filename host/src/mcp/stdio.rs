@@ -24,6 +24,7 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex as SyncMutex};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
 
 /// The longest line (one message) accepted: as rmcp's own transports.
 pub const MAX_LINE: usize = 16 * 1024 * 1024;
@@ -43,6 +44,8 @@ pub struct LineTransport<R, W> {
     queue: VecDeque<RxJsonRpcMessage<RoleServer>>,
     out: Arc<Mutex<Option<W>>>,
     state: Arc<SyncMutex<State>>,
+    /// Cancelled when the input ends.
+    input_ended: Option<CancellationToken>,
 }
 
 /// What reading and writing share.
@@ -89,7 +92,15 @@ where
             queue: VecDeque::new(),
             out: Arc::new(Mutex::new(Some(write))),
             state: Arc::default(),
+            input_ended: None,
         }
+    }
+
+    /// Cancel `token` when the input ends. Given the service's token, a client that goes
+    /// away cancels its calls in flight at once (rmcp would wait up to 5 s for them).
+    pub fn cancel_at_end(mut self, token: CancellationToken) -> Self {
+        self.input_ended = Some(token);
+        self
     }
 
     /// Read one line into `self.line`, never holding more than [`MAX_LINE`] of it (plus the
@@ -176,7 +187,12 @@ where
                 return Some(message);
             }
             let line = match self.read_line().await {
-                Ok(Line::Eof) => return None,
+                Ok(Line::Eof) => {
+                    if let Some(token) = &self.input_ended {
+                        token.cancel();
+                    }
+                    return None;
+                }
                 Ok(Line::Whole) => classify(trim(&self.line), &self.state),
                 Ok(Line::Oversized) => oversized(&self.line),
                 Err(error) => {

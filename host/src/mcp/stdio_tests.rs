@@ -236,3 +236,14 @@ async fn a_batch_under_2025_03_26_is_answered_as_one_array() {
     );
     assert_eq!(code(&answers[0]), -32600);
 }
+
+#[tokio::test]
+async fn the_end_of_input_cancels_the_service_token() {
+    let token = CancellationToken::new();
+    let (transport, _output) = transport(PING);
+    let mut transport = transport.cancel_at_end(token.clone());
+    assert!(transport.receive().await.is_some());
+    assert!(!token.is_cancelled(), "not while the input goes on");
+    assert!(transport.receive().await.is_none());
+    assert!(token.is_cancelled(), "calls in flight are cancelled at once");
+}
