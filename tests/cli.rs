@@ -233,3 +233,28 @@ fn a_reader_that_goes_away_is_not_a_crash() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(output.status.code(), Some(0), "{stderr}");
 }
+
+#[test]
+fn the_output_file_of_a_cut_result_outlives_the_call() {
+    let state = tempfile::tempdir().expect("state dir");
+    let state_arg = state.path().to_str().expect("utf8");
+    let out = toolhost(&[
+        "--state-dir",
+        state_arg,
+        "call",
+        "execute",
+        r#"{"command":"seq 1 300000"}"#,
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let result = json(&String::from_utf8_lossy(&out.stdout));
+    assert!(
+        result["truncated"].is_object(),
+        "the output was cut: {result}"
+    );
+    let file = result["output_file"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a cut result names its full output: {result}"));
+    let full = std::fs::read_to_string(file).expect("the file is there after the call exited");
+    assert!(full.starts_with("1\n2\n") && full.ends_with("299999\n300000\n"));
+    assert_eq!(full.lines().count(), 300_000);
+}

@@ -732,3 +732,174 @@ async fn sessions_beyond_the_cap_are_refused_with_503() {
     let _third = Session::open(&server).await;
     server.stop().await;
 }
+
+#[tokio::test]
+async fn output_resources_belong_to_their_session() {
+    let server = HttpServer::start(&[]).await;
+    let mine = Session::open(&server).await;
+    let theirs = Session::open(&server).await;
+    let result = mine
+        .call_tool("execute", json!({"command": "seq 1 200000"}))
+        .await;
+    let uri = result["content"]
+        .as_array()
+        .and_then(|items| items.iter().find(|c| c["type"] == "resource_link"))
+        .and_then(|link| link["uri"].as_str())
+        .unwrap_or_else(|| panic!("a cut result links its full output: {result}"))
+        .to_owned();
+    let read = mine
+        .request(
+            "resources/read",
+            json!({"uri": format!("{uri}?line=200000")}),
+        )
+        .await;
+    assert_eq!(read["result"]["contents"][0]["text"], "200000\n", "{read}");
+    let stolen = theirs.request("resources/read", json!({"uri": uri})).await;
+    assert_eq!(stolen["error"]["code"], -32002, "{stolen}");
+    let listed = theirs.request("resources/list", json!({})).await;
+    assert_eq!(listed["result"]["resources"], json!([]), "{listed}");
+    server.stop().await;
+}
+
+/// A request of protocol 2026-07-28 (no session) in the client-named scope `scope`; returns
+/// the HTTP status and the response message.
+async fn request_2026(
+    server: &HttpServer,
+    scope: Option<&str>,
+    tasks: bool,
+    method: &str,
+    mut params: Value,
+) -> (StatusCode, Value) {
+    let capabilities = if tasks {
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
+    } else {
+        json!({})
+    };
+    let mut meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+        "io.modelcontextprotocol/clientInfo": {"name": "toolhost-e2e", "version": "0"}
+    });
+    if let Some(scope) = scope {
+        meta["toolhost/scope"] = json!(scope);
+    }
+    params["_meta"] = meta;
+    let name = ["name", "uri", "taskId"]
+        .iter()
+        .find_map(|key| params[*key].as_str())
+        .map(str::to_owned);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let mut request = reqwest::Client::new()
+        .post(&server.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method)
+        .body(body.to_string());
+    if let Some(name) = name {
+        request = request.header("mcp-name", name);
+    }
+    let response = request.send().await.expect("HTTP request");
+    let status = response.status();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let text = tokio::time::timeout(ANSWER_TIMEOUT, response.text())
+        .await
+        .expect("response body in time")
+        .expect("response body");
+    let message = messages(&content_type, &text)
+        .into_iter()
+        .rfind(|m| m.get("result").is_some() || m.get("error").is_some())
+        .unwrap_or_else(|| panic!("{method}: no answer ({status}): {text}"));
+    (status, message)
+}
+
+#[tokio::test]
+async fn protocol_2026_07_28_scopes_are_named_in_meta() {
+    let server = HttpServer::start(&["--idle-timeout", "2s"]).await;
+    let marker = marker();
+    let call = |command: String| json!({"name": "execute", "arguments": {"command": command, "run_in_background": true}});
+    let list = json!({"name": "process_list", "arguments": {}});
+
+    // No scope named: refused, saying how to name one.
+    let (_, refused) = request_2026(&server, None, false, "tools/call", call("true".into())).await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("toolhost/scope")),
+        "{refused}"
+    );
+
+    let (status, started) = request_2026(
+        &server,
+        Some("alpha"),
+        false,
+        "tools/call",
+        call(format!("sleep 300 # {marker}")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{started}");
+    let id = structured(&started["result"])["background_process_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{started}"))
+        .to_owned();
+    // The same scope in a later request sees it; another scope does not.
+    let (_, mine) = request_2026(&server, Some("alpha"), false, "tools/call", list.clone()).await;
+    assert!(mine.to_string().contains(&id), "{mine}");
+    let (_, theirs) = request_2026(&server, Some("beta"), false, "tools/call", list).await;
+    assert!(!theirs.to_string().contains(&id), "{theirs}");
+
+    // A task of one scope is unknown in another, and completes with the result at exit.
+    let (_, created) = request_2026(
+        &server,
+        Some("alpha"),
+        true,
+        "tools/call",
+        json!({"name": "execute", "arguments": {"command": "sleep 0.5; echo done"}}),
+    )
+    .await;
+    let task_id = created["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{created}"))
+        .to_owned();
+    let (_, stolen) = request_2026(
+        &server,
+        Some("beta"),
+        true,
+        "tasks/get",
+        json!({"taskId": task_id}),
+    )
+    .await;
+    assert_eq!(stolen["error"]["code"], -32602, "{stolen}");
+    let begun = std::time::Instant::now();
+    let task = loop {
+        let (_, got) = request_2026(
+            &server,
+            Some("alpha"),
+            true,
+            "tasks/get",
+            json!({"taskId": task_id}),
+        )
+        .await;
+        if got["result"]["status"] != "working" {
+            break got["result"].clone();
+        }
+        assert!(begun.elapsed() < Duration::from_secs(20), "{got}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(task["status"], "completed", "{task}");
+    assert_eq!(structured(&task["result"])["output"], "done\n", "{task}");
+
+    // Idle for the idle timeout, the scope ends with its processes.
+    assert!(
+        wait_gone(&marker, Duration::from_secs(15)).await,
+        "the idle scope's process survives"
+    );
+    server.stop().await;
+}

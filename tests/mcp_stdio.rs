@@ -626,3 +626,293 @@ async fn process_input_drives_a_terminal_over_mcp() {
     );
     assert_eq!(stopped["running"], false, "{stopped}");
 }
+
+#[tokio::test]
+async fn cut_output_is_a_linked_resource_that_pages() {
+    let mut client = StdioClient::start(&[]).await;
+    let init = client.request("ping", json!({})).await;
+    assert!(init.get("result").is_some());
+    let result = client
+        .call_tool("execute", json!({"command": "seq 1 300000"}))
+        .await;
+    let link = result["content"]
+        .as_array()
+        .and_then(|items| items.iter().find(|c| c["type"] == "resource_link"))
+        .unwrap_or_else(|| panic!("a cut result links its full output: {result}"))
+        .clone();
+    let uri = link["uri"].as_str().expect("uri").to_owned();
+    assert!(
+        uri.starts_with("toolhost://process/") && uri.ends_with("/output"),
+        "{uri}"
+    );
+    assert_eq!(link["mimeType"], "text/plain");
+    assert!(
+        link["size"].as_u64().is_some_and(|s| s > 1_000_000),
+        "{link}"
+    );
+
+    let listed = client.request("resources/list", json!({})).await;
+    let uris: Vec<&str> = listed["result"]["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .filter_map(|r| r["uri"].as_str())
+        .collect();
+    assert!(uris.contains(&uri.as_str()), "{listed}");
+    let templates = client.request("resources/templates/list", json!({})).await;
+    assert!(
+        templates["result"]["resourceTemplates"][0]["uriTemplate"]
+            .as_str()
+            .is_some_and(|t| t.contains("{?offset,length,line,lines}")),
+        "{templates}"
+    );
+
+    // The last two lines, by line range.
+    let read = client
+        .request(
+            "resources/read",
+            json!({"uri": format!("{uri}?line=299999&lines=2")}),
+        )
+        .await;
+    assert_eq!(
+        read["result"]["contents"][0]["text"], "299999\n300000\n",
+        "{read}"
+    );
+    // A plain read is the first page, and says where the next one starts.
+    let first = client.request("resources/read", json!({"uri": uri})).await;
+    let contents = &first["result"]["contents"][0];
+    assert!(
+        contents["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("1\n2\n3\n")),
+        "{first}"
+    );
+    assert!(
+        contents["_meta"]["toolhost/next"]
+            .as_str()
+            .is_some_and(|n| n.contains("?offset=262144")),
+        "{contents}"
+    );
+
+    // Unknown processes are not found; malformed URIs are invalid params.
+    let missing = client
+        .request(
+            "resources/read",
+            json!({"uri": "toolhost://process/nope/output"}),
+        )
+        .await;
+    assert_eq!(missing["error"]["code"], -32002, "{missing}");
+    let malformed = client
+        .request("resources/read", json!({"uri": format!("{uri}?offset=x")}))
+        .await;
+    assert_eq!(malformed["error"]["code"], -32602, "{malformed}");
+}
+
+#[tokio::test]
+async fn host_log_lines_of_the_session_reach_a_client_that_set_a_level() {
+    let dir = toolhost_e2e::plugin_dir(
+        &toolhost_e2e::hostile_component(),
+        "hostile",
+        Some("[grants]\nprocess = true\n[limits]\ncpu_time = \"500ms\"\nwall_time = \"5s\"\n"),
+    );
+    let plugins = dir.path().display().to_string();
+    let mut client = StdioClient::spawn(&["--policy", "none", "--plugins", &plugins]);
+    let init = client.initialize().await;
+    assert!(
+        init["result"]["capabilities"]["logging"].is_object(),
+        "the logging capability is declared: {init}"
+    );
+    // Before the client sets a level, nothing is sent.
+    let quiet = client.call_tool("spin", json!({})).await;
+    assert_eq!(quiet["isError"], true, "{quiet}");
+    assert!(
+        client
+            .request("ping", json!({}))
+            .await
+            .get("result")
+            .is_some()
+    );
+    while let Some(message) = client.next_notification(Duration::ZERO).await {
+        assert_ne!(message["method"], "notifications/message", "{message}");
+    }
+
+    let set = client
+        .request("logging/setLevel", json!({"level": "warning"}))
+        .await;
+    assert!(set.get("result").is_some(), "{set}");
+    let failed = client.call_tool("spin", json!({})).await;
+    assert_eq!(failed["isError"], true, "{failed}");
+    let mut line = None;
+    while let Some(message) = client.next_notification(Duration::from_secs(10)).await {
+        if message["method"] == "notifications/message" {
+            line = Some(message);
+            break;
+        }
+    }
+    let line = line.expect("the limit hit is logged to the client");
+    assert_eq!(line["params"]["level"], "warning", "{line}");
+    let text = line["params"]["data"]["message"].as_str().unwrap_or("");
+    assert!(text.contains("limit") && text.contains("hostile"), "{line}");
+    assert!(
+        line["params"]["data"].get("scope").is_none(),
+        "the session's own id is not repeated: {line}"
+    );
+}
+
+/// The `_meta` every request of protocol 2026-07-28 carries (it has no `initialize`).
+fn meta_2026(tasks: bool) -> Value {
+    let capabilities = if tasks {
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
+    } else {
+        json!({})
+    };
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+        "io.modelcontextprotocol/clientInfo": {"name": "toolhost-e2e", "version": "0"}
+    })
+}
+
+/// Poll `tasks/get` until the task leaves `working`; returns its last state, and whether it
+/// was seen working after `working_after`.
+async fn poll_task(
+    client: &mut StdioClient,
+    task_id: &str,
+    working_after: Duration,
+) -> (Value, bool) {
+    let begun = Instant::now();
+    let mut seen_working_late = false;
+    loop {
+        let got = client
+            .request(
+                "tasks/get",
+                json!({"taskId": task_id, "_meta": meta_2026(true)}),
+            )
+            .await;
+        let task = got
+            .get("result")
+            .cloned()
+            .unwrap_or_else(|| panic!("tasks/get: {got}"));
+        if task["status"] != "working" {
+            return (task, seen_working_late);
+        }
+        if begun.elapsed() > working_after {
+            seen_working_late = true;
+        }
+        assert!(begun.elapsed() < Duration::from_secs(30), "still {task}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn protocol_2026_07_28_without_initialize_one_scope_per_connection() {
+    let mut client = StdioClient::spawn(&[]);
+    let discovered = client
+        .request("server/discover", json!({"_meta": meta_2026(false)}))
+        .await;
+    let result = &discovered["result"];
+    assert!(
+        result["supportedVersions"]
+            .as_array()
+            .is_some_and(|v| v.contains(&json!("2026-07-28")) && v.contains(&json!("2025-11-25"))),
+        "{discovered}"
+    );
+    assert!(
+        result["capabilities"]["extensions"]["io.modelcontextprotocol/tasks"].is_object(),
+        "the Tasks extension is offered: {discovered}"
+    );
+    let marker = marker();
+    let started = client
+        .request(
+            "tools/call",
+            json!({"name": "execute", "arguments": {"command": format!("sleep 300 # {marker}"), "run_in_background": true}, "_meta": meta_2026(false)}),
+        )
+        .await;
+    let id = structured(&started["result"])["background_process_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{started}"))
+        .to_owned();
+    // A later request of the connection sees the process: the connection is the scope.
+    let listed = client
+        .request(
+            "tools/call",
+            json!({"name": "process_list", "arguments": {}, "_meta": meta_2026(false)}),
+        )
+        .await;
+    assert!(listed.to_string().contains(&id), "{listed}");
+    // A request without the revision's `_meta` is refused, and the connection goes on.
+    let bare = client.request("tools/list", json!({})).await;
+    assert_eq!(bare["error"]["code"], -32602, "{bare}");
+    client.close_stdin();
+    assert!(client.wait_exit(Duration::from_secs(10)).await.is_some());
+    assert!(wait_gone(&marker, Duration::from_secs(10)).await);
+}
+
+#[tokio::test]
+async fn a_task_execute_waits_past_its_timeout_and_returns_the_result_at_exit() {
+    let mut client = StdioClient::spawn(&[]);
+    let created = client
+        .request(
+            "tools/call",
+            json!({"name": "execute", "arguments": {"command": "sleep 2.5; echo done", "timeout": "1s"}, "_meta": meta_2026(true)}),
+        )
+        .await;
+    let result = &created["result"];
+    assert_eq!(result["resultType"], "task", "{created}");
+    assert_eq!(result["status"], "working", "{created}");
+    let task_id = result["taskId"].as_str().expect("taskId").to_owned();
+    let (task, late) = poll_task(&mut client, &task_id, Duration::from_millis(1500)).await;
+    assert!(late, "still working after the 1 s timeout: no handover");
+    assert_eq!(task["status"], "completed", "{task}");
+    let out = structured(&task["result"]);
+    assert_eq!(out["output"], "done\n", "{task}");
+    assert_eq!(out["exit_code"], 0, "{task}");
+    assert!(out.get("background_process_id").is_none(), "{task}");
+
+    // Without the extension declared, the same call is answered directly.
+    let plain = client
+        .request(
+            "tools/call",
+            json!({"name": "execute", "arguments": {"command": "echo plain"}, "_meta": meta_2026(false)}),
+        )
+        .await;
+    assert_eq!(structured(&plain["result"])["output"], "plain\n", "{plain}");
+}
+
+#[tokio::test]
+async fn a_cancelled_task_kills_its_command() {
+    let mut client = StdioClient::spawn(&[]);
+    let marker = marker();
+    let created = client
+        .request(
+            "tools/call",
+            json!({"name": "execute", "arguments": {"command": format!("sleep 300 # {marker}")}, "_meta": meta_2026(true)}),
+        )
+        .await;
+    let task_id = created["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{created}"))
+        .to_owned();
+    assert!(wait_present(&marker, Duration::from_secs(10)).await);
+    let cancelled = client
+        .request(
+            "tasks/cancel",
+            json!({"taskId": task_id, "_meta": meta_2026(true)}),
+        )
+        .await;
+    assert!(cancelled.get("result").is_some(), "{cancelled}");
+    let (task, _) = poll_task(&mut client, &task_id, Duration::from_secs(60)).await;
+    assert_eq!(task["status"], "cancelled", "{task}");
+    assert!(
+        wait_gone(&marker, Duration::from_secs(10)).await,
+        "the command is killed with its task"
+    );
+    // An unknown task id is an error.
+    let unknown = client
+        .request(
+            "tasks/get",
+            json!({"taskId": "no-such-task", "_meta": meta_2026(true)}),
+        )
+        .await;
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+}

@@ -2,7 +2,7 @@
 //! plugin registry, and routes each tool call to the plugin that provides the tool.
 
 use crate::error::HostError;
-use crate::guest::{CallError, CallOptions, ComponentCache, Loader, ToolDefinition};
+use crate::guest::{CallError, CallOptions, CallOutput, ComponentCache, Loader, ToolDefinition};
 use crate::plugins::registry::{Registry, Snapshot};
 use crate::plugins::watcher;
 use crate::process::{ProcessBackend, ProcessManager, ProcessManagerConfig};
@@ -260,6 +260,7 @@ impl ToolHost {
     ) -> Result<String, CallError> {
         self.call_with(scope, tool, arguments, CallOptions::default())
             .await
+            .map(|output| output.text)
     }
 
     /// [`Self::call`] with progress reporting and/or cancellation.
@@ -269,7 +270,7 @@ impl ToolHost {
         tool: &str,
         arguments: &str,
         options: CallOptions,
-    ) -> Result<String, CallError> {
+    ) -> Result<CallOutput, CallError> {
         let plugin = {
             let registry = self.snapshot();
             match registry.by_tool.get(tool) {
@@ -287,7 +288,51 @@ impl ToolHost {
                 }
             }
         };
-        plugin.call(scope, tool, arguments, options).await
+        let outcome = plugin.call(scope, tool, arguments, options).await;
+        // The session's log (an MCP client that set a level sees these).
+        match &outcome {
+            Err(error @ CallError::Limit { .. }) => {
+                tracing::warn!(scope, tool, "a call hit its plugin's limit: {error}");
+            }
+            Err(error @ CallError::Plugin { .. }) => {
+                tracing::error!(scope, tool, "a call failed in its plugin: {error}");
+            }
+            _ => {}
+        }
+        outcome
+    }
+
+    /// The full output log of process `id` of `scope`, when it has one that still exists
+    /// (never another scope's process).
+    pub fn output_log(&self, scope: &str, id: &str) -> Option<PathBuf> {
+        self.registry.loader().backend.output_log(scope, id)
+    }
+
+    /// The processes of `scope` with a full output log, and their files.
+    pub fn output_logs(&self, scope: &str) -> Vec<(String, PathBuf)> {
+        self.registry.loader().backend.output_logs(scope)
+    }
+
+    /// Keep deleting output logs past their retention or over the total while the host lives
+    /// (a server; a single call relies on the sweep when the host starts). Checks every
+    /// quarter of the retention, at most every 10 minutes.
+    pub fn sweep_logs_periodically(&self) {
+        let Some(manager) = &self.manager else { return };
+        let every = (manager.config().log_retention / 4)
+            .clamp(Duration::from_secs(1), Duration::from_secs(600));
+        let manager = Arc::downgrade(manager);
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(every);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticks.tick().await;
+            loop {
+                ticks.tick().await;
+                let Some(manager) = manager.upgrade() else {
+                    return;
+                };
+                let _ = tokio::task::spawn_blocking(move || manager.sweep_logs()).await;
+            }
+        });
     }
 
     /// Terminate every process of `scope` (its session ended).

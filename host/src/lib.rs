@@ -27,7 +27,8 @@ pub mod testing;
 
 pub use error::HostError;
 pub use guest::{
-    CallError, CallOptions, EngineError, LimitExceeded, LoadError, Progress, ProgressSink,
+    CallError, CallOptions, CallOutput, EngineError, LimitExceeded, LoadError, Progress,
+    ProgressSink,
 };
 pub use host::{ToolHints, ToolHost, ToolHostBuilder, ToolInfo, default_cache_dir};
 pub use plugins::bundled;

@@ -28,6 +28,17 @@ struct Cli {
     #[arg(long, value_name = "DIR", global = true)]
     state_dir: Option<PathBuf>,
 
+    /// How long full output logs are kept after their last write, also after their process,
+    /// session and host are gone: a path or resource link given to a model stays valid this
+    /// long. Older logs are deleted when a host starts and, while serving, periodically.
+    #[arg(long, value_name = "DURATION", default_value = "24h", global = true)]
+    log_retention: humantime::Duration,
+
+    /// The most disk space the output logs in the state directory may take together; past it
+    /// the oldest are deleted first (e.g. `1GiB`).
+    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_memory, global = true)]
+    log_max_total: u64,
+
     /// Default working directory of processes (default: the current directory).
     #[arg(long, value_name = "DIR", global = true)]
     workdir: Option<PathBuf>,
@@ -184,15 +195,24 @@ fn main() -> ExitCode {
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
         eprintln!("toolhost: warning: cannot make the host non-dumpable: {e}");
     }
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        // Colour codes only for a person at a terminal, never in a file or a pipe.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("TOOLHOST_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
+    {
+        use tracing_subscriber::Layer;
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        let stderr = tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            // Colour codes only for a person at a terminal, never in a file or a pipe.
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_filter(
+                tracing_subscriber::EnvFilter::try_from_env("TOOLHOST_LOG")
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            );
+        tracing_subscriber::registry()
+            .with(stderr)
+            // Log lines for MCP clients that ask for them (`logging/setLevel`).
+            .with(toolhost::mcp::logging::layer())
+            .init();
+    }
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -228,6 +248,8 @@ async fn build_host(cli: &Cli) -> Result<ToolHost> {
     if let Some(dir) = &cli.state_dir {
         config.state_dir = Some(dir.clone());
     }
+    config.log_retention = cli.log_retention.into();
+    config.log_max_total = cli.log_max_total;
     if let Some(shell) = &cli.shell {
         config.shell = shell.clone();
     }
@@ -413,6 +435,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 None => None,
             };
             let host = std::sync::Arc::new(build_host(&cli).await?);
+            host.sweep_logs_periodically();
             match http {
                 Some(options) => toolhost::mcp::serve_http(host, options).await?,
                 None => toolhost::mcp::serve_stdio(host).await?,

@@ -31,4 +31,4 @@ pub(crate) use engine::Loader;
 pub use errors::{CallError, EngineError, LimitExceeded, LoadError};
 pub(crate) use limits::{CallLimits, Grants};
 pub(crate) use plugin::{Plugin, PluginSource};
-pub use state::{CallOptions, Progress, ProgressSink};
+pub use state::{CallOptions, CallOutput, Progress, ProgressSink};

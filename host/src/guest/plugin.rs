@@ -11,7 +11,7 @@ use super::cache;
 use super::engine::Loader;
 use super::errors::{CallError, LimitExceeded, LoadError};
 use super::limits::{CallLimits, Grants};
-use super::state::{CallOptions, CallState, ProcessGrant};
+use super::state::{CallOptions, CallOutput, CallState, ProcessGrant};
 use super::v0_1_0;
 use crate::sandbox;
 use std::pin::Pin;
@@ -103,23 +103,29 @@ impl Instance {
         tool: &str,
         arguments: &str,
         context: &CallContext,
-    ) -> wasmtime::Result<Result<String, String>> {
+    ) -> wasmtime::Result<Result<CallOutput, String>> {
         match self {
-            Instance::Current(instance) => {
-                instance
-                    .toolhost_plugin_tool()
-                    .call_call(store, tool, arguments, context)
-                    .await
-            }
+            Instance::Current(instance) => Ok(instance
+                .toolhost_plugin_tool()
+                .call_call(store, tool, arguments, context)
+                .await?
+                .map(|result| CallOutput {
+                    text: result.output,
+                    full_output: result.full_output,
+                })),
             Instance::V0_1_0(instance) => {
                 let context = v0_1_0::OldCallContext {
                     scope: context.scope.clone(),
                     config: context.config.clone(),
                 };
-                instance
+                Ok(instance
                     .toolhost_plugin_tool()
                     .call_call(store, tool, arguments, &context)
-                    .await
+                    .await?
+                    .map(|text| CallOutput {
+                        text,
+                        full_output: Vec::new(),
+                    }))
             }
         }
     }
@@ -352,7 +358,7 @@ impl Plugin {
         tool: &str,
         arguments: &str,
         options: CallOptions,
-    ) -> Result<String, CallError> {
+    ) -> Result<CallOutput, CallError> {
         let context = CallContext {
             scope: scope.to_string(),
             config: self.config.clone(),

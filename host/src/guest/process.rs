@@ -123,7 +123,12 @@ impl wit_process::Host for CallState {
         let grant = self.grant()?;
         let request = match Self::check_request(grant, request) {
             Ok(r) => r,
-            Err(e) => return Ok(Err(e)),
+            Err(e) => {
+                if let wit_process::ProcessError::InvalidRequest(why) = &e {
+                    tracing::warn!(scope = %self.scope, "refused a start request: {why}");
+                }
+                return Ok(Err(e));
+            }
         };
         let grant = grant.clone();
         let result = self
@@ -269,6 +274,11 @@ impl wit_process::Host for CallState {
             .cancel
             .as_ref()
             .is_some_and(|cancel| cancel.is_cancelled()))
+    }
+
+    async fn waits_for_exit(&mut self) -> wasmtime::Result<bool> {
+        self.grant()?;
+        Ok(self.options.waits_for_exit)
     }
 
     async fn send_signal(

@@ -57,6 +57,17 @@ pub struct Progress {
     pub message: String,
 }
 
+/// What a successful call returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallOutput {
+    /// The result: JSON text.
+    pub text: String,
+    /// Processes of the calling scope whose complete output the result points to (their
+    /// output text was cut), as the policy named them; unchecked: look each up with
+    /// [`crate::ToolHost::output_log`] before offering it.
+    pub full_output: Vec<String>,
+}
+
 /// Per-call options from the caller (an MCP session, the library user).
 #[derive(Clone, Default)]
 pub struct CallOptions {
@@ -65,6 +76,9 @@ pub struct CallOptions {
     /// Cancelled when the caller gives up: a wait in progress returns at once as if it had
     /// timed out, and the policy can tell why (`process.call-cancelled`).
     pub cancel: Option<CancellationToken>,
+    /// The caller waits for the result however long it takes (an MCP task): the policy need
+    /// not hand a command over to the background at its timeout (`process.waits-for-exit`).
+    pub waits_for_exit: bool,
 }
 
 /// Store data of one call: a fresh one per call, dropped with the instance.

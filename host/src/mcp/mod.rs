@@ -9,8 +9,11 @@
 
 pub mod http;
 mod jsonrpc;
+pub mod logging;
+mod resources;
 mod server;
 mod stdio;
+mod tasks;
 
 pub use http::{HttpOptions, serve_http};
 pub use server::ToolServer;

@@ -5,14 +5,21 @@
 //! start are invisible to every other session, and they are terminated when the session ends
 //! (the last clone of the server is dropped, or the caller ends the scope explicitly).
 
-use crate::{CallError, CallOptions, Progress, ProgressSink, ToolHost, ToolInfo};
+use super::http::scopes::{HttpScopes, Lease, Principal, SCOPE_KEY};
+use super::logging::SessionLog;
+use super::{resources, tasks};
+use crate::{CallError, CallOptions, CallOutput, Progress, ProgressSink, ToolHost, ToolInfo};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
-    CustomResult, ErrorCode, Implementation, InitializeRequestParams, JsonObject, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ProtocolVersion,
-    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    CustomResult, ErrorCode, Implementation, InitializeRequestParams, JsonObject,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
 };
+use rmcp::model::{CancelTaskParams, GetTaskParams, GetTaskResult, UpdateTaskParams};
 use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::task_manager::TaskManager;
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -36,6 +43,29 @@ const INSTRUCTIONS: &str = "Shell tools for this machine. Run commands with `exe
 #[derive(Clone)]
 pub struct ToolServer {
     session: Arc<Session>,
+    /// Over HTTP: the scopes 2026-07-28 requests name (that revision has no sessions).
+    http_scopes: Option<Arc<HttpScopes>>,
+}
+
+/// The scope a request runs in, and that scope's tasks; holds an HTTP scope in use while it
+/// lives.
+pub struct ScopeRef {
+    /// The scope's id in the host.
+    pub name: String,
+    /// Its tasks.
+    pub tasks: TaskManager,
+    _lease: Option<Lease>,
+}
+
+impl ScopeRef {
+    /// A reference to an HTTP scope that keeps it in use while it lives.
+    pub(super) fn leased(name: String, tasks: TaskManager, lease: Lease) -> Self {
+        ScopeRef {
+            name,
+            tasks,
+            _lease: Some(lease),
+        }
+    }
 }
 
 /// The state shared by the clones of one [`ToolServer`].
@@ -44,13 +74,18 @@ struct Session {
     scope: String,
     /// Set once a tool was called: only then can the scope own processes.
     used: AtomicBool,
-    /// Cancelled when the session ends; stops the tool-list watcher.
+    /// Cancelled when the session ends; stops the tool-list watcher and log forwarding.
     ended: CancellationToken,
+    /// Calls of this session running as tasks (2026-07-28 clients on stdio).
+    tasks: TaskManager,
+    /// Host log lines for the client, once it set a level.
+    log: Arc<SessionLog>,
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
         self.ended.cancel();
+        self.tasks.shutdown();
         if !self.used.load(Ordering::Acquire) {
             return;
         }
@@ -85,8 +120,60 @@ impl ToolServer {
                 scope,
                 used: AtomicBool::new(false),
                 ended: CancellationToken::new(),
+                tasks: TaskManager::new(),
+                log: Arc::default(),
             }),
+            http_scopes: None,
         }
+    }
+
+    /// A handler for one request or session over HTTP: a 2026-07-28 request runs in the
+    /// scope it names in `_meta` (see [`HttpScopes`]), an older session in its own.
+    pub(super) fn for_http(host: Arc<ToolHost>, scopes: Arc<HttpScopes>) -> Self {
+        let mut server = Self::new(host);
+        server.http_scopes = Some(scopes);
+        server
+    }
+
+    /// The scope `context`'s request runs in: the session's, or, for a 2026-07-28 request
+    /// over HTTP, the one it names in `_meta` for its bearer token.
+    fn scope_of(&self, context: &RequestContext<RoleServer>) -> Result<ScopeRef, ErrorData> {
+        let sessionless = context
+            .protocol_version()
+            .is_some_and(|version| !version.has_initialize());
+        if let (Some(scopes), true) = (&self.http_scopes, sessionless) {
+            let principal = context
+                .extensions
+                .get::<axum::http::request::Parts>()
+                .and_then(|parts| parts.extensions.get::<Principal>())
+                .ok_or_else(|| {
+                    ErrorData::internal_error("the request's bearer token was not checked", None)
+                })?;
+            let Some(id) = context.meta.get(SCOPE_KEY) else {
+                return Err(ErrorData::invalid_params(
+                    format!(
+                        "protocol 2026-07-28 has no sessions: over HTTP, name the scope your \
+                         processes belong to in the request's `_meta` as `{SCOPE_KEY}` (an id \
+                         of your choice; the same id in later requests reaches the same \
+                         processes)"
+                    ),
+                    None,
+                ));
+            };
+            let Some(id) = id.as_str() else {
+                return Err(ErrorData::invalid_params(
+                    format!("`_meta.{SCOPE_KEY}` must be a string"),
+                    None,
+                ));
+            };
+            return scopes.lease(principal, id);
+        }
+        self.session.used.store(true, Ordering::Release);
+        Ok(ScopeRef {
+            name: self.session.scope.clone(),
+            tasks: self.session.tasks.clone(),
+            _lease: None,
+        })
     }
 
     /// The scope every call of this session runs in.
@@ -105,11 +192,20 @@ impl ToolServer {
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, ErrorData> {
+    ) -> Result<CallToolResponse, ErrorData> {
         let arguments = match request.arguments {
             Some(object) => serde_json::Value::Object(object).to_string(),
             None => "{}".to_string(),
         };
+        let scope = self.scope_of(&context)?;
+        if tasks::wanted(&request.name, &context) {
+            return Ok(CallToolResponse::Task(tasks::spawn(
+                self.session.host.clone(),
+                scope,
+                request.name.to_string(),
+                arguments,
+            )));
+        }
         let (progress, forwarder) = match context.meta.get_progress_token() {
             Some(token) => {
                 let (sink, forwarder) = progress_forwarder(context.peer.clone(), token);
@@ -120,29 +216,50 @@ impl ToolServer {
         let options = CallOptions {
             progress,
             cancel: Some(context.ct.clone()),
+            waits_for_exit: false,
         };
-        self.session.used.store(true, Ordering::Release);
         let outcome = self
             .session
             .host
-            .call_with(&self.session.scope, &request.name, &arguments, options)
+            .call_with(&scope.name, &request.name, &arguments, options)
             .await;
         if let Some(forwarder) = forwarder {
             // The sink went away with the call options; let the last updates go out first
             // so that none arrives after the result.
             let _ = tokio::time::timeout(PROGRESS_FLUSH, forwarder).await;
         }
-        match outcome {
-            Ok(text) => Ok(tool_result(text)),
-            Err(CallError::UnknownTool { name, available }) => Err(ErrorData::invalid_params(
-                format!("unknown tool `{name}`; available tools: {available}"),
-                Some(serde_json::json!({ "tool": name })),
-            )),
-            Err(
-                error @ (CallError::Tool(_) | CallError::Limit { .. } | CallError::Plugin { .. }),
-            ) => Ok(CallToolResult::error(vec![ContentBlock::text(
+        call_result(&self.session.host, &scope.name, outcome).map(Into::into)
+    }
+}
+
+/// The MCP result of a call in `scope`: the result with a `resource_link` to the full output
+/// of each process whose text it cut (only the scope's, only logs that exist), a tool error as
+/// an `isError` result, an unknown tool as invalid params.
+pub(super) fn call_result(
+    host: &ToolHost,
+    scope: &str,
+    outcome: Result<CallOutput, CallError>,
+) -> Result<CallToolResult, ErrorData> {
+    match outcome {
+        Ok(output) => {
+            let mut result = tool_result(output.text);
+            for id in &output.full_output {
+                if let Some(path) = host.output_log(scope, id) {
+                    result
+                        .content
+                        .push(ContentBlock::resource_link(resources::describe(id, &path)));
+                }
+            }
+            Ok(result)
+        }
+        Err(CallError::UnknownTool { name, available }) => Err(ErrorData::invalid_params(
+            format!("unknown tool `{name}`; available tools: {available}"),
+            Some(serde_json::json!({ "tool": name })),
+        )),
+        Err(error @ (CallError::Tool(_) | CallError::Limit { .. } | CallError::Plugin { .. })) => {
+            Ok(CallToolResult::error(vec![ContentBlock::text(
                 error.to_string(),
-            )])),
+            )]))
         }
     }
 }
@@ -250,23 +367,26 @@ fn mcp_tool(tool: ToolInfo) -> Tool {
 }
 
 impl ServerHandler for ToolServer {
+    // `logging` is deprecated after 2025-11-25, whose clients still use it.
+    #[allow(deprecated)]
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tool_list_changed()
+                .enable_resources()
+                .enable_logging()
+                .enable_tasks()
                 .build(),
         )
         .with_server_info(Implementation::new("toolhost", env!("CARGO_PKG_VERSION")))
         .with_instructions(INSTRUCTIONS)
     }
 
-    /// Only versions with `initialize`: a session (and its scope) starts there. The
-    /// session-less 2026-07-28 protocol has no place for per-session processes.
+    /// Every revision up to 2026-07-28. That one has no sessions: on stdio the connection is
+    /// the scope, over HTTP each request names its scope in `_meta` (`toolhost/scope`).
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        Cow::Borrowed(ProtocolVersion::known_up_to(
-            &ProtocolVersion::LATEST_WITH_INITIALIZE,
-        ))
+        Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2026_07_28))
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
@@ -307,6 +427,77 @@ impl ServerHandler for ToolServer {
         ))
     }
 
+    /// Host log lines about this session (and host-wide ones) from now on, at `level` and
+    /// above.
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.session.log.set_level(
+            request.level,
+            &self.session.scope,
+            context.peer,
+            self.session.ended.clone(),
+        );
+        Ok(())
+    }
+
+    /// The complete output of each process of this session that has an output log.
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let scope = self.scope_of(&context)?;
+        let mut logs = self.session.host.output_logs(&scope.name);
+        logs.sort();
+        Ok(ListResourcesResult::with_all_items(
+            logs.iter()
+                .map(|(id, path)| resources::describe(id, path))
+                .collect(),
+        ))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        Ok(ListResourceTemplatesResult::with_all_items(vec![
+            resources::template(),
+        ]))
+    }
+
+    /// A page of a process's complete output; another session's process is not found.
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let asked = resources::parse(&request.uri)?;
+        let scope = self.scope_of(&context)?;
+        let Some(path) = self.session.host.output_log(&scope.name, &asked.id) else {
+            return Err(ErrorData::resource_not_found(
+                format!(
+                    "no output of process `{}` in this session (unknown, another session's, \
+                     without output, or deleted after the log retention)",
+                    asked.id
+                ),
+                Some(serde_json::json!({ "uri": request.uri })),
+            ));
+        };
+        let uri = request.uri.clone();
+        let contents = tokio::task::spawn_blocking(move || {
+            resources::read(&uri, &asked.id, &path, &asked.range)
+        })
+        .await
+        .map_err(|e| ErrorData::internal_error(format!("reading the output failed: {e}"), None))?
+        .map_err(|e| ErrorData::resource_not_found(format!("cannot read the output: {e}"), None))?;
+        Ok(ReadResourceResult::new(vec![contents]).into())
+    }
+
     fn get_tool(&self, name: &str) -> Option<Tool> {
         self.session
             .host
@@ -321,7 +512,40 @@ impl ServerHandler for ToolServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        self.call(request, context).await.map(Into::into)
+        self.call(request, context).await
+    }
+
+    /// A task of this scope: its status, and its result once it ended.
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let scope = self.scope_of(&context)?;
+        Ok(GetTaskResult::new(scope.tasks.get_task(&request.task_id)?))
+    }
+
+    /// Our tasks never ask for input; answers are accepted and ignored.
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let scope = self.scope_of(&context)?;
+        scope
+            .tasks
+            .update_task(&request.task_id, request.input_responses)
+    }
+
+    /// Cancel a task: its call is cancelled, and the bundled policies kill its command and
+    /// everything it started.
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let scope = self.scope_of(&context)?;
+        scope.tasks.cancel_task(&request.task_id)
     }
 
     /// rmcp hands a standard request whose params do not fit its type here, as an unknown

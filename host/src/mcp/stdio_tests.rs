@@ -245,5 +245,8 @@ async fn the_end_of_input_cancels_the_service_token() {
     assert!(transport.receive().await.is_some());
     assert!(!token.is_cancelled(), "not while the input goes on");
     assert!(transport.receive().await.is_none());
-    assert!(token.is_cancelled(), "calls in flight are cancelled at once");
+    assert!(
+        token.is_cancelled(),
+        "calls in flight are cancelled at once"
+    );
 }

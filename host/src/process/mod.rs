@@ -246,6 +246,20 @@ pub trait ProcessBackend: Send + Sync + 'static {
         Err(no_terminal(id))
     }
 
+    /// The full output log of process `id` of `scope`, when it has one that still exists;
+    /// never another scope's. The default: no logs.
+    fn output_log(&self, scope: &str, id: &str) -> Option<PathBuf> {
+        let _ = (scope, id);
+        None
+    }
+
+    /// The processes of `scope` that have a full output log, with their files. The default:
+    /// none.
+    fn output_logs(&self, scope: &str) -> Vec<(String, PathBuf)> {
+        let _ = scope;
+        Vec::new()
+    }
+
     /// Wait until `until` holds, the process exits or `timeout` passes, then read from
     /// `from`. The default handles only [`Until::Exit`] (as [`ProcessBackend::wait`]) and
     /// otherwise reads at once.

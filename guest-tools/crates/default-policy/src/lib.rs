@@ -2,7 +2,9 @@
 //! that outlives its timeout is handed over to the background, never silently leaked or
 //! killed.
 
-use policy_core::exports::toolhost::plugin::tool::{CallContext, Guest, ToolDefinition};
+use policy_core::exports::toolhost::plugin::tool::{
+    CallContext, CallResult, Guest, ToolDefinition,
+};
 use policy_core::{Confinement, OnTimeout, Policy, SandboxSettings, Settings};
 use std::time::Duration;
 
@@ -29,7 +31,7 @@ impl Guest for DefaultPolicy {
         policy_core::tools(&POLICY, &config, &sandbox)
     }
 
-    fn call(name: String, arguments: String, context: CallContext) -> Result<String, String> {
+    fn call(name: String, arguments: String, context: CallContext) -> Result<CallResult, String> {
         policy_core::call(&POLICY, &name, &arguments, &context)
     }
 }

@@ -2,7 +2,9 @@
 //! before they run (each refusal names its rule), a foreground command is killed with
 //! everything it started at its timeout, and the longest timeout is lower.
 
-use policy_core::exports::toolhost::plugin::tool::{CallContext, Guest, ToolDefinition};
+use policy_core::exports::toolhost::plugin::tool::{
+    CallContext, CallResult, Guest, ToolDefinition,
+};
 use policy_core::{Confinement, Mode, Network, OnTimeout, Policy, SandboxSettings, Settings};
 use std::time::Duration;
 
@@ -31,7 +33,7 @@ impl Guest for GuardedPolicy {
         policy_core::tools(&POLICY, &config, &sandbox)
     }
 
-    fn call(name: String, arguments: String, context: CallContext) -> Result<String, String> {
+    fn call(name: String, arguments: String, context: CallContext) -> Result<CallResult, String> {
         policy_core::call(&POLICY, &name, &arguments, &context)
     }
 }

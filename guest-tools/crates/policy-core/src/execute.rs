@@ -7,8 +7,11 @@ use crate::toolhost::plugin::process::{self as host, ReadFrom, Signal, StartRequ
 use crate::{
     Obj, Policy, bound_output, deny, millis, process_error, tool_definition, truncation_json,
 };
-use serde_json::{Map, Value, json};
+use serde_json::json;
 use std::time::{Duration, Instant};
+
+/// One wait of a command whose caller waits for its end (a task); repeated until it exits.
+const TASK_WAIT: Duration = Duration::from_secs(600);
 
 /// The environment every command gets, so nothing waits for a human: editors, pagers and
 /// credential prompts are disabled, colours are off.
@@ -281,7 +284,11 @@ pub fn file_dump_note(command: &str) -> Option<&'static str> {
     )
 }
 
-pub fn run(policy: &Policy, settings: &Settings, args: &str) -> Result<Map<String, Value>, String> {
+pub(crate) fn run(
+    policy: &Policy,
+    settings: &Settings,
+    args: &str,
+) -> Result<crate::Reply, String> {
     let args = Args::parse(args, ARGS)?;
     let command = args.required_string("command")?;
     let requested_timeout = args.duration("timeout")?;
@@ -353,7 +360,8 @@ pub fn run(policy: &Policy, settings: &Settings, args: &str) -> Result<Map<Strin
             .set("wall_duration_ms", millis(started.elapsed()))
             .set("background_process_id", id)
             .set("note", notes.join(" "))
-            .build());
+            .build()
+            .into());
     }
 
     let (mut out, waiting) = match stdin {
@@ -363,6 +371,23 @@ pub fn run(policy: &Policy, settings: &Settings, args: &str) -> Result<Map<Strin
             false,
         ),
     };
+    // A caller that waits for the result however long it takes (an MCP task) gets the
+    // command's end, not a handover to the background at the timeout.
+    if out.running
+        && stdin.is_none()
+        && settings.on_timeout == OnTimeout::Handover
+        && !host::call_cancelled()
+        && host::waits_for_exit()
+    {
+        notes.push(format!(
+            "The command ran past its timeout of {}; the caller waits for its end (a task), so \
+             it was not handed over to the background.",
+            format_duration(timeout)
+        ));
+        while out.running && !host::call_cancelled() {
+            out = host::wait(&id, millis(TASK_WAIT), ReadFrom::All).map_err(process_error)?;
+        }
+    }
     // The caller gave up on this call: stop what it started, which would otherwise run on
     // with nobody to follow it.
     if out.running && host::call_cancelled() {
@@ -479,7 +504,7 @@ pub fn run(policy: &Policy, settings: &Settings, args: &str) -> Result<Map<Strin
     if !notes.is_empty() {
         result.set("note", notes.join(" "));
     }
-    Ok(result.build())
+    Ok(crate::Reply::linking(result.build(), &id))
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use crate::exports::toolhost::plugin::tool::ToolDefinition;
 use crate::settings::Settings;
 use crate::toolhost::plugin::process::{self as host, Key, Output, ReadFrom, Screen, Until};
 use crate::{Obj, millis, process_error, tool_definition, truncation_schema};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::time::Duration;
 
 /// Output quiet this long means the program waits for input.
@@ -189,7 +189,7 @@ const INPUT_ARGS: &[&str] = &[
     "eof",
 ];
 
-pub fn input(settings: &Settings, args: &str) -> Result<Map<String, Value>, String> {
+pub(crate) fn input(settings: &Settings, args: &str) -> Result<crate::Reply, String> {
     let args = Args::parse(args, INPUT_ARGS)?;
     let id = args.required_string("process_id")?;
     let text = args.string("input")?.unwrap_or("");
@@ -255,7 +255,7 @@ pub fn input(settings: &Settings, args: &str) -> Result<Map<String, Value>, Stri
     if !notes.is_empty() {
         result.insert("note".into(), Value::String(notes.join(" ")));
     }
-    Ok(result)
+    Ok(crate::Reply::linking(result, id))
 }
 
 /// The screen of a terminal as result fields: `output` (the rows as text, trailing blank

@@ -12,7 +12,7 @@
 //!     fn tools(config: String, sandbox: Settings) -> Result<Vec<ToolDefinition>, String> {
 //!         policy_core::tools(&POLICY, &config, &sandbox)
 //!     }
-//!     fn call(name: String, args: String, cx: CallContext) -> Result<String, String> {
+//!     fn call(name: String, args: String, cx: CallContext) -> Result<CallResult, String> {
 //!         policy_core::call(&POLICY, &name, &args, &cx)
 //!     }
 //! }
@@ -34,7 +34,7 @@ wit_bindgen::generate!({
     export_macro_name: "export_policy",
 });
 
-use exports::toolhost::plugin::tool::{CallContext, ToolDefinition};
+use exports::toolhost::plugin::tool::{CallContext, CallResult, ToolDefinition};
 use serde_json::{Map, Value, json};
 use std::time::Duration;
 pub use toolhost::plugin::sandbox::Settings as SandboxSettings;
@@ -117,22 +117,61 @@ pub fn tools(
     ])
 }
 
+/// A tool's result: its fields, and the processes whose complete output it points to (their
+/// output text was cut; the host links their full output logs).
+pub(crate) struct Reply {
+    fields: Map<String, Value>,
+    full_output: Vec<String>,
+}
+
+impl Reply {
+    /// `fields`, pointing to the full output of process `id` when they name an output file.
+    fn linking(fields: Map<String, Value>, id: &str) -> Self {
+        let full_output = if fields.contains_key("output_file") {
+            vec![id.to_owned()]
+        } else {
+            Vec::new()
+        };
+        Reply {
+            fields,
+            full_output,
+        }
+    }
+}
+
+impl From<Map<String, Value>> for Reply {
+    fn from(fields: Map<String, Value>) -> Self {
+        Reply {
+            fields,
+            full_output: Vec::new(),
+        }
+    }
+}
+
 /// Run tool `name` under `policy`.
-pub fn call(policy: &Policy, name: &str, args: &str, cx: &CallContext) -> Result<String, String> {
+pub fn call(
+    policy: &Policy,
+    name: &str,
+    args: &str,
+    cx: &CallContext,
+) -> Result<CallResult, String> {
     let settings = Settings::from_config(&policy.settings, &cx.config)?;
-    let result = match name {
+    let reply = match name {
         "execute" => execute::run(policy, &settings, args)?,
         "process_output" => process_tools::output(&settings, args)?,
         "process_input" => interactive::input(&settings, args)?,
-        "process_list" => process_tools::list(&settings, args)?,
-        "process_signal" => process_tools::signal(args)?,
+        "process_list" => process_tools::list(&settings, args)?.into(),
+        "process_signal" => process_tools::signal(args)?.into(),
         other => {
             return Err(format!(
                 "unknown tool `{other}`; this plugin provides execute, process_output, process_input, process_list, process_signal"
             ));
         }
     };
-    Ok(Value::Object(result).to_string())
+    Ok(CallResult {
+        output: Value::Object(reply.fields).to_string(),
+        full_output: reply.full_output,
+    })
 }
 
 /// How a tool behaves, for clients deciding what needs approval (see the WIT's

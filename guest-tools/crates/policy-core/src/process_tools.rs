@@ -151,7 +151,7 @@ pub fn signal_definition() -> ToolDefinition {
     )
 }
 
-pub fn output(settings: &Settings, args: &str) -> Result<Map<String, Value>, String> {
+pub(crate) fn output(settings: &Settings, args: &str) -> Result<crate::Reply, String> {
     let args = Args::parse(args, &["process_id", "wait", "only_new", "view"])?;
     let id = args.required_string("process_id")?;
     let screen = match args.string("view")?.map(str::trim) {
@@ -212,7 +212,7 @@ pub fn output(settings: &Settings, args: &str) -> Result<Map<String, Value>, Str
     if !notes.is_empty() {
         result.insert("note".into(), Value::String(notes.join(" ")));
     }
-    Ok(result)
+    Ok(crate::Reply::linking(result, id))
 }
 
 /// A process's output as result fields; when the text was cut, a note about the complete

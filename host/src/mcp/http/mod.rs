@@ -5,6 +5,7 @@
 //! processes, and a session's processes are terminated when it ends. The listener binds
 //! loopback addresses only unless remote access is allowed explicitly.
 
+pub(super) mod scopes;
 mod sessions;
 
 use super::{ServeError, ToolServer};
@@ -110,6 +111,15 @@ impl Auth {
         }
     }
 
+    /// The principal of requests with this token.
+    fn principal(&self) -> scopes::Principal {
+        let hex: String = self.digest[..8]
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect();
+        scopes::Principal(hex)
+    }
+
     /// Whether `request` carries the right bearer token, compared in constant time.
     fn allows(&self, request: &Request) -> bool {
         let Some(presented) = request
@@ -130,8 +140,11 @@ impl Auth {
     }
 }
 
-async fn require_token(State(auth): State<Auth>, request: Request, next: Next) -> Response {
+async fn require_token(State(auth): State<Auth>, mut request: Request, next: Next) -> Response {
     if auth.allows(&request) {
+        // Who it is, for the scopes of 2026-07-28 requests (see `scopes`): a short digest
+        // of the token, never the token.
+        request.extensions_mut().insert(auth.principal());
         return next.run(request).await;
     }
     let mut response = (
@@ -211,9 +224,12 @@ pub async fn serve_http(host: Arc<ToolHost>, options: HttpOptions) -> Result<(),
             local.ip().to_string(),
         ]);
     }
+    // 2026-07-28 requests (no sessions) name their scope; older clients get one per session.
+    let scopes = scopes::HttpScopes::new(host.clone(), options.idle_timeout, options.max_sessions);
+    let scope_reaper = tokio::spawn(scopes.clone().reap_idle(stop.clone()));
     let factory_host = host.clone();
     let service = StreamableHttpService::new(
-        move || Ok(ToolServer::new(factory_host.clone())),
+        move || Ok(ToolServer::for_http(factory_host.clone(), scopes.clone())),
         manager,
         config,
     );
@@ -248,6 +264,9 @@ pub async fn serve_http(host: Arc<ToolHost>, options: HttpOptions) -> Result<(),
     };
     signals.abort();
     reaper.abort();
+    // It ends the scopes' tasks once `stop` is cancelled (the server stopping cancels it).
+    stop.cancel();
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, scope_reaper).await;
     host.shutdown().await;
     outcome.map_err(|e| ServeError::Task(e.to_string()))
 }

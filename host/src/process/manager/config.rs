@@ -38,6 +38,15 @@ pub struct ProcessManagerConfig {
     pub state_dir: Option<PathBuf>,
     /// Bytes written to a log file at most; output past the cap is not logged. Default 64 MiB.
     pub log_cap_bytes: u64,
+    /// How long log files are kept after their last write, also after their process, session
+    /// and host are gone (a path or link given to a model stays valid this long). Older logs
+    /// are deleted when a manager starts and by [`crate::ToolHost::sweep_logs_periodically`].
+    /// Default 24 h.
+    pub log_retention: Duration,
+    /// The most bytes all log files in the state directory may take together: past it, the
+    /// oldest are deleted first (logs of this manager's listed processes are kept). Default
+    /// 1 GiB.
+    pub log_max_total: u64,
     /// Niceness added to every process (0 leaves the priority alone). Default 5.
     pub nice: i32,
     /// The operator's confinement settings: the profile of a request that names none, and the
@@ -64,6 +73,8 @@ impl Default for ProcessManagerConfig {
             output_logs: true,
             state_dir: None,
             log_cap_bytes: 64 * 1024 * 1024,
+            log_retention: Duration::from_secs(24 * 60 * 60),
+            log_max_total: 1024 * 1024 * 1024,
             nice: 5,
             sandbox: SandboxSettings::default(),
             protected: Vec::new(),

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use super::input::InputSide;
 use super::keeper;
-use super::output_log::OutputLog;
+use super::output_log::{LogIndex, OutputLog};
 use super::sys::{self, Exit};
 use crate::buffer::HeadTailBuffer;
 use crate::process::{OutputSnapshot, ProcessInfo, ReadFrom, Signal, Until};
@@ -230,6 +230,11 @@ impl Entry {
         {
             let text = lock(&self.state).buffer.render().text;
             if text.contains("Cannot fork") || text.contains("Resource temporarily unavailable") {
+                tracing::warn!(
+                    scope = %self.scope,
+                    id = %self.id,
+                    "forks of a command failed: its session's commands may have reached their limit of {processes} processes"
+                );
                 note.push_str(&format!(
                     "\n[toolhost: forks failed: this session's commands may have reached their \
                      limit of {processes} processes together]"
@@ -243,6 +248,12 @@ impl Entry {
         if let Some(bytes) = limits.memory_bytes
             && cgroups.memory_limit_hit()
         {
+            tracing::warn!(
+                scope = %self.scope,
+                id = %self.id,
+                "a process of a command was killed by its memory limit of {} MiB",
+                bytes / (1024 * 1024)
+            );
             note.push_str(&format!(
                 "\n[toolhost: a process of this command was killed by its memory limit of {} MiB]",
                 bytes / (1024 * 1024)
@@ -251,6 +262,11 @@ impl Entry {
         if let Some(processes) = limits.processes
             && cgroups.process_limit_hit()
         {
+            tracing::warn!(
+                scope = %self.scope,
+                id = %self.id,
+                "a command reached its limit of {processes} processes"
+            );
             note.push_str(&format!(
                 "\n[toolhost: the command reached its limit of {processes} processes; forks \
                  beyond it failed]"
@@ -386,12 +402,12 @@ impl Entry {
         {
             let mut state = lock(&self.state);
             if !state.disposed {
-                // From here `remove_log` deletes it.
                 state.log_path = Some(log.path().to_owned());
+                target.index.add(&target.scope, &self.id, log.path());
                 return Some(log);
             }
         }
-        // Released meanwhile: `remove_log` has run and did not know of this file.
+        // Released meanwhile: nobody will be told of this (empty) file.
         let path = log.path().to_owned();
         drop(log);
         if let Err(error) = std::fs::remove_file(&path)
@@ -498,23 +514,18 @@ impl Entry {
             sys::stop_and_reap(pid);
         }
         self.removed.send_replace(true);
-        self.remove_log();
+        self.close_log();
     }
 
-    /// Forbid creating the log file from now on and delete it if it exists (not under the
-    /// lock).
-    pub(super) fn remove_log(&self) {
-        let path = {
-            let mut state = lock(&self.state);
-            state.disposed = true;
-            state.log_path.take()
-        };
-        if let Some(path) = &path
-            && let Err(error) = std::fs::remove_file(path)
-            && error.kind() != io::ErrorKind::NotFound
-        {
-            tracing::warn!(path = %path.display(), %error, "cannot remove an output log");
-        }
+    /// Forbid creating the log file from now on. An existing file stays: paths given to a
+    /// model stay valid for the log retention (see [`super::output_log::sweep`]).
+    pub(super) fn close_log(&self) {
+        lock(&self.state).disposed = true;
+    }
+
+    /// The log file, once created.
+    pub(super) fn log_path(&self) -> Option<PathBuf> {
+        lock(&self.state).log_path.clone()
     }
 }
 
@@ -522,6 +533,9 @@ impl Entry {
 pub(super) struct LogTarget {
     pub(super) dir: Arc<Path>,
     pub(super) cap: u64,
+    /// Where the file is registered for its scope.
+    pub(super) index: Arc<LogIndex>,
+    pub(super) scope: String,
     /// Shared by the manager's processes: warn about an unusable directory only once.
     pub(super) warned: Arc<AtomicBool>,
 }

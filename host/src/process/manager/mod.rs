@@ -65,7 +65,7 @@ mod spawner;
 mod sys;
 mod table;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::io;
 use std::os::fd::OwnedFd;
@@ -90,6 +90,7 @@ use entry::{Entry, EntrySpec, LogTarget, unix_ms};
 use ids::Ids;
 use input::InputSide;
 use monitor::{FIRST_READ_CHUNK, LogSlot, Monitor, MonitorGuard, OutputReader};
+use output_log::LogIndex;
 use spawner::Spawner;
 use sys::{ChildSpec, SpawnStep};
 use table::{Records, shut_down};
@@ -195,6 +196,8 @@ const KILL_SETTLE: Duration = Duration::from_secs(1);
 pub struct ProcessManager {
     config: ProcessManagerConfig,
     log_dir: Option<Arc<Path>>,
+    /// Which scope's process wrote which log.
+    logs: Arc<LogIndex>,
     runtime: Handle,
     spawner: Option<Spawner>,
     ids: Ids,
@@ -259,6 +262,18 @@ impl ProcessManager {
         // is started: moving the host into a leaf needs it alone in its cgroup.
         let _ = sandbox::cgroup::hierarchies();
         let records = Arc::new(Records::new(config.max_retained_per_scope));
+        let logs = Arc::new(LogIndex::default());
+        if let Some(dir) = &log_dir {
+            // Logs of earlier hosts past the retention, also of hosts that died.
+            let swept = output_log::sweep(
+                dir,
+                config.log_retention,
+                config.log_max_total,
+                &HashSet::new(),
+                &logs,
+            );
+            tracing::debug!(?swept, dir = %dir.display(), "swept output logs");
+        }
         let sandbox_context = Arc::new(sandbox::Context {
             workdir: config
                 .default_workdir
@@ -277,6 +292,7 @@ impl ProcessManager {
         Arc::new(Self {
             config,
             log_dir: log_dir.map(Arc::from),
+            logs,
             runtime,
             spawner,
             ids: Ids::new(),
@@ -297,9 +313,32 @@ impl ProcessManager {
         self.log_dir.as_deref()
     }
 
+    /// Delete log files past the retention or over the total (see
+    /// [`ProcessManagerConfig::log_retention`]); the logs of listed processes stay. Blocking
+    /// file-system work: call it from a blocking context.
+    pub fn sweep_logs(&self) {
+        let Some(dir) = &self.log_dir else { return };
+        let keep: HashSet<PathBuf> = self.records.log_paths().into_iter().collect();
+        let swept = output_log::sweep(
+            dir,
+            self.config.log_retention,
+            self.config.log_max_total,
+            &keep,
+            &self.logs,
+        );
+        if swept.expired + swept.over_total > 0 {
+            tracing::info!(
+                expired = swept.expired,
+                over_total = swept.over_total,
+                kept_bytes = swept.kept_bytes,
+                "deleted old output logs"
+            );
+        }
+    }
+
     /// Stop everything: refuse new starts, send `SIGTERM` to every process and all it started, wait up to
-    /// `kill_grace` for them to finish, `SIGKILL` what is left, then remove every record and
-    /// log file. Dropping the manager afterwards has nothing left to do.
+    /// `kill_grace` for them to finish, `SIGKILL` what is left, then remove every record (the
+    /// output logs stay for their retention). Dropping the manager afterwards has nothing left to do.
     pub async fn shutdown(&self) {
         let entries = self.records.close();
         self.stop_all(&entries).await;
@@ -432,6 +471,8 @@ impl ProcessManager {
             Some(dir) => LogSlot::Pending(LogTarget {
                 dir: Arc::clone(dir),
                 cap: self.config.log_cap_bytes,
+                index: Arc::clone(&self.logs),
+                scope: scope.to_owned(),
                 warned: Arc::clone(&self.log_warned),
             }),
             None => LogSlot::Off,
@@ -587,6 +628,14 @@ impl ProcessManager {
 }
 
 impl ProcessBackend for ProcessManager {
+    fn output_log(&self, scope: &str, id: &str) -> Option<PathBuf> {
+        self.logs.get(scope, id)
+    }
+
+    fn output_logs(&self, scope: &str) -> Vec<(String, PathBuf)> {
+        self.logs.list(scope)
+    }
+
     fn start<'a>(
         &'a self,
         scope: &'a str,
@@ -680,6 +729,8 @@ impl ProcessBackend for ProcessManager {
         Box::pin(async move {
             let entries = self.records.end_scope(scope);
             self.stop_all(&entries).await;
+            // Its logs stay (for the retention), but no longer readable through the host.
+            self.logs.forget_scope(scope);
             // Its temporary directory goes with it.
             self.sandboxes
                 .lock()
@@ -702,7 +753,7 @@ impl Drop for ProcessManager {
             .collect();
         sys::reap_all_soon(keepers);
         for entry in &entries {
-            entry.remove_log();
+            entry.close_log();
         }
     }
 }

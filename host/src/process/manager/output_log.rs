@@ -1,9 +1,13 @@
 //! Full-output log files: each process's complete merged output, up to a cap, in
-//! `<state_dir>/<id>.log`.
+//! `<state_dir>/<id>.log`, kept under a retention that outlasts the process and the host
+//! ([`sweep`]), and the index of which scope's process wrote which log ([`LogIndex`]).
 
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
 
 use std::io::Write;
 
@@ -107,9 +111,200 @@ impl OutputLog {
     }
 }
 
+/// Which log file belongs to which process of which scope: only a process's own scope may
+/// read its log through the host. Entries stay after the process is gone, until the scope
+/// ends or the file is swept.
+#[derive(Default)]
+pub(super) struct LogIndex {
+    scopes: Mutex<HashMap<String, HashMap<String, PathBuf>>>,
+}
+
+impl LogIndex {
+    fn scopes(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashMap<String, PathBuf>>> {
+        self.scopes.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Note that process `id` of `scope` writes `path`.
+    pub(super) fn add(&self, scope: &str, id: &str, path: &Path) {
+        self.scopes()
+            .entry(scope.to_owned())
+            .or_default()
+            .insert(id.to_owned(), path.to_owned());
+    }
+
+    /// The log of process `id` of `scope`, if it has one that still exists.
+    pub(super) fn get(&self, scope: &str, id: &str) -> Option<PathBuf> {
+        let path = self.scopes().get(scope)?.get(id)?.clone();
+        path.exists().then_some(path)
+    }
+
+    /// The processes of `scope` with a log, and their files.
+    pub(super) fn list(&self, scope: &str) -> Vec<(String, PathBuf)> {
+        self.scopes()
+            .get(scope)
+            .map(|logs| {
+                logs.iter()
+                    .filter(|(_, path)| path.exists())
+                    .map(|(id, path)| (id.clone(), path.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Forget `scope` (it ended; its files stay until swept).
+    pub(super) fn forget_scope(&self, scope: &str) {
+        self.scopes().remove(scope);
+    }
+
+    /// Forget deleted files.
+    fn forget_paths(&self, removed: &HashSet<PathBuf>) {
+        if removed.is_empty() {
+            return;
+        }
+        for logs in self.scopes().values_mut() {
+            logs.retain(|_, path| !removed.contains(path));
+        }
+    }
+}
+
+/// What a [`sweep`] did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Swept {
+    /// Files deleted because they were older than the retention.
+    pub(super) expired: usize,
+    /// Files deleted, oldest first, to bring the total under the limit.
+    pub(super) over_total: usize,
+    /// Bytes the remaining logs take.
+    pub(super) kept_bytes: u64,
+}
+
+/// Delete the log files in `dir` (files named `<id>.log`) last written longer than
+/// `retention` ago, then the oldest until they take at most `max_total` bytes together.
+/// Files in `keep` (logs of processes still listed) are never deleted. Logs of hosts that died
+/// are swept the same way: nothing but age and size decides.
+pub(super) fn sweep(
+    dir: &Path,
+    retention: Duration,
+    max_total: u64,
+    keep: &HashSet<PathBuf>,
+    index: &LogIndex,
+) -> Swept {
+    let mut swept = Swept::default();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return swept;
+    };
+    let now = SystemTime::now();
+    let mut logs: Vec<(SystemTime, u64, PathBuf)> = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "log") {
+            continue;
+        }
+        // Not followed: a link or a directory someone put here is not ours to delete.
+        let Ok(meta) = entry.metadata() else { continue };
+        if !meta.is_file() {
+            continue;
+        }
+        let written = meta.modified().unwrap_or(now);
+        logs.push((written, meta.len(), path));
+    }
+    logs.sort();
+    let mut removed = HashSet::new();
+    let mut remove = |path: &Path| match std::fs::remove_file(path) {
+        Ok(()) => {
+            removed.insert(path.to_owned());
+            true
+        }
+        Err(error) if error.kind() == io::ErrorKind::NotFound => true,
+        Err(error) => {
+            tracing::warn!(path = %path.display(), %error, "cannot delete an old output log");
+            false
+        }
+    };
+    let mut kept = Vec::new();
+    for (written, size, path) in logs {
+        let age = now.duration_since(written).unwrap_or_default();
+        if age > retention && !keep.contains(&path) && remove(&path) {
+            swept.expired += 1;
+        } else {
+            kept.push((size, path));
+        }
+    }
+    let mut total: u64 = kept.iter().map(|(size, _)| size).sum();
+    // Oldest first (the list is sorted by the last write).
+    for (size, path) in &kept {
+        if total <= max_total {
+            break;
+        }
+        if !keep.contains(path) && remove(path) {
+            swept.over_total += 1;
+            total -= size;
+        }
+    }
+    swept.kept_bytes = total;
+    index.forget_paths(&removed);
+    swept
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A log file named `name` with `size` bytes, last written `age` ago.
+    fn old_log(dir: &Path, name: &str, size: usize, age: Duration) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, vec![b'x'; size]).expect("write");
+        let file = std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .expect("open");
+        file.set_modified(SystemTime::now() - age).expect("mtime");
+        path
+    }
+
+    #[test]
+    fn sweep_deletes_expired_logs_then_the_oldest_over_the_total() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let hour = Duration::from_secs(3600);
+        let expired = old_log(dir.path(), "a.log", 10, 30 * hour);
+        let kept_expired = old_log(dir.path(), "b.log", 10, 30 * hour);
+        let oldest = old_log(dir.path(), "c.log", 100, 3 * hour);
+        let middle = old_log(dir.path(), "d.log", 100, 2 * hour);
+        let newest = old_log(dir.path(), "e.log", 100, hour);
+        let other = old_log(dir.path(), "notes.txt", 10, 30 * hour);
+        std::fs::create_dir(dir.path().join("dir.log")).expect("dir");
+        let index = LogIndex::default();
+        index.add("s", "a", &expired);
+        index.add("s", "d", &middle);
+        let keep = HashSet::from([kept_expired.clone()]);
+        let swept = sweep(dir.path(), 24 * hour, 250, &keep, &index);
+        assert_eq!(
+            swept,
+            Swept {
+                expired: 1,
+                over_total: 1,
+                kept_bytes: 210
+            }
+        );
+        assert!(!expired.exists() && !oldest.exists());
+        assert!(kept_expired.exists() && middle.exists() && newest.exists());
+        assert!(other.exists(), "only *.log files are swept");
+        assert!(dir.path().join("dir.log").is_dir());
+        assert_eq!(index.list("s"), vec![("d".to_owned(), middle)]);
+    }
+
+    #[test]
+    fn the_index_answers_only_for_the_owning_scope() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = old_log(dir.path(), "p.log", 1, Duration::ZERO);
+        let index = LogIndex::default();
+        index.add("mine", "p", &path);
+        assert_eq!(index.get("mine", "p"), Some(path.clone()));
+        assert_eq!(index.get("other", "p"), None);
+        index.forget_scope("mine");
+        assert_eq!(index.get("mine", "p"), None);
+        assert!(path.exists(), "forgetting a scope keeps its files");
+    }
 
     #[tokio::test]
     async fn appends_up_to_the_cap() {

@@ -70,6 +70,15 @@ impl Table {
 }
 
 impl Records {
+    /// The log files of the listed records.
+    pub(super) fn log_paths(&self) -> Vec<std::path::PathBuf> {
+        lock(&self.table)
+            .entries
+            .values()
+            .filter_map(|entry| entry.log_path())
+            .collect()
+    }
+
     pub(super) fn new(max_retained: usize) -> Self {
         Self {
             table: Mutex::new(Table::default()),

@@ -674,7 +674,37 @@ async fn exited_processes_are_removed_after_retention() {
     .await;
     assert!(gone);
     assert!(manager.list(SCOPE).is_empty());
+    // The log outlives the record: a path given to a model stays valid for the log retention,
+    // and the scope can still read it.
+    assert!(log_path.exists());
+    assert_eq!(manager.output_log(SCOPE, &id), Some(log_path.clone()));
+    assert_eq!(manager.output_log("another scope", &id), None);
+    manager.end_scope(SCOPE).await;
+    assert_eq!(manager.output_log(SCOPE, &id), None, "the scope ended");
+    assert!(log_path.exists(), "the file stays for the retention");
+}
+
+#[tokio::test]
+async fn logs_outlive_their_host_until_a_later_host_sweeps_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manager = ProcessManager::new(test_config(dir.path()));
+    let id = start(&manager, "echo kept").await;
+    let snapshot = manager.wait(SCOPE, &id, LONG, ReadFrom::All).await;
+    let log_path = snapshot.expect("wait").log_path.expect("log path");
+    manager.shutdown().await;
+    drop(manager);
+    assert_eq!(std::fs::read_to_string(&log_path).expect("log"), "kept\n");
+    // A host within the retention keeps it.
+    let later = ProcessManager::new(test_config(dir.path()));
+    assert!(log_path.exists());
+    later.shutdown().await;
+    drop(later);
+    // One whose retention it is past deletes it at start.
+    let mut config = test_config(dir.path());
+    config.log_retention = Duration::ZERO;
+    let sweeping = ProcessManager::new(config);
     assert!(!log_path.exists());
+    sweeping.shutdown().await;
 }
 
 #[tokio::test]
@@ -788,8 +818,9 @@ async fn shutdown_leaves_nothing_behind() {
     );
     assert!(eventually(|| live_processes_with(marker).is_empty()).await);
     assert!(manager.list(SCOPE).is_empty());
+    // The output logs stay for their retention (paths given to a model stay valid).
     let logs = std::fs::read_dir(dir.path().join("logs")).expect("log dir");
-    assert_eq!(logs.count(), 0);
+    assert_eq!(logs.count(), 2, "the two processes that printed have one");
     let error = manager
         .start(SCOPE, request("true"))
         .await
@@ -953,7 +984,7 @@ async fn finished_records_beyond_the_cap_are_removed_oldest_first() {
     run(&manager, "echo 3").await;
     assert_eq!(commands(SCOPE), ["sleep 30", "echo 3", "echo 2"]);
     assert_eq!(commands("b"), ["echo b"]);
-    assert!(!first_log.exists());
+    assert!(first_log.exists(), "logs stay for their retention");
     // The removed record's leftover was killed.
     assert!(eventually(|| live_processes_with(marker).is_empty()).await);
     manager.signal(SCOPE, &running, Signal::Kill).expect("kill");

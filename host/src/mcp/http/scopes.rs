@@ -1,0 +1,203 @@
+//! Scopes of protocol 2026-07-28 over HTTP, which has no sessions: the client names its
+//! scope in each request's `_meta` as `toolhost/scope` (an id of its choosing), and the scope
+//! belongs to the bearer token the request came with: the same id under another token is
+//! another scope. A scope lives while a request or a task of it is in progress and ends, with
+//! its processes, once it was idle for the idle timeout (or the server stops).
+
+use crate::ToolHost;
+use crate::mcp::server::ScopeRef;
+use rmcp::ErrorData;
+use rmcp::model::ErrorCode;
+use rmcp::task_manager::TaskManager;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// The `_meta` key naming the scope of a 2026-07-28 request over HTTP.
+pub const SCOPE_KEY: &str = "toolhost/scope";
+
+/// The longest scope id.
+const MAX_ID: usize = 128;
+
+/// Who sent a request: derived from its bearer token (put into the request's extensions by
+/// the token check).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Principal(pub String);
+
+/// The client-named scopes of one HTTP server.
+pub struct HttpScopes {
+    host: Arc<ToolHost>,
+    idle_timeout: Duration,
+    max_scopes: usize,
+    table: Mutex<HashMap<(Principal, String), Entry>>,
+    /// Woken whenever a scope may have become idle.
+    changed: Notify,
+}
+
+struct Entry {
+    name: String,
+    tasks: TaskManager,
+    /// Requests and tasks in progress.
+    in_flight: usize,
+    /// The end of the last of them (or the start of the first).
+    last: Instant,
+}
+
+/// Keeps a scope in use while it lives (a request in progress, a running task).
+pub struct Lease {
+    scopes: Arc<HttpScopes>,
+    key: (Principal, String),
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(entry) = self.scopes.table().get_mut(&self.key) {
+            entry.in_flight = entry.in_flight.saturating_sub(1);
+            entry.last = Instant::now();
+        }
+        self.scopes.changed.notify_one();
+    }
+}
+
+impl HttpScopes {
+    /// Scopes of `host`, ended after `idle_timeout` without a request or task in progress; at
+    /// most `max_scopes` at once.
+    pub fn new(host: Arc<ToolHost>, idle_timeout: Duration, max_scopes: usize) -> Arc<Self> {
+        Arc::new(HttpScopes {
+            host,
+            idle_timeout,
+            max_scopes,
+            table: Mutex::new(HashMap::new()),
+            changed: Notify::new(),
+        })
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<(Principal, String), Entry>> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The scope `id` of `principal`, in use until the returned reference is dropped; made on
+    /// first use.
+    pub fn lease(self: &Arc<Self>, principal: &Principal, id: &str) -> Result<ScopeRef, ErrorData> {
+        check_id(id)?;
+        let key = (principal.clone(), id.to_owned());
+        let (name, tasks) = {
+            let mut table = self.table();
+            if !table.contains_key(&key) && table.len() >= self.max_scopes {
+                return Err(ErrorData::new(
+                    ErrorCode(-32000),
+                    format!(
+                        "this server holds its maximum of {} scopes (--max-sessions); end one \
+                         or wait for an idle one to expire",
+                        self.max_scopes
+                    ),
+                    None,
+                ));
+            }
+            let entry = table.entry(key.clone()).or_insert_with(|| Entry {
+                name: format!("http-{}-{id}", principal.0),
+                tasks: TaskManager::new(),
+                in_flight: 0,
+                last: Instant::now(),
+            });
+            entry.in_flight += 1;
+            (entry.name.clone(), entry.tasks.clone())
+        };
+        Ok(ScopeRef::leased(
+            name,
+            tasks,
+            Lease {
+                scopes: Arc::clone(self),
+                key,
+            },
+        ))
+    }
+
+    /// End scopes idle for the idle timeout (their tasks and processes), until `stop`; then
+    /// end them all.
+    pub async fn reap_idle(self: Arc<Self>, stop: CancellationToken) {
+        loop {
+            let now = Instant::now();
+            let mut expired = Vec::new();
+            let mut next: Option<Instant> = None;
+            {
+                let mut table = self.table();
+                table.retain(|_, entry| {
+                    if entry.in_flight > 0 || entry.tasks.running_task_count() > 0 {
+                        return true;
+                    }
+                    let deadline = entry.last + self.idle_timeout;
+                    if deadline <= now {
+                        expired.push((entry.name.clone(), entry.tasks.clone()));
+                        return false;
+                    }
+                    next = Some(next.map_or(deadline, |n| n.min(deadline)));
+                    true
+                });
+            }
+            for (name, tasks) in expired {
+                tracing::info!(
+                    scope = %name,
+                    idle = %humantime::format_duration(self.idle_timeout),
+                    "HTTP scope idle; terminating its processes"
+                );
+                tasks.shutdown();
+                self.host.end_scope(&name).await;
+            }
+            let wait = async {
+                match next {
+                    Some(deadline) => tokio::time::sleep_until(deadline).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = self.changed.notified() => {}
+                _ = wait => {}
+            }
+        }
+        let all: Vec<(String, TaskManager)> = self
+            .table()
+            .drain()
+            .map(|(_, entry)| (entry.name, entry.tasks))
+            .collect();
+        for (name, tasks) in all {
+            tasks.shutdown();
+            self.host.end_scope(&name).await;
+        }
+    }
+}
+
+/// A scope id a client may choose: 1 to 128 characters of `A-Z a-z 0-9 . _ : -`.
+fn check_id(id: &str) -> Result<(), ErrorData> {
+    let fine = !id.is_empty()
+        && id.len() <= MAX_ID
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'));
+    if fine {
+        Ok(())
+    } else {
+        Err(ErrorData::invalid_params(
+            format!("`_meta.{SCOPE_KEY}` must be 1 to {MAX_ID} characters of A-Z a-z 0-9 . _ : -"),
+            None,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scope_ids_are_checked() {
+        assert!(check_id("build-42").is_ok());
+        assert!(check_id("a:b.c_d").is_ok());
+        assert!(check_id("").is_err());
+        assert!(check_id("../x").is_err());
+        assert!(check_id(&"x".repeat(129)).is_err());
+    }
+}

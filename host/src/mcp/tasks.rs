@@ -1,0 +1,97 @@
+//! Tool calls as tasks: the MCP Tasks extension (`io.modelcontextprotocol/tasks`) of protocol
+//! 2026-07-28, offered for `execute`.
+//!
+//! A client that declares the extension in a 2026-07-28 request gets a task for an `execute`
+//! call instead of waiting on the request: the call runs on in the scope the request names,
+//! and the policy is told that its caller waits for the result however long it takes
+//! (`process.waits-for-exit`), so the bundled policies hand nothing over to the background at
+//! the timeout: the task stays `working` until the command exits. `tasks/get` shows the
+//! command's latest progress (time so far, output so far, its last line) as the status
+//! message; `tasks/cancel` cancels the call, and both bundled policies then kill the command
+//! and everything it started; the task's result is the `execute` result at exit. Each scope
+//! has its own tasks: another scope's task id is unknown.
+//!
+//! The extension is not defined under 2025-11-25 and earlier: their clients get plain results.
+
+use super::server::{ScopeRef, call_result};
+use crate::{CallOptions, Progress, ProgressSink, ToolHost};
+use rmcp::model::{CallToolResult, CreateTaskResult};
+use rmcp::service::RequestContext;
+use rmcp::task_manager::{TaskExit, TaskOptions};
+use rmcp::{ErrorData, RoleServer};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// The tools that run as a task when the client asks for tasks.
+const TASK_TOOLS: &[&str] = &["execute"];
+
+/// How long a task is kept: a task still running then fails (a call cannot outlast its
+/// plugin's wall-time limit, 1 h by default, anyway), a finished one is forgotten that long
+/// after it ended.
+const TASK_TTL_MS: u64 = 6 * 60 * 60 * 1000;
+
+/// How often a client should poll `tasks/get`.
+const POLL_INTERVAL_MS: u64 = 1000;
+
+/// Whether this call of `tool` should run as a task: a 2026-07-28 request from a client that
+/// declares the Tasks extension.
+pub(super) fn wanted(tool: &str, context: &RequestContext<RoleServer>) -> bool {
+    TASK_TOOLS.contains(&tool)
+        && context
+            .protocol_version()
+            .is_some_and(|version| !version.has_initialize())
+        && context
+            .client_capabilities()
+            .is_some_and(|capabilities| capabilities.supports_tasks())
+}
+
+/// Start the call as a task of `scope` and return what the client is told.
+pub(super) fn spawn(
+    host: Arc<ToolHost>,
+    scope: ScopeRef,
+    tool: String,
+    arguments: String,
+) -> CreateTaskResult {
+    let tasks = scope.tasks.clone();
+    let options = TaskOptions::new()
+        .with_ttl_ms(TASK_TTL_MS)
+        .with_poll_interval_ms(POLL_INTERVAL_MS)
+        .with_status_message(format!("{tool} started"));
+    let task = tasks.spawn(options, move |task| {
+        Box::pin(async move {
+            // `scope` (and the lease it may hold on an HTTP scope) lives as long as the task.
+            let cancel = CancellationToken::new();
+            let watcher = {
+                let task = task.clone();
+                let cancel = cancel.clone();
+                tokio::spawn(async move {
+                    task.cancelled().await;
+                    cancel.cancel();
+                })
+            };
+            let status = task.clone();
+            let progress: ProgressSink = Arc::new(move |update: Progress| {
+                status.set_status_message(update.message);
+            });
+            let options = CallOptions {
+                progress: Some(progress),
+                cancel: Some(cancel.clone()),
+                waits_for_exit: true,
+            };
+            let outcome = host
+                .call_with(&scope.name, &tool, &arguments, options)
+                .await;
+            watcher.abort();
+            let result: Result<CallToolResult, ErrorData> =
+                call_result(&host, &scope.name, outcome);
+            match result {
+                // Cancelled before the command ended (a result that came first stands).
+                Ok(result) if cancel.is_cancelled() && result.is_error == Some(true) => {
+                    Err(TaskExit::Cancelled)
+                }
+                other => other.map_err(TaskExit::Error),
+            }
+        })
+    });
+    CreateTaskResult::new(task)
+}
