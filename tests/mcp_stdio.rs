@@ -916,3 +916,33 @@ async fn a_cancelled_task_kills_its_command() {
         .await;
     assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
 }
+
+#[tokio::test]
+async fn a_2026_07_28_client_hears_of_tool_changes_on_its_listen_stream() {
+    let dir = tempfile::tempdir().expect("dir");
+    let plugins = dir.path().display().to_string();
+    let mut client = StdioClient::spawn(&["--policy", "none", "--plugins", &plugins]);
+    let _stream = client
+        .start_request(
+            "subscriptions/listen",
+            json!({"notifications": {"toolsListChanged": true}, "_meta": meta_2026(false)}),
+        )
+        .await;
+    let mut acknowledged = None;
+    while let Some(message) = client.next_notification(Duration::from_secs(10)).await {
+        if message["method"] == "notifications/subscriptions/acknowledged" {
+            acknowledged = Some(message);
+            break;
+        }
+    }
+    let acknowledged = acknowledged.expect("the subscription is acknowledged");
+    assert_eq!(
+        acknowledged["params"]["notifications"]["toolsListChanged"], true,
+        "{acknowledged}"
+    );
+    std::fs::write(dir.path().join("policy.toml"), "[grants]\nprocess = true\n").expect("manifest");
+    let partial = dir.path().join(".policy.partial");
+    std::fs::write(&partial, toolhost::bundled::DEFAULT.bytes).expect("component");
+    std::fs::rename(&partial, dir.path().join("policy.wasm")).expect("install");
+    list_changed(&mut client).await;
+}

@@ -354,8 +354,9 @@ fn batch(items: Vec<Value>, state: &SyncMutex<State>, inbound: &mut Inbound) {
                 "Invalid Request: protocol revision {revision} has no batches; send one \
                  message per line"
             ),
-            None => "Invalid Request: a batch before initialization; send `initialize` on \
-                     its own line"
+            None => "Invalid Request: a batch before initialization; send `initialize` (or, \
+                     under protocol 2026-07-28, which has no batches, each request) on its own \
+                     line"
                 .to_owned(),
         };
         inbound.answers = jsonrpc::refuse_all(&items, INVALID_REQUEST, &message);

@@ -192,6 +192,57 @@ fn check_id(id: &str) -> Result<(), ErrorData> {
 mod tests {
     use super::*;
 
+    async fn scopes(max: usize) -> Arc<HttpScopes> {
+        let host = ToolHost::builder()
+            .bundled_policy(None)
+            .process_backend(crate::testing::FakeProcesses::new())
+            .cache_dir(None)
+            .build()
+            .await
+            .expect("host");
+        HttpScopes::new(Arc::new(host), Duration::from_millis(50), max)
+    }
+
+    #[tokio::test]
+    async fn a_scope_id_belongs_to_its_token() {
+        let scopes = scopes(8).await;
+        let alice = Principal("a".into());
+        let mallory = Principal("m".into());
+        let first = scopes.lease(&alice, "work").expect("lease");
+        let again = scopes.lease(&alice, "work").expect("lease");
+        let other = scopes.lease(&mallory, "work").expect("lease");
+        assert_eq!(
+            first.name, again.name,
+            "the same id and token: the same scope"
+        );
+        assert_ne!(first.name, other.name, "another token: another scope");
+        let task = first
+            .tasks
+            .spawn(Default::default(), |_| Box::pin(std::future::pending()));
+        assert!(again.tasks.get_task(&task.task_id).is_ok());
+        assert!(other.tasks.get_task(&task.task_id).is_err());
+    }
+
+    #[tokio::test]
+    async fn scopes_beyond_the_cap_are_refused_and_idle_ones_end() {
+        let scopes = scopes(1).await;
+        let alice = Principal("a".into());
+        let held = scopes.lease(&alice, "one").expect("lease");
+        let refused = scopes.lease(&alice, "two").err().expect("over the cap");
+        assert!(refused.message.contains("maximum of 1"), "{refused:?}");
+        let stop = CancellationToken::new();
+        let reaper = tokio::spawn(scopes.clone().reap_idle(stop.clone()));
+        drop(held);
+        // Idle, the scope ends and makes room.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while scopes.lease(&alice, "two").is_err() {
+            assert!(Instant::now() < deadline, "the idle scope never ended");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        stop.cancel();
+        reaper.await.expect("reaper");
+    }
+
     #[test]
     fn scope_ids_are_checked() {
         assert!(check_id("build-42").is_ok());
