@@ -404,8 +404,19 @@ async fn ending_a_session_terminates_its_processes() {
         stoppable.wait_ready(Duration::from_secs(20)).await;
     }
 
+    let gone = Session {
+        http: reqwest::Client::new(),
+        url: leaver.url.clone(),
+        id: leaver.id.clone(),
+        next_id: AtomicI64::new(1),
+    };
     let status = leaver.delete().await;
-    assert!(status.is_success(), "DELETE: {status}");
+    assert_eq!(status, StatusCode::OK, "DELETE ends the session");
+    assert_eq!(
+        gone.delete().await,
+        StatusCode::NOT_FOUND,
+        "an ended session is not found"
+    );
     ended
         .stopped_by_the_host(Duration::from_secs(10))
         .await

@@ -135,6 +135,11 @@ impl Sessions {
         }
     }
 
+    /// Whether rmcp holds session `id`.
+    async fn exists(&self, id: &str) -> bool {
+        self.manager.sessions.read().await.contains_key(id)
+    }
+
     /// How many sessions rmcp holds.
     async fn count(&self) -> usize {
         self.manager.sessions.read().await.len()
@@ -158,11 +163,19 @@ pub async fn track(
     match *request.method() {
         Method::POST => post(sessions, session, request, next).await,
         Method::DELETE => {
-            let response = next.run(request).await;
+            if let Some(id) = &session
+                && !sessions.exists(id).await
+            {
+                // Unknown or already ended (the transport says 404 for both).
+                return (StatusCode::NOT_FOUND, "no such MCP session\n").into_response();
+            }
+            let mut response = next.run(request).await;
             if let Some(id) = session
                 && response.status().is_success()
             {
                 sessions.table().remove(&id);
+                // Ended, not merely accepted: rmcp says 202, clients expect 200 or 204.
+                *response.status_mut() = StatusCode::OK;
             }
             response
         }

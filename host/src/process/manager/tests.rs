@@ -77,6 +77,14 @@ fn live_processes_with(marker: &str) -> Vec<i32> {
         .collect()
 }
 
+/// Whether a `sleep` whose command line has `marker` has been exec'd (not a shell's fork).
+fn sleep_runs_with(marker: &str) -> bool {
+    live_processes_with(marker).iter().any(|pid| {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|cmdline| cmdline.starts_with(b"sleep\0"))
+    })
+}
+
 /// Poll `check` for up to 5 s (test-side only).
 async fn eventually(mut check: impl FnMut() -> bool) -> bool {
     for _ in 0..500 {
@@ -611,14 +619,19 @@ async fn leftovers_of_finished_processes_get_the_grace_period() {
     // hidden path.
     let elsewhere = tempfile::tempdir().expect("tempdir");
     let record = elsewhere.path().join("graceful");
+    let ready = elsewhere.path().join("ready");
     let command = format!(
-        "(trap 'sleep 0.3; echo graceful > {record}; exit 0' TERM; echo up; \
+        "(trap 'sleep 0.3; echo graceful > {record}; exit 0' TERM; echo up > {ready}; \
          while :; do sleep {marker}; done) >/dev/null 2>&1 &",
-        record = record.display()
+        record = record.display(),
+        ready = ready.display()
     );
     let snapshot = run(&manager, &command).await;
     assert_eq!(snapshot.exit_code, Some(0));
-    assert!(eventually(|| !live_processes_with(marker).is_empty()).await);
+    // The forked subshell shows the marker in its command line before its trap is set, and a
+    // SIGTERM while it forks `sleep` is taken by the child's inherited handler and lost: wait
+    // until `sleep` itself runs.
+    assert!(eventually(|| ready.exists() && sleep_runs_with(marker)).await);
     manager.end_scope(SCOPE).await;
     assert_eq!(
         std::fs::read_to_string(&record).ok().as_deref(),
@@ -1027,6 +1040,8 @@ async fn terminate_kills_members_that_outlive_the_leader() {
     )
     .await;
     wait_for_output(&manager, &id, "ready").await;
+    // `ready` may come before the subshell ignores SIGTERM: wait for its `sleep`.
+    assert!(eventually(|| sleep_runs_with(marker)).await);
     let begun = Instant::now();
     manager
         .signal(SCOPE, &id, Signal::Terminate)
