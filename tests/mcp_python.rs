@@ -1,50 +1,118 @@
-//! `toolhost serve` driven by the official MCP Python SDK (`pip install mcp`): the client in
-//! `tests/python/mcp_client.py` launches the server over stdio, lists the tools and runs
-//! `echo hello` through `execute`.
+//! `toolhost serve` driven by the official MCP Python SDK (`mcp` from PyPI, pinned to
+//! [`MCP_VERSION`]), over stdio and streamable HTTP: the client in
+//! `tests/python/mcp_client.py` uses the SDK's own `ClientSession`, `stdio_client` and
+//! `streamable_http_client`. Each test below runs one group of its scenarios (they run in
+//! parallel, and a failure names its group):
+//!
+//! - `tools`: the five tools with titles and annotations, `echo hello`, a bad-arguments error;
+//! - `resources`: a cut output's `resource_link`, `resources/list`, the template, a line range,
+//!   paging through `toolhost/next` to the whole output, and (HTTP) another session neither
+//!   listing nor reading it (`-32002`);
+//! - `cancel`: cancelling a call (the SDK sends `notifications/cancelled`) stops its command
+//!   and the session keeps serving; the end of a session (stdin closed, HTTP `DELETE`) stops
+//!   its background processes;
+//! - `progress`: heartbeat progress during a silent 12 s command;
+//! - `idle`: an idle HTTP session (`--idle-timeout 2s`) ends with its background processes,
+//!   a foreground call longer than the idle timeout completes;
+//! - `origin`: a foreign `Origin` gets 403 over HTTP, the server's own and allowed ones do not.
 //!
 //! The SDK lives in a virtualenv under the target directory (`<target>/mcp-venv`), created on
-//! the first run (needs `python3` with `venv` and access to PyPI) and reused afterwards. Set
-//! `TOOLHOST_SKIP_PYTHON=1` to skip this test on machines without them.
+//! the first run (needs `python3` with `venv` and access to PyPI) and reused while its marker
+//! file records the pinned version; a different pin reinstalls. Set `TOOLHOST_SKIP_PYTHON=1`
+//! to skip these tests on machines without them.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The `mcp` release the client is tested with (the newest that runs on this machine's
+/// Python 3.11).
+const MCP_VERSION: &str = "2.3.0";
+
+/// How long one scenario group may take before its client is killed (each takes well under a
+/// minute; the client gives up on its own after 120 s).
+const GROUP_LIMIT: Duration = Duration::from_secs(150);
+
+fn skipped() -> bool {
+    let skip = std::env::var_os("TOOLHOST_SKIP_PYTHON").is_some_and(|v| v == "1");
+    if skip {
+        eprintln!("skipped: TOOLHOST_SKIP_PYTHON=1");
+    }
+    skip
+}
 
 /// `<target>/mcp-venv`, next to the profile directories.
 fn venv_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    exe.ancestors()
-        .nth(3)
-        .expect("test binary lives in <target>/<profile>/deps")
-        .join("mcp-venv")
+    toolhost_e2e::target_dir().join("mcp-venv")
 }
 
-fn run(command: &mut Command, what: &str) {
+fn run(command: &mut Command, what: &str) -> Result<String, String> {
     let output = command
         .output()
-        .unwrap_or_else(|e| panic!("{what}: cannot run {command:?}: {e}"));
-    assert!(
-        output.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+        .map_err(|e| format!("{what}: cannot run {command:?}: {e}"))?;
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(format!(
+            "{what} failed ({}):\n{}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ))
+    }
 }
 
-/// The venv's python, with the `mcp` package installed.
-fn python_with_mcp() -> PathBuf {
+/// The `mcp` version installed for `python`, if it runs at all.
+fn installed_mcp(python: &Path) -> Option<String> {
+    let output = Command::new(python)
+        .args([
+            "-c",
+            "import importlib.metadata as m; print(m.version('mcp'))",
+        ])
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).trim().to_owned())
+}
+
+/// Make the virtualenv hold `mcp==MCP_VERSION`, under a lock (other test binaries or runs
+/// may be doing the same), and return its python.
+fn install() -> Result<PathBuf, String> {
     let venv = venv_dir();
     let python = venv.join("bin").join("python");
     let ready = venv.join(".toolhost-mcp-installed");
-    if ready.is_file() && python.is_file() {
-        return python;
+    let pin = format!("mcp=={MCP_VERSION}");
+
+    let lock_path = toolhost_e2e::target_dir().join("mcp-venv.lock");
+    let lock = std::fs::File::create(&lock_path)
+        .map_err(|e| format!("cannot create {}: {e}", lock_path.display()))?;
+    lock.lock()
+        .map_err(|e| format!("cannot lock {}: {e}", lock_path.display()))?;
+
+    let recorded = std::fs::read_to_string(&ready).unwrap_or_default();
+    if recorded.trim() == pin && python.is_file() {
+        return Ok(python);
     }
-    if !python.is_file() {
+    // A venv whose python no longer runs (the system python changed) is made anew.
+    if !python.is_file()
+        || !Command::new(&python)
+            .args(["-c", ""])
+            .status()
+            .is_ok_and(|s| s.success())
+    {
         run(
-            Command::new("python3").arg("-m").arg("venv").arg(&venv),
+            Command::new("python3")
+                .args(["-m", "venv", "--clear"])
+                .arg(&venv),
             "creating the virtualenv (python3 -m venv)",
-        );
+        )?;
     }
+    let _ = std::fs::remove_file(&ready);
     run(
         Command::new(&python).args([
             "-m",
@@ -52,39 +120,124 @@ fn python_with_mcp() -> PathBuf {
             "install",
             "--quiet",
             "--disable-pip-version-check",
-            "mcp",
+            &pin,
         ]),
-        "pip install mcp",
-    );
-    std::fs::write(&ready, "mcp\n").expect("mark the virtualenv ready");
-    python
+        &format!("pip install {pin}"),
+    )?;
+    match installed_mcp(&python) {
+        Some(version) if version == MCP_VERSION => {}
+        other => return Err(format!("after pip install {pin}, mcp is {other:?}")),
+    }
+    std::fs::write(&ready, format!("{pin}\n"))
+        .map_err(|e| format!("cannot write {}: {e}", ready.display()))?;
+    Ok(python)
 }
 
-#[test]
-fn python_sdk_client_lists_tools_and_runs_echo() {
-    if std::env::var_os("TOOLHOST_SKIP_PYTHON").is_some_and(|v| v == "1") {
-        eprintln!("skipped: TOOLHOST_SKIP_PYTHON=1");
+/// The venv's python with the pinned `mcp`, installed once per test binary.
+fn python_with_mcp() -> PathBuf {
+    static PYTHON: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    match PYTHON.get_or_init(install) {
+        Ok(python) => python.clone(),
+        Err(message) => panic!(
+            "{message}\n(set TOOLHOST_SKIP_PYTHON=1 to skip the Python SDK tests on a machine \
+             without python3, venv or PyPI)"
+        ),
+    }
+}
+
+/// Read all of `stream` on a thread.
+fn collect(mut stream: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = stream.read_to_end(&mut bytes);
+        String::from_utf8_lossy(&bytes).into_owned()
+    })
+}
+
+/// Run the client's scenario group `group`; panic with its output unless it reports success.
+fn run_group(group: &str) {
+    if skipped() {
         return;
     }
     let python = python_with_mcp();
+    let binary = toolhost_e2e::toolhost_bin();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/mcp_client.py");
     let (cache_key, cache_value) = toolhost_e2e::cache_env();
-    let output = Command::new(&python)
+    let start = Instant::now();
+    let mut child = Command::new(&python)
         .arg(&script)
-        .arg(toolhost_e2e::toolhost_bin())
+        .arg(&binary)
+        .arg(group)
         .env(cache_key, cache_value)
         .env("TOOLHOST_LOG", "error")
-        .output()
+        .env("TOOLHOST_EXPECT_MCP", MCP_VERSION)
+        .env("PYTHONUNBUFFERED", "1")
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("run the Python client");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stdout = collect(child.stdout.take().expect("stdout"));
+    let stderr = collect(child.stderr.take().expect("stderr"));
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the Python client") {
+            break Some(status);
+        }
+        if start.elapsed() > GROUP_LIMIT {
+            // Its HTTP servers get SIGTERM when it dies (PR_SET_PDEATHSIG); stdio servers see
+            // their stdin close.
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let elapsed = start.elapsed();
+    let stdout = stdout.join().expect("stdout reader");
+    let stderr = stderr.join().expect("stderr reader");
+    let Some(status) = status else {
+        panic!(
+            "the Python MCP client ({group}) did not finish within {GROUP_LIMIT:?}:\n{stdout}\n{stderr}"
+        );
+    };
     assert!(
-        output.status.success(),
-        "the Python MCP client failed ({}):\n{stdout}\n{stderr}",
-        output.status
+        status.success(),
+        "the Python MCP client ({group}) failed ({status}) after {elapsed:.1?}:\n{stdout}\n{stderr}"
     );
     assert!(
-        stdout.contains("python mcp client: ok"),
+        stdout.contains(&format!("python mcp client: {group} ok")),
         "{stdout}\n{stderr}"
     );
+    eprintln!("{group}: ok in {elapsed:.1?}\n{stderr}");
+}
+
+#[test]
+fn python_sdk_tools_and_echo() {
+    run_group("tools");
+}
+
+#[test]
+fn python_sdk_output_resources() {
+    run_group("resources");
+}
+
+#[test]
+fn python_sdk_cancellation_and_session_end() {
+    run_group("cancel");
+}
+
+#[test]
+fn python_sdk_progress_heartbeat() {
+    run_group("progress");
+}
+
+#[test]
+fn python_sdk_http_idle_sessions() {
+    run_group("idle");
+}
+
+#[test]
+fn python_sdk_http_foreign_origin() {
+    run_group("origin");
 }
