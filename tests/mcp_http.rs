@@ -103,6 +103,21 @@ fn messages(content_type: &str, body: &str) -> Vec<Value> {
     out
 }
 
+/// A response's content type and body.
+async fn body_of(response: reqwest::Response) -> (String, String) {
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let text = tokio::time::timeout(ANSWER_TIMEOUT, response.text())
+        .await
+        .expect("response body in time")
+        .expect("response body");
+    (content_type, text)
+}
+
 async fn post(
     http: &reqwest::Client,
     url: &str,
@@ -130,16 +145,7 @@ async fn post(
         .get("mcp-session-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    let content_type = response
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
-    let text = tokio::time::timeout(ANSWER_TIMEOUT, response.text())
-        .await
-        .expect("response body in time")
-        .expect("response body");
+    let (content_type, text) = body_of(response).await;
     let parsed = if status.is_success() && !text.is_empty() {
         messages(&content_type, &text)
     } else {
@@ -813,16 +819,7 @@ async fn request_2026(
     }
     let response = request.send().await.expect("HTTP request");
     let status = response.status();
-    let content_type = response
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
-    let text = tokio::time::timeout(ANSWER_TIMEOUT, response.text())
-        .await
-        .expect("response body in time")
-        .expect("response body");
+    let (content_type, text) = body_of(response).await;
     let message = messages(&content_type, &text)
         .into_iter()
         .rfind(|m| m.get("result").is_some() || m.get("error").is_some())

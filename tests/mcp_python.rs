@@ -14,7 +14,12 @@
 //! - `progress`: heartbeat progress during a silent 12 s command;
 //! - `idle`: an idle HTTP session (`--idle-timeout 2s`) ends with its background processes,
 //!   a foreground call longer than the idle timeout completes;
-//! - `origin`: a foreign `Origin` gets 403 over HTTP, the server's own and allowed ones do not.
+//! - `origin`: a foreign `Origin` gets 403 over HTTP, the server's own and allowed ones do not;
+//! - `logging`: with the hostile fixture plugin (`--policy none`), the `logging` capability is
+//!   declared, nothing arrives before `logging/setLevel`, then `spin` hitting its CPU limit
+//!   arrives as one `warning` (`notifications/message`, through the SDK's `logging_callback`)
+//!   naming the limit and the plugin, without the session's scope; over HTTP only the session
+//!   that called it gets it.
 //!
 //! The SDK lives in a virtualenv under the target directory (`<target>/mcp-venv`), created on
 //! the first run (needs `python3` with `venv` and access to PyPI) and reused while its marker
@@ -171,6 +176,10 @@ fn run_group(group: &str) {
         .env(cache_key, cache_value)
         .env("TOOLHOST_LOG", "error")
         .env("TOOLHOST_EXPECT_MCP", MCP_VERSION)
+        .env(
+            "TOOLHOST_HOSTILE_COMPONENT",
+            toolhost_e2e::hostile_component(),
+        )
         .env("PYTHONUNBUFFERED", "1")
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .stdin(Stdio::null())
@@ -240,4 +249,9 @@ fn python_sdk_http_idle_sessions() {
 #[test]
 fn python_sdk_http_foreign_origin() {
     run_group("origin");
+}
+
+#[test]
+fn python_sdk_logging() {
+    run_group("logging");
 }

@@ -3,12 +3,13 @@
 Usage: mcp_client.py TOOLHOST_BINARY GROUP
 
 GROUP is one of the scenario groups below (`tools`, `resources`, `cancel`, `progress`, `idle`,
-`origin`); each runs its checks over every transport it concerns and prints
+`origin`, `logging`); each runs its checks over every transport it concerns and prints
 `python mcp client: GROUP ok`, or exits non-zero with a message on the first mismatch.
 HTTP servers are started here (`toolhost serve --http 127.0.0.1:0 --token-file F`, the bound
 address read from the server's announcement) and stopped at the end of their scenario; they
 also die with this process (`PR_SET_PDEATHSIG`). If `TOOLHOST_EXPECT_MCP` is set, the
-installed `mcp` must be that version.
+installed `mcp` must be that version. The `logging` group loads the hostile fixture component,
+whose path is in `TOOLHOST_HOSTILE_COMPONENT`.
 
 The SDK's real client classes are used: `ClientSession` over `stdio_client` and over
 `streamable_http_client` (`streamablehttp_client` in older 1.x releases). Field names are
@@ -26,6 +27,7 @@ import json
 import os
 import queue
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -36,6 +38,7 @@ import time
 import traceback
 import urllib.error
 import urllib.request
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from itertools import count, pairwise
@@ -76,6 +79,15 @@ TEMPLATE = "toolhost://process/{id}/output{?offset,length,line,lines}"
 TOKEN = "python-sdk-test-token-" + os.urandom(8).hex()
 
 CLOSING_STDIN = "closing stdin"
+
+HOSTILE_MANIFEST = """[grants]
+process = true
+[limits]
+cpu_time = "500ms"
+wall_time = "5s"
+"""
+# How long a session must stay without a log message it should not get (after a ping).
+LOG_QUIET = 0.5
 
 _markers = count()
 
@@ -244,17 +256,24 @@ async def http_server(binary: str, *extra: str) -> AsyncIterator[HttpServer]:
 
 
 @asynccontextmanager
-async def stdio_session(binary: str) -> AsyncIterator[ClientSession]:
-    """A session with a fresh `toolhost serve` over stdio."""
+async def stdio_session(
+    binary: str, *extra: str, logging_callback: Any = None
+) -> AsyncIterator[ClientSession]:
+    """A session with a fresh `toolhost serve [EXTRA...]` over stdio."""
     # The SDK passes only a few variables by default; the cache location and log level matter.
-    params = StdioServerParameters(command=binary, args=["serve"], env=dict(os.environ))
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+    params = StdioServerParameters(command=binary, args=["serve", *extra], env=dict(os.environ))
+    async with (
+        stdio_client(params) as (read, write),
+        ClientSession(read, write, logging_callback=logging_callback) as session,
+    ):
         await initialize(session)
         yield session
 
 
 @asynccontextmanager
-async def http_session(server: HttpServer) -> AsyncIterator[ClientSession]:
+async def http_session(
+    server: HttpServer, logging_callback: Any = None
+) -> AsyncIterator[ClientSession]:
     """A new MCP session on `server`, with the SDK's streamable HTTP client."""
     headers = {"Authorization": f"Bearer {server.token}"}
     new_api = getattr(_streamable_http, "streamable_http_client", None)
@@ -264,7 +283,7 @@ async def http_session(server: HttpServer) -> AsyncIterator[ClientSession]:
         async with (
             create_mcp_http_client(headers=headers) as client,
             new_api(server.url, http_client=client) as streams,
-            ClientSession(streams[0], streams[1]) as session,
+            ClientSession(streams[0], streams[1], logging_callback=logging_callback) as session,
         ):
             await initialize(session)
             yield session
@@ -272,7 +291,7 @@ async def http_session(server: HttpServer) -> AsyncIterator[ClientSession]:
         old_api = _streamable_http.streamablehttp_client  # type: ignore[attr-defined]
         async with (
             old_api(server.url, headers=headers) as streams,
-            ClientSession(streams[0], streams[1]) as session,
+            ClientSession(streams[0], streams[1], logging_callback=logging_callback) as session,
         ):
             await initialize(session)
             yield session
@@ -521,6 +540,95 @@ async def check_origin(server: HttpServer, cases: list[tuple[str | None, int]]) 
         check(status == wanted, f"Origin {origin!r}: status {status}, expected {wanted}")
 
 
+class LogMessages:
+    """A session's `logging_callback`: the `notifications/message` params it received."""
+
+    def __init__(self) -> None:
+        self.received: list[Any] = []
+
+    async def __call__(self, params: Any) -> None:
+        self.received.append(params)
+
+    def __str__(self) -> str:
+        return repr([(m.level, m.logger, m.data) for m in self.received])
+
+
+def hostile_plugins(directory: str) -> str:
+    """`directory` with the hostile fixture component (its path in
+    `TOOLHOST_HOSTILE_COMPONENT`) as `hostile.wasm` and its manifest `hostile.toml`."""
+    component = os.environ.get("TOOLHOST_HOSTILE_COMPONENT", "")
+    check(os.path.isfile(component), f"TOOLHOST_HOSTILE_COMPONENT {component!r} is no file")
+    shutil.copyfile(component, os.path.join(directory, "hostile.wasm"))
+    with open(os.path.join(directory, "hostile.toml"), "w") as f:
+        f.write(HOSTILE_MANIFEST)
+    return directory
+
+
+def initialize_capabilities(session: ClientSession) -> Any:
+    """The capabilities the server's `initialize` result declared."""
+    init = getattr(session, "initialize_result", None)
+    if init is not None:
+        return init.capabilities
+    return session.get_server_capabilities()  # type: ignore[attr-defined]  # 1.x
+
+
+async def spin(session: ClientSession) -> None:
+    """Call the hostile plugin's `spin`, which its CPU limit stops (an error result)."""
+    result = await session.call_tool("spin", {})
+    check(field(result, "is_error", "isError"), f"spin is no error result: {result}")
+
+
+def check_limit_line(messages: LogMessages) -> None:
+    """`messages` holds exactly one line, the warning that `spin` hit the hostile plugin's
+    limit, without the session's own scope."""
+    check(len(messages.received) == 1, f"one log message expected: {messages}")
+    line = messages.received[0]
+    log(f"  log message: {line.level} {line.logger}: {line.data}")
+    check(line.level == "warning", f"level {line.level!r}, not 'warning': {messages}")
+    data = line.data
+    check(isinstance(data, dict), f"data is no object: {messages}")
+    text = data.get("message")
+    check(isinstance(text, str), f"no data.message: {messages}")
+    check("limit" in text and "hostile" in text, f"the message names no limit or plugin: {text!r}")
+    check(data.get("tool") == "spin", f"the line names tool {data.get('tool')!r}: {messages}")
+    check("scope" not in data, f"the session's own scope is repeated: {data}")
+
+
+async def no_more_messages(session: ClientSession, messages: LogMessages, had: int) -> None:
+    """A ping, then `LOG_QUIET` seconds in which no log message may arrive beyond the `had`
+    there are (fails at the first)."""
+    await session.send_ping()
+    deadline = time.monotonic() + LOG_QUIET
+    while True:
+        check(len(messages.received) == had, f"{had} log messages expected: {messages}")
+        if time.monotonic() >= deadline:
+            return
+        await anyio.sleep(0.02)
+
+
+async def set_log_level(session: ClientSession, level: str) -> None:
+    """`logging/setLevel`, without the SDK's warning that logging is deprecated after
+    2025-11-25 (SEP-2577): the server offers it to the clients of revisions that have it."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The logging capability is deprecated")
+        await session.set_logging_level(level)  # type: ignore[arg-type]
+
+
+async def check_logging(session: ClientSession, messages: LogMessages) -> None:
+    """The `logging` capability is declared; nothing is sent before a level is set; after
+    `warning` is set, `spin` hitting its CPU limit arrives as one warning."""
+    capabilities = initialize_capabilities(session)
+    check(capabilities.logging is not None, f"no logging capability: {capabilities}")
+    await spin(session)
+    await no_more_messages(session, messages, 0)
+    await set_log_level(session, "warning")
+    await spin(session)
+    await wait_until("the limit hit arrives as a log message", 10, lambda: messages.received)
+    # Only this one: the spin before the level was set is not sent late either.
+    await no_more_messages(session, messages, 1)
+    check_limit_line(messages)
+
+
 # ---- groups ----------------------------------------------------------------------------------
 
 
@@ -651,6 +759,34 @@ async def group_origin(binary: str) -> None:
         )
 
 
+async def group_logging(binary: str) -> None:
+    """8: the logging capability: nothing before `logging/setLevel`, then the session's limit
+    hit as a warning, over stdio and HTTP; over HTTP, never to another session."""
+    with tempfile.TemporaryDirectory(prefix="toolhost-py-plugins-") as directory:
+        flags = ["--policy", "none", "--plugins", hostile_plugins(directory)]
+        log("logging over stdio")
+        messages = LogMessages()
+        async with stdio_session(binary, *flags, logging_callback=messages) as session:
+            await check_logging(session, messages)
+        async with http_server(binary, *flags) as server:
+            log("logging over HTTP, two sessions")
+            mine, other = LogMessages(), LogMessages()
+            async with (
+                http_session(server, logging_callback=mine) as session,
+                http_session(server, logging_callback=other) as bystander,
+            ):
+                await set_log_level(bystander, "warning")
+                await check_logging(session, mine)
+                await no_more_messages(bystander, other, 0)
+                # The bystander does get its own line (so its quiet above meant something),
+                # and the first session does not.
+                await spin(bystander)
+                await wait_until("the bystander's limit hit arrives", 10, lambda: other.received)
+                await no_more_messages(bystander, other, 1)
+                check_limit_line(other)
+                await no_more_messages(session, mine, 1)
+
+
 GROUPS: dict[str, Callable[[str], Awaitable[None]]] = {
     "tools": group_tools,
     "resources": group_resources,
@@ -658,6 +794,7 @@ GROUPS: dict[str, Callable[[str], Awaitable[None]]] = {
     "progress": group_progress,
     "idle": group_idle,
     "origin": group_origin,
+    "logging": group_logging,
 }
 
 

@@ -147,16 +147,8 @@ impl HttpScopes {
                 tasks.shutdown();
                 self.host.end_scope(&name).await;
             }
-            let wait = async {
-                match next {
-                    Some(deadline) => tokio::time::sleep_until(deadline).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                _ = stop.cancelled() => break,
-                _ = self.changed.notified() => {}
-                _ = wait => {}
+            if !super::sessions::idle_wait(next, &self.changed, &stop).await {
+                break;
             }
         }
         let all: Vec<(String, TaskManager)> = self

@@ -121,16 +121,8 @@ impl Sessions {
                     tracing::debug!(session = %id, %error, "closing an idle session");
                 }
             }
-            let wait = async {
-                match next {
-                    Some(deadline) => tokio::time::sleep_until(deadline).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = self.changed.notified() => {}
-                _ = wait => {}
+            if !idle_wait(next, &self.changed, &stop).await {
+                return;
             }
         }
     }
@@ -143,6 +135,26 @@ impl Sessions {
     /// How many sessions rmcp holds.
     async fn count(&self) -> usize {
         self.manager.sessions.read().await.len()
+    }
+}
+
+/// Wait for the next idle deadline (`None`: none yet), a change, or `stop`; false once
+/// stopped.
+pub(super) async fn idle_wait(
+    next: Option<Instant>,
+    changed: &Notify,
+    stop: &CancellationToken,
+) -> bool {
+    let deadline = async {
+        match next {
+            Some(deadline) => tokio::time::sleep_until(deadline).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = stop.cancelled() => false,
+        _ = changed.notified() => true,
+        _ = deadline => true,
     }
 }
 
