@@ -22,6 +22,7 @@ pub mod mcp;
 mod plugins;
 pub mod process;
 pub mod sandbox;
+pub mod scenarios;
 pub mod terminal;
 pub mod testing;
 

@@ -101,6 +101,20 @@ enum Command {
         #[arg(long, default_value = "cli")]
         scope: String,
     },
+    /// Run scripted scenarios (TOML files, or directories of them) against a plugin
+    /// component, on a fake process capability: no real command runs. Reports each scenario
+    /// like a test runner; exits 1 when one fails, 2 when a file cannot be used. The scenario
+    /// format is described in the policy guide (docs/writing-a-policy.md).
+    Test {
+        /// The plugin component (`NAME.wasm`; its `NAME.toml` manifest beside it is used).
+        plugin: PathBuf,
+        /// Scenario files, or directories whose `*.toml` files are scenario files.
+        #[arg(required = true)]
+        scenarios: Vec<PathBuf>,
+        /// The plugin's manifest, if not `NAME.toml` beside it.
+        #[arg(long, value_name = "FILE")]
+        manifest: Option<PathBuf>,
+    },
     /// Print which confinement layers this machine supports and what each sandbox mode gets
     /// here with the given flags.
     Sandbox,
@@ -303,6 +317,43 @@ fn sandbox_settings(cli: &Cli) -> Result<SandboxSettings> {
 
 async fn run(cli: Cli) -> Result<ExitCode> {
     match &cli.command {
+        Command::Test {
+            plugin,
+            scenarios,
+            manifest,
+        } => {
+            let cache = if cli.no_cache {
+                None
+            } else {
+                toolhost::default_cache_dir()
+            };
+            let files = toolhost::scenarios::collect(scenarios);
+            let runner = toolhost::scenarios::Runner::new(plugin, manifest.as_deref(), cache);
+            let (files, runner) = match (files, runner) {
+                (Ok(files), Ok(runner)) => (files, runner),
+                (Err(error), _) => {
+                    eprintln!("toolhost test: {error}");
+                    return Ok(ExitCode::from(2));
+                }
+                (_, Err(error)) => {
+                    eprintln!("toolhost test: {error}");
+                    return Ok(ExitCode::from(2));
+                }
+            };
+            let mut report = Vec::new();
+            let outcome = toolhost::scenarios::run(&runner, &files, &mut report).await;
+            if !report.is_empty() {
+                out(String::from_utf8_lossy(&report).trim_end());
+            }
+            match outcome {
+                Ok((_, 0)) => Ok(ExitCode::SUCCESS),
+                Ok(_) => Ok(ExitCode::FAILURE),
+                Err(error) => {
+                    eprintln!("toolhost test: {error}");
+                    Ok(ExitCode::from(2))
+                }
+            }
+        }
         Command::Sandbox => {
             let settings = sandbox_settings(&cli)?;
             let profiles: Vec<(&str, Profile)> = [

@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex as SyncMutex};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// The longest line (one message) accepted: as rmcp's own transports.
 pub const MAX_LINE: usize = 16 * 1024 * 1024;
@@ -46,6 +47,8 @@ pub struct LineTransport<R, W> {
     state: Arc<SyncMutex<State>>,
     /// Cancelled when the input ends.
     input_ended: Option<CancellationToken>,
+    /// Answers to broken lines being written; `close` waits for them.
+    writes: TaskTracker,
 }
 
 /// What reading and writing share.
@@ -93,6 +96,7 @@ where
             out: Arc::new(Mutex::new(Some(write))),
             state: Arc::default(),
             input_ended: None,
+            writes: TaskTracker::new(),
         }
     }
 
@@ -218,14 +222,24 @@ where
                 }
                 None => line.answers,
             };
-            if write_lines(&self.out, &now).await.is_err() {
-                return None;
+            if !now.is_empty() {
+                // Not awaited here: rmcp polls `receive` inside a `select!` and drops it when
+                // other work wins, which would lose these answers (or cut a line in half) at
+                // any await. A task of their own finishes them; `close` waits for it.
+                let out = self.out.clone();
+                self.writes.spawn(async move {
+                    if let Err(error) = write_lines(&out, &now).await {
+                        tracing::debug!(%error, "cannot answer a broken message");
+                    }
+                });
             }
             self.queue.extend(line.deliver);
         }
     }
 
     async fn close(&mut self) -> Result<(), Self::Error> {
+        self.writes.close();
+        self.writes.wait().await;
         let mut out = self.out.lock().await;
         if let Some(mut write) = out.take() {
             write.flush().await?;

@@ -250,3 +250,27 @@ async fn the_end_of_input_cancels_the_service_token() {
         "calls in flight are cancelled at once"
     );
 }
+
+#[tokio::test]
+async fn answering_a_broken_line_does_not_hold_up_the_next_message() {
+    // rmcp drops `receive` when other work wins its `select!`: an answer written inside it
+    // was lost then. The answer goes out on its own; here the output is not read at all
+    // until the next message has been received.
+    let (write, mut output) = tokio::io::duplex(8);
+    let input = with_ping(b"{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":");
+    let mut transport = LineTransport::new(&input[..], write);
+    let next = tokio::time::timeout(std::time::Duration::from_secs(5), transport.receive())
+        .await
+        .expect("the ping arrives while the answer still waits for the reader");
+    assert!(next.is_some());
+    let mut text = Vec::new();
+    let mut buffer = [0u8; 256];
+    while !text.ends_with(b"\n") {
+        let n = output.read(&mut buffer).await.expect("read");
+        assert!(n > 0, "the answer is written whole");
+        text.extend_from_slice(&buffer[..n]);
+    }
+    let answer: Value = serde_json::from_slice(&text).expect("one JSON line");
+    assert_eq!(code(&answer), -32700);
+    assert_eq!(answer["id"], 5);
+}

@@ -1,0 +1,112 @@
+//! Scripted scenarios for testing a plugin component without real processes:
+//! `toolhost test PLUGIN.wasm SCENARIOS...` runs them, for a component written in any language.
+//!
+//! A scenario file (TOML) holds one or more scenarios. Each runs against a fresh host with only
+//! the plugin loaded (its manifest beside it, or the one given), on the fake process
+//! capability ([`crate::testing`]): the processes the plugin starts play scripted output, exit
+//! status and timing (logical time: nothing really waits), and every start, signal and input
+//! is recorded. The calls run in order in one scope, and each may say what must hold:
+//!
+//! ```toml
+//! config = { default_timeout = "30s" }   # over the manifest's [config], for every scenario
+//!
+//! [[scenario]]
+//! name = "a slow build is handed over to the background"
+//!
+//! [[scenario.process]]                   # what the first command started does
+//! output = "compiling...\n"
+//! runs_for = "2m"                        # or: never_exits = true, signal = 9
+//! exit = 0
+//!
+//! [[scenario.call]]
+//! tool = "execute"
+//! arguments = { command = "make" }
+//! expect.result = { success = true, background_process_id = "re:.+" }
+//! expect.starts = [{ command = "make", background = false }]
+//!
+//! [[scenario.call]]
+//! tool = "execute"
+//! arguments = { command = "git push" }
+//! expect.error = "re:refused"
+//! ```
+//!
+//! Expected values match as [`matching`] says: an object when it is a subset of the actual one,
+//! a string `re:PATTERN` as a regular expression. `expect.result` is the call's result (a
+//! JSON object, or its text), `expect.error` its tool error's message, `expect.starts` the
+//! start requests the call made (`command`, `workdir`, `env`, `background`, `stdin`: `closed`,
+//! `pipe` or `terminal`, and the `id` handed out), `expect.signals` the signals it sent
+//! (`process`, `signal`: `terminate`, `kill`, `interrupt`), `expect.inputs` the input it wrote
+//! (`process`, `text`). A scripted process may answer input: `[[scenario.process.reply]]` with
+//! `when` (a text the input must contain), `output` and an optional `exit`;
+//! `exits_at_eof = CODE` ends it when its stdin is closed.
+
+pub mod file;
+pub mod matching;
+mod runner;
+
+pub use file::{FileError, ScenarioFile};
+pub use runner::{Outcome, PluginError, Runner};
+
+use std::path::{Path, PathBuf};
+
+/// The scenario files `paths` name: files as they are, directories for the `*.toml` files in
+/// them (sorted by name).
+pub fn collect(paths: &[PathBuf]) -> Result<Vec<PathBuf>, FileError> {
+    let mut files = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            let entries = std::fs::read_dir(path).map_err(|source| FileError::Read {
+                path: path.display().to_string(),
+                source,
+            })?;
+            let mut found: Vec<PathBuf> = entries
+                .flatten()
+                .map(|entry| entry.path())
+                .filter(|p| p.extension().is_some_and(|e| e == "toml") && p.is_file())
+                .collect();
+            found.sort();
+            if found.is_empty() {
+                return Err(FileError::Invalid {
+                    path: path.display().to_string(),
+                    message: "no *.toml scenario files in this directory".to_owned(),
+                });
+            }
+            files.extend(found);
+        } else {
+            files.push(path.clone());
+        }
+    }
+    Ok(files)
+}
+
+/// Run the scenario `files` against `runner`, writing a report like a test runner's to
+/// `out`; returns how many passed and failed. A file that is not valid is an error before
+/// anything runs.
+pub async fn run(
+    runner: &Runner,
+    files: &[PathBuf],
+    out: &mut impl std::io::Write,
+) -> Result<(usize, usize), FileError> {
+    let loaded: Vec<(&Path, ScenarioFile)> = files
+        .iter()
+        .map(|path| ScenarioFile::load(path).map(|file| (path.as_path(), file)))
+        .collect::<Result<_, _>>()?;
+    let (mut passed, mut failed) = (0, 0);
+    for (path, file) in &loaded {
+        let _ = writeln!(out, "{}", path.display());
+        for outcome in runner.run_file(file).await {
+            if outcome.passed() {
+                passed += 1;
+                let _ = writeln!(out, "  ok      {}", outcome.name);
+            } else {
+                failed += 1;
+                let _ = writeln!(out, "  FAILED  {}", outcome.name);
+                for failure in &outcome.failures {
+                    let _ = writeln!(out, "          {failure}");
+                }
+            }
+        }
+    }
+    let _ = writeln!(out, "{passed} passed, {failed} failed");
+    Ok((passed, failed))
+}

@@ -1,0 +1,270 @@
+//! Runs scenarios against a plugin component on the fake process capability.
+
+use super::file::{Call, Process, Scenario, ScenarioFile, duration};
+use super::matching::{differences, text_matches};
+use crate::ToolHost;
+use crate::process::Stdin;
+use crate::testing::{FakeProcesses, Script};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The scope every call of a scenario runs in.
+const SCOPE: &str = "scenario";
+
+/// What became of one scenario.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// The scenario's name.
+    pub name: String,
+    /// What did not hold, one line each; empty when it passed.
+    pub failures: Vec<String>,
+}
+
+impl Outcome {
+    /// Whether everything held.
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+}
+
+/// The plugin could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {source}")]
+pub struct PluginError {
+    /// The component or manifest.
+    pub path: String,
+    /// Why.
+    pub source: std::io::Error,
+}
+
+/// A plugin component and its manifest, ready to run scenarios against.
+pub struct Runner {
+    name: String,
+    component: Vec<u8>,
+    manifest: toml::Table,
+    cache: Option<PathBuf>,
+}
+
+impl Runner {
+    /// The component at `component`, with the manifest at `manifest` or, if `None`, the
+    /// `NAME.toml` beside it when there is one (else none, as in a plugin directory).
+    /// Compiled components are cached in `cache` (`None`: compiled each time).
+    pub fn new(
+        component: &Path,
+        manifest: Option<&Path>,
+        cache: Option<PathBuf>,
+    ) -> Result<Runner, PluginError> {
+        let read_error = |path: &Path| {
+            let path = path.display().to_string();
+            move |source| PluginError { path, source }
+        };
+        let bytes = std::fs::read(component).map_err(read_error(component))?;
+        let name = component
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("plugin")
+            .to_owned();
+        let beside = component.with_extension("toml");
+        let manifest_path = match manifest {
+            Some(path) => Some(path.to_path_buf()),
+            None => beside.is_file().then_some(beside),
+        };
+        let manifest = match manifest_path {
+            Some(path) => {
+                let text = std::fs::read_to_string(&path).map_err(read_error(&path))?;
+                text.parse::<toml::Table>().map_err(|e| PluginError {
+                    path: path.display().to_string(),
+                    source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
+                })?
+            }
+            None => toml::Table::new(),
+        };
+        Ok(Runner {
+            name,
+            component: bytes,
+            manifest,
+            cache,
+        })
+    }
+
+    /// Run every scenario of `file`, in order, each against a fresh host.
+    pub async fn run_file(&self, file: &ScenarioFile) -> Vec<Outcome> {
+        let mut outcomes = Vec::new();
+        for scenario in &file.scenarios {
+            let failures = match self.run(&file.config, scenario).await {
+                Ok(failures) => failures,
+                Err(failure) => vec![failure],
+            };
+            outcomes.push(Outcome {
+                name: scenario.name.clone(),
+                failures,
+            });
+        }
+        outcomes
+    }
+
+    async fn run(&self, config: &toml::Table, scenario: &Scenario) -> Result<Vec<String>, String> {
+        let dir = tempfile::tempdir().map_err(|e| format!("no temporary directory: {e}"))?;
+        let mut manifest = self.manifest.clone();
+        let merged = manifest
+            .entry("config")
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if let toml::Value::Table(table) = merged {
+            table.extend(config.clone());
+            table.extend(scenario.config.clone());
+        }
+        let wasm = dir.path().join(format!("{}.wasm", self.name));
+        std::fs::write(&wasm, &self.component).map_err(|e| format!("cannot stage it: {e}"))?;
+        std::fs::write(
+            dir.path().join(format!("{}.toml", self.name)),
+            toml::to_string(&manifest).map_err(|e| format!("cannot write the manifest: {e}"))?,
+        )
+        .map_err(|e| format!("cannot stage its manifest: {e}"))?;
+
+        let fake = FakeProcesses::new();
+        fake.set_default(Script::exits(0));
+        for process in &scenario.processes {
+            fake.push(script(process)?);
+        }
+        let host = ToolHost::builder()
+            .bundled_policy(None)
+            .plugin_dir(dir.path())
+            .process_backend(fake.clone())
+            .cache_dir(self.cache.clone())
+            .build()
+            .await
+            .map_err(|e| format!("the plugin did not load: {e}"))?;
+        let mut failures = Vec::new();
+        for (n, call) in scenario.calls.iter().enumerate() {
+            let label = format!("call {} ({})", n + 1, call.tool);
+            for failure in self.check_call(&host, &fake, call).await {
+                failures.push(format!("{label}: {failure}"));
+            }
+        }
+        host.shutdown().await;
+        Ok(failures)
+    }
+
+    async fn check_call(
+        &self,
+        host: &ToolHost,
+        fake: &Arc<FakeProcesses>,
+        call: &Call,
+    ) -> Vec<String> {
+        let (starts, signals, inputs) = (
+            fake.starts().len(),
+            fake.signals().len(),
+            fake.inputs().len(),
+        );
+        let arguments = json_of(&toml::Value::Table(call.arguments.clone())).to_string();
+        let outcome = host.call(SCOPE, &call.tool, &arguments).await;
+        let expect = &call.expect;
+        let mut failures = Vec::new();
+        match (&outcome, &expect.error) {
+            (Ok(text), Some(want)) => failures.push(format!(
+                "expected a tool error matching {want:?}, got a result: {text}"
+            )),
+            (Ok(text), None) => {
+                if let Some(want) = &expect.result {
+                    let actual =
+                        serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.clone()));
+                    let found = differences("result", &json_of(want), &actual);
+                    if !found.is_empty() {
+                        failures.extend(found);
+                        failures.push(format!("the result was: {text}"));
+                    }
+                }
+            }
+            (Err(error), Some(want)) => {
+                failures.extend(text_matches("error", want, &error.to_string()));
+            }
+            (Err(error), None) => failures.push(format!("failed: {error}")),
+        }
+        if let Some(want) = &expect.starts {
+            let actual: Vec<Value> = fake.starts()[starts..]
+                .iter()
+                .map(|start| {
+                    let request = &start.request;
+                    let env: serde_json::Map<String, Value> = request
+                        .env
+                        .iter()
+                        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                        .collect();
+                    json!({
+                        "command": request.command,
+                        "workdir": request.workdir.as_ref().map(|d| d.display().to_string()),
+                        "env": env,
+                        "background": request.background,
+                        "stdin": match request.stdin {
+                            Stdin::Closed => "closed",
+                            Stdin::Pipe => "pipe",
+                            Stdin::Terminal(_) => "terminal",
+                        },
+                        "id": start.id,
+                    })
+                })
+                .collect();
+            failures.extend(differences(
+                "starts",
+                &Value::Array(want.iter().map(json_of).collect()),
+                &Value::Array(actual),
+            ));
+        }
+        if let Some(want) = &expect.signals {
+            let actual: Vec<Value> = fake.signals()[signals..]
+                .iter()
+                .map(|(id, signal)| json!({"process": id, "signal": signal.name()}))
+                .collect();
+            failures.extend(differences(
+                "signals",
+                &Value::Array(want.iter().map(json_of).collect()),
+                &Value::Array(actual),
+            ));
+        }
+        if let Some(want) = &expect.inputs {
+            let actual: Vec<Value> = fake.inputs()[inputs..]
+                .iter()
+                .map(|(id, bytes)| json!({"process": id, "text": String::from_utf8_lossy(bytes)}))
+                .collect();
+            failures.extend(differences(
+                "inputs",
+                &Value::Array(want.iter().map(json_of).collect()),
+                &Value::Array(actual),
+            ));
+        }
+        failures
+    }
+}
+
+/// The fake process a scripted [`Process`] describes.
+fn script(process: &Process) -> Result<Script, String> {
+    let mut script = if process.never_exits {
+        Script::never_exits()
+    } else if let Some(signal) = process.signal {
+        Script::killed_by(signal)
+    } else {
+        Script::exits(process.exit.unwrap_or(0))
+    };
+    script = script
+        .output(&process.output)
+        .final_output(&process.final_output);
+    if let Some(text) = &process.runs_for {
+        script = script.runs_for(duration(text)?);
+    }
+    for reply in &process.replies {
+        script = match reply.exit {
+            Some(code) => script.reply_and_exit(&reply.when, &reply.output, code),
+            None => script.reply(&reply.when, &reply.output),
+        };
+    }
+    if let Some(code) = process.exits_at_eof {
+        script = script.exits_at_eof(code);
+    }
+    Ok(script)
+}
+
+/// A TOML value as JSON.
+fn json_of(value: &toml::Value) -> Value {
+    serde_json::to_value(value).unwrap_or(Value::Null)
+}
