@@ -19,8 +19,8 @@ const SIGNAL_SETTLE: Duration = Duration::from_secs(1);
 pub fn output_definition() -> ToolDefinition {
     tool_definition(
         "process_output",
+        "Read a process's output",
         crate::Hints {
-            title: "Read a process's output",
             read_only: true,
             destructive: false,
             idempotent: false,
@@ -70,8 +70,8 @@ pub fn output_definition() -> ToolDefinition {
 pub fn list_definition() -> ToolDefinition {
     tool_definition(
         "process_list",
+        "List processes",
         crate::Hints {
-            title: "List processes",
             read_only: true,
             destructive: false,
             idempotent: true,
@@ -115,8 +115,8 @@ pub fn list_definition() -> ToolDefinition {
 pub fn signal_definition() -> ToolDefinition {
     tool_definition(
         "process_signal",
+        "Stop or interrupt a process",
         crate::Hints {
-            title: "Stop or interrupt a process",
             read_only: false,
             destructive: true,
             idempotent: false,

@@ -125,8 +125,8 @@ pub fn settle(id: &str, timeout: Duration) -> Result<(Output, bool), String> {
 pub fn input_definition() -> ToolDefinition {
     tool_definition(
         "process_input",
+        "Type into a process",
         crate::Hints {
-            title: "Type into a process",
             read_only: false,
             destructive: true,
             idempotent: false,

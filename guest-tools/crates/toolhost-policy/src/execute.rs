@@ -3,6 +3,7 @@
 
 use crate::args::{Args, format_duration};
 use crate::settings::{OnTimeout, Settings};
+use crate::texts::fill;
 use crate::toolhost::plugin::process::{self as host, ReadFrom, Signal, StartRequest};
 use crate::{
     Obj, Policy, bound_output, deny, millis, process_error, tool_definition, truncation_json,
@@ -13,8 +14,10 @@ use std::time::{Duration, Instant};
 /// One wait of a command whose caller waits for its end (a task); repeated until it exits.
 const TASK_WAIT: Duration = Duration::from_secs(600);
 
-/// The environment every command gets, so nothing waits for a human: editors, pagers and
-/// credential prompts are disabled, colours are off.
+/// The environment every command of `execute` gets (on a terminal, `TERM` is
+/// `xterm-256color` and git may prompt), so nothing waits for a human: editors, pagers and
+/// credential prompts are disabled, colours are off. A tool of a policy's own that starts
+/// commands may give them the same.
 pub const NON_INTERACTIVE_ENV: &[(&str, &str)] = &[
     ("GIT_EDITOR", "true"),
     ("GIT_SEQUENCE_EDITOR", "true"),
@@ -124,20 +127,32 @@ pub fn definition(
     let refusals = if policy.deny.is_empty() {
         String::new()
     } else {
+        let reasons = policy
+            .deny
+            .iter()
+            .map(|r| r.reason)
+            .collect::<Vec<_>>()
+            .join("; ");
         format!(
-            " This policy refuses destructive commands ({}).",
-            policy
-                .deny
-                .iter()
-                .map(|r| r.reason)
-                .collect::<Vec<_>>()
-                .join("; ")
+            " {}",
+            fill(
+                policy.texts.deny_summary,
+                &[("policy", policy.name), ("reasons", &reasons)]
+            )
         )
     };
     let sudo = if sandbox.mode == crate::Mode::Off && policy.confinement.mode.is_none() {
         ""
     } else {
         " (sudo and other privilege prompts cannot work: commands run confined)"
+    };
+    let extra = if policy.texts.execute_extra.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " {}",
+            fill(policy.texts.execute_extra, &[("policy", policy.name)])
+        )
     };
     let description = format!(
         "Run a shell command (`sh -c`) and return its combined stdout and stderr, exit code and \
@@ -153,7 +168,7 @@ pub fn definition(
          run_in_background to true (never end the command with `&`); then read its output with \
          process_output and stop it with process_signal. Foreground commands time out after {} \
          by default (at most {}). {on_timeout} Output longer than {} KiB keeps its beginning \
-         and its end; the middle is cut and the result says how much.{confinement}{refusals}",
+         and its end; the middle is cut and the result says how much.{confinement}{refusals}{extra}",
         format_duration(s.default_timeout),
         format_duration(s.max_timeout),
         s.output_cap_bytes / 1024,
@@ -213,8 +228,8 @@ pub fn definition(
     });
     tool_definition(
         "execute",
+        "Run a shell command",
         crate::Hints {
-            title: "Run a shell command",
             read_only: false,
             destructive: true,
             idempotent: false,
@@ -264,26 +279,6 @@ pub fn plan(command: &str, run_in_background: bool) -> Plan {
     }
 }
 
-/// A note suggesting a file-reading tool for commands that just dump files.
-pub fn file_dump_note(command: &str) -> Option<&'static str> {
-    let c = command.trim_start();
-    let mut words = c.split_whitespace();
-    let first = words.next()?;
-    let has_more = c.len() > first.len() && c[first.len()..].starts_with(char::is_whitespace);
-    let dump = match first {
-        "cat" => has_more,
-        "rg" | "grep" => {
-            let rest: Vec<&str> = words.collect();
-            rest.contains(&"--include-all") || rest.first() == Some(&"-l")
-        }
-        _ => false,
-    };
-    dump.then_some(
-        "This command dumps file contents or file lists; a dedicated file-reading or search \
-         tool, if you have one, returns them more compactly.",
-    )
-}
-
 pub(crate) fn run(
     policy: &Policy,
     settings: &Settings,
@@ -297,9 +292,13 @@ pub(crate) fn run(
     let stdin = crate::interactive::stdin_mode(&args)?;
 
     if let Some(rule) = deny::check(policy.deny, command) {
-        return Err(format!(
-            "refused by the {} policy, rule `{}`: {}. Nothing was run.",
-            policy.name, rule.name, rule.reason
+        return Err(fill(
+            policy.texts.refusal,
+            &[
+                ("policy", policy.name),
+                ("rule", rule.name),
+                ("reason", rule.reason),
+            ],
         ));
     }
 
@@ -321,9 +320,11 @@ pub(crate) fn run(
         ));
         timeout = settings.max_timeout;
     }
-    if let Some(note) = file_dump_note(&plan.command) {
-        notes.push(note.to_string());
-    }
+    notes.extend(
+        crate::notes::for_command(policy.notes, &plan.command)
+            .into_iter()
+            .map(str::to_string),
+    );
 
     let started = Instant::now();
     let env = match stdin {
@@ -484,11 +485,12 @@ pub(crate) fn run(
                 ),
             );
         result.opt("signal", out.signal.clone());
-        notes.push(format!(
-            "The {} policy kills commands at their timeout. Pass a longer timeout (at most {}) or \
-             use run_in_background for long jobs.",
-            policy.name,
-            format_duration(settings.max_timeout)
+        notes.push(fill(
+            policy.texts.killed_at_timeout,
+            &[
+                ("policy", policy.name),
+                ("max_timeout", &format_duration(settings.max_timeout)),
+            ],
         ));
     } else {
         let code = out.exit_code.unwrap_or(-1);
@@ -532,17 +534,5 @@ mod tests {
                 "{input:?}"
             );
         }
-    }
-
-    #[test]
-    fn file_dump_patterns() {
-        assert!(file_dump_note("cat foo.txt").is_some());
-        assert!(file_dump_note("  cat\tfoo").is_some());
-        assert!(file_dump_note("grep -r x . --include-all").is_some());
-        assert!(file_dump_note("rg -l pattern").is_some());
-        assert!(file_dump_note("cat").is_none());
-        assert!(file_dump_note("catalog x").is_none());
-        assert!(file_dump_note("grep pattern file").is_none());
-        assert!(file_dump_note("echo cat x").is_none());
     }
 }

@@ -4,7 +4,18 @@
 use serde_json::{Map, Value};
 use std::time::Duration;
 
-/// The arguments object of one call.
+/// The arguments object of one call, parsed strictly: every mistake becomes a message that
+/// names the argument and the bad value, so the model can correct itself.
+///
+/// ```
+/// use std::time::Duration;
+/// let args = toolhost_policy::Args::parse(r#"{"path": "src", "wait": "2s"}"#, &["path", "wait", "all"]).unwrap();
+/// assert_eq!(args.required_string("path"), Ok("src"));
+/// assert_eq!(args.duration("wait"), Ok(Some(Duration::from_secs(2))));
+/// assert_eq!(args.bool("all"), Ok(None));
+/// let typo = toolhost_policy::Args::parse(r#"{"pth": "src"}"#, &["path"]).err().unwrap();
+/// assert_eq!(typo, "unknown argument `pth`; accepted: `path`");
+/// ```
 pub struct Args {
     map: Map<String, Value>,
 }

@@ -1,35 +1,77 @@
-//! Deny rules: commands a policy refuses before they run. A rule sees the whole command text
-//! and each simple command in it (split at `;`, `&&`, `||`, `|`, `&`, newlines, and with
-//! subshell parentheses, braces, `\` escapes, `then`/`do`/`time`-style keywords and
-//! `sudo`/`env`/`nice`/`timeout`/`setsid`-style wrappers and their options looked through), so `cd /tmp && rm -rf /` and
+//! Deny rules: commands a policy refuses before they run ([`DenyRule`]), the command as a
+//! rule sees it ([`Command`]), and the rules of the bundled guarded policy, each a `const` to
+//! pick from ([`GUARDED_RULES`] holds them all).
+//!
+//! A rule sees the whole command text and each simple command in it (split at `;`, `&&`,
+//! `||`, `|`, `&`, newlines, and with subshell parentheses, braces, `\` escapes,
+//! `then`/`do`/`time`-style keywords and `sudo`/`env`/`nice`/`timeout`/`setsid`-style
+//! wrappers and their options looked through), so `cd /tmp && rm -rf /` and
 //! `(sudo -u root rm -rf /)` are caught as well as `rm -rf /`.
 //!
-//! These rules catch the usual ways a model writes a destructive command; they are a guard
-//! rail, not a security boundary: a determined command (`eval`, a script file, an encoded
-//! payload) can always do what a shell can do.
+//! These rules catch the usual ways a model writes a command; they are a guard rail, not a
+//! security boundary: a determined command (`eval`, a script file, an encoded payload) can
+//! always do what a shell can do. What commands can reach is the host's confinement.
+//!
+//! ```
+//! use toolhost_policy::deny::{self, Command, DenyRule};
+//!
+//! /// `git push`, also as `git -C repo push` or `cd repo && sudo git push`.
+//! fn git_push(command: &Command) -> bool {
+//!     command.invocations("git").any(|args| args.iter().any(|a| a == "push"))
+//! }
+//!
+//! const RULES: &[DenyRule] = &[
+//!     DenyRule {
+//!         name: "git-push",
+//!         reason: "pushing is for the user to do",
+//!         matches: git_push,
+//!     },
+//!     deny::RECURSIVE_DELETE_ROOT,
+//! ];
+//!
+//! assert_eq!(deny::check(RULES, "cd repo && git push origin main").map(|r| r.name), Some("git-push"));
+//! assert_eq!(deny::check(RULES, "git status").map(|r| r.name), None);
+//! assert_eq!(deny::check(RULES, "sudo rm -rf /").map(|r| r.name), Some("recursive-delete-root"));
+//! ```
 
-/// A named rule refusing some commands.
+/// A named rule refusing some commands before they run. The refusal (a tool error for the
+/// model) names the rule and its reason, worded by [`Texts::refusal`](crate::Texts::refusal).
+#[derive(Clone, Copy)]
 pub struct DenyRule {
     /// Short name shown in the refusal, e.g. `recursive-delete-root`.
     pub name: &'static str,
-    /// Why the rule exists, shown in the refusal.
+    /// Why the rule exists, shown in the refusal and in `execute`'s description (see
+    /// [`Texts::deny_summary`](crate::Texts::deny_summary)).
     pub reason: &'static str,
-    /// Whether the rule matches the command.
+    /// Whether the rule refuses the command.
     pub matches: fn(&Command) -> bool,
 }
 
-/// A command split for matching.
+/// A command as deny rules and notes see it: its text, and the simple commands and pipelines
+/// in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Command {
+    /// The command exactly as given.
+    pub raw: String,
     /// The whole text, lower-cased, whitespace runs folded to one space.
     pub text: String,
-    /// The simple commands, each as its words (quotes stripped, `sudo`/`env` prefixes removed).
+    /// The simple commands, each as its words: lower-cased, quotes and `\` escapes stripped,
+    /// shell keywords (`then`, `do`, `time`, ...), variable assignments and wrappers
+    /// (`sudo`, `env`, `nice`, `timeout`, `xargs`, ... and their options) left out, so the
+    /// first word is the program that runs (possibly as a path, e.g. `/bin/rm`).
     pub simple: Vec<Vec<String>>,
-    /// The pipelines, each as the words of its stages.
+    /// The pipelines, each as the words of its stages (as in [`simple`](Command::simple)).
     pub pipelines: Vec<Vec<Vec<String>>>,
 }
 
 impl Command {
     /// Split `command` for matching.
+    ///
+    /// ```
+    /// let c = toolhost_policy::Command::parse("cd /tmp && sudo -u root RM -rf / | tee log");
+    /// assert_eq!(c.simple, [vec!["cd", "/tmp"], vec!["rm", "-rf", "/"], vec!["tee", "log"]]);
+    /// assert_eq!(c.pipelines.len(), 2);
+    /// ```
     pub fn parse(command: &str) -> Command {
         let lowered = command.to_lowercase();
         let text = lowered.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -48,14 +90,32 @@ impl Command {
             pipelines.push(stages);
         }
         Command {
+            raw: command.to_string(),
             text,
             simple,
             pipelines,
         }
     }
+
+    /// The arguments of every simple command that runs `program` (lower-case; matched by
+    /// name, also when run by path such as `/usr/bin/git`).
+    ///
+    /// ```
+    /// let c = toolhost_policy::Command::parse("git fetch; /usr/bin/git -C repo push");
+    /// let pushes = c.invocations("git").filter(|args| args.contains(&"push".to_string()));
+    /// assert_eq!(pushes.count(), 1);
+    /// ```
+    pub fn invocations<'a>(&'a self, program: &'a str) -> impl Iterator<Item = &'a [String]> + 'a {
+        self.simple
+            .iter()
+            .filter_map(move |words| match words.split_first() {
+                Some((first, args)) if program_name(first) == program => Some(args),
+                _ => None,
+            })
+    }
 }
 
-/// The first rule that refuses `command`.
+/// The first of `rules` that refuses `command`, if any.
 pub fn check<'a>(rules: &'a [DenyRule], command: &str) -> Option<&'a DenyRule> {
     if rules.is_empty() {
         return None;
@@ -170,7 +230,7 @@ fn program_name(word: &str) -> String {
 }
 
 /// `rm` with a recursive flag aimed at `/`, `/*`, `~`, `~/`, `$HOME`.
-pub fn recursive_delete_root(c: &Command) -> bool {
+fn recursive_delete_root(c: &Command) -> bool {
     c.simple.iter().any(|w| {
         if w.first().map(|p| program_name(p)).as_deref() != Some("rm") {
             return false;
@@ -189,7 +249,7 @@ pub fn recursive_delete_root(c: &Command) -> bool {
 }
 
 /// Any `mkfs` variant.
-pub fn make_filesystem(c: &Command) -> bool {
+fn make_filesystem(c: &Command) -> bool {
     c.simple.iter().any(|w| {
         w.first()
             .is_some_and(|p| program_name(p).starts_with("mkfs"))
@@ -202,7 +262,7 @@ const BLOCK_DEVICES: &[&str] = &[
 ];
 
 /// `dd` writing to a block device.
-pub fn dd_to_device(c: &Command) -> bool {
+fn dd_to_device(c: &Command) -> bool {
     c.simple.iter().any(|w| {
         w.first().map(|p| program_name(p)).as_deref() == Some("dd")
             && w.iter().any(|a| {
@@ -213,7 +273,7 @@ pub fn dd_to_device(c: &Command) -> bool {
 }
 
 /// The classic `:(){ :|:& };:` and look-alikes.
-pub fn fork_bomb(c: &Command) -> bool {
+fn fork_bomb(c: &Command) -> bool {
     let compact: String = c.text.chars().filter(|ch| !ch.is_whitespace()).collect();
     compact.contains(":(){:|:&};:") || compact.contains("(){$0|$0&}") || {
         // name(){ name|name& }; name
@@ -226,7 +286,7 @@ pub fn fork_bomb(c: &Command) -> bool {
 }
 
 /// shutdown, reboot, halt, poweroff (also via systemctl / init).
-pub fn power_off(c: &Command) -> bool {
+fn power_off(c: &Command) -> bool {
     c.simple.iter().any(|w| {
         let p = w.first().map(|p| program_name(p)).unwrap_or_default();
         matches!(p.as_str(), "shutdown" | "reboot" | "halt" | "poweroff")
@@ -238,7 +298,7 @@ pub fn power_off(c: &Command) -> bool {
 }
 
 /// A download piped straight into a shell: `curl ... | sh`, `wget -O- ... | bash`.
-pub fn download_into_shell(c: &Command) -> bool {
+fn download_into_shell(c: &Command) -> bool {
     const FETCHERS: &[&str] = &["curl", "wget", "fetch"];
     const SHELLS: &[&str] = &["sh", "bash", "zsh", "dash", "ksh", "fish"];
     const INTERPRETERS: &[&str] = &["python", "python3", "perl", "ruby", "node"];
@@ -261,38 +321,57 @@ pub fn download_into_shell(c: &Command) -> bool {
     }) || (c.text.contains("<(curl") || c.text.contains("<(wget"))
 }
 
-/// The guarded policy's rules.
+/// Refuses `rm` with a recursive flag aimed at `/`, `/*`, `~`, `~/`, `$HOME`.
+pub const RECURSIVE_DELETE_ROOT: DenyRule = DenyRule {
+    name: "recursive-delete-root",
+    reason: "recursive deletion of / or the home directory",
+    matches: recursive_delete_root,
+};
+
+/// Refuses any `mkfs` variant.
+pub const MAKE_FILESYSTEM: DenyRule = DenyRule {
+    name: "make-filesystem",
+    reason: "creating a filesystem (mkfs) destroys a device's data",
+    matches: make_filesystem,
+};
+
+/// Refuses `dd` writing to a block device (`of=/dev/sda`, `/dev/nvme0n1`, ...).
+pub const DD_TO_DEVICE: DenyRule = DenyRule {
+    name: "dd-to-device",
+    reason: "dd writing onto a device overwrites it",
+    matches: dd_to_device,
+};
+
+/// Refuses the classic `:(){ :|:& };:` and look-alikes.
+pub const FORK_BOMB: DenyRule = DenyRule {
+    name: "fork-bomb",
+    reason: "a fork bomb exhausts the machine's processes",
+    matches: fork_bomb,
+};
+
+/// Refuses `shutdown`, `reboot`, `halt`, `poweroff` (also through `systemctl` or `init`).
+pub const POWER_OFF: DenyRule = DenyRule {
+    name: "power-off",
+    reason: "shutting down or rebooting the machine",
+    matches: power_off,
+};
+
+/// Refuses a download piped straight into a shell or interpreter: `curl ... | sh`,
+/// `wget -O- ... | bash`, `sh <(curl ...)`.
+pub const DOWNLOAD_INTO_SHELL: DenyRule = DenyRule {
+    name: "download-into-shell",
+    reason: "piping a download straight into a shell runs unreviewed code",
+    matches: download_into_shell,
+};
+
+/// The bundled guarded policy's rules: every rule of this module.
 pub const GUARDED_RULES: &[DenyRule] = &[
-    DenyRule {
-        name: "recursive-delete-root",
-        reason: "recursive deletion of / or the home directory",
-        matches: recursive_delete_root,
-    },
-    DenyRule {
-        name: "make-filesystem",
-        reason: "creating a filesystem (mkfs) destroys a device's data",
-        matches: make_filesystem,
-    },
-    DenyRule {
-        name: "dd-to-device",
-        reason: "dd writing onto a device overwrites it",
-        matches: dd_to_device,
-    },
-    DenyRule {
-        name: "fork-bomb",
-        reason: "a fork bomb exhausts the machine's processes",
-        matches: fork_bomb,
-    },
-    DenyRule {
-        name: "power-off",
-        reason: "shutting down or rebooting the machine",
-        matches: power_off,
-    },
-    DenyRule {
-        name: "download-into-shell",
-        reason: "piping a download straight into a shell runs unreviewed code",
-        matches: download_into_shell,
-    },
+    RECURSIVE_DELETE_ROOT,
+    MAKE_FILESYSTEM,
+    DD_TO_DEVICE,
+    FORK_BOMB,
+    POWER_OFF,
+    DOWNLOAD_INTO_SHELL,
 ];
 
 // The rule table is tested end to end through the guarded policy component, inside the real
