@@ -25,6 +25,9 @@ pub struct ProcessManagerConfig {
     pub retention: Duration,
     /// Running processes allowed per scope. Default 64.
     pub max_running_per_scope: usize,
+    /// Most processes running at once across all scopes (the host's `--max-processes`);
+    /// a start beyond is refused. Default 2048.
+    pub max_processes: usize,
     /// Finished processes kept listed per scope: past this, the oldest finished record is
     /// removed before its retention ends. Default 256.
     pub max_retained_per_scope: usize,
@@ -68,6 +71,7 @@ impl Default for ProcessManagerConfig {
             kill_grace: Duration::from_secs(5),
             retention: Duration::from_secs(5 * 60),
             max_running_per_scope: 64,
+            max_processes: 2048,
             max_retained_per_scope: 256,
             drain_timeout: Duration::from_secs(2),
             output_logs: true,

@@ -63,7 +63,7 @@ pub(super) struct Entry {
     /// `RLIMIT_NPROC` holds its process limit (see `sandbox::Prepared`).
     pub(super) nproc_rlimit: bool,
     /// Its cgroups (limits on everything it started), if any.
-    pub(super) cgroups: Option<CommandCgroups>,
+    pub(super) cgroups: Mutex<Option<CommandCgroups>>,
     pub(super) started_ms: u64,
     pub(super) started_at: Instant,
     /// Counted in its scope's running count (until finished).
@@ -156,7 +156,7 @@ impl Entry {
             background: spec.background,
             profile: spec.profile,
             nproc_rlimit: spec.nproc_rlimit,
-            cgroups: spec.cgroups,
+            cgroups: Mutex::new(spec.cgroups),
             started_ms: spec.started_ms,
             started_at: spec.started_at,
             counted: AtomicBool::new(false),
@@ -241,7 +241,8 @@ impl Entry {
                 ));
             }
         }
-        let Some(cgroups) = self.cgroups.as_ref() else {
+        let cgroups = lock(&self.cgroups);
+        let Some(cgroups) = cgroups.as_ref() else {
             return note;
         };
         let limits = self.profile.limits;
@@ -515,6 +516,18 @@ impl Entry {
         }
         self.removed.send_replace(true);
         self.close_log();
+    }
+
+    /// Nothing of the process is left and its end was recorded: reap its keeper and remove
+    /// its cgroups now instead of when the record goes (a finished record keeps only its
+    /// output), so finished records hold no process, descriptor or cgroup. Signalling it then
+    /// finds nothing to signal, as it should.
+    pub(super) fn release_when_gone(&self) {
+        if let Some(pid) = self.release_keeper() {
+            sys::stop_and_reap(pid);
+        }
+        let cgroups = lock(&self.cgroups).take();
+        drop(cgroups);
     }
 
     /// Forbid creating the log file from now on. An existing file stays: paths given to a

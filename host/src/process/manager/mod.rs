@@ -406,9 +406,11 @@ impl ProcessManager {
                 "cannot start processes: the spawner thread could not be created".to_owned(),
             ));
         };
-        let reservation = self
-            .records
-            .reserve(scope, self.config.max_running_per_scope)?;
+        let reservation = self.records.reserve(
+            scope,
+            self.config.max_running_per_scope,
+            self.config.max_processes,
+        )?;
         let (seq, id) = self.ids.next();
 
         // One pipe or terminal; the child gets its end as both stdout and stderr.
@@ -729,6 +731,11 @@ impl ProcessBackend for ProcessManager {
         Box::pin(async move {
             let entries = self.records.end_scope(scope);
             self.stop_all(&entries).await;
+            // Nobody can ask for them any more: their records, keepers and cgroups go now,
+            // not at the end of their retention.
+            for entry in &entries {
+                self.records.remove(entry);
+            }
             // Its logs stay (for the retention), but no longer readable through the host.
             self.logs.forget_scope(scope);
             // Its temporary directory goes with it.

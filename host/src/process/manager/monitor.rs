@@ -124,11 +124,20 @@ impl Monitor {
         // Retention. Whatever still holds the pipe keeps being read, so it neither blocks
         // on a full pipe nor dies of SIGPIPE before the record goes away.
         let mut removed = entry.removed.subscribe();
+        let mut gone = entry.gone.subscribe();
+        let mut released = false;
         let linger = tokio::time::sleep(retention);
         tokio::pin!(linger);
         loop {
             tokio::select! {
                 () = &mut linger => break,
+                // Nothing is left of it (its leftovers too): its keeper and cgroups go now.
+                is_gone = async { gone.wait_for(|gone| *gone).await.is_ok() }, if !released => {
+                    released = true;
+                    if is_gone {
+                        entry.release_when_gone();
+                    }
+                }
                 () = async {
                     // An error means the manager is gone: stop lingering as well.
                     let _ = closed.wait_for(|closed| *closed).await;

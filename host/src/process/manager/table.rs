@@ -110,11 +110,13 @@ impl Records {
         table.entries.drain().map(|(_, entry)| entry).collect()
     }
 
-    /// Count a start against `scope`'s limit of `max_running` running processes.
+    /// Count a start against `scope`'s limit of `max_running` running processes and the
+    /// host's of `max_total` across all scopes.
     pub(super) fn reserve(
         &self,
         scope: &str,
         max_running: usize,
+        max_total: usize,
     ) -> Result<Reservation<'_>, ProcessError> {
         let mut table = lock(&self.table);
         let busy = table
@@ -125,6 +127,22 @@ impl Records {
             return Err(ProcessError::LimitReached(format!(
                 "too many running processes: this session already has {busy} (the limit is \
                  {max_running}); wait for one to finish or stop one before starting another"
+            )));
+        }
+        let total: usize = table
+            .scopes
+            .values()
+            .map(|state| state.running + state.starting)
+            .sum();
+        if total >= max_total {
+            tracing::warn!(
+                scope,
+                total,
+                "refused a start: the host's process limit is reached"
+            );
+            return Err(ProcessError::LimitReached(format!(
+                "the host runs its maximum of {max_total} processes across all sessions \
+                 (--max-processes); wait for one to finish or stop one before starting another"
             )));
         }
         let state = table.scope(scope);

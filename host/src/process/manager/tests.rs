@@ -564,11 +564,20 @@ async fn scopes_are_isolated() {
     manager.end_scope("b").await;
     assert!(manager.read("a", &id, ReadFrom::All).expect("read").running);
 
-    manager.end_scope("a").await;
-    let snapshot = manager.read("a", &id, ReadFrom::All).expect("read");
+    let (snapshot, ()) = tokio::join!(
+        manager.wait("a", &id, LONG, ReadFrom::All),
+        manager.end_scope("a")
+    );
+    let snapshot = snapshot.expect("wait");
     assert!(!snapshot.running);
     assert_eq!(snapshot.text, "secret\n");
     assert!(eventually(|| live_processes_with(marker).is_empty()).await);
+    // An ended scope's records are gone with it (their keepers reaped, their cgroups closed).
+    assert!(manager.list("a").is_empty());
+    assert!(matches!(
+        manager.read("a", &id, ReadFrom::All),
+        Err(ProcessError::NotFound(_))
+    ));
 }
 
 #[tokio::test]
@@ -583,14 +592,16 @@ async fn end_scope_waits_for_stubborn_processes_then_kills_them() {
     .await;
     wait_for_output(&manager, &stubborn, "ready").await;
     let begun = Instant::now();
-    manager.end_scope(SCOPE).await;
+    let (polite, stubborn, ()) = tokio::join!(
+        manager.wait(SCOPE, &polite, LONG, ReadFrom::All),
+        manager.wait(SCOPE, &stubborn, LONG, ReadFrom::All),
+        manager.end_scope(SCOPE)
+    );
     let waited = begun.elapsed();
     assert!(waited >= Duration::from_millis(250), "{waited:?}");
     assert!(waited < Duration::from_secs(3), "{waited:?}");
-    let polite = manager.read(SCOPE, &polite, ReadFrom::All).expect("read");
-    assert_eq!(polite.signal.as_deref(), Some("SIGTERM"));
-    let stubborn = manager.read(SCOPE, &stubborn, ReadFrom::All).expect("read");
-    assert_eq!(stubborn.signal.as_deref(), Some("SIGKILL"));
+    assert_eq!(polite.expect("wait").signal.as_deref(), Some("SIGTERM"));
+    assert_eq!(stubborn.expect("wait").signal.as_deref(), Some("SIGKILL"));
     assert!(
         live_processes_with(marker).is_empty(),
         "{:?}",
@@ -639,6 +650,34 @@ async fn leftovers_of_finished_processes_get_the_grace_period() {
         "killed before its grace period was over"
     );
     assert!(eventually(|| live_processes_with(marker).is_empty()).await);
+}
+
+#[tokio::test]
+async fn running_processes_are_capped_per_host() {
+    let (_dir, manager) = manager_with(|config| config.max_processes = 2);
+    let first = manager.start("a", request("sleep 30")).await.expect("a");
+    manager.start("b", request("sleep 30")).await.expect("b");
+    let error = manager
+        .start("c", request("true"))
+        .await
+        .expect_err("a third session's start is over the host's limit");
+    let ProcessError::LimitReached(message) = error else {
+        panic!("not LimitReached: {error:?}");
+    };
+    assert!(
+        message.contains("maximum of 2") && message.contains("--max-processes"),
+        "{message}"
+    );
+    manager.signal("a", &first, Signal::Kill).expect("kill");
+    manager
+        .wait("a", &first, LONG, ReadFrom::All)
+        .await
+        .expect("wait");
+    manager
+        .start("c", request("true"))
+        .await
+        .expect("room again once one finished");
+    manager.shutdown().await;
 }
 
 #[tokio::test]
@@ -1215,5 +1254,28 @@ async fn scope_end_shutdown_and_drop_reach_what_left_the_group() {
         eventually(|| live_processes_with(dropped).is_empty()).await,
         "left behind: {:?}",
         live_processes_with(dropped)
+    );
+}
+
+#[tokio::test]
+async fn a_finished_record_holds_no_keeper_or_cgroup() {
+    let (_dir, manager) = manager();
+    let id = start(&manager, "echo done").await;
+    let snapshot = manager.wait(SCOPE, &id, LONG, ReadFrom::All).await;
+    assert!(!snapshot.expect("wait").running);
+    let entry = manager.records.find(SCOPE, &id).expect("still listed");
+    // Once nothing of it is left, its keeper is reaped and its cgroups removed: a record kept
+    // for its retention holds only its output.
+    assert!(
+        eventually(|| {
+            entry::lock(&entry.keeper).pid.is_none() && entry::lock(&entry.cgroups).is_none()
+        })
+        .await
+    );
+    let read = manager.read(SCOPE, &id, ReadFrom::All).expect("read");
+    assert_eq!(read.text, "done\n");
+    assert_eq!(
+        manager.signal(SCOPE, &id, Signal::Kill),
+        Err(ProcessError::NotRunning(id.clone()))
     );
 }

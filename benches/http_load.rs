@@ -1,0 +1,316 @@
+//! Load: one `toolhost serve --http` and N concurrent MCP sessions (N = 1, 10, 100, 500). Each
+//! session keeps one background process streaming output (a line every 100 ms) and issues one
+//! `execute {"command":"true"}` every 100 ms, on schedule whether or not the previous call has
+//! come back (an open loop: the offered rate grows with N). Prints per N the offered and
+//! achieved rate, p50 and p99 latency and their ratios against N = 1, the host's memory per
+//! idle session, its open descriptors and threads before, during and after (sessions ended),
+//! and the errors by kind: what gives first as N grows. Confined (the default profile) and with
+//! `--sandbox off` side by side. Asserts nothing about time.
+//!
+//! Targets on the 2-core machine: p99 at N = 100 within 3x of N = 1; at most 256 KiB of host
+//! memory per idle session; descriptors and threads back to their baseline once the sessions
+//! end; no error but a configured cap's refusal.
+//!
+//! Run with `cargo bench -p toolhost-e2e --bench http_load` (`TOOLHOST_LOAD_N=1,10` for other
+//! session counts, `TOOLHOST_LOAD_SECS` for the length of each load phase, default 3).
+
+#[path = "../tests/http_session.rs"]
+mod http_session;
+
+use http_session::{HttpServer, Session};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What the host process uses.
+#[derive(Debug, Clone, Copy)]
+struct Usage {
+    rss_kib: u64,
+    fds: usize,
+    threads: u64,
+}
+
+fn usage(pid: u32) -> Usage {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    Usage {
+        rss_kib: field("VmRSS:"),
+        fds: std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count()),
+        threads: field("Threads:"),
+    }
+}
+
+/// The outcome of one call: its latency, or what went wrong.
+type Sample = Result<Duration, String>;
+
+/// One call; the kind of error is the first words of its message.
+async fn call(session: &Session) -> Sample {
+    let began = Instant::now();
+    let id = session
+        .next_id
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": "execute", "arguments": {"command": "true"}}});
+    let (status, _, answer) = http_session::post(
+        &session.http,
+        &session.url,
+        Some(http_session::TOKEN),
+        Some(&session.id),
+        &body,
+    )
+    .await;
+    if !status.is_success() {
+        return Err(format!("HTTP {status}"));
+    }
+    let Some(message) = answer.iter().rfind(|m| m.get("id") == Some(&json!(id))) else {
+        return Err("no answer".to_owned());
+    };
+    if let Some(error) = message.get("error") {
+        return Err(kind(&error["message"]));
+    }
+    let result = &message["result"];
+    if result["isError"] == true {
+        return Err(kind(&result["content"][0]["text"]));
+    }
+    if result["structuredContent"]["exit_code"] != 0 {
+        return Err(format!("exit {}", result["structuredContent"]["exit_code"]));
+    }
+    Ok(began.elapsed())
+}
+
+fn kind(message: &Value) -> String {
+    let text = message.as_str().unwrap_or("?");
+    text.split_whitespace()
+        .take(6)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+/// Figures of one N.
+struct Figures {
+    n: usize,
+    offered: f64,
+    achieved: f64,
+    p50: Duration,
+    p99: Duration,
+    idle_kib_per_session: f64,
+    during: Usage,
+    after: Usage,
+    baseline: Usage,
+    errors: BTreeMap<String, usize>,
+}
+
+async fn open_sessions(server: &HttpServer, n: usize) -> Vec<Arc<Session>> {
+    let mut sessions = Vec::with_capacity(n);
+    // In batches, so the opening itself is not the load.
+    for chunk in (0..n).collect::<Vec<_>>().chunks(50) {
+        let opened = futures_join(chunk.iter().map(|_| Session::open_at(server.url.clone()))).await;
+        sessions.extend(opened.into_iter().map(Arc::new));
+    }
+    sessions
+}
+
+/// Run `futures` as tasks at once; their outputs in order.
+async fn futures_join<F>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for handle in handles {
+        out.push(handle.await.expect("task"));
+    }
+    out
+}
+
+async fn measure(n: usize, extra: &[&str], secs: u64) -> Figures {
+    let mut args = vec!["--max-sessions", "1000", "--idle-timeout", "30m"];
+    args.extend_from_slice(extra);
+    let server = HttpServer::start(&args).await;
+    let pid = server.child.id().expect("server pid");
+    // Settled: one session opened and ended warms up the engine and the plugin.
+    let warm = Session::open(&server).await;
+    let _ = call(&warm).await;
+    warm.delete().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let baseline = usage(pid);
+
+    let sessions = open_sessions(&server, n).await;
+    let idle = usage(pid);
+    let idle_kib_per_session = idle.rss_kib.saturating_sub(baseline.rss_kib) as f64 / n as f64;
+
+    // One streaming background process per session.
+    let streamers = futures_join(sessions.iter().cloned().map(|session| async move {
+        session
+            .call_tool(
+                "execute",
+                json!({"command": "while :; do echo tick; sleep 0.1; done", "run_in_background": true}),
+            )
+            .await
+    }))
+    .await;
+    drop(streamers);
+
+    // The open loop: a call per session every 100 ms, on schedule.
+    let began = Instant::now();
+    let length = Duration::from_secs(secs);
+    let mut calls = Vec::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    while began.elapsed() < length {
+        tick.tick().await;
+        for session in &sessions {
+            let session = session.clone();
+            calls.push(tokio::spawn(async move { call(&session).await }));
+        }
+    }
+    let offered_calls = calls.len();
+    let during = usage(pid);
+    let mut samples = Vec::with_capacity(offered_calls);
+    for handle in calls {
+        match tokio::time::timeout(Duration::from_secs(120), handle).await {
+            Ok(Ok(sample)) => samples.push(sample),
+            Ok(Err(error)) => samples.push(Err(format!("task: {error}"))),
+            Err(_) => samples.push(Err("no answer within 120 s".to_owned())),
+        }
+    }
+    let elapsed = began.elapsed();
+    let mut latencies: Vec<Duration> = samples.iter().filter_map(|s| s.clone().ok()).collect();
+    latencies.sort();
+    let mut errors = BTreeMap::new();
+    for error in samples.iter().filter_map(|s| s.clone().err()) {
+        *errors.entry(error).or_insert(0) += 1;
+    }
+
+    // End every session; the host should be back where it started.
+    let sessions: Vec<Session> = sessions
+        .into_iter()
+        .map(|s| Arc::try_unwrap(s).ok().expect("no call in flight"))
+        .collect();
+    futures_join(sessions.into_iter().map(|s| s.delete())).await;
+    let settle = Instant::now();
+    let mut after = usage(pid);
+    while (after.fds > baseline.fds || after.threads > baseline.threads)
+        && settle.elapsed() < Duration::from_secs(15)
+    {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        after = usage(pid);
+    }
+    server.stop().await;
+    Figures {
+        n,
+        offered: offered_calls as f64 / length.as_secs_f64(),
+        achieved: latencies.len() as f64 / elapsed.as_secs_f64(),
+        p50: percentile(&latencies, 0.5),
+        p99: percentile(&latencies, 0.99),
+        idle_kib_per_session,
+        during,
+        after,
+        baseline,
+        errors,
+    }
+}
+
+fn print(label: &str, figures: &[Figures]) {
+    println!("http_load ({label}):");
+    let base = &figures[0];
+    for f in figures {
+        let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64().max(1e-9);
+        println!(
+            "  N={:<4} offered {:>7.1}/s achieved {:>7.1}/s  p50 {:>9.2?} ({:>5.2}x)  p99 {:>9.2?} ({:>5.2}x)  idle {:>6.1} KiB/session  fds {}->{}->{}  threads {}->{}->{}",
+            f.n,
+            f.offered,
+            f.achieved,
+            f.p50,
+            ratio(f.p50, base.p50),
+            f.p99,
+            ratio(f.p99, base.p99),
+            f.idle_kib_per_session,
+            f.baseline.fds,
+            f.during.fds,
+            f.after.fds,
+            f.baseline.threads,
+            f.during.threads,
+            f.after.threads,
+        );
+        for (error, count) in &f.errors {
+            println!("         {count} x {error}");
+        }
+    }
+    if let Some(hundred) = figures.iter().find(|f| f.n == 100) {
+        println!(
+            "  p99 at N=100 / N={}: {:.2}x (target <= 3x)",
+            base.n,
+            hundred.p99.as_secs_f64() / base.p99.as_secs_f64().max(1e-9)
+        );
+    }
+    let worst_idle = figures
+        .iter()
+        .map(|f| f.idle_kib_per_session)
+        .fold(0.0, f64::max);
+    println!("  idle memory per session: at most {worst_idle:.1} KiB (target <= 256 KiB)");
+    let leaked = figures
+        .iter()
+        .filter(|f| f.after.fds > f.baseline.fds || f.after.threads > f.baseline.threads)
+        .map(|f| f.n.to_string())
+        .collect::<Vec<_>>();
+    println!(
+        "  descriptors and threads back to baseline after the sessions ended: {}",
+        if leaked.is_empty() {
+            "yes".to_owned()
+        } else {
+            format!("no, for N = {}", leaked.join(", "))
+        }
+    );
+}
+
+async fn run() {
+    let counts: Vec<usize> = std::env::var("TOOLHOST_LOAD_N")
+        .ok()
+        .map(|text| {
+            text.split(',')
+                .filter_map(|n| n.trim().parse().ok())
+                .collect()
+        })
+        .filter(|counts: &Vec<usize>| !counts.is_empty())
+        .unwrap_or_else(|| vec![1, 10, 100, 500]);
+    let secs = std::env::var("TOOLHOST_LOAD_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    for (label, extra) in [
+        ("confined, the default profile", &[][..]),
+        ("--sandbox off", &["--sandbox", "off"][..]),
+    ] {
+        let mut figures = Vec::new();
+        for &n in &counts {
+            figures.push(measure(n, extra, secs).await);
+        }
+        print(label, &figures);
+    }
+}
+
+fn main() {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+        .block_on(run());
+}

@@ -1,0 +1,241 @@
+//! A `toolhost serve --http` child and plain-HTTP MCP sessions with it: shared by the HTTP
+//! tests (`mcp_http.rs`) and the load benchmark (`benches/http_load.rs`), each of which uses
+//! only some of it.
+#![allow(dead_code)]
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use toolhost_e2e::cache_env;
+use toolhost_e2e::mcp_client::{ANSWER_TIMEOUT, PROTOCOL_VERSION};
+use toolhost_e2e::toolhost_bin;
+
+pub const TOKEN: &str = "test-token-0123456789";
+
+/// A running `toolhost serve --http 127.0.0.1:0`.
+pub struct HttpServer {
+    pub child: Child,
+    pub url: String,
+}
+
+impl HttpServer {
+    pub async fn start(extra: &[&str]) -> HttpServer {
+        HttpServer::start_on("127.0.0.1:0", extra).await
+    }
+
+    pub async fn start_on(addr: &str, extra: &[&str]) -> HttpServer {
+        let (cache_key, cache_value) = cache_env();
+        let mut child = Command::new(toolhost_bin())
+            .args(toolhost_e2e::shared_writable())
+            .args(["serve", "--http", addr])
+            .args(extra)
+            .env("TOOLHOST_TOKEN", TOKEN)
+            .env("TOOLHOST_LOG", "error")
+            .env(cache_key, cache_value)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start toolhost serve --http");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let url = tokio::time::timeout(ANSWER_TIMEOUT, async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                eprintln!("server: {line}");
+                if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) {
+                    return url.to_string();
+                }
+            }
+            panic!("the server exited without announcing its address");
+        })
+        .await
+        .expect("the server announces its address");
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                eprintln!("server: {line}");
+            }
+        });
+        HttpServer { child, url }
+    }
+
+    /// SIGTERM, then wait for the exit.
+    pub async fn stop(mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+        }
+        let exited = tokio::time::timeout(Duration::from_secs(15), self.child.wait()).await;
+        assert!(exited.is_ok(), "the server stops on SIGTERM");
+    }
+}
+
+/// One MCP session over HTTP.
+pub struct Session {
+    pub http: reqwest::Client,
+    pub url: String,
+    pub id: String,
+    pub next_id: AtomicI64,
+}
+
+/// Parse a response body: one JSON message, or the `data:` events of an SSE stream.
+pub fn messages(content_type: &str, body: &str) -> Vec<Value> {
+    if content_type.starts_with("application/json") {
+        return vec![serde_json::from_str(body).expect("JSON body")];
+    }
+    let mut out = Vec::new();
+    let mut data = String::new();
+    for line in body.lines().chain(std::iter::once("")) {
+        if let Some(rest) = line.strip_prefix("data:") {
+            data.push_str(rest.trim_start());
+        } else if line.is_empty() && !data.is_empty() {
+            if let Ok(value) = serde_json::from_str(&data) {
+                out.push(value);
+            }
+            data.clear();
+        }
+    }
+    out
+}
+
+/// A response's content type and body.
+pub async fn body_of(response: reqwest::Response) -> (String, String) {
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let text = tokio::time::timeout(ANSWER_TIMEOUT, response.text())
+        .await
+        .expect("response body in time")
+        .expect("response body");
+    (content_type, text)
+}
+
+pub async fn post(
+    http: &reqwest::Client,
+    url: &str,
+    token: Option<&str>,
+    session: Option<&str>,
+    body: &Value,
+) -> (StatusCode, Option<String>, Vec<Value>) {
+    let mut request = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(body.to_string());
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    if let Some(session) = session {
+        request = request
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", PROTOCOL_VERSION);
+    }
+    let response = request.send().await.expect("HTTP request");
+    let status = response.status();
+    let session_id = response
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let (content_type, text) = body_of(response).await;
+    let parsed = if status.is_success() && !text.is_empty() {
+        messages(&content_type, &text)
+    } else {
+        Vec::new()
+    };
+    (status, session_id, parsed)
+}
+
+pub fn initialize_body() -> Value {
+    json!({
+        "jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {
+            "protocolVersion": PROTOCOL_VERSION,
+            "capabilities": {},
+            "clientInfo": {"name": "toolhost-e2e", "version": "0"}
+        }
+    })
+}
+
+impl Session {
+    pub async fn open(server: &HttpServer) -> Session {
+        Session::open_at(server.url.clone()).await
+    }
+
+    /// A new session with the server at `url`.
+    pub async fn open_at(url: String) -> Session {
+        let http = reqwest::Client::new();
+        let (status, id, answer) = post(&http, &url, Some(TOKEN), None, &initialize_body()).await;
+        assert_eq!(status, StatusCode::OK, "initialize: {answer:?}");
+        assert!(
+            answer
+                .iter()
+                .any(|m| m["result"]["serverInfo"]["name"] == "toolhost"),
+            "{answer:?}"
+        );
+        let session = Session {
+            http,
+            url,
+            id: id.expect("an Mcp-Session-Id header"),
+            next_id: AtomicI64::new(1),
+        };
+        let (status, _, _) = post(
+            &session.http,
+            &session.url,
+            Some(TOKEN),
+            Some(&session.id),
+            &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        )
+        .await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+        session
+    }
+
+    /// Send a request; returns every message of its response stream (the response last).
+    pub async fn exchange(&self, method: &str, params: Value) -> Vec<Value> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let (status, _, answer) =
+            post(&self.http, &self.url, Some(TOKEN), Some(&self.id), &body).await;
+        assert_eq!(status, StatusCode::OK, "{method}: {answer:?}");
+        answer
+    }
+
+    /// The response message of a request.
+    pub async fn request(&self, method: &str, params: Value) -> Value {
+        self.exchange(method, params)
+            .await
+            .into_iter()
+            .rfind(|m| m.get("result").is_some() || m.get("error").is_some())
+            .unwrap_or_else(|| panic!("no response to {method}"))
+    }
+
+    pub async fn call_tool(&self, name: &str, arguments: Value) -> Value {
+        let response = self
+            .request("tools/call", json!({"name": name, "arguments": arguments}))
+            .await;
+        response
+            .get("result")
+            .cloned()
+            .unwrap_or_else(|| panic!("tools/call {name}: {response}"))
+    }
+
+    pub async fn delete(self) -> StatusCode {
+        self.http
+            .delete(&self.url)
+            .header("authorization", format!("Bearer {TOKEN}"))
+            .header("mcp-session-id", &self.id)
+            .header("mcp-protocol-version", PROTOCOL_VERSION)
+            .send()
+            .await
+            .expect("DELETE")
+            .status()
+    }
+}
