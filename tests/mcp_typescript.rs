@@ -1,12 +1,15 @@
 //! `toolhost serve` (stdio and streamable HTTP) and `toolhost call` driven by the official MCP
-//! TypeScript SDK (`@modelcontextprotocol/sdk`): the client script
-//! `tests/typescript/mcp_client.mjs` runs one group of scenarios per test here, so they run in
-//! parallel and a failure names its group (the script names the scenario).
+//! TypeScript SDKs: the 1.x `@modelcontextprotocol/sdk` (protocol revisions up to 2025-11-25,
+//! `initialize` and sessions) in `tests/typescript/mcp_client.mjs`, and the 2.x
+//! `@modelcontextprotocol/client` (revision 2026-07-28: `server/discover`, per-request `_meta`,
+//! scopes, the Tasks extension) in `tests/typescript/mcp_2026.mjs`; both share `common.mjs`.
+//! Each test here runs one group of scenarios of one script, so they run in parallel and a
+//! failure names its group (the script names the scenario).
 //!
-//! The SDK is installed from the committed lockfile (`tests/typescript/package-lock.json`,
-//! exact version in `package.json`) with `npm ci --ignore-scripts` into `<target>/mcp-ts/`,
-//! again only when `package.json` or the lockfile changed; the script is copied next to it and
-//! run there with `node`. Needs `node` (20 or later) and `npm` with access to the npm
+//! The SDKs are installed from the committed lockfile (`tests/typescript/package-lock.json`,
+//! exact versions in `package.json`) with `npm ci --ignore-scripts` into `<target>/mcp-ts/`,
+//! again only when `package.json` or the lockfile changed; the scripts are copied next to it
+//! and run there with `node`. Needs `node` (20 or later) and `npm` with access to the npm
 //! registry on the first run. Where `node` or `npm` is missing the tests are skipped with a
 //! message; `TOOLHOST_SKIP_NODE=1` skips them too.
 
@@ -19,8 +22,12 @@ use std::time::{Duration, Instant};
 
 /// Files of `tests/typescript/` that define the installation.
 const MANIFESTS: [&str; 2] = ["package.json", "package-lock.json"];
-/// The client script.
-const SCRIPT: &str = "mcp_client.mjs";
+/// The client scripts, and the module they share.
+const SCRIPTS: [&str; 3] = ["common.mjs", "mcp_client.mjs", "mcp_2026.mjs"];
+/// The script of the 1.x SDK (`@modelcontextprotocol/sdk`).
+const SDK_1: &str = "mcp_client.mjs";
+/// The script of the 2.x SDK (`@modelcontextprotocol/client`) in the 2026-07-28 era.
+const SDK_2026: &str = "mcp_2026.mjs";
 /// Written into the install directory once `npm ci` succeeded: the manifests it installed.
 const STAMP: &str = ".toolhost-installed";
 
@@ -63,7 +70,7 @@ fn copy_in(dir: &Path, name: &str) {
     std::fs::rename(&partial, dir.join(name)).expect("rename into place");
 }
 
-/// `<target>/mcp-ts` with the SDK installed and the script in place; `None` to skip.
+/// `<target>/mcp-ts` with the SDKs installed and the scripts in place; `None` to skip.
 fn client_dir() -> Option<PathBuf> {
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
     DIR.get_or_init(install).clone()
@@ -113,13 +120,15 @@ fn install() -> Option<PathBuf> {
             String::from_utf8_lossy(&output.stderr)
         );
         eprintln!(
-            "installed the MCP TypeScript SDK into {} in {:?}",
+            "installed the MCP TypeScript SDKs into {} in {:?}",
             dir.display(),
             started.elapsed()
         );
         std::fs::write(dir.join(STAMP), &wanted).expect("write the install stamp");
     }
-    copy_in(&dir, SCRIPT);
+    for script in SCRIPTS {
+        copy_in(&dir, script);
+    }
     Some(dir)
 }
 
@@ -132,21 +141,27 @@ fn drain(mut from: impl Read + Send + 'static) -> std::thread::JoinHandle<String
     })
 }
 
-/// Run the script's scenario `group` against the toolhost binary; fails with its output
+/// Run the scenario `group` of `script` against the toolhost binary; fails with its output
 /// unless it exits 0 within `limit` and ends with its ok line.
-fn run_group(group: &str, limit: Duration) {
+fn run_group(script: &str, group: &str, limit: Duration) {
     let Some(dir) = client_dir() else {
         return;
     };
     let (cache_key, cache_value) = toolhost_e2e::cache_env();
+    // Built (once per test binary) before the clock starts: `limit` is the client's time.
+    let binary = toolhost_e2e::toolhost_bin();
     let started = Instant::now();
     let mut child = Command::new("node")
-        .arg(dir.join(SCRIPT))
-        .arg(toolhost_e2e::toolhost_bin())
+        .arg(dir.join(script))
+        .arg(binary)
         .arg(group)
         .current_dir(&dir)
         .env(cache_key, cache_value)
         .env("TOOLHOST_LOG", "error")
+        .env(
+            "TOOLHOST_HOSTILE_COMPONENT",
+            toolhost_e2e::hostile_component(),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -183,7 +198,7 @@ fn run_group(group: &str, limit: Duration) {
     let stdout = stdout.join().expect("stdout reader");
     let stderr = stderr.join().expect("stderr reader");
     eprintln!(
-        "node {SCRIPT} {group}: {status} after {:?}\n{stdout}",
+        "node {script} {group}: {status} after {:?}\n{stdout}",
         started.elapsed()
     );
     assert!(
@@ -207,33 +222,72 @@ fn run_group(group: &str, limit: Duration) {
 /// command; and `toolhost call`'s `output_file` complete after the CLI exited.
 #[test]
 fn typescript_sdk_over_stdio() {
-    run_group("stdio", Duration::from_secs(120));
+    run_group(SDK_1, "stdio", Duration::from_secs(120));
 }
 
 /// Broken lines over stdio (a custom SDK transport that also writes raw lines) get their
 /// JSON-RPC errors while the SDK client keeps being served; broken HTTP bodies get 400.
 #[test]
 fn typescript_sdk_malformed_requests() {
-    run_group("malformed", Duration::from_secs(120));
+    run_group(SDK_1, "malformed", Duration::from_secs(120));
 }
 
 /// Over streamable HTTP: tools, `echo`, resources private to their session, foreign origins
 /// refused, `--max-sessions`, an aborted call stopping its command.
 #[test]
 fn typescript_sdk_over_http() {
-    run_group("http", Duration::from_secs(120));
+    run_group(SDK_1, "http", Duration::from_secs(120));
 }
 
 /// An idle HTTP session ends after `--idle-timeout` with its processes; one with a call in
 /// flight does not.
 #[test]
 fn typescript_sdk_http_idle_sessions() {
-    run_group("http-idle", Duration::from_secs(120));
+    run_group(SDK_1, "http-idle", Duration::from_secs(120));
 }
 
 /// A silent 70 s command completes under the SDK's default 60 s request timeout, restarted by
 /// the heartbeat progress notifications.
 #[test]
 fn typescript_sdk_heartbeat_outlives_request_timeout() {
-    run_group("heartbeat", Duration::from_secs(150));
+    run_group(SDK_1, "heartbeat", Duration::from_secs(150));
+}
+
+/// The `logging` capability (1.x SDK, `setLoggingLevel` and a `LoggingMessageNotification`
+/// handler), with the hostile fixture as the only plugin (`--policy none`): `spin` hitting its
+/// CPU limit sends nothing before a level is set, then one `warning` naming the limit, the
+/// plugin and the tool, without the session's scope; over HTTP a second session that set the
+/// level too hears none of the first one's lines, and then its own.
+#[test]
+fn typescript_sdk_logging() {
+    run_group(SDK_1, "logging", Duration::from_secs(120));
+}
+
+/// Protocol 2026-07-28 over stdio with the 2.x SDK (`versionNegotiation: auto` picks it from
+/// `server/discover`; no `initialize`, the revision and capabilities in every request's
+/// `_meta`): tools, `echo hi`, a background process of one call in `process_list` of the next
+/// (the connection is the scope), and gone once the connection closes.
+#[test]
+fn typescript_sdk_2026_over_stdio() {
+    run_group(SDK_2026, "2026-stdio", Duration::from_secs(120));
+}
+
+/// Protocol 2026-07-28 over streamable HTTP with the 2.x SDK: the scope named in `_meta`
+/// (`toolhost/scope`, added by a wrapper of the SDK's transport or in one call's `_meta`) is
+/// shared by clients naming the same id and unseen by another id; `tools/call` and
+/// `resources/list` without it are refused with -32602 naming the key; an idle scope ends with
+/// its processes.
+#[test]
+fn typescript_sdk_2026_over_http() {
+    run_group(SDK_2026, "2026-http", Duration::from_secs(120));
+}
+
+/// The Tasks extension with a 2.x SDK client that declares it: `execute` answered with a task
+/// (SDK 2.4.0 has no client side of tasks: the task is read off the wire, `tasks/get` and
+/// `tasks/cancel` go through `client.request`), `working` past its 1 s timeout and `completed`
+/// with the result at exit; its output as the status message while working; `tasks/cancel`
+/// ending it `cancelled` with its command killed; an unknown or another scope's task -32602.
+#[test]
+fn typescript_sdk_2026_tasks() {
+    run_group(SDK_2026, "tasks", Duration::from_secs(120));
 }

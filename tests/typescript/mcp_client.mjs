@@ -1,23 +1,25 @@
-// toolhost driven by the official MCP TypeScript SDK (`@modelcontextprotocol/sdk`, the exact
-// version pinned in package.json and package-lock.json next to this file).
+// toolhost driven by the official MCP TypeScript SDK 1.x (`@modelcontextprotocol/sdk`, the
+// exact version pinned in package.json and package-lock.json next to this file), with the
+// protocol revisions up to 2025-11-25 (`initialize`, sessions). mcp_2026.mjs drives the 2.x SDK
+// in the 2026-07-28 era; both share common.mjs.
 //
-// Run by tests/mcp_typescript.rs, which installs the SDK with `npm ci --ignore-scripts` into
-// `<target>/mcp-ts/`, copies this script there and runs
+// Run by tests/mcp_typescript.rs, which installs the SDKs with `npm ci --ignore-scripts` into
+// `<target>/mcp-ts/`, copies the scripts there and runs
 //
 //     node mcp_client.mjs TOOLHOST_BINARY GROUP
 //
-// GROUP is one of `stdio`, `malformed`, `http`, `http-idle`, `heartbeat` (see GROUPS at the
-// end). Every scenario checks what the server does and throws on the first mismatch; each one
-// that passes prints `ok SCENARIO (MS ms)`, and the last line is `typescript mcp client: ok
-// GROUP`. Processes the script starts carry a unique numeric marker on their command line
-// (`sleep 300.MARKER`) so the script can look for them in /proc. Plain ESM JavaScript: no
-// compile step.
+// GROUP is one of `stdio`, `malformed`, `http`, `http-idle`, `heartbeat`, `logging` (see GROUPS
+// at the end). Every scenario checks what the server does and throws on the first mismatch;
+// each one that passes prints `ok SCENARIO (MS ms)`, and the last line is `typescript mcp
+// client: ok GROUP`. Processes the script starts carry a unique numeric marker on their
+// command line (`sleep 300.MARKER`) so the script can look for them in /proc. The `logging`
+// group needs the hostile fixture component's path in `TOOLHOST_HOSTILE_COMPONENT`. Plain ESM
+// JavaScript: no compile step.
 
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
-import os from 'node:os';
 import path from 'node:path';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -26,119 +28,29 @@ import {
   StreamableHTTPClientTransport,
   StreamableHTTPError,
 } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { McpError, LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
+import {
+  LATEST_PROTOCOL_VERSION,
+  LoggingMessageNotificationSchema,
+  McpError,
+} from '@modelcontextprotocol/sdk/types.js';
 
-const BIN = process.argv[2];
-const GROUP = process.argv[3];
-if (!BIN || !GROUP) {
-  console.error('usage: node mcp_client.mjs TOOLHOST_BINARY GROUP');
-  process.exit(2);
-}
-
-/** Every child this script started, killed when it exits (also on failure or SIGTERM). */
-const children = new Set();
-function track(child) {
-  children.add(child);
-  child.on('exit', () => children.delete(child));
-  return child;
-}
-function killChildren() {
-  for (const child of children) {
-    try {
-      child.kill('SIGTERM');
-    } catch {
-      // gone already
-    }
-  }
-}
-process.on('exit', killChildren);
-process.on('SIGTERM', () => {
-  console.error('SIGTERM: stopping');
-  killChildren();
-  process.exit(1);
-});
-
-/** Environment for servers: the caller's (component cache location and all), quiet logs. */
-const ENV = { ...process.env, TOOLHOST_LOG: process.env.TOOLHOST_LOG ?? 'error' };
-const TMP = fs.mkdtempSync(path.join(os.tmpdir(), 'toolhost-ts-'));
-process.on('exit', () => fs.rmSync(TMP, { recursive: true, force: true }));
-let dirs = 0;
-/** A fresh private directory (for state directories and token files). */
-function freshDir(name) {
-  const dir = path.join(TMP, `${name}-${dirs++}`);
-  fs.mkdirSync(dir, { mode: 0o700 });
-  return dir;
-}
-
-let markers = 0;
-/** A unique, numeric marker: `sleep 300.MARKER` is a valid sleep and shows it in /proc. */
-function marker() {
-  return `${process.pid}${String(markers++).padStart(4, '0')}`;
-}
-
-/** The pids of live (not zombie) processes whose command line contains `needle`. */
-function processesWith(needle) {
-  const pids = [];
-  for (const name of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(name) || Number(name) === process.pid) continue;
-    try {
-      const cmdline = fs.readFileSync(`/proc/${name}/cmdline`, 'latin1').replaceAll('\0', ' ');
-      if (!cmdline.includes(needle)) continue;
-      const stat = fs.readFileSync(`/proc/${name}/stat`, 'latin1');
-      if (stat.slice(stat.lastIndexOf(')') + 1).trim().startsWith('Z')) continue;
-      pids.push(Number(name));
-    } catch {
-      // the process ended while we looked
-    }
-  }
-  return pids;
-}
-
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/** Check `condition` every 25 ms until it holds (true) or `ms` pass (false). */
-async function eventually(ms, condition) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    if (await condition()) return true;
-    if (Date.now() >= deadline) return false;
-    await sleep(25);
-  }
-}
-
-async function waitPresent(needle, ms = 15000) {
-  assert.ok(
-    await eventually(ms, () => processesWith(needle).length > 0),
-    `no process with ${needle} appeared within ${ms} ms`,
-  );
-}
-
-async function waitGone(needle, ms, what) {
-  assert.ok(
-    await eventually(ms, () => processesWith(needle).length === 0),
-    `${what}: processes with ${needle} still running after ${ms} ms: ${processesWith(needle)}`,
-  );
-}
-
-/** `promise`, or a rejection naming `what` once `ms` pass. */
-function within(ms, promise, what) {
-  let timer;
-  const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: no outcome within ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
-
-/** The rejection of `promise` (fails if it resolves). */
-async function rejection(promise, what) {
-  try {
-    const value = await promise;
-    assert.fail(`${what}: expected an error, got ${JSON.stringify(value)}`);
-  } catch (error) {
-    if (error instanceof assert.AssertionError) throw error;
-    return error;
-  }
-}
+import {
+  BIN,
+  ENV,
+  TOKEN,
+  eventually,
+  freshDir,
+  httpServer,
+  marker,
+  rejection,
+  resultJson,
+  runGroup,
+  sleep,
+  track,
+  waitGone,
+  waitPresent,
+  within,
+} from './common.mjs';
 
 /** The whole output of `seq 1 N`. */
 function seqOutput(n) {
@@ -154,10 +66,10 @@ function newClient() {
 }
 
 /** An SDK client on `toolhost serve` over stdio, launched by the SDK's own transport. */
-async function stdioClient(stateDir = freshDir('state')) {
+async function stdioClient(stateDir = freshDir('state'), extra = []) {
   const transport = new StdioClientTransport({
     command: BIN,
-    args: ['--state-dir', stateDir, 'serve'],
+    args: ['--state-dir', stateDir, ...extra, 'serve'],
     env: ENV,
     stderr: 'inherit',
   });
@@ -166,18 +78,6 @@ async function stdioClient(stateDir = freshDir('state')) {
   if (transport._process) track(transport._process);
   assert.equal(client.getServerVersion()?.name, 'toolhost');
   return client;
-}
-
-/** The JSON result of an `execute`-style call: structured content, also as text. */
-function resultJson(result) {
-  assert.ok(!result.isError, `tool error: ${JSON.stringify(result)}`);
-  const text = result.content.find((c) => c.type === 'text')?.text;
-  assert.ok(text, `no text content: ${JSON.stringify(result)}`);
-  const parsed = JSON.parse(text);
-  if (result.structuredContent !== undefined) {
-    assert.deepEqual(result.structuredContent, parsed, 'structured content = text content');
-  }
-  return parsed;
 }
 
 async function execute(client, args, options) {
@@ -191,62 +91,6 @@ async function echo(client, word = 'hello') {
 }
 
 // ---------------------------------------------------------------------------------------------
-// HTTP server
-
-const TOKEN = `ts-token-${process.pid}-0123456789abcdef`;
-
-/** `toolhost serve --http 127.0.0.1:0 --token-file F EXTRA...`, once it announces its URL. */
-async function httpServer(extra = []) {
-  const dir = freshDir('http');
-  const tokenFile = path.join(dir, 'token');
-  fs.writeFileSync(tokenFile, `${TOKEN}\n`, { mode: 0o600 });
-  const child = track(
-    spawn(
-      BIN,
-      ['--state-dir', path.join(dir, 'state'), 'serve', '--http', '127.0.0.1:0',
-        '--token-file', tokenFile, ...extra],
-      { env: ENV, stdio: ['ignore', 'inherit', 'pipe'] },
-    ),
-  );
-  const url = await within(
-    30000,
-    new Promise((resolve, reject) => {
-      let buffer = '';
-      child.stderr.setEncoding('utf8');
-      child.stderr.on('data', (chunk) => {
-        process.stderr.write(chunk);
-        buffer += chunk;
-        // Only a whole line: a chunk may end in the middle of the address.
-        const found = buffer.match(/serving MCP on (http:\/\/\S+)\r?\n/);
-        if (found) resolve(found[1]);
-      });
-      child.on('exit', (code) => reject(new Error(`the HTTP server exited (${code}) before serving`)));
-    }),
-    'the HTTP server announcing its address',
-  );
-  // It announces once it listens; check that it accepts connections all the same.
-  assert.ok(
-    await eventually(10000, async () => {
-      try {
-        await fetch(url, { method: 'GET' });
-        return true;
-      } catch {
-        return false;
-      }
-    }),
-    `the HTTP server does not accept connections at ${url}`,
-  );
-  return {
-    url,
-    origin: new URL(url).origin,
-    async stop() {
-      if (child.exitCode !== null) return;
-      const exited = new Promise((resolve) => child.on('exit', resolve));
-      child.kill('SIGTERM');
-      await within(15000, exited, 'the HTTP server stopping on SIGTERM');
-    },
-  };
-}
 
 function httpTransport(server) {
   return new StreamableHTTPClientTransport(new URL(server.url), {
@@ -1059,6 +903,124 @@ async function httpIdle() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// logging group: the hostile fixture plugin hitting its limits, heard through `logging`
+
+/** The hostile fixture's manifest: a CPU limit `spin` runs into. */
+const HOSTILE_MANIFEST = '[grants]\nprocess = true\n[limits]\ncpu_time = "500ms"\nwall_time = "5s"\n';
+
+/** Flags for a server with only the hostile fixture component (its path in
+ *  `TOOLHOST_HOSTILE_COMPONENT`, set by the Rust test) as plugin `hostile`. */
+function hostileFlags() {
+  const component = process.env.TOOLHOST_HOSTILE_COMPONENT ?? '';
+  assert.ok(component && fs.statSync(component).isFile(), `TOOLHOST_HOSTILE_COMPONENT ${component} is no file`);
+  const dir = freshDir('plugins');
+  fs.copyFileSync(component, path.join(dir, 'hostile.wasm'));
+  fs.writeFileSync(path.join(dir, 'hostile.toml'), HOSTILE_MANIFEST);
+  return ['--policy', 'none', '--plugins', dir];
+}
+
+/** The params of every `notifications/message` the SDK hands `client`'s handler. */
+function logMessages(client) {
+  const received = [];
+  client.setNotificationHandler(LoggingMessageNotificationSchema, (notification) => {
+    received.push(notification.params);
+  });
+  return received;
+}
+
+/** The hostile plugin's `spin`, which its CPU limit stops: an error result. */
+async function spin(client) {
+  const result = await client.callTool({ name: 'spin', arguments: {} });
+  assert.equal(result.isError, true, `spin is stopped by its limit: ${JSON.stringify(result)}`);
+}
+
+/** How long no further log message may arrive, after a ping has come back. */
+const LOG_QUIET_MS = 500;
+
+/** A ping (what the server wrote on this path before answering it has arrived), then
+ *  LOG_QUIET_MS in which `received` stays at `had` messages (fails at the first more). */
+async function noMoreMessages(client, received, had, what) {
+  await client.ping();
+  const deadline = Date.now() + LOG_QUIET_MS;
+  for (;;) {
+    assert.equal(received.length, had, `${what}: ${had} log messages expected: ${JSON.stringify(received)}`);
+    if (Date.now() >= deadline) return;
+    await sleep(20);
+  }
+}
+
+/** `received` holds one line: the warning that `spin` hit the hostile plugin's limit, without
+ *  the session's own scope. */
+function checkLimitLine(received, what) {
+  assert.equal(received.length, 1, `${what}: one log message: ${JSON.stringify(received)}`);
+  const [line] = received;
+  assert.equal(line.level, 'warning', `${what}: ${JSON.stringify(line)}`);
+  const data = line.data;
+  assert.equal(typeof data, 'object', `${what}: data is an object: ${JSON.stringify(line)}`);
+  assert.equal(typeof data.message, 'string', `${what}: data.message: ${JSON.stringify(line)}`);
+  assert.match(data.message, /limit/, `${what}: names the limit: ${JSON.stringify(line)}`);
+  assert.match(data.message, /hostile/, `${what}: names the plugin: ${JSON.stringify(line)}`);
+  assert.equal(data.tool, 'spin', `${what}: names the tool: ${JSON.stringify(line)}`);
+  assert.ok(!('scope' in data), `${what}: the session's own scope is not repeated: ${JSON.stringify(line)}`);
+}
+
+/** The `logging` capability is declared; `spin` before a level is set sends nothing; after
+ *  `warning` is set, `spin` arrives as one warning. */
+async function checkLogging(client, received, what) {
+  assert.ok(client.getServerCapabilities()?.logging, `${what}: the logging capability`);
+  await spin(client);
+  await noMoreMessages(client, received, 0, `${what}: before a level is set`);
+  await client.setLoggingLevel('warning');
+  await spin(client);
+  assert.ok(
+    await eventually(10000, () => received.length > 0),
+    `${what}: the limit hit arrives as a log message within 10 s`,
+  );
+  // Only this one: the spin before the level was set does not come late either.
+  await noMoreMessages(client, received, 1, `${what}: after the level was set`);
+  checkLimitLine(received, what);
+  console.log(`  ${what}: ${JSON.stringify(received[0])}`);
+}
+
+async function stdioLogging() {
+  const client = await stdioClient(freshDir('state'), hostileFlags());
+  try {
+    await checkLogging(client, logMessages(client), 'stdio');
+  } finally {
+    await client.close();
+  }
+}
+
+/** Over HTTP a session hears of its own calls only: a second session that set the level too
+ *  gets none of the first one's lines, and then its own. */
+async function httpLogging() {
+  const server = await httpServer(hostileFlags());
+  try {
+    const session = await httpClient(server);
+    const mine = logMessages(session.client);
+    const bystander = await httpClient(server);
+    const theirs = logMessages(bystander.client);
+    await bystander.client.setLoggingLevel('warning');
+    await checkLogging(session.client, mine, 'http');
+    await noMoreMessages(bystander.client, theirs, 0, "the bystander, after the other session's spin");
+    // The bystander does hear its own (so its quiet above meant something); the first
+    // session does not.
+    await spin(bystander.client);
+    assert.ok(
+      await eventually(10000, () => theirs.length > 0),
+      "the bystander's own limit hit arrives within 10 s",
+    );
+    await noMoreMessages(bystander.client, theirs, 1, 'the bystander, after its spin');
+    checkLimitLine(theirs, 'the bystander');
+    await noMoreMessages(session.client, mine, 1, "the first session, after the bystander's spin");
+    await endSession(bystander);
+    await endSession(session);
+  } finally {
+    await server.stop();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 
 const GROUPS = {
   stdio: [
@@ -1083,30 +1045,9 @@ const GROUPS = {
   ],
   'http-idle': [['http: idle sessions end on time, busy ones do not', httpIdle]],
   heartbeat: [['stdio: a silent 70 s command outlives the default request timeout', heartbeat]],
+  logging: [
+    ['stdio: limit hits reach a client that set a level, none before', stdioLogging],
+    ['http: a session hears of its own limit hits only', httpLogging],
+  ],
 };
-
-const scenarios = GROUPS[GROUP];
-if (!scenarios) {
-  console.error(`unknown group ${GROUP}; groups: ${Object.keys(GROUPS).join(', ')}`);
-  process.exit(2);
-}
-// Every scenario runs (each with its own servers), so one failure does not hide another.
-const limit = GROUP === 'heartbeat' ? 120000 : 90000;
-const failed = [];
-for (const [name, scenario] of scenarios) {
-  const started = Date.now();
-  try {
-    await within(limit, scenario(), name);
-    console.log(`ok ${name} (${Date.now() - started} ms)`);
-  } catch (error) {
-    failed.push(name);
-    console.log(`FAILED ${name} (${Date.now() - started} ms)`);
-    console.error(`FAILED: ${name}\n${error?.stack ?? error}`);
-  }
-}
-if (failed.length) {
-  console.log(`typescript mcp client: ${failed.length} failed in ${GROUP}: ${failed.join('; ')}`);
-  process.exit(1);
-}
-console.log(`typescript mcp client: ok ${GROUP}`);
-process.exit(0);
+await runGroup(GROUPS, (group) => (group === 'heartbeat' ? 120000 : 90000));

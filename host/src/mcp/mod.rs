@@ -59,9 +59,15 @@ pub async fn serve_stdio(host: Arc<ToolHost>) -> Result<(), ServeError> {
         let transport = stdio::LineTransport::new(tokio::io::stdin(), tokio::io::stdout())
             .cancel_at_end(stop.clone());
         let running = tokio::select! {
-            running = server.clone().serve_with_ct(transport, stop.clone()) => {
-                running.map_err(|e| ServeError::Initialize(e.to_string()))?
-            }
+            running = server.clone().serve_with_ct(transport, stop.clone()) => match running {
+                Ok(running) => running,
+                // A client that connected and left before its first request: no error.
+                Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => {
+                    tracing::info!("the MCP client closed stdin before its first request");
+                    return Ok(());
+                }
+                Err(error) => return Err(ServeError::Initialize(error.to_string())),
+            },
             _ = stop.cancelled() => return Ok(()),
         };
         tracing::info!(scope = server.scope(), "MCP session on stdio started");

@@ -1,0 +1,518 @@
+// toolhost driven by the official MCP TypeScript SDK v2 (`@modelcontextprotocol/client`, the
+// exact version pinned in package.json and package-lock.json next to this file) in the era of
+// protocol revision 2026-07-28: no `initialize` and no sessions; the SDK probes with
+// `server/discover` at connect and then puts the revision, its client info and capabilities in
+// every request's `_meta`.
+//
+// Run by tests/mcp_typescript.rs like mcp_client.mjs (the 1.x SDK's script):
+//
+//     node mcp_2026.mjs TOOLHOST_BINARY GROUP
+//
+// GROUP is one of `2026-stdio`, `2026-http`, `tasks` (see GROUPS at the end).
+//
+// The Tasks extension (`io.modelcontextprotocol/tasks`): SDK 2.4.0 has no client side of it.
+// A `tools/call` answered with `"resultType": "task"` makes `callTool` reject with
+// `SdkError(UNSUPPORTED_RESULT_TYPE)` (the 2026 codec accepts only `complete` and
+// `input_required`), so the task's id is read off the wire: a tap on the SDK's transport
+// records the messages both ways without changing them. `tasks/get` and `tasks/cancel` go
+// through the SDK's generic `client.request(request, resultSchema)`, which lets these two
+// methods of the extension through to a 2026-07-28 server when a result schema is given.
+
+import assert from 'node:assert/strict';
+
+import {
+  CLIENT_CAPABILITIES_META_KEY,
+  Client,
+  PROTOCOL_VERSION_META_KEY,
+  ProtocolError,
+  SdkError,
+  SdkErrorCode,
+  StreamableHTTPClientTransport,
+} from '@modelcontextprotocol/client';
+import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
+
+import {
+  BIN,
+  ENV,
+  TOKEN,
+  eventually,
+  freshDir,
+  httpServer,
+  marker,
+  rejection,
+  resultJson,
+  runGroup,
+  sleep,
+  track,
+  waitGone,
+  waitPresent,
+  within,
+} from './common.mjs';
+
+const REVISION = '2026-07-28';
+const TASKS = 'io.modelcontextprotocol/tasks';
+/** Where a 2026-07-28 request over HTTP names its scope (README, MCP). */
+const SCOPE_KEY = 'toolhost/scope';
+const TOOL_NAMES = ['execute', 'process_input', 'process_list', 'process_output', 'process_signal'];
+
+// ---------------------------------------------------------------------------------------------
+// Clients
+
+/** A v2 client that negotiates the era at connect (`auto`: `server/discover` first, falling
+ *  back to `initialize` only for a server that does not speak 2026-07-28). */
+function newClient({ tasks = false } = {}) {
+  return new Client(
+    { name: 'toolhost-ts-2026', version: '0.0.0' },
+    {
+      versionNegotiation: { mode: 'auto' },
+      capabilities: tasks ? { extensions: { [TASKS]: {} } } : {},
+    },
+  );
+}
+
+/**
+ * Record every message over `transport` both ways, changing none: `sent` and `received` hold
+ * them in order. Set up before `connect`; the SDK installs its handler through `onmessage`.
+ */
+function wireTap(transport) {
+  const tap = {
+    sent: [],
+    received: [],
+    /** The last request of `method` the SDK sent. */
+    lastRequest(method) {
+      return this.sent.findLast((m) => m.method === method && 'id' in m);
+    },
+    /** The server's answer (result or error) to request `id`. */
+    answerTo(id) {
+      return this.received.find((m) => m.id === id && ('result' in m || 'error' in m));
+    },
+  };
+  const send = transport.send.bind(transport);
+  transport.send = (message, options) => {
+    tap.sent.push(message);
+    return send(message, options);
+  };
+  let handler;
+  Object.defineProperty(transport, 'onmessage', {
+    configurable: true,
+    enumerable: true,
+    get: () =>
+      handler &&
+      ((message, extra) => {
+        tap.received.push(message);
+        return handler(message, extra);
+      }),
+    set: (value) => {
+      handler = value;
+    },
+  });
+  return tap;
+}
+
+/** The SDK negotiated 2026-07-28 with toolhost, from the server's `server/discover`. */
+function assertModern(client) {
+  assert.equal(client.getProtocolEra(), 'modern', 'the 2026 era');
+  assert.equal(client.getNegotiatedProtocolVersion(), REVISION);
+  const discovered = client.getDiscoverResult();
+  assert.ok(discovered, 'a server/discover result');
+  assert.ok(discovered.supportedVersions.includes(REVISION), JSON.stringify(discovered));
+  assert.ok(discovered.supportedVersions.includes('2025-11-25'), JSON.stringify(discovered));
+  assert.ok(discovered.capabilities?.extensions?.[TASKS], `Tasks offered: ${JSON.stringify(discovered)}`);
+  assert.ok(discovered.capabilities?.tools, JSON.stringify(discovered));
+  assert.equal(client.getServerVersion()?.name, 'toolhost', 'serverInfo in the discover _meta');
+}
+
+/** What the SDK sent over this connection is 2026-07-28: no `initialize`, and every request
+ *  carried the revision and the client's capabilities (with the Tasks extension or not) in its
+ *  `_meta`; `scope`, when given, is named in each but `server/discover` (which needs none). */
+function assertWire2026(tap, { tasks = false, scope } = {}) {
+  const requests = tap.sent.filter((m) => 'method' in m && 'id' in m);
+  assert.ok(requests.length > 0, 'requests went over the connection');
+  assert.ok(!requests.some((m) => m.method === 'initialize'), 'no initialize in the 2026 era');
+  for (const request of requests) {
+    const meta = request.params?._meta ?? {};
+    const what = `${request.method} ${JSON.stringify(request.params)}`;
+    assert.equal(meta[PROTOCOL_VERSION_META_KEY], REVISION, `the revision in _meta: ${what}`);
+    const capabilities = meta[CLIENT_CAPABILITIES_META_KEY];
+    assert.equal(typeof capabilities, 'object', `the client's capabilities in _meta: ${what}`);
+    assert.equal(Boolean(capabilities?.extensions?.[TASKS]), tasks, `the Tasks extension: ${what}`);
+    if (scope !== undefined && request.method !== 'server/discover') {
+      assert.equal(meta[SCOPE_KEY], scope, `the scope in _meta: ${what}`);
+    }
+  }
+}
+
+/** A v2 client on `toolhost serve` over stdio, launched by the SDK's own transport (the SDK
+ *  probes with `server/discover` on a sibling process, then starts this one). */
+async function stdioClient({ tasks = false, extra = [] } = {}) {
+  const transport = new StdioClientTransport({
+    command: BIN,
+    args: ['--state-dir', freshDir('state'), ...extra, 'serve'],
+    env: ENV,
+    stderr: 'inherit',
+  });
+  const tap = wireTap(transport);
+  const client = newClient({ tasks });
+  await within(30000, client.connect(transport), 'connecting over stdio in the 2026 era');
+  if (transport._process) track(transport._process);
+  assertModern(client);
+  return { client, transport, tap };
+}
+
+/** Make `transport` name `scope` in the `_meta` of every message it sends: the 2.x client has
+ *  per-call `_meta` (a call's params `_meta`, merged over its own envelope) but no
+ *  per-connection one. Wraps `send` after the tap, so the tap records what goes on the wire. */
+function nameScope(transport, scope) {
+  const send = transport.send.bind(transport);
+  transport.send = (message, options) => {
+    if ('method' in message) {
+      const params = message.params ?? {};
+      message = { ...message, params: { ...params, _meta: { ...params._meta, [SCOPE_KEY]: scope } } };
+    }
+    return send(message, options);
+  };
+}
+
+/** A v2 client on the HTTP `server` naming `scope` in every request (none if undefined); the
+ *  bearer token comes from the transport's `authProvider`. */
+async function httpClient(server, { scope, tasks = false } = {}) {
+  const transport = new StreamableHTTPClientTransport(new URL(server.url), {
+    authProvider: { token: async () => TOKEN },
+  });
+  const tap = wireTap(transport);
+  if (scope !== undefined) nameScope(transport, scope);
+  const client = newClient({ tasks });
+  await within(30000, client.connect(transport), 'connecting over HTTP in the 2026 era');
+  assertModern(client);
+  assert.equal(transport.sessionId, undefined, 'no session in the 2026 era');
+  const discover = tap.lastRequest('server/discover');
+  assert.ok(discover, 'the SDK probed with server/discover over HTTP');
+  assert.equal(tap.answerTo(discover.id)?.result?.resultType, 'complete', JSON.stringify(tap.received));
+  return { client, transport, tap };
+}
+
+async function execute(client, args, options) {
+  return client.callTool({ name: 'execute', arguments: args }, options);
+}
+
+/** `process_list` as the JSON text of its result. */
+async function processList(client, params = {}) {
+  const result = await client.callTool({ name: 'process_list', arguments: {}, ...params });
+  return JSON.stringify(resultJson(result));
+}
+
+/** Start `sleep 300.MARK` in the background; its process id and marker, once it runs. */
+async function backgroundSleep(client, params = {}) {
+  const mark = marker();
+  const out = resultJson(
+    await client.callTool({
+      name: 'execute',
+      arguments: { command: `sleep 300.${mark}`, run_in_background: true },
+      ...params,
+    }),
+  );
+  assert.equal(typeof out.background_process_id, 'string', `a background process: ${JSON.stringify(out)}`);
+  await waitPresent(mark);
+  return { id: out.background_process_id, mark };
+}
+
+async function toolsAndEcho(client) {
+  const { tools } = await client.listTools();
+  assert.deepEqual(tools.map((t) => t.name).sort(), TOOL_NAMES);
+  assert.ok('command' in tools.find((t) => t.name === 'execute').inputSchema.properties);
+  const out = resultJson(await execute(client, { command: 'echo hi' }));
+  assert.equal(out.output, 'hi\n', JSON.stringify(out));
+  assert.equal(out.exit_code, 0, JSON.stringify(out));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2026-stdio group
+
+/** 2026-07-28 over stdio: tools, `echo hi`; the connection is the scope (a later call sees a
+ *  background process of an earlier one), and closing it ends its processes. */
+async function stdio2026() {
+  const { client, tap } = await stdioClient();
+  let mark;
+  try {
+    await toolsAndEcho(client);
+    const started = await backgroundSleep(client);
+    mark = started.mark;
+    const listed = await processList(client);
+    assert.ok(listed.includes(started.id), `process_list shows ${started.id}: ${listed}`);
+    assert.ok(listed.includes(mark), `process_list shows the command: ${listed}`);
+    assertWire2026(tap);
+  } finally {
+    await client.close();
+  }
+  const closed = Date.now();
+  await waitGone(mark, 10000, 'after the 2026 stdio connection closed');
+  console.log(`  the connection's process ended ${Date.now() - closed} ms after close`);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2026-http group
+
+/** 2026-07-28 over HTTP: the scope named in `_meta` (`toolhost/scope`) is what requests share,
+ *  across connections; another scope sees nothing of it; a request without one is refused
+ *  with -32602; the scope ends with its process once idle for --idle-timeout. */
+async function http2026() {
+  const server = await httpServer(['--idle-timeout', '3s']);
+  const clients = [];
+  try {
+    const scope = `alpha-${process.pid}`;
+    const alpha = await httpClient(server, { scope });
+    clients.push(alpha);
+    await toolsAndEcho(alpha.client);
+    const { id, mark } = await backgroundSleep(alpha.client);
+
+    // The same scope from another client (its own transport): the same processes.
+    const again = await httpClient(server, { scope });
+    clients.push(again);
+    const mine = await processList(again.client);
+    assert.ok(mine.includes(id), `scope ${scope} from another client lists ${id}: ${mine}`);
+
+    // Another scope does not see it.
+    const beta = await httpClient(server, { scope: `beta-${process.pid}` });
+    clients.push(beta);
+    const theirs = await processList(beta.client);
+    assert.ok(!theirs.includes(id) && !theirs.includes(mark), `another scope lists ${id}: ${theirs}`);
+
+    // No scope in _meta: a request for the scope's processes or resources is refused, saying
+    // how to name one. Named in one call's own _meta (the SDK's per-request way), the call
+    // reaches the scope.
+    const bare = await httpClient(server);
+    clients.push(bare);
+    for (const [what, call] of [
+      ['tools/call', () => bare.client.callTool({ name: 'process_list', arguments: {} })],
+      ['resources/list', () => bare.client.listResources()],
+    ]) {
+      const refused = await rejection(call(), `${what} without toolhost/scope`);
+      assert.ok(refused instanceof ProtocolError, `${what}: a JSON-RPC error: ${refused?.stack ?? refused}`);
+      assert.equal(refused.code, -32602, `${what}: ${refused}`);
+      assert.match(refused.message, /toolhost\/scope/, `${what}: ${refused}`);
+    }
+    const viaMeta = await processList(bare.client, { _meta: { [SCOPE_KEY]: scope } });
+    assert.ok(viaMeta.includes(id), `the scope named in the call's _meta lists ${id}: ${viaMeta}`);
+
+    assertWire2026(alpha.tap, { scope });
+    assertWire2026(beta.tap, { scope: `beta-${process.pid}` });
+    for (const { client } of clients.splice(0)) await client.close();
+
+    // Idle (no request in progress) for the idle timeout, the scope ends with its process.
+    const idleSince = Date.now();
+    await waitGone(mark, 15000, 'the idle 2026 scope ending');
+    console.log(`  the idle scope's process ended ${Date.now() - idleSince} ms after its last request`);
+  } finally {
+    for (const { client } of clients) await client.close().catch(() => {});
+    await server.stop();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// tasks group
+
+/** A Standard Schema (what `client.request` validates a result with) for a task. */
+const TASK = {
+  '~standard': {
+    version: 1,
+    vendor: 'toolhost-tests',
+    validate(value) {
+      const ok =
+        value !== null &&
+        typeof value === 'object' &&
+        typeof value.taskId === 'string' &&
+        ['working', 'input_required', 'completed', 'failed', 'cancelled'].includes(value.status);
+      return ok ? { value } : { issues: [{ message: `not a task: ${JSON.stringify(value)}` }] };
+    },
+  },
+};
+/** Any object (the result of `tasks/cancel`). */
+const OBJECT = {
+  '~standard': {
+    version: 1,
+    vendor: 'toolhost-tests',
+    validate(value) {
+      return value !== null && typeof value === 'object'
+        ? { value }
+        : { issues: [{ message: `not an object: ${JSON.stringify(value)}` }] };
+    },
+  },
+};
+
+/**
+ * `execute` by a client that declared the Tasks extension: the server answers with a task.
+ * SDK 2.4.0 rejects that result (`UNSUPPORTED_RESULT_TYPE`, naming `task`); the task itself is
+ * the answer the tap saw to the SDK's `tools/call`.
+ */
+async function startTask({ client, tap }, args) {
+  const error = await rejection(
+    within(15000, execute(client, args), 'a tools/call answered with a task'),
+    'a tools/call answered with a task',
+  );
+  assert.ok(
+    error instanceof SdkError && error.code === SdkErrorCode.UnsupportedResultType,
+    `the SDK's error for a task result: ${error?.stack ?? error}`,
+  );
+  assert.equal(error.data?.resultType, 'task', JSON.stringify(error.data));
+  const request = tap.lastRequest('tools/call');
+  assert.deepEqual(request.params.arguments, args);
+  assert.ok(
+    request.params._meta?.[CLIENT_CAPABILITIES_META_KEY]?.extensions?.[TASKS],
+    `the call declared the Tasks extension: ${JSON.stringify(request.params._meta)}`,
+  );
+  const answer = tap.answerTo(request.id);
+  const task = answer?.result;
+  assert.ok(task, `the answer to tools/call: ${JSON.stringify(answer)}`);
+  assert.equal(task.resultType, 'task', JSON.stringify(answer));
+  assert.equal(typeof task.taskId, 'string', JSON.stringify(answer));
+  assert.equal(task.status, 'working', JSON.stringify(answer));
+  return task;
+}
+
+async function getTask(client, taskId) {
+  return client.request({ method: 'tasks/get', params: { taskId } }, TASK);
+}
+
+/** Poll `tasks/get` every 100 ms until the task leaves `working` (within `ms`): its last state,
+ *  every state seen with the ms since `since`. */
+async function pollTask(client, taskId, since, ms = 30000) {
+  const seen = [];
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const task = await getTask(client, taskId);
+    seen.push({ at: Date.now() - since, status: task.status, statusMessage: task.statusMessage });
+    if (task.status !== 'working') return { task, seen };
+    assert.ok(Date.now() < deadline, `task ${taskId} still working after ${ms} ms: ${JSON.stringify(task)}`);
+    await sleep(100);
+  }
+}
+
+/** A task `execute` is not handed over to the background at its timeout: `sleep 2.5; echo done`
+ *  with timeout 1s stays `working` past 1 s and completes with the result at exit. A client
+ *  without the extension gets the plain result of the same call. */
+async function taskOutlivesItsTimeout() {
+  const session = await stdioClient({ tasks: true });
+  try {
+    const started = Date.now();
+    const created = await startTask(session, { command: 'sleep 2.5; echo done', timeout: '1s' });
+    const { task, seen } = await pollTask(session.client, created.taskId, started);
+    const lastWorking = seen.filter((s) => s.status === 'working').at(-1)?.at ?? 0;
+    assert.ok(lastWorking > 1500, `working past the 1 s timeout (last seen working at ${lastWorking} ms): ${JSON.stringify(seen)}`);
+    assert.equal(task.status, 'completed', JSON.stringify(task));
+    assert.ok(Date.now() - started >= 2500, 'completed once the command exited');
+    assert.equal(task.taskId, created.taskId);
+    const result = task.result;
+    assert.ok(result && !result.isError, `the execute result: ${JSON.stringify(task)}`);
+    const out = resultJson(result);
+    assert.equal(out.output, 'done\n', JSON.stringify(out));
+    assert.equal(out.exit_code, 0, JSON.stringify(out));
+    assert.equal(out.background_process_id, undefined, `not handed over: ${JSON.stringify(out)}`);
+    console.log(`  working until ${lastWorking} ms, completed: ${JSON.stringify(out)}`);
+    assertWire2026(session.tap, { tasks: true });
+  } finally {
+    await session.client.close();
+  }
+
+  const plain = await stdioClient();
+  try {
+    const out = resultJson(await execute(plain.client, { command: 'echo plain' }));
+    assert.equal(out.output, 'plain\n', JSON.stringify(out));
+  } finally {
+    await plain.client.close();
+  }
+}
+
+/** `tasks/get` shows the command's output as the task's status message while it works. */
+async function taskShowsProgress() {
+  const session = await stdioClient({ tasks: true });
+  try {
+    const mark = marker();
+    const started = Date.now();
+    const created = await startTask(session, { command: `echo line-${mark}; sleep 6; echo done` });
+    let last;
+    assert.ok(
+      await eventually(5000, async () => {
+        last = await getTask(session.client, created.taskId);
+        return last.status === 'working' && (last.statusMessage ?? '').includes(`line-${mark}`);
+      }),
+      `the status message of the working task names its output: ${JSON.stringify(last)}`,
+    );
+    console.log(`  after ${Date.now() - started} ms: ${JSON.stringify(last.statusMessage)}`);
+    const { task } = await pollTask(session.client, created.taskId, started);
+    assert.equal(task.status, 'completed', JSON.stringify(task));
+    assert.equal(resultJson(task.result).output, `line-${mark}\ndone\n`, JSON.stringify(task));
+  } finally {
+    await session.client.close();
+  }
+}
+
+/** `tasks/cancel` ends the task `cancelled` and kills its command; an unknown task id is -32602. */
+async function cancelledTask() {
+  const session = await stdioClient({ tasks: true });
+  try {
+    const mark = marker();
+    const started = Date.now();
+    const created = await startTask(session, { command: `sleep 300.${mark}` });
+    await waitPresent(mark);
+    const cancelledAt = Date.now();
+    const answer = await session.client.request(
+      { method: 'tasks/cancel', params: { taskId: created.taskId } },
+      OBJECT,
+    );
+    const { task, seen } = await pollTask(session.client, created.taskId, started, 10000);
+    assert.equal(task.status, 'cancelled', JSON.stringify(seen));
+    await waitGone(mark, 10000, 'the command of the cancelled task');
+    console.log(
+      `  tasks/cancel answered ${JSON.stringify(answer)}; the command gone ${Date.now() - cancelledAt} ms after`,
+    );
+
+    for (const method of ['tasks/get', 'tasks/cancel']) {
+      const unknown = await rejection(
+        session.client.request({ method, params: { taskId: 'no-such-task' } }, OBJECT),
+        `${method} of an unknown task`,
+      );
+      assert.ok(unknown instanceof ProtocolError, `${method}: ${unknown?.stack ?? unknown}`);
+      assert.equal(unknown.code, -32602, `${method}: ${unknown}`);
+    }
+  } finally {
+    await session.client.close();
+  }
+}
+
+/** Over HTTP a task belongs to its scope: unknown (-32602) in another one, completed in its own. */
+async function taskBelongsToItsScope() {
+  const server = await httpServer();
+  const clients = [];
+  try {
+    const alpha = await httpClient(server, { scope: `tasks-alpha-${process.pid}`, tasks: true });
+    clients.push(alpha);
+    const beta = await httpClient(server, { scope: `tasks-beta-${process.pid}`, tasks: true });
+    clients.push(beta);
+    const started = Date.now();
+    const created = await startTask(alpha, { command: 'sleep 0.5; echo scoped' });
+    const stolen = await rejection(getTask(beta.client, created.taskId), 'another scope getting the task');
+    assert.ok(stolen instanceof ProtocolError, String(stolen?.stack ?? stolen));
+    assert.equal(stolen.code, -32602, String(stolen));
+    const { task } = await pollTask(alpha.client, created.taskId, started);
+    assert.equal(task.status, 'completed', JSON.stringify(task));
+    assert.equal(resultJson(task.result).output, 'scoped\n', JSON.stringify(task));
+    assertWire2026(alpha.tap, { tasks: true, scope: `tasks-alpha-${process.pid}` });
+  } finally {
+    for (const { client } of clients) await client.close().catch(() => {});
+    await server.stop();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+const GROUPS = {
+  '2026-stdio': [['stdio 2026-07-28: tools, echo, the connection is the scope', stdio2026]],
+  '2026-http': [['http 2026-07-28: scopes named in _meta', http2026]],
+  tasks: [
+    ['stdio tasks: execute outlives its timeout, completes with the result', taskOutlivesItsTimeout],
+    ['stdio tasks: the status message shows the output', taskShowsProgress],
+    ['stdio tasks: tasks/cancel kills the command', cancelledTask],
+    ['http tasks: a task belongs to its scope', taskBelongsToItsScope],
+  ],
+};
+await runGroup(GROUPS);
