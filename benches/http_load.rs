@@ -51,22 +51,28 @@ fn usage(pid: u32) -> Usage {
 /// The outcome of one call: its latency, or what went wrong.
 type Sample = Result<Duration, String>;
 
-/// One call; the kind of error is the first words of its message.
+/// One `execute true`; the kind of error is the first words of its message.
 async fn call(session: &Session) -> Sample {
+    execute(session, json!({"command": "true"})).await
+}
+
+/// One `execute` with `arguments`.
+async fn execute(session: &Session, arguments: Value) -> Sample {
     let began = Instant::now();
     let id = session
         .next_id
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-        "params": {"name": "execute", "arguments": {"command": "true"}}});
-    let (status, _, answer) = http_session::post(
+        "params": {"name": "execute", "arguments": arguments}});
+    let (status, _, answer) = http_session::try_post(
         &session.http,
         &session.url,
         Some(http_session::TOKEN),
         Some(&session.id),
         &body,
+        Duration::from_secs(120),
     )
-    .await;
+    .await?;
     if !status.is_success() {
         return Err(format!("HTTP {status}"));
     }
@@ -80,8 +86,9 @@ async fn call(session: &Session) -> Sample {
     if result["isError"] == true {
         return Err(kind(&result["content"][0]["text"]));
     }
-    if result["structuredContent"]["exit_code"] != 0 {
-        return Err(format!("exit {}", result["structuredContent"]["exit_code"]));
+    let exit = &result["structuredContent"]["exit_code"];
+    if !exit.is_null() && *exit != 0 {
+        return Err(format!("exit {exit}"));
     }
     Ok(began.elapsed())
 }
@@ -135,7 +142,10 @@ where
     let handles: Vec<_> = futures.map(tokio::spawn).collect();
     let mut out = Vec::with_capacity(handles.len());
     for handle in handles {
-        out.push(handle.await.expect("task"));
+        match handle.await {
+            Ok(output) => out.push(output),
+            Err(error) => panic!("a benchmark task failed: {error}"),
+        }
     }
     out
 }
@@ -158,15 +168,19 @@ async fn measure(n: usize, extra: &[&str], secs: u64) -> Figures {
 
     // One streaming background process per session.
     let streamers = futures_join(sessions.iter().cloned().map(|session| async move {
-        session
-            .call_tool(
-                "execute",
-                json!({"command": "while :; do echo tick; sleep 0.1; done", "run_in_background": true}),
-            )
-            .await
+        execute(
+            &session,
+            json!({"command": "while :; do echo tick; sleep 0.1; done", "run_in_background": true}),
+        )
+        .await
     }))
     .await;
-    drop(streamers);
+    let mut errors = BTreeMap::new();
+    for error in streamers.into_iter().filter_map(Result::err) {
+        *errors
+            .entry(format!("starting a streamer: {error}"))
+            .or_insert(0) += 1;
+    }
 
     // The open loop: a call per session every 100 ms, on schedule.
     let began = Instant::now();
@@ -194,7 +208,6 @@ async fn measure(n: usize, extra: &[&str], secs: u64) -> Figures {
     let elapsed = began.elapsed();
     let mut latencies: Vec<Duration> = samples.iter().filter_map(|s| s.clone().ok()).collect();
     latencies.sort();
-    let mut errors = BTreeMap::new();
     for error in samples.iter().filter_map(|s| s.clone().err()) {
         *errors.entry(error).or_insert(0) += 1;
     }
@@ -228,32 +241,34 @@ async fn measure(n: usize, extra: &[&str], secs: u64) -> Figures {
     }
 }
 
-fn print(label: &str, figures: &[Figures]) {
-    println!("http_load ({label}):");
-    let base = &figures[0];
-    for f in figures {
-        let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64().max(1e-9);
-        println!(
-            "  N={:<4} offered {:>7.1}/s achieved {:>7.1}/s  p50 {:>9.2?} ({:>5.2}x)  p99 {:>9.2?} ({:>5.2}x)  idle {:>6.1} KiB/session  fds {}->{}->{}  threads {}->{}->{}",
-            f.n,
-            f.offered,
-            f.achieved,
-            f.p50,
-            ratio(f.p50, base.p50),
-            f.p99,
-            ratio(f.p99, base.p99),
-            f.idle_kib_per_session,
-            f.baseline.fds,
-            f.during.fds,
-            f.after.fds,
-            f.baseline.threads,
-            f.during.threads,
-            f.after.threads,
-        );
-        for (error, count) in &f.errors {
-            println!("         {count} x {error}");
-        }
+/// One N's line (ratios against `base`, the first N) and its errors.
+fn print_line(f: &Figures, base: &Figures) {
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64().max(1e-9);
+    println!(
+        "  N={:<4} offered {:>7.1}/s achieved {:>7.1}/s  p50 {:>9.2?} ({:>5.2}x)  p99 {:>9.2?} ({:>5.2}x)  idle {:>6.1} KiB/session  fds {}->{}->{}  threads {}->{}->{}",
+        f.n,
+        f.offered,
+        f.achieved,
+        f.p50,
+        ratio(f.p50, base.p50),
+        f.p99,
+        ratio(f.p99, base.p99),
+        f.idle_kib_per_session,
+        f.baseline.fds,
+        f.during.fds,
+        f.after.fds,
+        f.baseline.threads,
+        f.during.threads,
+        f.after.threads,
+    );
+    for (error, count) in &f.errors {
+        println!("         {count} x {error}");
     }
+}
+
+/// The targets, from all N of one configuration.
+fn print_summary(figures: &[Figures]) {
+    let base = &figures[0];
     if let Some(hundred) = figures.iter().find(|f| f.n == 100) {
         println!(
             "  p99 at N=100 / N={}: {:.2}x (target <= 3x)",
@@ -299,11 +314,14 @@ async fn run() {
         ("confined, the default profile", &[][..]),
         ("--sandbox off", &["--sandbox", "off"][..]),
     ] {
-        let mut figures = Vec::new();
+        println!("http_load ({label}), {secs} s of load per N:");
+        let mut figures: Vec<Figures> = Vec::new();
         for &n in &counts {
-            figures.push(measure(n, extra, secs).await);
+            let measured = measure(n, extra, secs).await;
+            print_line(&measured, figures.first().unwrap_or(&measured));
+            figures.push(measured);
         }
-        print(label, &figures);
+        print_summary(&figures);
     }
 }
 

@@ -124,6 +124,20 @@ pub async fn post(
     session: Option<&str>,
     body: &Value,
 ) -> (StatusCode, Option<String>, Vec<Value>) {
+    try_post(http, url, token, session, body, ANSWER_TIMEOUT)
+        .await
+        .unwrap_or_else(|error| panic!("{error}"))
+}
+
+/// [`post`], with what went wrong (no connection, no whole answer within `limit`) as an error.
+pub async fn try_post(
+    http: &reqwest::Client,
+    url: &str,
+    token: Option<&str>,
+    session: Option<&str>,
+    body: &Value,
+    limit: Duration,
+) -> Result<(StatusCode, Option<String>, Vec<Value>), String> {
     let mut request = http
         .post(url)
         .header("content-type", "application/json")
@@ -137,20 +151,39 @@ pub async fn post(
             .header("mcp-session-id", session)
             .header("mcp-protocol-version", PROTOCOL_VERSION);
     }
-    let response = request.send().await.expect("HTTP request");
-    let status = response.status();
-    let session_id = response
-        .headers()
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    let (content_type, text) = body_of(response).await;
+    let exchange = async {
+        let response = request
+            .send()
+            .await
+            .map_err(|e| format!("HTTP request: {e}"))?;
+        let status = response.status();
+        let session_id = response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        let text = response
+            .text()
+            .await
+            .map_err(|e| format!("response body: {e}"))?;
+        Ok::<_, String>((status, session_id, content_type, text))
+    };
+    let (status, session_id, content_type, text) =
+        tokio::time::timeout(limit, exchange)
+            .await
+            .map_err(|_| format!("no whole answer within {limit:?}"))??;
     let parsed = if status.is_success() && !text.is_empty() {
         messages(&content_type, &text)
     } else {
         Vec::new()
     };
-    (status, session_id, parsed)
+    Ok((status, session_id, parsed))
 }
 
 pub fn initialize_body() -> Value {
