@@ -121,6 +121,8 @@ struct Figures {
     after: Usage,
     baseline: Usage,
     errors: BTreeMap<String, usize>,
+    /// How long the server took to stop on SIGTERM (`None`: over a minute).
+    stopped: Option<Duration>,
 }
 
 async fn open_sessions(server: &HttpServer, n: usize) -> Vec<Arc<Session>> {
@@ -226,8 +228,9 @@ async fn measure(n: usize, extra: &[&str], secs: u64) -> Figures {
         tokio::time::sleep(Duration::from_millis(200)).await;
         after = usage(pid);
     }
-    server.stop().await;
+    let stopped = server.stop_within(Duration::from_secs(60)).await;
     Figures {
+        stopped,
         n,
         offered: offered_calls as f64 / length.as_secs_f64(),
         achieved: latencies.len() as f64 / elapsed.as_secs_f64(),
@@ -263,6 +266,10 @@ fn print_line(f: &Figures, base: &Figures) {
     );
     for (error, count) in &f.errors {
         println!("         {count} x {error}");
+    }
+    match f.stopped {
+        Some(took) => println!("         stopped on SIGTERM in {took:.2?}"),
+        None => println!("         did NOT stop within a minute of SIGTERM"),
     }
 }
 

@@ -63,14 +63,27 @@ impl HttpServer {
     }
 
     /// SIGTERM, then wait for the exit.
-    pub async fn stop(mut self) {
+    pub async fn stop(self) {
+        let took = self.stop_within(Duration::from_secs(15)).await;
+        assert!(took.is_some(), "the server stops on SIGTERM");
+    }
+
+    /// SIGTERM, then wait up to `limit` for the exit; how long it took (`None`: it did not
+    /// exit in time, and was killed).
+    pub async fn stop_within(mut self, limit: Duration) -> Option<Duration> {
+        let began = std::time::Instant::now();
         if let Some(pid) = self.child.id() {
             let _ = std::process::Command::new("kill")
                 .args(["-TERM", &pid.to_string()])
                 .status();
         }
-        let exited = tokio::time::timeout(Duration::from_secs(15), self.child.wait()).await;
-        assert!(exited.is_ok(), "the server stops on SIGTERM");
+        match tokio::time::timeout(limit, self.child.wait()).await {
+            Ok(_) => Some(began.elapsed()),
+            Err(_) => {
+                let _ = self.child.kill().await;
+                None
+            }
+        }
     }
 }
 

@@ -26,7 +26,10 @@ pub struct ProcessManagerConfig {
     /// Running processes allowed per scope. Default 64.
     pub max_running_per_scope: usize,
     /// Most processes running at once across all scopes (the host's `--max-processes`);
-    /// a start beyond is refused. Default 2048.
+    /// a start beyond is refused with a clear message. Each running process holds about
+    /// [`DESCRIPTORS_PER_PROCESS`] of the host's file descriptors, so the default is what the
+    /// host's descriptor limit (`RLIMIT_NOFILE`) leaves room for, at most 2048: past it
+    /// starts would fail on `EMFILE` in every session at once.
     pub max_processes: usize,
     /// Finished processes kept listed per scope: past this, the oldest finished record is
     /// removed before its retention ends. Default 256.
@@ -71,7 +74,7 @@ impl Default for ProcessManagerConfig {
             kill_grace: Duration::from_secs(5),
             retention: Duration::from_secs(5 * 60),
             max_running_per_scope: 64,
-            max_processes: 2048,
+            max_processes: default_max_processes(),
             max_retained_per_scope: 256,
             drain_timeout: Duration::from_secs(2),
             output_logs: true,
@@ -92,4 +95,18 @@ impl ProcessManagerConfig {
     pub fn default_state_dir() -> Option<PathBuf> {
         output_log::default_state_dir()
     }
+}
+
+/// File descriptors the host holds per running process (its keeper's channels, status and
+/// output pipes, cgroup files, pidfd) and per request waiting on it, with room to spare.
+pub const DESCRIPTORS_PER_PROCESS: u64 = 10;
+
+/// The default of [`ProcessManagerConfig::max_processes`]: as many as the descriptor limit
+/// leaves room for (a quarter kept for everything else), between 16 and 2048.
+pub fn default_max_processes() -> usize {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
+    let usable = limit.saturating_sub(limit / 4) / DESCRIPTORS_PER_PROCESS;
+    usize::try_from(usable.clamp(16, 2048)).unwrap_or(2048)
 }
