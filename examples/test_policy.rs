@@ -4,9 +4,12 @@
 //! check both what the policy asked the host to run and what it told the model.
 //!
 //! Run: `cargo run --example test_policy [path/to/policy.wasm]` (default: the bundled policy).
-//! The checks fit any policy with an `execute` tool shaped like the bundled ones; a failed
-//! check ends the run with an error naming it. `tests/examples.rs` runs them against both
-//! bundled policies.
+//! The component is loaded with its manifest when `policy.toml` lies beside `policy.wasm`, else
+//! with a manifest granting the process capability alone. The checks fit any policy with an
+//! `execute` tool shaped like the bundled ones; a failed check ends the run with an error
+//! naming it. `tests/examples.rs` runs them against both bundled policies, `tests/guide.rs`
+//! against the policy of `docs/writing-a-policy.md` (whose "Testing in Rust" section sets up
+//! such a test outside this repository).
 
 use anyhow::{Context, Result, ensure};
 use serde_json::Value;
@@ -30,10 +33,17 @@ pub async fn check_policy(component: Option<&Path>) -> Result<()> {
     let mut builder = ToolHost::builder().process_backend(fake.clone());
     let _dir;
     if let Some(path) = component {
-        // A plugin directory holding just this component, with the process grant.
+        // A plugin directory holding just this component, with its manifest or the process
+        // grant.
         let dir = tempfile::tempdir()?;
         std::fs::copy(path, dir.path().join("policy.wasm")).context("copying the component")?;
-        std::fs::write(dir.path().join("policy.toml"), "[grants]\nprocess = true\n")?;
+        let manifest = path.with_extension("toml");
+        if manifest.is_file() {
+            std::fs::copy(&manifest, dir.path().join("policy.toml"))
+                .with_context(|| format!("copying {}", manifest.display()))?;
+        } else {
+            std::fs::write(dir.path().join("policy.toml"), "[grants]\nprocess = true\n")?;
+        }
         builder = builder.bundled_policy(None).plugin_dir(dir.path());
         _dir = dir;
     }

@@ -8,7 +8,10 @@
 //!   fixtures are found by path;
 //! - the process keeper in `keeper/`, for the host's own target: `TOOLHOST_KEEPER` is its path,
 //!   and the process manager embeds it, so that every program linking the library (the
-//!   binary, its tests, an embedder) can run it.
+//!   binary, its tests, an embedder) can run it;
+//! - the list of the policy SDK's files (`guest-tools/crates/toolhost-policy`), each embedded
+//!   with `include_bytes!` in `$OUT_DIR/sdk_files.rs`, which `src/plugins/scaffold.rs`
+//!   includes: `toolhost new-policy` writes a copy of the SDK of the binary's own version.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -43,6 +46,7 @@ fn main() {
         .unwrap_or_else(|| out_dir.join("wasm-guests"));
 
     build_keeper(root, &out_dir);
+    embed_sdk(&guests.join("crates").join("toolhost-policy"), &out_dir);
     ensure_wasm_target();
 
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -82,6 +86,62 @@ fn main() {
         "no guest component was built in {}",
         release.display()
     );
+}
+
+/// Write `$OUT_DIR/sdk_files.rs`: `SDK_FILES`, every file under the SDK crate's directory `sdk`
+/// (its path relative to `sdk`, with `/` separators, and its bytes), sorted by path. The
+/// `include_bytes!` of each file makes the host rebuild when one changes; the directory (under
+/// `guest-tools/crates`, watched above) makes it rebuild when one is added or removed.
+fn embed_sdk(sdk: &Path, out_dir: &Path) {
+    fn walk(dir: &Path, base: &Path, files: &mut Vec<(String, PathBuf)>) {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
+            .map(|entry| entry.expect("readable dir entry").path())
+            .collect();
+        entries.sort();
+        for path in entries {
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            // Build output (of a build inside the SDK's directory) is not part of the crate.
+            if name == "target" {
+                continue;
+            }
+            if path.is_dir() {
+                walk(&path, base, files);
+            } else {
+                let relative = path
+                    .strip_prefix(base)
+                    .expect("under the SDK directory")
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                    .collect::<Vec<_>>()
+                    .join("/");
+                files.push((relative, path));
+            }
+        }
+    }
+    println!("cargo:rerun-if-changed={}", sdk.display());
+    let mut files = Vec::new();
+    walk(sdk, sdk, &mut files);
+    assert!(
+        files.iter().any(|(name, _)| name == "Cargo.toml"),
+        "no Cargo.toml in {}",
+        sdk.display()
+    );
+    let mut code = String::from(
+        "/// The policy SDK crate's files: path relative to the crate, contents.\n\
+         pub(crate) const SDK_FILES: &[(&str, &[u8])] = &[\n",
+    );
+    for (relative, path) in &files {
+        code.push_str(&format!(
+            "    ({relative:?}, include_bytes!({:?})),\n",
+            path.display().to_string()
+        ));
+    }
+    code.push_str("];\n");
+    std::fs::write(out_dir.join("sdk_files.rs"), code).expect("write sdk_files.rs");
 }
 
 /// rustup installs the targets named in rust-toolchain.toml only when it installs the toolchain

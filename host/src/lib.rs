@@ -34,4 +34,5 @@ pub use guest::{
 pub use host::{ToolHints, ToolHost, ToolHostBuilder, ToolInfo, default_cache_dir};
 pub use plugins::bundled;
 pub use plugins::manifest::ManifestError;
+pub use plugins::scaffold;
 pub use tokio_util::sync::CancellationToken;

@@ -115,6 +115,18 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         manifest: Option<PathBuf>,
     },
+    /// Write a new policy crate DIR/NAME, ready to build offline for wasm32-wasip2.
+    ///
+    /// The crate holds the standard tools written with the policy SDK (a copy of this
+    /// version's SDK is inside), a manifest, and scenarios for `toolhost test`. An existing
+    /// DIR/NAME is left alone. docs/writing-a-policy.md goes on from there.
+    NewPolicy {
+        /// The crate's and the policy's name: lowercase letters, digits, `-` and `_`.
+        name: String,
+        /// The directory to write the crate in (created if missing).
+        #[arg(long, value_name = "DIR", default_value = ".")]
+        dir: PathBuf,
+    },
     /// Print which confinement layers this machine supports and what each sandbox mode gets
     /// here with the given flags.
     Sandbox,
@@ -353,6 +365,17 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                     Ok(ExitCode::from(2))
                 }
             }
+        }
+        Command::NewPolicy { name, dir } => {
+            let policy = toolhost::scaffold::PolicyCrate::new(name)?;
+            let root = policy.write(dir)?;
+            out(format_args!(
+                "Created the policy crate {} (a copy of the policy SDK is in {}/). Next:\n{}",
+                root.display(),
+                toolhost::scaffold::SDK,
+                policy.next_steps()
+            ));
+            Ok(ExitCode::SUCCESS)
         }
         Command::Sandbox => {
             let settings = sandbox_settings(&cli)?;

@@ -1,0 +1,899 @@
+//! `toolhost new-policy NAME`: a new policy crate, ready to build, test and install, that
+//! needs neither the network nor the toolhost repository.
+//!
+//! The crate holds a copy of the policy SDK (`toolhost-policy`) of the version this binary was
+//! built with (its files are embedded by `build.rs`), with its manifest made standalone (no
+//! workspace inheritance), and a `Cargo.lock` pinning the SDK's dependencies at the versions
+//! the bundled policies are built with (derived from `guest-tools/Cargo.lock`), so that a
+//! machine that built toolhost from source builds it offline. Besides: `Cargo.toml` (a
+//! `cdylib` in a workspace of its own, with a release profile for small components),
+//! `rust-toolchain.toml` (this repository's compiler and the `wasm32-wasip2` target),
+//! `src/lib.rs` (the standard tools, with comments showing the extension points), the
+//! manifest `LIB.toml` (granting `process`, with the `[config]` keys commented) and
+//! `scenarios/basic.toml` (scenarios for `toolhost test` that pass).
+//!
+//! ```no_run
+//! let created = toolhost::scaffold::new_policy("my-policy", std::path::Path::new("."))?;
+//! assert!(created.ends_with("my-policy"));
+//! # Ok::<(), toolhost::scaffold::ScaffoldError>(())
+//! ```
+
+use serde::Deserialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+// `SDK_FILES`: every file of `guest-tools/crates/toolhost-policy`, written by `build.rs`.
+include!(concat!(env!("OUT_DIR"), "/sdk_files.rs"));
+
+/// The guest workspace's manifest: the values the SDK's manifest inherits.
+const GUEST_WORKSPACE: &str = include_str!("../../../guest-tools/Cargo.toml");
+/// The guest workspace's lock file: the versions the SDK is built with.
+const GUEST_LOCK: &str = include_str!("../../../guest-tools/Cargo.lock");
+/// This repository's toolchain file: its compiler channel.
+const TOOLCHAIN: &str = include_str!("../../../rust-toolchain.toml");
+
+/// Templates of the crate's own files; `{{name}}`, `{{crate_name}}` and
+/// `{{toolhost_version}}` are replaced.
+const CARGO_TOML: &str = include_str!("scaffold/Cargo.toml.in");
+const LIB_RS: &str = include_str!("scaffold/lib.rs.in");
+const MANIFEST: &str = include_str!("scaffold/manifest.toml.in");
+const BASIC_SCENARIOS: &str = include_str!("scaffold/basic.toml.in");
+const README: &str = include_str!("scaffold/README.md.in");
+const GITIGNORE: &str = include_str!("scaffold/gitignore.in");
+
+/// The SDK's package name, and the directory of its copy in a new crate.
+pub const SDK: &str = "toolhost-policy";
+/// The target a policy is built for.
+pub const TARGET: &str = "wasm32-wasip2";
+
+/// Names a policy crate cannot have: Rust keywords, the standard crates, and what cargo
+/// reserves for its build directories.
+const RESERVED: &[&str] = &[
+    "abstract",
+    "alloc",
+    "as",
+    "async",
+    "await",
+    "become",
+    "box",
+    "break",
+    "build",
+    "const",
+    "continue",
+    "core",
+    "crate",
+    "deps",
+    "do",
+    "dyn",
+    "else",
+    "enum",
+    "examples",
+    "extern",
+    "false",
+    "final",
+    "fn",
+    "for",
+    "gen",
+    "if",
+    "impl",
+    "in",
+    "incremental",
+    "let",
+    "loop",
+    "macro",
+    "match",
+    "mod",
+    "move",
+    "mut",
+    "override",
+    "priv",
+    "proc_macro",
+    "pub",
+    "ref",
+    "return",
+    "self",
+    "static",
+    "std",
+    "struct",
+    "super",
+    "test",
+    "trait",
+    "true",
+    "try",
+    "type",
+    "typeof",
+    "unsafe",
+    "unsized",
+    "use",
+    "virtual",
+    "where",
+    "while",
+    "yield",
+];
+
+/// Why a policy crate could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ScaffoldError {
+    /// The name cannot name a crate (or a plugin).
+    #[error("`{name}` cannot name a policy crate: {reason}")]
+    Name {
+        /// The name given.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The crate's directory exists already: nothing is overwritten.
+    #[error("{} already exists; pick another name or --dir (nothing was written)", path.display())]
+    Exists {
+        /// The directory.
+        path: PathBuf,
+    },
+    /// A file or directory could not be written (what was written is removed again).
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        /// The file or directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A file embedded in this binary cannot be used (a bug of the build).
+    #[error("the embedded {what} cannot be used: {message}")]
+    Embedded {
+        /// Which file.
+        what: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// A new policy crate: its name and its files, ready to be written.
+#[derive(Debug, Clone)]
+pub struct PolicyCrate {
+    name: String,
+    lib_name: String,
+    files: Vec<(PathBuf, Vec<u8>)>,
+}
+
+impl PolicyCrate {
+    /// The crate called `name` (lowercase letters, digits, `-` and `_`, starting with a
+    /// letter).
+    pub fn new(name: &str) -> Result<PolicyCrate, ScaffoldError> {
+        let sdk_lock = sdk_lock()?;
+        check_name(name, &sdk_lock)?;
+        let lib_name = name.replace('-', "_");
+        let fill = |template: &str| {
+            template
+                .replace("{{name}}", name)
+                .replace("{{crate_name}}", &lib_name)
+                .replace("{{toolhost_version}}", env!("CARGO_PKG_VERSION"))
+                .into_bytes()
+        };
+        let mut files: Vec<(PathBuf, Vec<u8>)> = vec![
+            ("Cargo.toml".into(), fill(CARGO_TOML)),
+            ("Cargo.lock".into(), lock_file(&sdk_lock, name).into_bytes()),
+            ("rust-toolchain.toml".into(), toolchain()?.into_bytes()),
+            ("src/lib.rs".into(), fill(LIB_RS)),
+            (format!("{lib_name}.toml").into(), fill(MANIFEST)),
+            ("scenarios/basic.toml".into(), fill(BASIC_SCENARIOS)),
+            ("README.md".into(), fill(README)),
+            (".gitignore".into(), fill(GITIGNORE)),
+        ];
+        for (path, bytes) in SDK_FILES {
+            let bytes = if *path == "Cargo.toml" {
+                standalone_sdk_manifest()?.into_bytes()
+            } else {
+                bytes.to_vec()
+            };
+            files.push((Path::new(SDK).join(path), bytes));
+        }
+        Ok(PolicyCrate {
+            name: name.to_owned(),
+            lib_name,
+            files,
+        })
+    }
+
+    /// The crate's (and the policy's) name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The file name of the built component, `LIB.wasm` (the name with `-` as `_`), which is
+    /// also the plugin's name.
+    pub fn component_file(&self) -> String {
+        format!("{}.wasm", self.lib_name)
+    }
+
+    /// The file name of the plugin's manifest, `LIB.toml`: beside the component in a plugins
+    /// directory.
+    pub fn manifest_file(&self) -> String {
+        format!("{}.toml", self.lib_name)
+    }
+
+    /// The crate's files: paths relative to its directory, contents.
+    pub fn files(&self) -> impl Iterator<Item = (&Path, &[u8])> {
+        self.files
+            .iter()
+            .map(|(path, bytes)| (path.as_path(), bytes.as_slice()))
+    }
+
+    /// Write the crate into `parent/NAME` (`parent` is created if missing); returns that
+    /// directory. An existing `parent/NAME` is an error and is left alone; a failure while
+    /// writing removes what was written.
+    pub fn write(&self, parent: &Path) -> Result<PathBuf, ScaffoldError> {
+        let root = parent.join(&self.name);
+        let write_error = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| ScaffoldError::Write { path, source }
+        };
+        std::fs::create_dir_all(parent).map_err(write_error(parent))?;
+        match std::fs::create_dir(&root) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(ScaffoldError::Exists { path: root });
+            }
+            Err(e) => return Err(write_error(&root)(e)),
+        }
+        let written = self.files.iter().try_for_each(|(relative, bytes)| {
+            let path = root.join(relative);
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).map_err(write_error(dir))?;
+            }
+            std::fs::write(&path, bytes).map_err(write_error(&path))
+        });
+        match written {
+            Ok(()) => Ok(root),
+            Err(error) => {
+                // The directory is ours: it did not exist before.
+                let _ = std::fs::remove_dir_all(&root);
+                Err(error)
+            }
+        }
+    }
+
+    /// What to do next, for people: the commands that build, test and install the crate,
+    /// run in its directory.
+    pub fn next_steps(&self) -> String {
+        let (name, wasm, manifest) = (&self.name, self.component_file(), self.manifest_file());
+        format!(
+            "  cd {name}\n\
+             \x20 cargo build --release --target {TARGET}\n\
+             \x20 toolhost test target/{TARGET}/release/{wasm} scenarios/ --manifest {manifest}\n\
+             Then copy {manifest} and target/{TARGET}/release/{wasm} into the plugins directory \
+             of `toolhost serve --plugins DIR`.\n\
+             The guide: docs/writing-a-policy.md in the toolhost repository."
+        )
+    }
+}
+
+/// Write a new policy crate `NAME` into `parent/NAME` (see [`PolicyCrate`]); returns its
+/// directory.
+pub fn new_policy(name: &str, parent: &Path) -> Result<PathBuf, ScaffoldError> {
+    PolicyCrate::new(name)?.write(parent)
+}
+
+/// Refuse a name that cannot name a crate and a plugin, or that would clash with a crate the
+/// policy is built from.
+fn check_name(name: &str, sdk_lock: &[LockPackage]) -> Result<(), ScaffoldError> {
+    let refuse = |reason: &str| {
+        Err(ScaffoldError::Name {
+            name: name.to_owned(),
+            reason: reason.to_owned(),
+        })
+    };
+    let Some(first) = name.chars().next() else {
+        return refuse("it is empty");
+    };
+    if name.len() > 64 {
+        return refuse("it is longer than 64 characters");
+    }
+    if !first.is_ascii_lowercase() {
+        return refuse("it must start with a lowercase letter");
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+    {
+        return refuse("use lowercase letters, digits, `-` and `_` only");
+    }
+    let lib = name.replace('-', "_");
+    if RESERVED.contains(&lib.as_str()) {
+        return refuse("it is a Rust keyword or a name Rust or cargo reserve");
+    }
+    if sdk_lock.iter().any(|p| p.name.replace('-', "_") == lib) {
+        return refuse("a crate the policy is built from has that name");
+    }
+    Ok(())
+}
+
+/// `rust-toolchain.toml` of a new crate: this repository's channel, the wasm target.
+fn toolchain() -> Result<String, ScaffoldError> {
+    let embedded = |message: String| ScaffoldError::Embedded {
+        what: "rust-toolchain.toml",
+        message,
+    };
+    let table: toml::Table = TOOLCHAIN.parse().map_err(|e| embedded(format!("{e}")))?;
+    let channel = table
+        .get("toolchain")
+        .and_then(|t| t.get("channel"))
+        .and_then(toml::Value::as_str)
+        .ok_or_else(|| embedded("no [toolchain] channel".to_owned()))?;
+    Ok(format!(
+        "# The compiler toolhost {version} is built with, and the target policies are built for.\n\
+         [toolchain]\n\
+         channel = {channel}\n\
+         targets = [\"{TARGET}\"]\n\
+         components = [\"rustfmt\", \"clippy\"]\n\
+         profile = \"minimal\"\n",
+        version = env!("CARGO_PKG_VERSION"),
+        channel = toml::Value::from(channel),
+    ))
+}
+
+/// The SDK's `Cargo.toml` with every value it inherits from the guest workspace
+/// (`KEY.workspace = true`, `KEY = { workspace = true, ... }`) written out, comments kept.
+fn standalone_sdk_manifest() -> Result<String, ScaffoldError> {
+    let embedded = |message: String| ScaffoldError::Embedded {
+        what: "toolhost-policy/Cargo.toml",
+        message,
+    };
+    let sdk = SDK_FILES
+        .iter()
+        .find(|(path, _)| *path == "Cargo.toml")
+        .and_then(|(_, bytes)| std::str::from_utf8(bytes).ok())
+        .ok_or_else(|| embedded("missing or not UTF-8".to_owned()))?;
+    let workspace: toml::Table = GUEST_WORKSPACE
+        .parse()
+        .map_err(|e| embedded(format!("guest-tools/Cargo.toml: {e}")))?;
+    let inherited = |section: &str| {
+        workspace
+            .get("workspace")
+            .and_then(|w| w.get(section))
+            .and_then(toml::Value::as_table)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let (package, dependencies) = (inherited("package"), inherited("dependencies"));
+    let mut out = format!(
+        "# The policy SDK as toolhost {} embeds it, copied by `toolhost new-policy` with the values\n\
+         # it inherited from toolhost's guest workspace written out.\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    let mut section = String::new();
+    for line in sdk.lines() {
+        let trimmed = line.trim();
+        if let Some(header) = trimmed.strip_prefix('[').and_then(|h| h.split(']').next()) {
+            section = header.trim().to_owned();
+        }
+        let parsed = (!trimmed.starts_with('[') && trimmed.contains("workspace"))
+            .then(|| trimmed.parse::<toml::Table>().ok())
+            .flatten();
+        let Some((key, toml::Value::Table(value))) = parsed
+            .as_ref()
+            .and_then(|t| (t.len() == 1).then(|| t.iter().next()).flatten())
+        else {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        };
+        if value.get("workspace").and_then(toml::Value::as_bool) != Some(true) {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        }
+        let resolved = if section == "package" {
+            package
+                .get(key)
+                .cloned()
+                .ok_or_else(|| embedded(format!("the workspace has no package.{key}")))?
+        } else if section.ends_with("dependencies") {
+            let own: Vec<_> = value
+                .iter()
+                .filter(|(field, _)| *field != "workspace")
+                .collect();
+            let mut dependency = match dependencies.get(key) {
+                // `NAME = "VERSION"` stays in that form.
+                Some(version @ toml::Value::String(_)) if own.is_empty() => {
+                    out.push_str(&format!("{key} = {version}\n"));
+                    continue;
+                }
+                Some(toml::Value::String(version)) => {
+                    toml::Table::from_iter([("version".to_owned(), version.clone().into())])
+                }
+                Some(toml::Value::Table(table)) => table.clone(),
+                _ => return Err(embedded(format!("the workspace has no dependency {key}"))),
+            };
+            for (field, extra) in own {
+                match (dependency.get_mut(field), extra) {
+                    (Some(toml::Value::Array(features)), toml::Value::Array(more)) => {
+                        features.extend(more.iter().cloned())
+                    }
+                    _ => {
+                        dependency.insert(field.clone(), extra.clone());
+                    }
+                }
+            }
+            toml::Value::Table(dependency)
+        } else {
+            return Err(embedded(format!(
+                "`{key}` in [{section}] inherits from the workspace"
+            )));
+        };
+        out.push_str(&format!("{key} = {resolved}\n"));
+    }
+    // Whatever was not written out (a multi-line value, say) must not stay inherited.
+    let table: toml::Table = out
+        .parse()
+        .map_err(|e| embedded(format!("not valid once written out: {e}")))?;
+    if inherits(&toml::Value::Table(table)) {
+        return Err(embedded(
+            "a value still inherits from the workspace".to_owned(),
+        ));
+    }
+    Ok(out)
+}
+
+/// Whether `value` holds a `workspace` key anywhere.
+fn inherits(value: &toml::Value) -> bool {
+    match value {
+        toml::Value::Table(table) => table
+            .iter()
+            .any(|(key, value)| key == "workspace" || inherits(value)),
+        toml::Value::Array(items) => items.iter().any(inherits),
+        _ => false,
+    }
+}
+
+/// A package of a `Cargo.lock`.
+#[derive(Debug, Clone, Deserialize)]
+struct LockPackage {
+    name: String,
+    version: String,
+    source: Option<String>,
+    checksum: Option<String>,
+    #[serde(default)]
+    dependencies: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct Lock {
+    version: u32,
+    #[serde(rename = "package")]
+    packages: Vec<LockPackage>,
+}
+
+/// The version of the lock file format of `guest-tools/Cargo.lock`.
+fn lock_version() -> u32 {
+    toml::from_str::<Lock>(GUEST_LOCK).map_or(4, |lock| lock.version)
+}
+
+/// The packages of `guest-tools/Cargo.lock` the SDK is built from: the SDK and everything it
+/// depends on, with the dependency lists as written there (`NAME` or `NAME VERSION`).
+fn sdk_lock() -> Result<Vec<LockPackage>, ScaffoldError> {
+    let embedded = |message: String| ScaffoldError::Embedded {
+        what: "guest-tools/Cargo.lock",
+        message,
+    };
+    let lock: Lock = toml::from_str(GUEST_LOCK).map_err(|e| embedded(e.to_string()))?;
+    let find = |reference: &str| -> Result<&LockPackage, ScaffoldError> {
+        let mut words = reference.split_whitespace();
+        let name = words.next().unwrap_or_default();
+        let version = words.next();
+        let mut found = lock
+            .packages
+            .iter()
+            .filter(|p| p.name == name && version.is_none_or(|v| p.version == v));
+        match (found.next(), found.next()) {
+            (Some(package), None) => Ok(package),
+            _ => Err(embedded(format!("`{reference}` names no single package"))),
+        }
+    };
+    let mut keep: BTreeMap<(String, String), LockPackage> = BTreeMap::new();
+    let mut todo = vec![find(SDK)?];
+    while let Some(package) = todo.pop() {
+        let key = (package.name.clone(), package.version.clone());
+        if keep.contains_key(&key) {
+            continue;
+        }
+        for dependency in &package.dependencies {
+            todo.push(find(dependency)?);
+        }
+        keep.insert(key, package.clone());
+    }
+    Ok(keep.into_values().collect())
+}
+
+/// A `Cargo.lock` for crate `name`, which depends on the SDK alone, written as cargo writes
+/// it (so that `cargo build --locked` accepts it as it is).
+fn lock_file(sdk_lock: &[LockPackage], name: &str) -> String {
+    let mut packages = sdk_lock.to_vec();
+    packages.push(LockPackage {
+        name: name.to_owned(),
+        version: "0.1.0".to_owned(),
+        source: None,
+        checksum: None,
+        dependencies: vec![SDK.to_owned()],
+    });
+    packages.sort_by(|a, b| (&a.name, &a.version).cmp(&(&b.name, &b.version)));
+    // Cargo names a dependency by its version only where the lock holds several versions.
+    let mut versions: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for package in &packages {
+        versions
+            .entry(&package.name)
+            .or_default()
+            .insert(&package.version);
+    }
+    let mut out = format!(
+        "# This file is automatically @generated by Cargo.\n\
+         # It is not intended for manual editing.\n\
+         version = {}\n",
+        lock_version()
+    );
+    for package in &packages {
+        let quoted = |text: &str| toml::Value::from(text).to_string();
+        out.push_str("\n[[package]]\n");
+        out.push_str(&format!("name = {}\n", quoted(&package.name)));
+        out.push_str(&format!("version = {}\n", quoted(&package.version)));
+        if let Some(source) = &package.source {
+            out.push_str(&format!("source = {}\n", quoted(source)));
+        }
+        if let Some(checksum) = &package.checksum {
+            out.push_str(&format!("checksum = {}\n", quoted(checksum)));
+        }
+        let mut dependencies: Vec<String> = package
+            .dependencies
+            .iter()
+            .map(|reference| {
+                let mut words = reference.split_whitespace();
+                let name = words.next().unwrap_or_default();
+                match words.next() {
+                    Some(version) if versions.get(name).is_some_and(|v| v.len() > 1) => {
+                        format!("{name} {version}")
+                    }
+                    _ => name.to_owned(),
+                }
+            })
+            .collect();
+        dependencies.sort();
+        if !dependencies.is_empty() {
+            out.push_str("dependencies = [\n");
+            for dependency in dependencies {
+                out.push_str(&format!(" {},\n", quoted(&dependency)));
+            }
+            out.push_str("]\n");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text<'a>(policy: &'a PolicyCrate, path: &str) -> &'a str {
+        let (_, bytes) = policy
+            .files()
+            .find(|(p, _)| *p == Path::new(path))
+            .unwrap_or_else(|| panic!("no {path}"));
+        std::str::from_utf8(bytes).expect("UTF-8")
+    }
+
+    fn sdk_dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-tools/crates/toolhost-policy")
+    }
+
+    /// Every file of the SDK directory (but build output), relative to it.
+    fn sdk_files_on_disk(dir: &Path, base: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
+        for entry in std::fs::read_dir(dir).expect("read the SDK directory") {
+            let path = entry.expect("entry").path();
+            if path.file_name().is_some_and(|n| n == "target") {
+                continue;
+            }
+            if path.is_dir() {
+                sdk_files_on_disk(&path, base, out);
+            } else {
+                let relative = path.strip_prefix(base).expect("under the SDK");
+                let relative = relative
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                    .collect::<Vec<_>>()
+                    .join("/");
+                out.insert(relative, std::fs::read(&path).expect("read an SDK file"));
+            }
+        }
+    }
+
+    #[test]
+    fn the_embedded_sdk_is_every_file_of_the_sdk_directory() {
+        let mut on_disk = BTreeMap::new();
+        sdk_files_on_disk(&sdk_dir(), &sdk_dir(), &mut on_disk);
+        let embedded: BTreeMap<String, Vec<u8>> = SDK_FILES
+            .iter()
+            .map(|(path, bytes)| (path.to_string(), bytes.to_vec()))
+            .collect();
+        let missing: Vec<_> = on_disk
+            .keys()
+            .filter(|p| !embedded.contains_key(*p))
+            .collect();
+        assert!(missing.is_empty(), "not embedded: {missing:?}");
+        assert_eq!(
+            embedded.keys().collect::<Vec<_>>(),
+            on_disk.keys().collect::<Vec<_>>()
+        );
+        for (path, bytes) in &on_disk {
+            assert!(
+                embedded[path] == *bytes,
+                "{path} differs from its embedded copy"
+            );
+        }
+        for needed in ["Cargo.toml", "README.md", "src/lib.rs", "wit/toolhost.wit"] {
+            assert!(embedded.contains_key(needed), "{needed}");
+        }
+    }
+
+    #[test]
+    fn the_crate_has_the_sdk_copy_and_its_own_files() {
+        let policy = PolicyCrate::new("my-policy").expect("a good name");
+        assert_eq!(policy.name(), "my-policy");
+        assert_eq!(policy.component_file(), "my_policy.wasm");
+        assert_eq!(policy.manifest_file(), "my_policy.toml");
+        let paths: BTreeSet<&Path> = policy.files().map(|(p, _)| p).collect();
+        for own in [
+            "Cargo.toml",
+            "Cargo.lock",
+            "rust-toolchain.toml",
+            "src/lib.rs",
+            "my_policy.toml",
+            "scenarios/basic.toml",
+            "README.md",
+            ".gitignore",
+        ] {
+            assert!(paths.contains(Path::new(own)), "{own}");
+        }
+        for (path, bytes) in SDK_FILES {
+            let copy = Path::new(SDK).join(path);
+            assert!(paths.contains(copy.as_path()), "{}", copy.display());
+            if *path != "Cargo.toml" {
+                let (_, copied) = policy.files().find(|(p, _)| *p == copy).expect("copied");
+                assert_eq!(copied, *bytes, "{path}");
+            }
+        }
+        // No placeholder is left in the crate's own files.
+        for (path, bytes) in policy.files().filter(|(p, _)| !p.starts_with(SDK)) {
+            let text = String::from_utf8_lossy(bytes);
+            assert!(!text.contains("{{"), "{}", path.display());
+        }
+        assert!(text(&policy, "src/lib.rs").contains("..Policy::new(\"my-policy\")"));
+    }
+
+    #[test]
+    fn the_crate_manifest_is_a_cdylib_in_a_workspace_of_its_own() {
+        let policy = PolicyCrate::new("my-policy").expect("a good name");
+        let manifest: toml::Table = text(&policy, "Cargo.toml").parse().expect("TOML");
+        assert_eq!(manifest["package"]["name"].as_str(), Some("my-policy"));
+        assert_eq!(
+            manifest["lib"]["crate-type"],
+            toml::Value::Array(vec!["cdylib".into()])
+        );
+        assert_eq!(
+            manifest["dependencies"][SDK]["path"].as_str(),
+            Some(SDK),
+            "the SDK copy, by path"
+        );
+        assert_eq!(
+            manifest["workspace"],
+            toml::Value::Table(toml::Table::new())
+        );
+        // The release profile of the bundled policies.
+        let guests: toml::Table = GUEST_WORKSPACE.parse().expect("TOML");
+        assert_eq!(manifest["profile"]["release"], guests["profile"]["release"]);
+    }
+
+    #[test]
+    fn the_sdk_copy_inherits_nothing() {
+        let standalone = standalone_sdk_manifest().expect("written out");
+        let table: toml::Table = standalone.parse().expect("TOML");
+        assert!(
+            !inherits(&toml::Value::Table(table.clone())),
+            "{standalone}"
+        );
+        let guests: toml::Table = GUEST_WORKSPACE.parse().expect("TOML");
+        let workspace = &guests["workspace"];
+        assert_eq!(table["package"]["name"].as_str(), Some(SDK));
+        assert_eq!(table["package"]["version"], workspace["package"]["version"]);
+        assert_eq!(table["package"]["edition"], workspace["package"]["edition"]);
+        assert_eq!(
+            table["dependencies"]["wit-bindgen"],
+            workspace["dependencies"]["wit-bindgen"]
+        );
+        // Comments and everything that was not inherited stay as they were.
+        let original = SDK_FILES
+            .iter()
+            .find(|(path, _)| *path == "Cargo.toml")
+            .map(|(_, bytes)| String::from_utf8_lossy(bytes).into_owned())
+            .expect("the SDK manifest");
+        for line in original.lines().filter(|l| !l.contains("workspace")) {
+            assert!(standalone.contains(line), "lost: {line}");
+        }
+    }
+
+    #[test]
+    fn inherited_dependencies_merge_their_own_features() {
+        // The rewriting handles the inline-table form too.
+        let line = "serde = { workspace = true, features = [\"rc\"], optional = true }";
+        let parsed: toml::Table = line.parse().expect("TOML");
+        assert!(inherits(&toml::Value::Table(parsed)));
+    }
+
+    #[test]
+    fn the_lock_pins_the_sdk_and_its_dependencies_as_the_guests_do() {
+        let sdk_lock = sdk_lock().expect("the guest lock");
+        let lock: Lock = toml::from_str(&lock_file(&sdk_lock, "my-policy")).expect("a lock");
+        let guests: Lock = toml::from_str(GUEST_LOCK).expect("the guest lock");
+        let names: BTreeSet<&str> = lock.packages.iter().map(|p| p.name.as_str()).collect();
+        for needed in ["my-policy", SDK, "wit-bindgen", "serde_json", "humantime"] {
+            assert!(names.contains(needed), "{needed}");
+        }
+        // Nothing of the other guests.
+        for other in ["default-policy", "guarded-policy", "hostile"] {
+            assert!(!names.contains(other), "{other}");
+        }
+        let root = lock
+            .packages
+            .iter()
+            .find(|p| p.name == "my-policy")
+            .expect("the crate itself");
+        assert_eq!(root.dependencies, [SDK]);
+        for package in lock.packages.iter().filter(|p| p.name != "my-policy") {
+            let pinned = guests
+                .packages
+                .iter()
+                .find(|g| g.name == package.name && g.version == package.version)
+                .unwrap_or_else(|| {
+                    panic!(
+                        "{} {} is not in the guest lock",
+                        package.name, package.version
+                    )
+                });
+            assert_eq!(pinned.checksum, package.checksum, "{}", package.name);
+            assert_eq!(pinned.source, package.source, "{}", package.name);
+        }
+        // Sorted as cargo sorts it.
+        let order: Vec<_> = lock
+            .packages
+            .iter()
+            .map(|p| (&p.name, &p.version))
+            .collect();
+        let mut sorted = order.clone();
+        sorted.sort();
+        assert_eq!(order, sorted);
+    }
+
+    #[test]
+    fn the_toolchain_is_the_repository_s_with_the_wasm_target() {
+        let table: toml::Table = toolchain()
+            .expect("a toolchain file")
+            .parse()
+            .expect("TOML");
+        let ours: toml::Table = TOOLCHAIN.parse().expect("TOML");
+        assert_eq!(table["toolchain"]["channel"], ours["toolchain"]["channel"]);
+        assert_eq!(
+            table["toolchain"]["targets"],
+            toml::Value::Array(vec![TARGET.into()])
+        );
+    }
+
+    #[test]
+    fn the_manifest_grants_process_and_changes_no_setting() {
+        let policy = PolicyCrate::new("my-policy").expect("a good name");
+        let manifest = crate::plugins::manifest::Manifest::parse(
+            text(&policy, "my_policy.toml"),
+            Path::new("my_policy.toml"),
+        )
+        .expect("the manifest parses");
+        assert!(manifest.grants.process);
+        assert_eq!(manifest.config_json(), "{}");
+        // Its commented [config] keys are the policy settings, each shown once.
+        let manifest_text = text(&policy, "my_policy.toml");
+        let config = &manifest_text[manifest_text
+            .find("\n[config]\n")
+            .expect("a [config] section")..];
+        for key in [
+            "default_timeout",
+            "max_timeout",
+            "output_cap_bytes",
+            "on_timeout",
+            "list_limit",
+        ] {
+            assert_eq!(config.matches(&format!("# {key} = ")).count(), 1, "{key}");
+        }
+        let scenarios =
+            crate::scenarios::ScenarioFile::parse(text(&policy, "scenarios/basic.toml"))
+                .expect("the scenarios parse");
+        assert!(!scenarios.scenarios.is_empty());
+    }
+
+    #[test]
+    fn bad_names_are_refused_with_the_reason() {
+        for (name, reason) in [
+            ("", "empty"),
+            ("My-Policy", "lowercase letter"),
+            ("1policy", "lowercase letter"),
+            ("my policy", "lowercase letters, digits"),
+            ("../escape", "lowercase letter"),
+            ("a/b", "lowercase letters, digits"),
+            ("fn", "keyword"),
+            ("test", "reserve"),
+            ("serde_json", "a crate the policy is built from"),
+            ("toolhost_policy", "a crate the policy is built from"),
+            ("wit-bindgen", "a crate the policy is built from"),
+        ] {
+            let error = PolicyCrate::new(name).expect_err(name);
+            assert!(
+                matches!(error, ScaffoldError::Name { .. }) && error.to_string().contains(reason),
+                "{name:?}: {error}"
+            );
+        }
+        let long = "p".repeat(65);
+        assert!(PolicyCrate::new(&long).is_err());
+        for good in ["p", "my-policy", "no_push2", "a-b_c"] {
+            PolicyCrate::new(good).unwrap_or_else(|e| panic!("{good}: {e}"));
+        }
+    }
+
+    #[test]
+    fn writing_refuses_an_existing_directory_and_leaves_it_alone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = new_policy("no-push", dir.path()).expect("written");
+        assert_eq!(root, dir.path().join("no-push"));
+        for (path, bytes) in PolicyCrate::new("no-push").expect("name").files() {
+            assert_eq!(std::fs::read(root.join(path)).expect("written"), bytes);
+        }
+        std::fs::write(root.join("src/lib.rs"), "// mine").expect("edit");
+        let error = new_policy("no-push", dir.path()).expect_err("exists");
+        assert!(matches!(error, ScaffoldError::Exists { .. }), "{error}");
+        assert!(error.to_string().contains("already exists"), "{error}");
+        assert_eq!(
+            std::fs::read_to_string(root.join("src/lib.rs")).expect("kept"),
+            "// mine"
+        );
+        // A file by that name is not replaced either.
+        std::fs::write(dir.path().join("taken"), "x").expect("a file");
+        assert!(matches!(
+            new_policy("taken", dir.path()),
+            Err(ScaffoldError::Exists { .. })
+        ));
+        // A missing parent directory is created.
+        let nested = dir.path().join("a/b");
+        assert!(
+            new_policy("p", &nested)
+                .expect("written")
+                .join("Cargo.toml")
+                .is_file()
+        );
+    }
+
+    #[test]
+    fn an_unusable_directory_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // `parent` is a file: nothing can be written under it.
+        let file = dir.path().join("file");
+        std::fs::write(&file, "x").expect("a file");
+        let error = new_policy("p", &file).expect_err("not a directory");
+        assert!(matches!(error, ScaffoldError::Write { .. }), "{error}");
+        assert!(error.to_string().contains("file"), "{error}");
+    }
+
+    #[test]
+    fn next_steps_name_the_component_and_manifest() {
+        let steps = PolicyCrate::new("my-policy").expect("name").next_steps();
+        assert!(steps.contains("cd my-policy"), "{steps}");
+        assert!(
+            steps.contains(
+                "toolhost test target/wasm32-wasip2/release/my_policy.wasm scenarios/ \
+                 --manifest my_policy.toml"
+            ),
+            "{steps}"
+        );
+    }
+}
