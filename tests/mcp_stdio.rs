@@ -946,3 +946,31 @@ async fn a_2026_07_28_client_hears_of_tool_changes_on_its_listen_stream() {
     std::fs::rename(&partial, dir.path().join("policy.wasm")).expect("install");
     list_changed(&mut client).await;
 }
+
+#[tokio::test]
+async fn starts_beyond_max_processes_are_refused_saying_so() {
+    let mut client = StdioClient::start(&["--max-processes", "1"]).await;
+    let marker = marker();
+    let started = client
+        .call_tool(
+            "execute",
+            json!({"command": format!("sleep 300 # {marker}"), "run_in_background": true}),
+        )
+        .await;
+    assert!(
+        structured(&started)["background_process_id"].is_string(),
+        "{started}"
+    );
+    let refused = tool_error(
+        &client
+            .call_tool("execute", json!({"command": "true"}))
+            .await,
+    );
+    assert!(
+        refused.contains("maximum of 1") && refused.contains("--max-processes"),
+        "{refused}"
+    );
+    client.close_stdin();
+    assert!(client.wait_exit(Duration::from_secs(10)).await.is_some());
+    assert!(wait_gone(&marker, Duration::from_secs(10)).await);
+}

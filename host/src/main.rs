@@ -39,6 +39,12 @@ struct Cli {
     #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_memory, global = true)]
     log_max_total: u64,
 
+    /// Most processes running at once across all sessions; a start beyond is refused with a
+    /// message saying so (default: what the host's descriptor limit, `ulimit -n`, leaves room
+    /// for, about 10 per process, at most 2048).
+    #[arg(long, value_name = "N", global = true, value_parser = clap::value_parser!(u32).range(1..))]
+    max_processes: Option<u32>,
+
     /// Default working directory of processes (default: the current directory).
     #[arg(long, value_name = "DIR", global = true)]
     workdir: Option<PathBuf>,
@@ -276,6 +282,9 @@ async fn build_host(cli: &Cli) -> Result<ToolHost> {
     }
     config.log_retention = cli.log_retention.into();
     config.log_max_total = cli.log_max_total;
+    if let Some(max) = cli.max_processes {
+        config.max_processes = max as usize;
+    }
     if let Some(shell) = &cli.shell {
         config.shell = shell.clone();
     }
