@@ -248,7 +248,7 @@ async fn measure(n: usize, extra: &[&str], secs: u64) -> Figures {
 fn print_line(f: &Figures, base: &Figures) {
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64().max(1e-9);
     println!(
-        "  N={:<4} offered {:>7.1}/s achieved {:>7.1}/s  p50 {:>9.2?} ({:>5.2}x)  p99 {:>9.2?} ({:>5.2}x)  idle {:>6.1} KiB/session  fds {}->{}->{}  threads {}->{}->{}",
+        "  N={:<4} offered {:>7.1}/s achieved {:>7.1}/s  p50 {:>9.2?} ({:>5.2}x)  p99 {:>9.2?} ({:>5.2}x)  idle {:>6.1} KiB/session  RSS under load {} MiB  fds {}->{}->{}  threads {}->{}->{}",
         f.n,
         f.offered,
         f.achieved,
@@ -257,6 +257,7 @@ fn print_line(f: &Figures, base: &Figures) {
         f.p99,
         ratio(f.p99, base.p99),
         f.idle_kib_per_session,
+        f.during.rss_kib / 1024,
         f.baseline.fds,
         f.during.fds,
         f.after.fds,

@@ -99,14 +99,16 @@ impl ProcessManagerConfig {
 
 /// File descriptors the host holds per running process (its keeper's channels, status and
 /// output pipes, cgroup files, pidfd) and per request waiting on it, with room to spare.
-pub const DESCRIPTORS_PER_PROCESS: u64 = 10;
+pub const DESCRIPTORS_PER_PROCESS: u64 = 12;
 
 /// The default of [`ProcessManagerConfig::max_processes`]: as many as the descriptor limit
-/// leaves room for (a quarter kept for everything else), between 16 and 2048.
+/// leaves room for (half kept for everything else: connections, sessions, logs), between 16
+/// and 2048. Measured under overload (`benches/http_load.rs`): about 10 per process, and a
+/// connection per call waiting.
 pub fn default_max_processes() -> usize {
     let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
         .current
         .unwrap_or(u64::MAX);
-    let usable = limit.saturating_sub(limit / 4) / DESCRIPTORS_PER_PROCESS;
+    let usable = (limit / 2) / DESCRIPTORS_PER_PROCESS;
     usize::try_from(usable.clamp(16, 2048)).unwrap_or(2048)
 }
