@@ -1,7 +1,7 @@
 //! `toolhost serve` driven by the official MCP Python SDK (`mcp` from PyPI, pinned to
 //! [`MCP_VERSION`]), over stdio and streamable HTTP: the client in
 //! `tests/python/mcp_client.py` uses the SDK's own `ClientSession`, `stdio_client` and
-//! `streamable_http_client`. Each test below runs one group of its scenarios (they run in
+//! `streamable_http_client` (and, for revision 2026-07-28, its `Client`). Each test below runs one group of its scenarios (they run in
 //! parallel, and a failure names its group):
 //!
 //! - `tools`: the five tools with titles and annotations, `echo hello`, a bad-arguments error;
@@ -19,7 +19,25 @@
 //!   declared, nothing arrives before `logging/setLevel`, then `spin` hitting its CPU limit
 //!   arrives as one `warning` (`notifications/message`, through the SDK's `logging_callback`)
 //!   naming the limit and the plugin, without the session's scope; over HTTP only the session
-//!   that called it gets it.
+//!   that called it gets it;
+//! - `cli`: `toolhost --state-dir DIR call execute '{"command":"seq 1 300000"}'` names its full
+//!   output as `output_file` in DIR, and the file holds all 300000 lines once the CLI exited;
+//! - `malformed`: an SDK `ClientSession` on a transport of the script's own that also writes
+//!   raw lines: bad syntax, invalid UTF-8, a lone surrogate, nesting 10,000 deep and two
+//!   messages on one line get `-32700` (with the request's id where it shows), string
+//!   `arguments` `-32602`, no request and a pending request's id `-32600` (the first keeps its
+//!   answer), malformed notifications nothing; no broken request runs and the session is
+//!   served after each; over HTTP the same bodies in an SDK session get 400 with those errors
+//!   (a batch one refusal per request, a body over 16 MiB 413);
+//! - `tasks_2026`: the SDK's `Client` negotiates revision 2026-07-28 itself (`server/discover`,
+//!   no `initialize`, `_meta` on every request): over stdio the connection is the scope, over
+//!   HTTP the `toolhost/scope` named in `_meta` (the same id from another connection sees a
+//!   background process, another id does not, none is `-32602`); with the Tasks extension
+//!   (the SDK has no client of it: the script's is built on the SDK's extension hooks)
+//!   `execute` of `sleep 2.5; echo done` with timeout 1s is a task working past 1 s that
+//!   completes with `done`, and `tasks/cancel` ends a task `cancelled` with its command;
+//!   another scope neither sees nor cancels it; a 2025-11-25 client declaring the extension
+//!   gets plain results.
 //!
 //! The SDK lives in a virtualenv under the target directory (`<target>/mcp-venv`), created on
 //! the first run (needs `python3` with `venv` and access to PyPI) and reused while its marker
@@ -254,4 +272,19 @@ fn python_sdk_http_foreign_origin() {
 #[test]
 fn python_sdk_logging() {
     run_group("logging");
+}
+
+#[test]
+fn python_sdk_cli_output_file() {
+    run_group("cli");
+}
+
+#[test]
+fn python_sdk_malformed_messages() {
+    run_group("malformed");
+}
+
+#[test]
+fn python_sdk_protocol_2026_and_tasks() {
+    run_group("tasks_2026");
 }

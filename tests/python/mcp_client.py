@@ -3,8 +3,9 @@
 Usage: mcp_client.py TOOLHOST_BINARY GROUP
 
 GROUP is one of the scenario groups below (`tools`, `resources`, `cancel`, `progress`, `idle`,
-`origin`, `logging`); each runs its checks over every transport it concerns and prints
-`python mcp client: GROUP ok`, or exits non-zero with a message on the first mismatch.
+`origin`, `logging`, `cli`, `malformed`, `tasks_2026`); each runs its checks over every
+transport it concerns and prints `python mcp client: GROUP ok`, or exits non-zero with a
+message on the first mismatch.
 HTTP servers are started here (`toolhost serve --http 127.0.0.1:0 --token-file F`, the bound
 address read from the server's announcement) and stopped at the end of their scenario; they
 also die with this process (`PR_SET_PDEATHSIG`). If `TOOLHOST_EXPECT_MCP` is set, the
@@ -16,6 +17,19 @@ The SDK's real client classes are used: `ClientSession` over `stdio_client` and 
 read by their 2.x (snake_case) or 1.x (camelCase) spelling, but the `cancel` group needs a
 client that sends `notifications/cancelled` when a call is cancelled: 2.x does, 1.30 does
 not (its call just stops waiting, and the command runs on until the session ends).
+
+The `malformed` group runs a `ClientSession` over a transport of its own (`RawLines`: the
+stream pair the session takes, around a `toolhost serve` subprocess) that also writes raw
+lines and keeps the answers to them from the session. The `tasks_2026` group needs the 2.x
+`Client`, which speaks revision 2026-07-28 itself (`mode="auto"`: a `server/discover` probe,
+then the revision, client info and capabilities in every request's `_meta`). The SDK has no
+client of the Tasks extension (`io.modelcontextprotocol/tasks`; its task types are marked
+2025-11-25 only and are in none of its 2026 method tables), so `TasksExtension` here is one,
+written on the SDK's extension hooks: a `ClientExtension` declaring the extension with a
+`ResultClaim` for `"resultType": "task"`, whose resolver polls `tasks/get`, sent with
+`ClientSession.send_request` and the SDK's `GetTaskRequest`/`CancelTaskRequest` models (made
+to name the task in the `Mcp-Name` header, which a 2026-07-28 HTTP server requires for
+`tasks/*` and those 2025-11-25 models do not send).
 """
 
 from __future__ import annotations
@@ -42,13 +56,23 @@ import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from itertools import count, pairwise
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 from mcp import ClientSession, StdioServerParameters
 from mcp.client import stdio as stdio_module
 from mcp.client import streamable_http as _streamable_http
 from mcp.client.stdio import stdio_client
+from pydantic import ConfigDict
+
+try:  # 2.x: the SDK's message types, the high-level `Client` and its extension hooks
+    import mcp_types as types
+    from mcp import Client
+    from mcp.client.extension import ClientExtension, ResultClaim
+    from mcp.shared.message import SessionMessage
+except ImportError:  # 1.x: only the groups that need none of these run
+    types = None  # type: ignore[assignment]
+    Client = ClientExtension = ResultClaim = SessionMessage = None  # type: ignore[assignment,misc]
 
 try:  # 2.x, and 1.x from 1.2x on
     from mcp.shared.exceptions import MCPError as McpError
@@ -141,6 +165,20 @@ def processes_with(needle: str) -> list[int]:
         if state != "Z":
             pids.append(int(entry))
     return pids
+
+
+def sleeps_with(needle: str) -> list[int]:
+    """Live `sleep` processes whose arguments contain `needle` (not the shell running one)."""
+    found = []
+    for pid in processes_with(needle):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if os.path.basename(argv[0]) == b"sleep":
+            found.append(pid)
+    return found
 
 
 async def wait_until(what: str, limit: float, condition: Callable[[], Any]) -> float:
@@ -629,6 +667,846 @@ async def check_logging(session: ClientSession, messages: LogMessages) -> None:
     check_limit_line(messages)
 
 
+# ---- the one-shot CLI ------------------------------------------------------------------------
+
+SEQ_N = 300000
+
+
+async def check_cli_output_file(binary: str) -> None:
+    """`toolhost --state-dir DIR call execute '{"command":"seq 1 300000"}'` names its full
+    output as `output_file` in DIR, and that file holds all of it once the CLI has exited."""
+    expected = "".join(f"{i}\n" for i in range(1, SEQ_N + 1)).encode()
+    with tempfile.TemporaryDirectory(prefix="toolhost-py-cli-") as state:
+        start = time.monotonic()
+        done = await anyio.run_process(
+            [binary, "--state-dir", state, "call", "execute", json.dumps({"command": f"seq 1 {SEQ_N}"})],
+            check=False,
+        )
+        took = time.monotonic() - start
+        stderr = done.stderr.decode(errors="replace")
+        check(done.returncode == 0, f"toolhost call exited {done.returncode}: {stderr}")
+        out = json.loads(done.stdout)
+        log(f"  toolhost call took {took:.2f} s; result keys {sorted(out)}")
+        check(out.get("exit_code") == 0, f"seq failed: { {k: v for k, v in out.items() if k != 'output'} }")
+        check(out.get("truncated"), f"the CLI result of seq 1 {SEQ_N} is not cut: {sorted(out)}")
+        head, tail = out["output"][:8], out["output"][-8:]
+        check(out["output"].startswith("1\n2\n") and tail.endswith("300000\n"), f"{head!r}...{tail!r}")
+        path = out.get("output_file")
+        check(isinstance(path, str), f"no output_file in the result: {sorted(out)}")
+        inside = os.path.realpath(path).startswith(os.path.realpath(state) + os.sep)
+        check(inside, f"output_file {path} does not lie in --state-dir {state}")
+        # The CLI has exited (and its process with it): the file must be whole now.
+        with open(path, "rb") as f:
+            data = f.read()
+        lines = data.split(b"\n")
+        check(data.endswith(b"\n"), f"the file does not end with a newline: ...{data[-20:]!r}")
+        check(len(lines) - 1 == SEQ_N, f"the output file has {len(lines) - 1} lines, not {SEQ_N}")
+        check(lines[0] == b"1" and lines[-2] == b"300000", f"first {lines[0]!r}, last {lines[-2]!r}")
+        check(data == expected, f"the output file ({len(data)} bytes) is not the output of seq")
+        log(f"  {path}: {len(data)} bytes, {SEQ_N} lines, complete")
+
+
+# ---- raw lines over stdio, with an SDK session in the loop -----------------------------------
+
+
+def _id_key(request_id: Any) -> tuple[str, Any]:
+    """A request id as a set member (`7` and `"7"` are different ids)."""
+    return (type(request_id).__name__, request_id)
+
+
+class RawLines:
+    """A transport of its own for `ClientSession`: `toolhost serve` as a subprocess, one JSON
+    message a line, like the SDK's `stdio_client`, that can also write raw lines. An answer
+    whose id is one of the session's pending requests goes to the session; every other answer
+    (to a raw line, or with `id: null`, or an array) is kept for the test (`next_raw`); the
+    server's requests and notifications go to the session."""
+
+    def __init__(self, process: Any) -> None:
+        self.process = process
+        self._write_lock = anyio.Lock()
+        self._sdk_pending: set[tuple[str, Any]] = set()
+        self._raw_send, self._raw = anyio.create_memory_object_stream[Any](1000)
+        self.to_session, self.read_stream = anyio.create_memory_object_stream[Any](100)
+        self.write_stream, self._from_session = anyio.create_memory_object_stream[Any](100)
+        self.not_json: list[bytes] = []
+
+    async def write(self, data: bytes) -> None:
+        """Write `data` as it is (whole lines, never interleaved with the session's)."""
+        async with self._write_lock:
+            await self.process.stdin.send(data)
+
+    async def send_raw(self, line: bytes) -> None:
+        """Write one raw line (bytes as they are, then a newline)."""
+        await self.write(line + b"\n")
+
+    async def next_raw(self, what: str, limit: float = 5.0) -> Any:
+        """The next answer to a raw line, within `limit` seconds."""
+        try:
+            with anyio.fail_after(limit):
+                return await self._raw.receive()
+        except TimeoutError:
+            raise AssertionError(f"{what}: no answer to the raw line within {limit} s") from None
+
+    def take_unexpected(self) -> list[Any]:
+        """The raw answers that came without being waited for (emptied)."""
+        left = []
+        while True:
+            try:
+                left.append(self._raw.receive_nowait())
+            except anyio.WouldBlock:
+                return left
+
+    async def pump_out(self) -> None:
+        """The session's messages to the server's stdin."""
+        async with self._from_session:
+            async for session_message in self._from_session:
+                message = session_message.message
+                if isinstance(message, types.JSONRPCRequest):
+                    self._sdk_pending.add(_id_key(message.id))
+                text = message.model_dump_json(by_alias=True, exclude_unset=True)
+                await self.write(text.encode() + b"\n")
+
+    async def pump_in(self) -> None:
+        """The server's stdout, a line at a time, to the session or to `raw`."""
+        buffer = b""
+        async with self.to_session:
+            async for chunk in self.process.stdout:
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        await self._route(line)
+
+    async def _route(self, line: bytes) -> None:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            self.not_json.append(line)
+            return
+        answer = isinstance(message, dict) and "method" not in message
+        key = _id_key(message.get("id")) if answer else None
+        if answer and key in self._sdk_pending:
+            self._sdk_pending.discard(key)
+        elif answer or not isinstance(message, dict):
+            self._raw_send.send_nowait(message)
+            return
+        await self.to_session.send(SessionMessage(types.jsonrpc_message_adapter.validate_python(message)))
+
+
+@asynccontextmanager
+async def raw_line_session(binary: str, *extra: str) -> AsyncIterator[tuple[ClientSession, RawLines]]:
+    """An initialized SDK session on a `RawLines` transport to a fresh `toolhost serve`.
+    At the end the server must exit by itself once its stdin closes."""
+    process = await anyio.open_process(
+        [binary, *extra, "serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=None,
+        env=dict(os.environ),
+    )
+    raw = RawLines(process)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(raw.pump_in)
+            tg.start_soon(raw.pump_out)
+            async with ClientSession(raw.read_stream, raw.write_stream) as session:
+                await initialize(session)
+                yield session, raw
+            check(not raw.not_json, f"the server wrote lines that are not JSON: {raw.not_json}")
+            await process.stdin.aclose()
+            with anyio.move_on_after(15):
+                await process.wait()
+            check(process.returncode is not None, "the server did not exit within 15 s of stdin closing")
+            tg.cancel_scope.cancel()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            with anyio.CancelScope(shield=True):
+                await process.wait()
+
+
+def tools_call_line(request_id: int, arguments: bytes) -> bytes:
+    return (
+        b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"execute","arguments":%s}}'
+        % (request_id, arguments)
+    )
+
+
+def check_error(answer: Any, code: int, request_id: Any, what: str) -> None:
+    """`answer` is a JSON-RPC error with `code` answering `request_id` (None: `id: null`)."""
+    check(isinstance(answer, dict), f"{what}: the answer is no object: {answer}")
+    check(answer.get("jsonrpc") == "2.0", f"{what}: {answer}")
+    error = answer.get("error")
+    check(isinstance(error, dict), f"{what}: no error: {answer}")
+    check(error.get("code") == code, f"{what}: code {error.get('code')}, not {code}: {answer}")
+    check(isinstance(error.get("message"), str) and error["message"], f"{what}: {answer}")
+    check("id" in answer, f"{what}: the answer has no id member: {answer}")
+    same = answer["id"] is None if request_id is None else _id_key(answer["id"]) == _id_key(request_id)
+    check(same, f"{what}: answered id {answer['id']!r}, not {request_id!r}: {answer}")
+
+
+async def check_malformed_lines(session: ClientSession, raw: RawLines) -> None:
+    """Each kind of broken line gets its error, nothing else is answered, no command of a
+    broken request runs, and the SDK session is served after each."""
+    rounds = count()
+
+    async def still_serving(what: str, never_ran: str | None = None) -> None:
+        n = next(rounds)
+        out = result_json(await session.call_tool("execute", {"command": f"echo still-{n}"}))
+        check(out["output"] == f"still-{n}\n", f"after {what}: the SDK call gives {out}")
+        left = raw.take_unexpected()
+        check(left == [], f"{what}: answers besides the expected one: {left}")
+        if never_ran is not None:
+            # A run command would be sleeping for 30 s by now (its request came first).
+            check(not processes_with(never_ran), f"{what}: its command ran")
+
+    async def expect_error(line: bytes, code: int, request_id: Any, what: str) -> None:
+        never_ran = re.search(rb"sleep (30\.\d+)", line)
+        await raw.send_raw(line)
+        check_error(await raw.next_raw(what), code, request_id, what)
+        await still_serving(what, never_ran.group(1).decode() if never_ran else None)
+        log(f"  {what}: {code}, id {request_id}")
+
+    def sleeper() -> bytes:
+        return f"sleep 30.{marker()}".encode()
+
+    await still_serving("the start")
+    await expect_error(b"{not json", -32700, None, "bad syntax")
+    await expect_error(
+        tools_call_line(7, b'{"command":"' + sleeper() + b' # \xff\xfe\xc3 broken"}'),
+        -32700,
+        7,
+        "invalid UTF-8 in a string",
+    )
+    await expect_error(
+        tools_call_line(8, b'{"command":"' + sleeper() + b' # \\ud800"}'), -32700, 8, "a lone surrogate"
+    )
+    deep = b"[" * 10000 + b"]" * 10000
+    await expect_error(
+        tools_call_line(9, b'{"command":"' + sleeper() + b'","x":' + deep + b"}"),
+        -32700,
+        9,
+        "a request nested 10,000 deep",
+    )
+    await expect_error(deep, -32700, None, "an array nested 10,000 deep")
+
+    # Two messages on one line: each request in it gets -32700 (before anything else is
+    # written to the server), and neither runs.
+    first, second = sleeper(), sleeper()
+    await raw.send_raw(
+        tools_call_line(11, b'{"command":"' + first + b'"}')
+        + tools_call_line(12, b'{"command":"' + second + b'"}')
+    )
+    answers = [await raw.next_raw("two messages on one line (first answer)")]
+    answers.append(await raw.next_raw("two messages on one line (second answer)"))
+    for answer in answers:
+        check_error(answer, -32700, answer.get("id"), "two messages on one line")
+    ids = sorted(answer["id"] for answer in answers)
+    check(ids == [11, 12], f"two messages on one line: answered ids {ids}, not [11, 12]")
+    await still_serving("two messages on one line", first.decode()[6:])
+    check(not processes_with(second.decode()[6:]), "two messages on one line: the second ran")
+    log("  two messages on one line: -32700 for ids 11 and 12")
+
+    await expect_error(
+        b'{"jsonrpc":"2.0","id":13,"method":"tools/call","params":{"name":"execute","arguments":"echo hi"}}',
+        -32602,
+        13,
+        "arguments that are a string",
+    )
+    await expect_error(b'{"jsonrpc":"2.0","id":10}', -32600, 10, "an object that is no request")
+    await expect_error(b"[]", -32600, None, "an empty array")
+    await expect_error(b"42", -32600, None, "a number")
+
+    # An id still in use: refused; the first request keeps its answer (its command sleeps
+    # until the refusal has come, then this ends the sleep and the command says "first").
+    mark = marker()
+    await raw.send_raw(
+        tools_call_line(20, b'{"command":"sleep 300.%s; echo first","timeout":"60s"}' % mark.encode())
+    )
+    await wait_until("the first request's command runs", 10, lambda: sleeps_with(f"300.{mark}"))
+    await raw.send_raw(b'{"jsonrpc":"2.0","id":20,"method":"ping"}')
+    check_error(await raw.next_raw("a reused pending id"), -32600, 20, "a reused pending id")
+    check(sleeps_with(f"300.{mark}"), "the first request's command ended with the refusal")
+    for pid in sleeps_with(f"300.{mark}"):
+        os.kill(pid, signal.SIGTERM)
+    kept = await raw.next_raw("the first request with the reused id", 15)
+    check(kept.get("id") == 20 and "result" in kept, f"the first request's answer: {kept}")
+    first_out = json.loads(kept["result"]["content"][0]["text"])
+    check(str(first_out.get("output")).endswith("first\n"), f"the first request's result: {first_out}")
+    await still_serving("a reused pending id")
+    log("  a reused pending id: -32600, and the first request answered")
+
+    # Malformed notifications get no answer; a raw ping after them is the next answer.
+    for line in (
+        b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":"bogus"}',
+        b'{"jsonrpc":"2.0","method":"notifications/progress","params":[1,2]}',
+        b'{"jsonrpc":"2.0","method":"notifications/initialized","params":7}',
+        b'{"jsonrpc":"2.0","method":"no/such/notification","params":{}}',
+    ):
+        await raw.send_raw(line)
+    await raw.send_raw(b'{"jsonrpc":"2.0","id":30,"method":"ping"}')
+    pong = await raw.next_raw("a ping after malformed notifications")
+    check(pong == {"jsonrpc": "2.0", "id": 30, "result": {}}, f"malformed notifications were answered: {pong}")
+    await still_serving("malformed notifications")
+    log("  malformed notifications: no answer")
+
+
+def body_messages(content_type: str | None, text: str) -> list[Any]:
+    """The JSON-RPC messages of an HTTP response body (JSON or an SSE stream)."""
+    if content_type and content_type.startswith("text/event-stream"):
+        found = []
+        for line in text.splitlines():
+            if line.startswith("data:") and line[5:].strip():
+                found.append(json.loads(line[5:]))
+        return found
+    if not text.strip():
+        return []
+    value = json.loads(text)
+    return value if isinstance(value, list) else [value]
+
+
+async def check_malformed_http(server: HttpServer) -> None:
+    """With an SDK session open, malformed bodies POSTed in that session get 400 and the error
+    the stdio server would answer; the session keeps serving."""
+    auth = {"Authorization": f"Bearer {server.token}"}
+    session_ids: list[str] = []
+
+    async def remember_session(response: Any) -> None:
+        if response.headers.get("mcp-session-id"):
+            session_ids.append(response.headers["mcp-session-id"])
+
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    async with (
+        create_mcp_http_client(headers=auth) as sdk_http,
+        create_mcp_http_client(headers=auth) as raw_http,
+    ):
+        sdk_http.event_hooks["response"].append(remember_session)
+        async with (
+            _streamable_http.streamable_http_client(server.url, http_client=sdk_http) as streams,
+            ClientSession(streams[0], streams[1]) as session,
+        ):
+            await initialize(session)
+            check(session_ids, "the SDK's session got no Mcp-Session-Id")
+            headers = {
+                "Content-Type": "application/json",
+                "Accept": "application/json, text/event-stream",
+                "Mcp-Session-Id": session_ids[-1],
+                "Mcp-Protocol-Version": str(session.protocol_version),
+            }
+
+            async def post(body: bytes) -> Any:
+                return await raw_http.post(server.url, content=body, headers=headers)
+
+            async def echo(n: int) -> None:
+                out = result_json(await session.call_tool("execute", {"command": f"echo http-{n}"}))
+                check(out["output"] == f"http-{n}\n", f"the SDK session after a malformed body: {out}")
+
+            deep = b"[" * 10000 + b"]" * 10000
+            cases: list[tuple[str, bytes, int, Any]] = [
+                ("bad syntax", b"{not json", -32700, None),
+                ("a body that ends early", b'{"jsonrpc":"2.0","id":4,"method":', -32700, 4),
+                (
+                    "invalid UTF-8 in a string",
+                    tools_call_line(7, b'{"command":"echo \xff\xfe\xc3"}'),
+                    -32700,
+                    7,
+                ),
+                ("a lone surrogate", tools_call_line(8, b'{"command":"echo \\ud800"}'), -32700, 8),
+                ("nesting 10,000 deep", tools_call_line(9, b'{"command":"x","x":' + deep + b"}"), -32700, 9),
+                ("an object that is no request", b'{"jsonrpc":"2.0","id":10}', -32600, 10),
+                ("an empty array", b"[]", -32600, None),
+                ("a number", b"42", -32600, None),
+            ]
+            for n, (what, body, code, request_id) in enumerate(cases):
+                response = await post(body)
+                check(response.status_code == 400, f"{what}: status {response.status_code}: {response.text}")
+                answers = body_messages(response.headers.get("content-type"), response.text)
+                check(len(answers) == 1, f"{what}: one answer expected: {response.text}")
+                check_error(answers[0], code, request_id, what)
+                await echo(n)
+                log(f"  HTTP {what}: 400, {code}, id {request_id}")
+
+            # Two messages in one body: 400, each request refused with -32700.
+            response = await post(
+                tools_call_line(11, b'{"command":"echo one"}') + tools_call_line(12, b'{"command":"echo two"}')
+            )
+            check(response.status_code == 400, f"two messages: {response.status_code} {response.text}")
+            answers = body_messages(response.headers.get("content-type"), response.text)
+            for answer in answers:
+                check_error(answer, -32700, answer.get("id"), "two messages in one body")
+            check(sorted(a["id"] for a in answers) == [11, 12], f"two messages: {response.text}")
+
+            # A batch (2025-11-25 has none): 400, one refusal per request.
+            response = await post(
+                b'[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]'
+            )
+            check(response.status_code == 400, f"a batch: {response.status_code} {response.text}")
+            answers = body_messages(response.headers.get("content-type"), response.text)
+            for answer in answers:
+                check_error(answer, -32600, answer.get("id"), "a batch")
+            check(sorted(a["id"] for a in answers) == [1, 2], f"a batch: {response.text}")
+
+            # Malformed params of a known method: the -32602 error (on the normal path).
+            response = await post(
+                b'{"jsonrpc":"2.0","id":13,"method":"tools/call","params":{"name":"execute","arguments":"echo hi"}}'
+            )
+            answers = body_messages(response.headers.get("content-type"), response.text)
+            check(response.status_code in (200, 400), f"string arguments: {response.status_code}")
+            check(len(answers) == 1, f"string arguments: {response.status_code} {response.text}")
+            check_error(answers[0], -32602, 13, "string arguments over HTTP")
+
+            # A malformed notification gets no answer.
+            response = await post(b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":"bogus"}')
+            answers = body_messages(response.headers.get("content-type"), response.text)
+            check(
+                response.status_code in (202, 400) and all(a.get("id") is None for a in answers),
+                f"a malformed notification: {response.status_code} {response.text}",
+            )
+            await echo(len(cases))
+
+            # Over 16 MiB: 413 (on a connection of its own: the server closes it).
+            async with create_mcp_http_client(headers=auth) as big_http:
+                big = await big_http.post(server.url, content=b" " * (17 * 1024 * 1024), headers=headers)
+            check(big.status_code == 413, f"a 17 MiB body: {big.status_code}")
+            await echo(len(cases) + 1)
+
+
+# ---- protocol revision 2026-07-28 and the Tasks extension -------------------------------------
+
+REVISION = "2026-07-28"
+TASKS = "io.modelcontextprotocol/tasks"
+SCOPE_KEY = "toolhost/scope"
+PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion"
+CLIENT_CAPABILITIES_META = "io.modelcontextprotocol/clientCapabilities"
+INVALID_PARAMS = -32602
+
+
+def scope_meta(scope: str | None) -> dict[str, Any] | None:
+    """The `_meta` naming `scope` (`toolhost/scope`), for a request over HTTP."""
+    return None if scope is None else {SCOPE_KEY: scope}
+
+
+class WireTap:
+    """The messages a transport carried both ways, as JSON (what `tapped` saw)."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+        self.received: list[dict[str, Any]] = []
+
+    def requests(self) -> list[dict[str, Any]]:
+        return [m for m in self.sent if "method" in m and "id" in m]
+
+
+def _as_json(message: Any) -> dict[str, Any]:
+    inner = getattr(message, "message", message)
+    if isinstance(inner, Exception):
+        return {"exception": repr(inner)}
+    return json.loads(inner.model_dump_json(by_alias=True, exclude_unset=True))
+
+
+@asynccontextmanager
+async def tapped(transport: Any, tap: WireTap) -> AsyncIterator[tuple[Any, Any]]:
+    """`transport` (an SDK transport: an async context manager giving the stream pair) with
+    every message recorded in `tap` on its way, unchanged."""
+    async with transport as (read, write):
+        to_session, session_read = anyio.create_memory_object_stream[Any](0)
+        session_write, from_session = anyio.create_memory_object_stream[Any](0)
+
+        async def outbound() -> None:
+            async with from_session:
+                async for message in from_session:
+                    tap.sent.append(_as_json(message))
+                    await write.send(message)
+
+        async def inbound() -> None:
+            async with to_session:
+                async for message in read:
+                    tap.received.append(_as_json(message))
+                    await to_session.send(message)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(outbound)
+            tg.start_soon(inbound)
+            try:
+                yield session_read, session_write
+            finally:
+                tg.cancel_scope.cancel()
+
+
+def check_wire_2026(tap: WireTap, *, tasks: bool) -> None:
+    """What the SDK sent is 2026-07-28: no `initialize`, and every request carried the revision
+    and the client's capabilities (declaring the Tasks extension or not) in its `_meta`."""
+    requests = tap.requests()
+    check(requests, "no requests went over the connection")
+    methods = [r["method"] for r in requests]
+    check("initialize" not in methods, f"initialize sent in the 2026 era: {methods}")
+    check(methods[0] == "server/discover", f"the SDK did not probe with server/discover: {methods}")
+    for request in requests:
+        meta = (request.get("params") or {}).get("_meta") or {}
+        what = f"{request['method']} {json.dumps(request.get('params'))[:300]}"
+        check(meta.get(PROTOCOL_VERSION_META) == REVISION, f"the revision in _meta: {what}")
+        capabilities = meta.get(CLIENT_CAPABILITIES_META)
+        check(isinstance(capabilities, dict), f"the client's capabilities in _meta: {what}")
+        declared = TASKS in (capabilities.get("extensions") or {})
+        check(declared == tasks, f"the Tasks extension declared: {declared}, expected {tasks}: {what}")
+
+
+if types is not None:
+
+    class CreatedTask(types.Result):
+        """A `tools/call` answered with a task (`"resultType": "task"`, the Tasks extension)."""
+
+        model_config = ConfigDict(extra="allow")
+        result_type: Literal["task"] = "task"
+        task_id: str
+        status: str
+        status_message: str | None = None
+
+    class TaskState(types.Result):
+        """The answer to `tasks/get`: the task, with the call's result once it ended."""
+
+        model_config = ConfigDict(extra="allow")
+        task_id: str
+        status: Literal["working", "input_required", "completed", "failed", "cancelled"]
+        status_message: str | None = None
+        result: types.CallToolResult | None = None
+
+    class AnyResult(types.Result):
+        """Any result object (the answer to `tasks/cancel`)."""
+
+        model_config = ConfigDict(extra="allow")
+
+    class GetTask(types.GetTaskRequest):
+        """`tasks/get`, naming its task in the `Mcp-Name` header as SEP-2663 requires (the
+        SDK's model, typed for 2025-11-25, leaves `name_param` unset)."""
+
+        name_param = "taskId"
+
+    class CancelTask(types.CancelTaskRequest):
+        """`tasks/cancel`, naming its task in the `Mcp-Name` header."""
+
+        name_param = "taskId"
+
+    class TasksExtension(ClientExtension):
+        """The client side of the Tasks extension, on the SDK's extension hooks: declared in the
+        client's capabilities, it claims results of `"resultType": "task"`; the SDK's
+        `Client.call_tool` hands such a result to `resolve`, which polls `tasks/get` (naming
+        `scope` over HTTP) until the task ends and returns the call's result. Every task
+        created and every state polled is kept, with its time."""
+
+        identifier = TASKS
+
+        def __init__(self, scope: str | None = None) -> None:
+            self.scope = scope
+            self.created: list[tuple[float, Any]] = []
+            self.seen: list[tuple[float, Any]] = []
+
+        def claims(self) -> list[Any]:
+            return [ResultClaim(result_type="task", model=CreatedTask, resolve=self.resolve)]
+
+        async def resolve(self, task: Any, ctx: Any) -> Any:
+            self.created.append((time.monotonic(), task))
+            final = await poll_task(ctx.session, task.task_id, self.scope, self.seen)
+            check(final.status == "completed", f"the task ended {final.status}: {final}")
+            check(final.result is not None, f"the completed task has no result: {final}")
+            return final.result
+
+
+async def get_task(session: ClientSession, task_id: str, scope: str | None = None) -> Any:
+    """`tasks/get` through the SDK's own request path (`send_request`)."""
+    params = types.GetTaskRequestParams(task_id=task_id, _meta=scope_meta(scope))
+    return await session.send_request(GetTask(params=params), TaskState)
+
+
+async def cancel_task(session: ClientSession, task_id: str, scope: str | None = None) -> Any:
+    params = types.CancelTaskRequestParams(task_id=task_id, _meta=scope_meta(scope))
+    return await session.send_request(CancelTask(params=params), AnyResult)
+
+
+async def poll_task(
+    session: ClientSession,
+    task_id: str,
+    scope: str | None,
+    seen: list[tuple[float, Any]],
+    limit: float = 30.0,
+) -> Any:
+    """Poll `tasks/get` every 100 ms until the task leaves `working` (within `limit` s); every
+    state goes to `seen` with its time. Returns the last."""
+    deadline = time.monotonic() + limit
+    while True:
+        state = await get_task(session, task_id, scope)
+        seen.append((time.monotonic(), state))
+        if state.status != "working":
+            return state
+        if time.monotonic() > deadline:
+            raise AssertionError(f"task {task_id} still working after {limit} s: {state}")
+        await anyio.sleep(0.1)
+
+
+async def refused(what: str, code: int, call: Awaitable[Any]) -> McpError:
+    """`call` fails with a JSON-RPC error `code`; returns it."""
+    try:
+        result = await call
+    except McpError as e:
+        check(e.error.code == code, f"{what}: code {e.error.code}, not {code}: {e.error.message}")
+        return e
+    raise AssertionError(f"{what}: not refused, answered {result}")
+
+
+@asynccontextmanager
+async def modern_stdio_client(
+    binary: str, extension: Any = None
+) -> AsyncIterator[tuple[Any, WireTap]]:
+    """The SDK's `Client` on a fresh `toolhost serve` (its own `stdio_client`), negotiating the
+    era itself (`mode="auto"`); 2026-07-28 it must be. `extension`: a `TasksExtension`."""
+    check(Client is not None, "the 2026-07-28 groups need the 2.x SDK")
+    params = StdioServerParameters(command=binary, args=["serve"], env=dict(os.environ))
+    tap = WireTap()
+    client = Client(
+        tapped(stdio_client(params), tap),
+        mode="auto",
+        extensions=[extension] if extension is not None else None,
+    )
+    async with client:
+        check_modern(client)
+        yield client, tap
+
+
+@asynccontextmanager
+async def modern_http_client(
+    server: HttpServer, extension: Any = None
+) -> AsyncIterator[tuple[Any, WireTap]]:
+    """The SDK's `Client` on `server` over its streamable HTTP transport, in the 2026 era:
+    no session (no `Mcp-Session-Id` is ever given)."""
+    check(Client is not None, "the 2026-07-28 groups need the 2.x SDK")
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    session_ids: list[str] = []
+
+    async def remember_session(response: Any) -> None:
+        if response.headers.get("mcp-session-id"):
+            session_ids.append(response.headers["mcp-session-id"])
+
+    tap = WireTap()
+    async with create_mcp_http_client(headers={"Authorization": f"Bearer {server.token}"}) as http:
+        http.event_hooks["response"].append(remember_session)
+        client = Client(
+            tapped(_streamable_http.streamable_http_client(server.url, http_client=http), tap),
+            mode="auto",
+            extensions=[extension] if extension is not None else None,
+        )
+        async with client:
+            check_modern(client)
+            yield client, tap
+            check(not session_ids, f"a session in the 2026 era: Mcp-Session-Id {session_ids}")
+
+
+def check_modern(client: Any) -> None:
+    """The SDK negotiated 2026-07-28 from toolhost's `server/discover`."""
+    check(client.protocol_version == REVISION, f"negotiated {client.protocol_version}, not {REVISION}")
+    session = client.session
+    check(session.initialize_result is None, "an initialize result in the 2026 era")
+    discovered = session.discover_result
+    check(discovered is not None, "no server/discover result")
+    versions = discovered.supported_versions
+    check(REVISION in versions and "2025-11-25" in versions, f"supported versions {versions}")
+    extensions = discovered.capabilities.extensions or {}
+    check(TASKS in extensions, f"the Tasks extension is not offered: {discovered.capabilities}")
+    check(discovered.capabilities.tools is not None, f"no tools capability: {discovered.capabilities}")
+    info = client.server_info
+    check(info is not None and info.name == "toolhost", f"server info {info}")
+
+
+async def process_list_text(client: Any, scope: str | None = None) -> str:
+    result = await client.call_tool("process_list", {}, meta=scope_meta(scope))
+    return json.dumps(result_json(result))
+
+
+async def background_sleep(client: Any, scope: str | None = None) -> tuple[str, str]:
+    """`sleep 300.MARK` in the background; its process id and its needle, once it runs."""
+    mark = marker()
+    out = result_json(
+        await client.call_tool(
+            "execute",
+            {"command": f"sleep 300.{mark}", "run_in_background": True},
+            meta=scope_meta(scope),
+        )
+    )
+    process_id = out.get("background_process_id")
+    check(isinstance(process_id, str), f"not in the background: {out}")
+    needle = f"300.{mark}"
+    await wait_until("the background process appears", 10, lambda: processes_with(needle))
+    return process_id, needle
+
+
+async def check_stdio_2026(binary: str) -> None:
+    """Over stdio the SDK speaks 2026-07-28 (no `initialize`; `_meta` on every request); a
+    client without the Tasks extension gets plain results; the connection is the scope (a
+    later call sees an earlier call's background process); closing it ends the process."""
+    async with modern_stdio_client(binary) as (client, tap):
+        tools = await client.list_tools()
+        check({t.name for t in tools.tools} == EXPECTED_TOOLS, f"tools: {tools.tools}")
+        out = result_json(await client.call_tool("execute", {"command": "echo hi"}))
+        check(out["output"] == "hi\n" and out["exit_code"] == 0, f"echo hi: {out}")
+        process_id, needle = await background_sleep(client)
+        listed = await process_list_text(client)
+        check(process_id in listed and needle in listed, f"a later call does not see {process_id}: {listed}")
+        check_wire_2026(tap, tasks=False)
+        log(f"  stdio 2026-07-28: {len(tap.requests())} requests, {process_id} seen by a later call")
+        closing = time.monotonic()
+    took = await wait_until(
+        "the 2026 connection's process ends when it closes", 10, lambda: not processes_with(needle)
+    )
+    log(f"  its process gone {time.monotonic() - closing:.2f} s after the close ({took:.2f} s wait)")
+
+
+async def check_http_2026(server: HttpServer) -> None:
+    """Over HTTP each request names its scope in `_meta` (`toolhost/scope`): the same id,
+    from another connection, reaches the same processes; another id does not; a request that
+    works in a scope without one is refused with -32602 naming `toolhost/scope`."""
+    alpha, beta = f"py-alpha-{marker()}", f"py-beta-{marker()}"
+    async with modern_http_client(server) as (first, tap):
+        out = result_json(await first.call_tool("execute", {"command": "echo hi"}, meta=scope_meta(alpha)))
+        check(out["output"] == "hi\n", f"echo hi in scope {alpha}: {out}")
+        process_id, needle = await background_sleep(first, alpha)
+        check_wire_2026(tap, tasks=False)
+    async with modern_http_client(server) as (again, _):
+        listed = await process_list_text(again, alpha)
+        check(process_id in listed and needle in listed, f"{alpha} from another client: {listed}")
+    async with modern_http_client(server) as (other, _):
+        theirs = await process_list_text(other, beta)
+        check(process_id not in theirs and needle not in theirs, f"scope {beta} lists {process_id}: {theirs}")
+        for what, call in (
+            ("tools/call", lambda: other.call_tool("process_list", {})),
+            ("resources/list", lambda: other.list_resources()),
+        ):
+            error = await refused(f"{what} without toolhost/scope", INVALID_PARAMS, call())
+            check(SCOPE_KEY in error.error.message, f"{what}: the refusal names no scope: {error.error.message}")
+        tools = await other.list_tools()
+        check({t.name for t in tools.tools} == EXPECTED_TOOLS, "tools/list needs no scope")
+    log(f"  HTTP 2026-07-28: scope {alpha} shared across connections, not seen from {beta}")
+
+
+async def check_task_outlives_timeout(client: Any, tasks: Any, scope: str | None, tap: WireTap) -> None:
+    """`sleep 2.5; echo done` with timeout 1s, by a client declaring the Tasks extension: a
+    task that stays `working` past 1 s and completes with the result at exit (not handed over
+    to the background)."""
+    start = time.monotonic()
+    result = await client.call_tool(
+        "execute", {"command": "sleep 2.5; echo done", "timeout": "1s"}, meta=scope_meta(scope)
+    )
+    end = time.monotonic()
+    check(len(tasks.created) == 1, f"one task expected: {tasks.created}")
+    created = tasks.created[0][1]
+    check(created.status == "working", f"the task as created: {created}")
+    working = [at - start for at, state in tasks.seen if state.status == "working"]
+    check(working and max(working) > 1.5, f"not seen working past the 1 s timeout: {working}")
+    last_at, last = tasks.seen[-1]
+    check(last.status == "completed" and last.task_id == created.task_id, f"the task's end: {last}")
+    check(last_at - start >= 2.4 and end - start >= 2.4, f"completed after {last_at - start:.2f} s")
+    out = result_json(result)
+    check(out["output"] == "done\n" and out["exit_code"] == 0, f"the task's result: {out}")
+    check("background_process_id" not in out, f"handed over to the background: {out}")
+    check_wire_2026(tap, tasks=True)
+    log(f"  task working until {max(working):.2f} s, completed at {last_at - start:.2f} s: {out['output']!r}")
+
+
+async def check_task_cancel(
+    client: Any, scope: str | None, stranger: Any = None, stranger_scope: str | None = None
+) -> None:
+    """A task running `echo line-MARK; sleep 300.MARK`: `tasks/get` shows its output as the
+    status message; (over HTTP) another scope does not know it and cannot cancel it;
+    `tasks/cancel` ends it `cancelled` and its process within seconds; an unknown task id is
+    -32602."""
+    session = client.session
+    mark = marker()
+    needle = f"300.{mark}"
+    created = await session.call_tool(
+        "execute",
+        {"command": f"echo line-{mark}; sleep 300.{mark}"},
+        meta=scope_meta(scope),
+        allow_claimed=True,
+    )
+    check(isinstance(created, CreatedTask), f"not a task: {created}")
+    check(created.status == "working", f"the task as created: {created}")
+    await wait_until("the task's command runs", 10, lambda: processes_with(needle))
+
+    deadline = time.monotonic() + 10
+    while True:
+        state = await get_task(session, created.task_id, scope)
+        if state.status == "working" and f"line-{mark}" in (state.status_message or ""):
+            break
+        check(state.status == "working", f"the task ended by itself: {state}")
+        check(time.monotonic() < deadline, f"the status message does not show the output: {state}")
+        await anyio.sleep(0.1)
+    log(f"  the working task's status message: {state.status_message!r}")
+
+    if stranger is not None:
+        for what, request in (("tasks/get", get_task), ("tasks/cancel", cancel_task)):
+            call = request(stranger.session, created.task_id, stranger_scope)
+            await refused(f"{what} of another scope's task", INVALID_PARAMS, call)
+        state = await get_task(session, created.task_id, scope)
+        check(state.status == "working", f"another scope's tasks/cancel ended the task: {state}")
+        check(processes_with(needle), "another scope's tasks/cancel ended the command")
+        log("  another scope: tasks/get and tasks/cancel refused (-32602), the task runs on")
+
+    cancelled_at = time.monotonic()
+    answer = await cancel_task(session, created.task_id, scope)
+    seen: list[tuple[float, Any]] = []
+    final = await poll_task(session, created.task_id, scope, seen, limit=10)
+    check(final.status == "cancelled", f"the cancelled task ends {final.status}: {final}")
+    took = await wait_until(
+        "the cancelled task's command is gone", 10, lambda: not processes_with(needle)
+    )
+    log(
+        f"  tasks/cancel answered {answer.model_dump(by_alias=True, exclude_none=True)}; "
+        f"cancelled after {seen[-1][0] - cancelled_at:.2f} s, the command gone after {took:.2f} s more"
+    )
+    for what, request in (("tasks/get", get_task), ("tasks/cancel", cancel_task)):
+        await refused(f"{what} of an unknown task", INVALID_PARAMS, request(session, "no-such-task", scope))
+
+
+async def check_tasks_not_before_2026(binary: str) -> None:
+    """A 2025-11-25 client (the SDK's `initialize`) that declares the Tasks extension gets
+    plain results: the extension is not defined there, so `execute` hands a command over to
+    the background at its timeout as usual."""
+    params = StdioServerParameters(command=binary, args=["serve"], env=dict(os.environ))
+    tap = WireTap()
+    async with (
+        tapped(stdio_client(params), tap) as (read, write),
+        ClientSession(read, write, extensions={TASKS: {}}) as session,
+    ):
+        await initialize(session)
+        check(session.protocol_version == "2025-11-25", f"negotiated {session.protocol_version}")
+        init = next(r for r in tap.requests() if r["method"] == "initialize")
+        declared = init["params"]["capabilities"].get("extensions") or {}
+        check(TASKS in declared, f"the SDK did not declare the extension: {init['params']}")
+        out = result_json(await session.call_tool("execute", {"command": "sleep 5; echo late", "timeout": "1s"}))
+        check(isinstance(out.get("background_process_id"), str), f"not handed over at its timeout: {out}")
+        answer = next(m for m in tap.received if m.get("id") == tap.requests()[-1]["id"])
+        check("resultType" not in answer["result"], f"a 2026 result for a 2025-11-25 client: {answer}")
+        log(f"  2025-11-25 with the extension declared: a plain result, {out['background_process_id']}")
+
+
+async def check_tasks_stdio(binary: str) -> None:
+    tasks = TasksExtension()
+    async with modern_stdio_client(binary, tasks) as (client, tap):
+        await check_task_outlives_timeout(client, tasks, None, tap)
+        await check_task_cancel(client, None)
+
+
+async def check_tasks_http(server: HttpServer) -> None:
+    alpha, beta = f"py-tasks-alpha-{marker()}", f"py-tasks-beta-{marker()}"
+    tasks = TasksExtension(alpha)
+    async with (
+        modern_http_client(server, tasks) as (client, tap),
+        modern_http_client(server, TasksExtension(beta)) as (stranger, _),
+    ):
+        await check_task_outlives_timeout(client, tasks, alpha, tap)
+        await check_task_cancel(client, alpha, stranger, beta)
+
+
 # ---- groups ----------------------------------------------------------------------------------
 
 
@@ -787,6 +1665,38 @@ async def group_logging(binary: str) -> None:
                 await no_more_messages(session, mine, 1)
 
 
+async def group_cli(binary: str) -> None:
+    """9: the one-shot CLI's output file is whole once the CLI has exited."""
+    log("toolhost call: the output file")
+    await check_cli_output_file(binary)
+
+
+async def group_malformed(binary: str) -> None:
+    """10: broken messages get their JSON-RPC errors, over stdio (raw lines beside an SDK
+    session) and HTTP (raw bodies in an SDK session); the SDK session keeps serving."""
+    log("malformed lines over stdio, beside an SDK session")
+    async with raw_line_session(binary) as (session, raw):
+        await check_malformed_lines(session, raw)
+    async with http_server(binary) as server:
+        log("malformed bodies over HTTP, in an SDK session")
+        await check_malformed_http(server)
+
+
+async def group_tasks_2026(binary: str) -> None:
+    """11: protocol revision 2026-07-28 with the SDK's own negotiation, and the Tasks
+    extension, over stdio and HTTP."""
+    log("2026-07-28 over stdio")
+    await check_stdio_2026(binary)
+    log("tasks over stdio")
+    await check_tasks_not_before_2026(binary)
+    await check_tasks_stdio(binary)
+    async with http_server(binary) as server:
+        log("2026-07-28 over HTTP")
+        await check_http_2026(server)
+        log("tasks over HTTP")
+        await check_tasks_http(server)
+
+
 GROUPS: dict[str, Callable[[str], Awaitable[None]]] = {
     "tools": group_tools,
     "resources": group_resources,
@@ -795,6 +1705,9 @@ GROUPS: dict[str, Callable[[str], Awaitable[None]]] = {
     "idle": group_idle,
     "origin": group_origin,
     "logging": group_logging,
+    "cli": group_cli,
+    "malformed": group_malformed,
+    "tasks_2026": group_tasks_2026,
 }
 
 
