@@ -39,9 +39,10 @@ struct Cli {
     #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_memory, global = true)]
     log_max_total: u64,
 
-    /// Most processes running at once across all sessions; a start beyond is refused with a
-    /// message saying so (default: what the host's descriptor limit, `ulimit -n`, leaves room
-    /// for, about 10 per process, at most 2048).
+    /// Most processes running at once across all sessions (a finished command's leftovers
+    /// count while they run); a start beyond is refused with a message saying so (default:
+    /// half the host's descriptor limit, `ulimit -n`, at 12 descriptors a process, at most
+    /// 2048).
     #[arg(long, value_name = "N", global = true, value_parser = clap::value_parser!(u32).range(1..))]
     max_processes: Option<u32>,
 

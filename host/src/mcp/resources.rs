@@ -157,9 +157,13 @@ pub fn read(
             let mut bytes = Vec::with_capacity(usize::try_from(want).unwrap_or(0));
             file.by_ref().take(want).read_to_end(&mut bytes)?;
             // End on a character boundary when more follows, so pages join up exactly.
+            // (Never to nothing: a page is never empty while more follows, or `next` would
+            // name the same page again.)
             if start + (bytes.len() as u64) < total {
                 let cut = utf8_boundary(&bytes);
-                bytes.truncate(cut);
+                if cut > 0 {
+                    bytes.truncate(cut);
+                }
             }
             let end = start + bytes.len() as u64;
             let covered =
@@ -172,37 +176,69 @@ pub fn read(
         }
         Range::Lines { first, count } => {
             let mut reader = std::io::BufReader::new(file);
-            let mut text = Vec::new();
-            let mut number = 0u64;
-            let mut taken = 0u64;
-            let mut line = Vec::new();
-            let mut more = false;
-            loop {
-                line.clear();
-                if reader.read_until(b'\n', &mut line)? == 0 {
+            // To the start of line `first`, without holding a line in memory.
+            let mut number = 1u64;
+            let mut position = 0u64;
+            while number < first {
+                let buffer = reader.fill_buf()?;
+                if buffer.is_empty() {
                     break;
                 }
-                number += 1;
-                if number < first {
-                    continue;
+                let used = match buffer.iter().position(|&b| b == b'\n') {
+                    Some(newline) => {
+                        number += 1;
+                        newline + 1
+                    }
+                    None => buffer.len(),
+                };
+                reader.consume(used);
+                position += used as u64;
+            }
+            // Whole lines while they fit in a page; none is read past what a page holds.
+            let mut text = Vec::new();
+            let mut taken = 0u64;
+            let mut more = false;
+            let mut cut_line = false;
+            let mut line = Vec::new();
+            while taken < count {
+                line.clear();
+                let room = PAGE - text.len() as u64;
+                if (&mut reader).take(room + 1).read_until(b'\n', &mut line)? == 0 {
+                    break;
                 }
-                if taken == count || text.len() as u64 + line.len() as u64 > PAGE {
+                if line.len() as u64 > room {
                     more = true;
+                    if taken == 0 {
+                        // One line longer than a page: its first page; the rest by bytes.
+                        line.truncate(usize::try_from(room).unwrap_or(0));
+                        let cut = utf8_boundary(&line);
+                        line.truncate(if cut == 0 { line.len() } else { cut });
+                        text = std::mem::take(&mut line);
+                        cut_line = true;
+                    }
                     break;
                 }
                 text.extend_from_slice(&line);
                 taken += 1;
             }
-            let covered = serde_json::json!({ "line": first, "lines": taken });
-            let next_line = first + taken;
-            let next = (more && taken < count).then(|| {
-                let left = if count == u64::MAX {
-                    String::new()
-                } else {
-                    format!("&lines={}", count - taken)
-                };
-                format!("{}?line={next_line}{left}", self::uri(id))
-            });
+            let (covered, next) = if cut_line {
+                let end = position + text.len() as u64;
+                (
+                    serde_json::json!({ "line": first, "lines": 0, "offset": position, "length": text.len(), "partial": true }),
+                    Some(format!("{}?offset={end}", self::uri(id))),
+                )
+            } else {
+                let next_line = first + taken;
+                let next = (more && taken < count).then(|| {
+                    let left = if count == u64::MAX {
+                        String::new()
+                    } else {
+                        format!("&lines={}", count - taken)
+                    };
+                    format!("{}?line={next_line}{left}", self::uri(id))
+                });
+                (serde_json::json!({ "line": first, "lines": taken }), next)
+            };
             (String::from_utf8_lossy(&text).into_owned(), covered, next)
         }
     };

@@ -126,3 +126,33 @@ fn a_line_range_longer_than_a_page_links_the_rest() {
         "toolhost://process/p/output?line=257&lines=34"
     );
 }
+
+#[test]
+fn a_line_longer_than_a_page_is_served_in_byte_pages() {
+    let mut content = "x".repeat(PAGE as usize * 2 + 10);
+    content.push('\n');
+    content.push_str("after\n");
+    let (_dir, path) = log(format!("short\n{content}").as_bytes());
+    let (text, meta) = read_uri(&path, "toolhost://process/p/output?line=2");
+    assert_eq!(text.len() as u64, PAGE, "the first page of the long line");
+    assert_eq!(meta["toolhost/range"]["partial"], true);
+    assert_eq!(
+        meta["toolhost/next"],
+        format!("toolhost://process/p/output?offset={}", 6 + PAGE),
+        "the rest continues by bytes, never the same page again"
+    );
+    let (text, _) = read_uri(&path, "toolhost://process/p/output?line=3");
+    assert_eq!(text, "after\n", "lines after it are still counted right");
+}
+
+#[test]
+fn a_byte_page_cut_inside_a_character_still_moves_on() {
+    // "é" is two bytes; a one-byte range starting on it must not name itself as next.
+    let (_dir, path) = log("aé and more".as_bytes());
+    let (text, meta) = read_uri(&path, "toolhost://process/p/output?offset=1&length=1");
+    assert!(!text.is_empty());
+    assert_ne!(
+        meta.get("toolhost/next").and_then(|n| n.as_str()),
+        Some("toolhost://process/p/output?offset=1&length=1")
+    );
+}

@@ -138,6 +138,35 @@ impl ToolServer {
     /// The scope `context`'s request runs in: the session's, or, for a 2026-07-28 request
     /// over HTTP, the one it names in `_meta` for its bearer token.
     fn scope_of(&self, context: &RequestContext<RoleServer>) -> Result<ScopeRef, ErrorData> {
+        self.resolve_scope(context, true)?
+            .ok_or_else(|| ErrorData::internal_error("a scope that was just made is missing", None))
+    }
+
+    /// [`Self::scope_of`] for a request that only reads a scope: an HTTP scope that does not
+    /// exist is `None`, not made (so reads cannot fill the table of scopes).
+    fn existing_scope_of(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Option<ScopeRef>, ErrorData> {
+        self.resolve_scope(context, false)
+    }
+
+    /// The scope whose task `task_id` a request asks about; a scope that does not exist has
+    /// no tasks.
+    fn task_scope(
+        &self,
+        context: &RequestContext<RoleServer>,
+        task_id: &str,
+    ) -> Result<ScopeRef, ErrorData> {
+        self.existing_scope_of(context)?
+            .ok_or_else(|| ErrorData::invalid_params(format!("unknown task: {task_id}"), None))
+    }
+
+    fn resolve_scope(
+        &self,
+        context: &RequestContext<RoleServer>,
+        create: bool,
+    ) -> Result<Option<ScopeRef>, ErrorData> {
         let sessionless = context
             .protocol_version()
             .is_some_and(|version| !version.has_initialize());
@@ -166,14 +195,18 @@ impl ToolServer {
                     None,
                 ));
             };
-            return scopes.lease(principal, id);
+            return if create {
+                scopes.lease(principal, id).map(Some)
+            } else {
+                scopes.find(principal, id)
+            };
         }
         self.session.used.store(true, Ordering::Release);
-        Ok(ScopeRef {
+        Ok(Some(ScopeRef {
             name: self.session.scope.clone(),
             tasks: self.session.tasks.clone(),
             _lease: None,
-        })
+        }))
     }
 
     /// The scope every call of this session runs in.
@@ -477,7 +510,9 @@ impl ServerHandler for ToolServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        let scope = self.scope_of(&context)?;
+        let Some(scope) = self.existing_scope_of(&context)? else {
+            return Ok(ListResourcesResult::with_all_items(Vec::new()));
+        };
         let mut logs = self.session.host.output_logs(&scope.name);
         logs.sort();
         Ok(ListResourcesResult::with_all_items(
@@ -504,8 +539,9 @@ impl ServerHandler for ToolServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         let asked = resources::parse(&request.uri)?;
-        let scope = self.scope_of(&context)?;
-        let Some(path) = self.session.host.output_log(&scope.name, &asked.id) else {
+        let scope = self.existing_scope_of(&context)?;
+        let found = scope.and_then(|scope| self.session.host.output_log(&scope.name, &asked.id));
+        let Some(path) = found else {
             return Err(ErrorData::resource_not_found(
                 format!(
                     "no output of process `{}` in this session (unknown, another session's, \
@@ -548,7 +584,7 @@ impl ServerHandler for ToolServer {
         request: GetTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
-        let scope = self.scope_of(&context)?;
+        let scope = self.task_scope(&context, &request.task_id)?;
         Ok(GetTaskResult::new(scope.tasks.get_task(&request.task_id)?))
     }
 
@@ -558,7 +594,7 @@ impl ServerHandler for ToolServer {
         request: UpdateTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let scope = self.scope_of(&context)?;
+        let scope = self.task_scope(&context, &request.task_id)?;
         scope
             .tasks
             .update_task(&request.task_id, request.input_responses)
@@ -571,7 +607,7 @@ impl ServerHandler for ToolServer {
         request: CancelTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let scope = self.scope_of(&context)?;
+        let scope = self.task_scope(&context, &request.task_id)?;
         scope.tasks.cancel_task(&request.task_id)
     }
 

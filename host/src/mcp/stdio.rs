@@ -239,7 +239,8 @@ where
 
     async fn close(&mut self) -> Result<(), Self::Error> {
         self.writes.close();
-        self.writes.wait().await;
+        // Bounded: a client that stopped reading must not hold up the end of the session.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), self.writes.wait()).await;
         let mut out = self.out.lock().await;
         if let Some(mut write) = out.take() {
             write.flush().await?;

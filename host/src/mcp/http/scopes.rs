@@ -98,7 +98,13 @@ impl HttpScopes {
                 ));
             }
             let entry = table.entry(key.clone()).or_insert_with(|| Entry {
-                name: format!("http-{}-{id}", principal.0),
+                // Unique per life of the scope: an expired one may still be ending (its
+                // processes stopping) when a request names the id again.
+                name: format!(
+                    "http-{}-{id}-{}",
+                    principal.0,
+                    uuid::Uuid::new_v4().simple()
+                ),
                 tasks: TaskManager::new(),
                 in_flight: 0,
                 last: Instant::now(),
@@ -114,6 +120,33 @@ impl HttpScopes {
                 key,
             },
         ))
+    }
+
+    /// The scope `id` of `principal` if it exists (in use until the reference is dropped);
+    /// `None` makes nothing: for requests that only read a scope.
+    pub fn find(
+        self: &Arc<Self>,
+        principal: &Principal,
+        id: &str,
+    ) -> Result<Option<ScopeRef>, ErrorData> {
+        check_id(id)?;
+        let key = (principal.clone(), id.to_owned());
+        let (name, tasks) = {
+            let mut table = self.table();
+            let Some(entry) = table.get_mut(&key) else {
+                return Ok(None);
+            };
+            entry.in_flight += 1;
+            (entry.name.clone(), entry.tasks.clone())
+        };
+        Ok(Some(ScopeRef::leased(
+            name,
+            tasks,
+            Lease {
+                scopes: Arc::clone(self),
+                key,
+            },
+        )))
     }
 
     /// End scopes idle for the idle timeout (their tasks and processes), until `stop`; then

@@ -129,11 +129,15 @@ impl Records {
                  {max_running}); wait for one to finish or stop one before starting another"
             )));
         }
-        let total: usize = table
-            .scopes
+        // Every record that still holds a keeper counts, also a finished one whose leftovers
+        // (`cmd &`) still run: they hold the host's descriptors just the same.
+        let starting: usize = table.scopes.values().map(|state| state.starting).sum();
+        let holding = table
+            .entries
             .values()
-            .map(|state| state.running + state.starting)
-            .sum();
+            .filter(|entry| !entry.released.load(Ordering::Acquire))
+            .count();
+        let total = starting + holding;
         if total >= max_total {
             tracing::warn!(
                 scope,

@@ -673,10 +673,33 @@ async fn running_processes_are_capped_per_host() {
         .wait("a", &first, LONG, ReadFrom::All)
         .await
         .expect("wait");
-    manager
-        .start("c", request("true"))
+    // Room again once nothing of it is left (its keeper reaped, just after the exit).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while manager.start("c", request("true")).await.is_err() {
+        assert!(Instant::now() < deadline, "no room after the process ended");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    manager.shutdown().await;
+}
+
+#[tokio::test]
+async fn leftovers_of_finished_commands_count_against_the_host_limit() {
+    let marker = "300.4545";
+    let (_dir, manager) = manager_with(|config| config.max_processes = 1);
+    // Finishes at once, but what it started runs on and holds its keeper.
+    let snapshot = run(&manager, &format!("sleep {marker} &")).await;
+    assert_eq!(snapshot.exit_code, Some(0));
+    let error = manager
+        .start("other", request("true"))
         .await
-        .expect("room again once one finished");
+        .expect_err("the leftover still counts");
+    assert!(matches!(error, ProcessError::LimitReached(_)), "{error:?}");
+    manager.end_scope(SCOPE).await;
+    assert!(eventually(|| live_processes_with(marker).is_empty()).await);
+    manager
+        .start("other", request("true"))
+        .await
+        .expect("room once the scope ended");
     manager.shutdown().await;
 }
 
