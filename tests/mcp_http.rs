@@ -533,6 +533,32 @@ async fn sessions_beyond_the_cap_are_refused_with_503() {
 }
 
 #[tokio::test]
+async fn initialize_requests_arriving_together_do_not_overshoot_the_cap() {
+    let server = HttpServer::start(&["--max-sessions", "1"]).await;
+    let http = reqwest::Client::new();
+    let attempts = (0..12).map(|_| {
+        let http = http.clone();
+        let url = server.url.clone();
+        tokio::spawn(async move {
+            post(&http, &url, Some(TOKEN), None, &initialize_body())
+                .await
+                .0
+        })
+    });
+    let mut statuses = Vec::new();
+    for attempt in attempts.collect::<Vec<_>>() {
+        statuses.push(attempt.await.expect("task"));
+    }
+    let opened = statuses.iter().filter(|s| **s == StatusCode::OK).count();
+    let refused = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::SERVICE_UNAVAILABLE)
+        .count();
+    assert_eq!((opened, refused), (1, 11), "{statuses:?}");
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn output_resources_belong_to_their_session() {
     let server = HttpServer::start(&[]).await;
     let mine = Session::open(&server).await;

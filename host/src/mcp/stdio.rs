@@ -58,6 +58,8 @@ struct State {
     pending: HashSet<String>,
     /// Batches whose answers are being collected.
     batches: Vec<Batch>,
+    /// Batches completed by a cancellation, to be written.
+    completed: Vec<Value>,
     /// The negotiated revision allows batches.
     batches_allowed: bool,
     /// The negotiated revision, for messages.
@@ -222,6 +224,8 @@ where
                 }
                 None => line.answers,
             };
+            let mut now = now;
+            now.append(&mut lock(&self.state).completed);
             if !now.is_empty() {
                 // Not awaited here: rmcp polls `receive` inside a `select!` and drops it when
                 // other work wins, which would lose these answers (or cut a line in half) at
@@ -395,8 +399,23 @@ fn single(
     state: &SyncMutex<State>,
 ) -> Result<Option<RxJsonRpcMessage<RoleServer>>, Value> {
     if let Some(cancelled) = jsonrpc::cancelled_request(&value) {
-        // A cancelled request is not answered; its id is free again.
-        lock(state).pending.remove(&cancelled);
+        // A cancelled request is not answered; its id is free again, and its batch no longer
+        // waits for it (rmcp drops the response of a cancelled request).
+        let mut state = lock(state);
+        state.pending.remove(&cancelled);
+        if let Some(at) = state
+            .batches
+            .iter()
+            .position(|batch| batch.waiting.contains(&cancelled))
+        {
+            state.batches[at].waiting.remove(&cancelled);
+            if state.batches[at].waiting.is_empty() {
+                let batch = state.batches.remove(at);
+                if !batch.answers.is_empty() {
+                    state.completed.push(Value::Array(batch.answers));
+                }
+            }
+        }
     }
     if let Some(id) = jsonrpc::request_id(&value) {
         let key = id_key(&id);

@@ -274,3 +274,45 @@ async fn answering_a_broken_line_does_not_hold_up_the_next_message() {
     assert_eq!(code(&answer), -32700);
     assert_eq!(answer["id"], 5);
 }
+
+#[tokio::test]
+async fn a_batch_does_not_wait_for_a_cancelled_request() {
+    let input =
+        br#"[{"jsonrpc":"2.0","id":13,"method":"ping"},{"jsonrpc":"2.0","id":14,"method":"ping"}]
+{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":13}}
+"#;
+    let (mut transport, mut output) = transport(input);
+    negotiated(&transport.state, "2025-03-26".to_owned());
+    for _ in 0..2 {
+        assert!(transport.receive().await.is_some(), "the batch's requests");
+    }
+    // 14 is answered; 13's answer never comes (rmcp drops a cancelled request's response).
+    transport
+        .send(ServerJsonRpcMessage::response(
+            ServerResult::empty(()),
+            NumberOrString::Number(14),
+        ))
+        .await
+        .expect("send");
+    while transport.receive().await.is_some() {}
+    transport.close().await.expect("close");
+    drop(transport);
+    let mut text = String::new();
+    output.read_to_string(&mut text).await.expect("output");
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "the batch is answered once 13 is cancelled: {text}"
+    );
+    let ids: Vec<&Value> = lines[0]
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|a| &a["id"])
+        .collect();
+    assert_eq!(ids, [14]);
+}

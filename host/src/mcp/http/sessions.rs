@@ -46,6 +46,19 @@ pub struct Sessions {
     table: Mutex<HashMap<String, Activity>>,
     /// Woken whenever a session may have become idle or its deadline moved.
     changed: Notify,
+    /// `initialize` requests in progress (see [`Sessions::open_slot`]).
+    opening: std::sync::atomic::AtomicUsize,
+}
+
+/// A session being opened; see [`Sessions::open_slot`].
+struct OpeningSlot(Arc<Sessions>);
+
+impl Drop for OpeningSlot {
+    fn drop(&mut self) {
+        self.0
+            .opening
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 /// One session's traffic.
@@ -81,6 +94,7 @@ impl Sessions {
             max_sessions,
             table: Mutex::new(HashMap::new()),
             changed: Notify::new(),
+            opening: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
@@ -123,6 +137,27 @@ impl Sessions {
             }
             if !idle_wait(next, &self.changed, &stop).await {
                 return;
+            }
+        }
+    }
+
+    /// A place for a session being opened, counted with rmcp's sessions so that
+    /// `initialize` requests arriving together cannot overshoot the limit; `None` at the limit.
+    async fn open_slot(self: &Arc<Self>) -> Option<OpeningSlot> {
+        let held = self.count().await;
+        let mut opening = self.opening.load(std::sync::atomic::Ordering::Acquire);
+        loop {
+            if held + opening >= self.max_sessions {
+                return None;
+            }
+            match self.opening.compare_exchange(
+                opening,
+                opening + 1,
+                std::sync::atomic::Ordering::AcqRel,
+                std::sync::atomic::Ordering::Acquire,
+            ) {
+                Ok(_) => return Some(OpeningSlot(Arc::clone(self))),
+                Err(now) => opening = now,
             }
         }
     }
@@ -242,7 +277,12 @@ async fn post(
         Ok(None) => return StatusCode::ACCEPTED.into_response(),
         Ok(Some(_)) => {}
     }
-    if initialize && sessions.count().await >= sessions.max_sessions {
+    let opening = if initialize {
+        sessions.open_slot().await
+    } else {
+        None
+    };
+    if initialize && opening.is_none() {
         let message = format!(
             "this server already has {} MCP sessions, its limit (--max-sessions); end one \
              (HTTP DELETE) or wait for an idle one to expire",
@@ -271,6 +311,8 @@ async fn post(
         sessions.table().insert(id.to_owned(), Activity::new());
         sessions.changed.notify_one();
     }
+    // rmcp holds the new session now (or refused it): the slot is counted there.
+    drop(opening);
     match guard {
         // The request is in progress until its response (an SSE stream) has ended.
         Some(guard) => response.map(|body| {
