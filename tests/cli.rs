@@ -258,3 +258,32 @@ fn the_output_file_of_a_cut_result_outlives_the_call() {
     assert!(full.starts_with("1\n2\n") && full.ends_with("299999\n300000\n"));
     assert_eq!(full.lines().count(), 300_000);
 }
+
+#[test]
+fn the_host_raises_its_descriptor_limit_within_the_hard_one() {
+    // Started with a low soft limit, the host raises it (each running process costs it about a
+    // dozen descriptors); its commands inherit the raised limit.
+    let script = format!(
+        "ulimit -Sn 256 && exec {} call execute '{{\"command\":\"ulimit -n; ulimit -Hn\"}}'",
+        toolhost_bin().display()
+    );
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .env("TOOLHOST_LOG", "warn")
+        .output()
+        .expect("run toolhost");
+    assert!(out.status.success(), "{out:?}");
+    let result = json(&String::from_utf8_lossy(&out.stdout));
+    let output = result["output"].as_str().expect("output");
+    let mut limits = output.lines().map(|l| l.trim().parse::<u64>().ok());
+    let (Some(Some(soft)), Some(hard)) = (limits.next(), limits.next()) else {
+        panic!("{output}");
+    };
+    let hard = hard.unwrap_or(u64::MAX); // `unlimited`
+    assert_eq!(
+        soft,
+        hard.min(65_536),
+        "raised to the hard limit, at most 65536: {output}"
+    );
+}

@@ -219,6 +219,25 @@ enum Format {
 /// `TOOLHOST_TOKEN`, taken out of the environment at start so that no command inherits it.
 static ENV_TOKEN: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
 
+/// The soft descriptor limit the host raises itself to, if its hard limit allows: each running
+/// process costs the host about a dozen descriptors, and the default `--max-processes` follows
+/// this limit. Not more: commands inherit it, and some programs walk every descriptor up to it.
+const DESCRIPTOR_LIMIT: u64 = 65_536;
+
+/// Raise the soft `RLIMIT_NOFILE` towards [`DESCRIPTOR_LIMIT`] (within the hard limit).
+fn raise_descriptor_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return;
+    };
+    let wanted = DESCRIPTOR_LIMIT.min(hard);
+    if soft < wanted
+        && let Err(error) = setrlimit(Resource::RLIMIT_NOFILE, wanted, hard)
+    {
+        eprintln!("toolhost: warning: cannot raise the descriptor limit to {wanted}: {error}");
+    }
+}
+
 fn main() -> ExitCode {
     // Commands run with the host's environment and as the host's user: keep the bearer token
     // out of both the environment they inherit and /proc/<host>/environ (a non-dumpable
@@ -228,6 +247,7 @@ fn main() -> ExitCode {
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
         eprintln!("toolhost: warning: cannot make the host non-dumpable: {e}");
     }
+    raise_descriptor_limit();
     {
         use tracing_subscriber::Layer;
         use tracing_subscriber::layer::SubscriberExt;
