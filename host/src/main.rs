@@ -369,31 +369,24 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             } else {
                 toolhost::default_cache_dir()
             };
-            let files = toolhost::scenarios::collect(scenarios);
-            let runner = toolhost::scenarios::Runner::new(plugin, manifest.as_deref(), cache);
-            let (files, runner) = match (files, runner) {
-                (Ok(files), Ok(runner)) => (files, runner),
-                (Err(error), _) => {
-                    eprintln!("toolhost test: {error}");
-                    return Ok(ExitCode::from(2));
-                }
-                (_, Err(error)) => {
-                    eprintln!("toolhost test: {error}");
-                    return Ok(ExitCode::from(2));
-                }
+            let unusable = |error: &dyn std::fmt::Display| {
+                eprintln!("toolhost test: {error}");
+                Ok(ExitCode::from(2))
             };
-            let mut report = Vec::new();
-            let outcome = toolhost::scenarios::run(&runner, &files, &mut report).await;
-            if !report.is_empty() {
-                out(String::from_utf8_lossy(&report).trim_end());
-            }
-            match outcome {
+            let files = match toolhost::scenarios::collect(scenarios) {
+                Ok(files) => files,
+                Err(error) => return unusable(&error),
+            };
+            let runner = match toolhost::scenarios::Runner::new(plugin, manifest.as_deref(), cache)
+            {
+                Ok(runner) => runner,
+                Err(error) => return unusable(&error),
+            };
+            // The report goes out as scenarios finish (a reader that went away is ignored).
+            match toolhost::scenarios::run(&runner, &files, &mut std::io::stdout()).await {
                 Ok((_, 0)) => Ok(ExitCode::SUCCESS),
                 Ok(_) => Ok(ExitCode::FAILURE),
-                Err(error) => {
-                    eprintln!("toolhost test: {error}");
-                    Ok(ExitCode::from(2))
-                }
+                Err(error) => unusable(&error),
             }
         }
         Command::NewPolicy { name, dir } => {

@@ -21,13 +21,19 @@ async fn run(input: &[u8]) -> (Vec<RxJsonRpcMessage<RoleServer>>, Vec<Value>) {
     }
     transport.close().await.expect("close");
     drop(transport);
+    let (_, answers) = lines_of(&mut output).await;
+    (received, answers)
+}
+
+/// Everything written to `output`, and each of its lines as JSON.
+async fn lines_of(output: &mut DuplexStream) -> (String, Vec<Value>) {
     let mut text = String::new();
     output.read_to_string(&mut text).await.expect("output");
-    let answers = text
+    let lines = text
         .lines()
         .map(|line| serde_json::from_str(line).expect("each output line is JSON"))
         .collect();
-    (received, answers)
+    (text, lines)
 }
 
 fn code(answer: &Value) -> i64 {
@@ -220,12 +226,7 @@ async fn a_batch_under_2025_03_26_is_answered_as_one_array() {
     }
     transport.close().await.expect("close");
     drop(transport);
-    let mut text = String::new();
-    output.read_to_string(&mut text).await.expect("output");
-    let lines: Vec<Value> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json"))
-        .collect();
+    let (text, lines) = lines_of(&mut output).await;
     assert_eq!(lines.len(), 1, "one array: {text}");
     let answers = lines[0].as_array().expect("an array");
     let ids: Vec<&Value> = answers.iter().map(|a| &a["id"]).collect();
@@ -297,12 +298,7 @@ async fn a_batch_does_not_wait_for_a_cancelled_request() {
     while transport.receive().await.is_some() {}
     transport.close().await.expect("close");
     drop(transport);
-    let mut text = String::new();
-    output.read_to_string(&mut text).await.expect("output");
-    let lines: Vec<Value> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json"))
-        .collect();
+    let (text, lines) = lines_of(&mut output).await;
     assert_eq!(
         lines.len(),
         1,

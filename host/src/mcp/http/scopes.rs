@@ -153,25 +153,13 @@ impl HttpScopes {
     /// end them all.
     pub async fn reap_idle(self: Arc<Self>, stop: CancellationToken) {
         loop {
-            let now = Instant::now();
-            let mut expired = Vec::new();
-            let mut next: Option<Instant> = None;
-            {
-                let mut table = self.table();
-                table.retain(|_, entry| {
-                    if entry.in_flight > 0 || entry.tasks.running_task_count() > 0 {
-                        return true;
-                    }
-                    let deadline = entry.last + self.idle_timeout;
-                    if deadline <= now {
-                        expired.push((entry.name.clone(), entry.tasks.clone()));
-                        return false;
-                    }
-                    next = Some(next.map_or(deadline, |n| n.min(deadline)));
-                    true
-                });
-            }
-            for (name, tasks) in expired {
+            let (expired, next) = super::sessions::take_idle(
+                &mut self.table(),
+                self.idle_timeout,
+                |entry| entry.in_flight > 0 || entry.tasks.running_task_count() > 0,
+                |entry| entry.last,
+            );
+            for (_, Entry { name, tasks, .. }) in expired {
                 tracing::info!(
                     scope = %name,
                     idle = %humantime::format_duration(self.idle_timeout),

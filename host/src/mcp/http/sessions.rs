@@ -107,25 +107,13 @@ impl Sessions {
     /// Close sessions once they are idle for the idle timeout, until `stop`.
     pub async fn reap_idle(self: Arc<Self>, stop: CancellationToken) {
         loop {
-            let now = Instant::now();
-            let mut expired = Vec::new();
-            let mut next: Option<Instant> = None;
-            {
-                let mut table = self.table();
-                table.retain(|id, activity| {
-                    if activity.in_flight > 0 {
-                        return true;
-                    }
-                    let deadline = activity.last + self.idle_timeout;
-                    if deadline <= now {
-                        expired.push(id.clone());
-                        return false;
-                    }
-                    next = Some(next.map_or(deadline, |n| n.min(deadline)));
-                    true
-                });
-            }
-            for id in expired {
+            let (expired, next) = take_idle(
+                &mut self.table(),
+                self.idle_timeout,
+                |activity| activity.in_flight > 0,
+                |activity| activity.last,
+            );
+            for (id, _) in expired {
                 tracing::info!(
                     session = %id,
                     idle = %humantime::format_duration(self.idle_timeout),
@@ -171,6 +159,26 @@ impl Sessions {
     async fn count(&self) -> usize {
         self.manager.sessions.read().await.len()
     }
+}
+
+/// Take out of `table` what has been idle for `idle` (not `busy`, last active at `last`);
+/// returns it and the earliest deadline of what is left idle.
+pub(super) fn take_idle<K: Eq + std::hash::Hash, V>(
+    table: &mut HashMap<K, V>,
+    idle: Duration,
+    busy: impl Fn(&V) -> bool,
+    last: impl Fn(&V) -> Instant,
+) -> (Vec<(K, V)>, Option<Instant>) {
+    let now = Instant::now();
+    let expired = table
+        .extract_if(|_, value| !busy(value) && last(value) + idle <= now)
+        .collect();
+    let next = table
+        .values()
+        .filter(|value| !busy(value))
+        .map(|value| last(value) + idle)
+        .min();
+    (expired, next)
 }
 
 /// Wait for the next idle deadline (`None`: none yet), a change, or `stop`; false once

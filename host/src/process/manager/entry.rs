@@ -72,9 +72,9 @@ pub(super) struct Entry {
     /// alive or a zombie, so the pid cannot be reused), and the host's end of its control
     /// socket until the record lets go of it (closing it stops everything under the keeper).
     pub(super) keeper: Mutex<Keeper>,
-    /// Its keeper reaped and its cgroups gone: it holds nothing but its output (counted in
-    /// the host's process limit until then, leftovers and all).
-    pub(super) released: AtomicBool,
+    /// Counted in the host's total of processes (`Table::holding`): from its admission until
+    /// it lets go of its keeper and cgroups, leftovers and all (see `Records::let_go`).
+    pub(super) holding: AtomicBool,
     pub(super) state: Mutex<EntryState>,
     /// `true` once the process has exited and its output is drained.
     pub(super) finished: watch::Sender<bool>,
@@ -163,7 +163,7 @@ impl Entry {
             started_ms: spec.started_ms,
             started_at: spec.started_at,
             counted: AtomicBool::new(false),
-            released: AtomicBool::new(false),
+            holding: AtomicBool::new(false),
             keeper: Mutex::new(Keeper {
                 pid: Some(spec.keeper),
                 control: Some(spec.control),
@@ -519,7 +519,6 @@ impl Entry {
             sys::stop_and_reap(pid);
         }
         self.removed.send_replace(true);
-        self.released.store(true, Ordering::Release);
         self.close_log();
     }
 
@@ -533,7 +532,6 @@ impl Entry {
         }
         let cgroups = lock(&self.cgroups).take();
         drop(cgroups);
-        self.released.store(true, Ordering::Release);
     }
 
     /// Forbid creating the log file from now on. An existing file stays: paths given to a

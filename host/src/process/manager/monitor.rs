@@ -136,6 +136,9 @@ impl Monitor {
                     released = true;
                     if is_gone {
                         entry.release_when_gone();
+                        if let Some(records) = guard.records.upgrade() {
+                            records.let_go(&entry);
+                        }
                     }
                 }
                 () = async {

@@ -26,6 +26,8 @@ struct Table {
     entries: HashMap<String, Arc<Entry>>,
     /// Per scope (absent when idle: nothing running, starting or retained).
     scopes: HashMap<String, ScopeState>,
+    /// Admitted records that still hold a keeper (running, or finished with leftovers).
+    holding: usize,
 }
 
 #[derive(Default)]
@@ -132,12 +134,7 @@ impl Records {
         // Every record that still holds a keeper counts, also a finished one whose leftovers
         // (`cmd &`) still run: they hold the host's descriptors just the same.
         let starting: usize = table.scopes.values().map(|state| state.starting).sum();
-        let holding = table
-            .entries
-            .values()
-            .filter(|entry| !entry.released.load(Ordering::Acquire))
-            .count();
-        let total = starting + holding;
+        let total = starting + table.holding;
         if total >= max_total {
             tracing::warn!(
                 scope,
@@ -183,7 +180,9 @@ impl Records {
             None => {
                 table.entries.insert(entry.id.clone(), Arc::clone(entry));
                 table.scope(&entry.scope).running += 1;
+                table.holding += 1;
                 entry.counted.store(true, Ordering::Relaxed);
+                entry.holding.store(true, Ordering::Relaxed);
                 Ok(())
             }
         }
@@ -219,6 +218,16 @@ impl Records {
         entry.finished.send_replace(true);
         if let Some(old) = evicted {
             old.dispose();
+            self.let_go(&old);
+        }
+    }
+
+    /// `entry` let go of its keeper and cgroups: it no longer counts against the host's
+    /// process limit. Doing it again does nothing.
+    pub(super) fn let_go(&self, entry: &Entry) {
+        let mut table = lock(&self.table);
+        if entry.holding.swap(false, Ordering::Relaxed) {
+            table.holding = table.holding.saturating_sub(1);
         }
     }
 
@@ -245,6 +254,7 @@ impl Records {
             }
         }
         entry.dispose();
+        self.let_go(entry);
     }
 
     /// `scope`'s processes: running first, then newest first.
