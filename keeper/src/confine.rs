@@ -195,9 +195,15 @@ impl Confinement {
     }
 }
 
+/// The type of a resource number for `getrlimit`/`setrlimit`, which differs between C libraries.
+#[cfg(target_env = "gnu")]
+type Resource = libc::__rlimit_resource_t;
+#[cfg(not(target_env = "gnu"))]
+type Resource = libc::c_int;
+
 /// Set `resource` to `value`, or to the hard limit already in place if that is lower (raising
 /// it would need a privilege the command does not have).
-fn set_limit(resource: libc::__rlimit_resource_t, value: u64) -> bool {
+fn set_limit(resource: Resource, value: u64) -> bool {
     let mut current = libc::rlimit {
         rlim_cur: 0,
         rlim_max: libc::RLIM_INFINITY,

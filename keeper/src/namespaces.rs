@@ -578,14 +578,21 @@ fn loopback_up() -> io::Result<()> {
         *slot = *byte as libc::c_char;
     }
     // SAFETY: `request` is a valid ifreq naming `lo`; the kernel fills in its flags.
-    let got = unsafe { libc::ioctl(socket, libc::SIOCGIFFLAGS, &raw mut request) } == 0;
+    let got =
+        unsafe { libc::ioctl(socket, libc::SIOCGIFFLAGS as libc::Ioctl, &raw mut request) } == 0;
     let result = step("reading the loopback's flags", got).and_then(|()| {
         // SAFETY: reading and writing the flags member of the union the kernel just filled.
         unsafe {
             request.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
         }
         // SAFETY: `request` is a valid ifreq naming `lo` with the new flags.
-        let set = unsafe { libc::ioctl(socket, libc::SIOCSIFFLAGS, &raw const request) } == 0;
+        let set = unsafe {
+            libc::ioctl(
+                socket,
+                libc::SIOCSIFFLAGS as libc::Ioctl,
+                &raw const request,
+            )
+        } == 0;
         step("bringing the loopback up", set)
     });
     // SAFETY: closing the descriptor opened above, owned by nothing else.
