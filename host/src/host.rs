@@ -314,12 +314,13 @@ impl ToolHost {
     }
 
     /// Keep deleting output logs past their retention or over the total while the host lives
-    /// (a server; a single call relies on the sweep when the host starts). Checks every
-    /// quarter of the retention, at most every 10 minutes.
+    /// (a server; a single call relies on the sweep when a host starts, at most once per
+    /// interval). Sweeps every [`ProcessManagerConfig::sweep_interval`].
+    ///
+    /// [`ProcessManagerConfig::sweep_interval`]: crate::process::ProcessManagerConfig::sweep_interval
     pub fn sweep_logs_periodically(&self) {
         let Some(manager) = &self.manager else { return };
-        let every = (manager.config().log_retention / 4)
-            .clamp(Duration::from_secs(1), Duration::from_secs(600));
+        let every = manager.config().sweep_interval();
         let manager = Arc::downgrade(manager);
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval(every);

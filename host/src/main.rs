@@ -30,7 +30,8 @@ struct Cli {
 
     /// How long full output logs are kept after their last write, also after their process,
     /// session and host are gone: a path or resource link given to a model stays valid this
-    /// long. Older logs are deleted when a host starts and, while serving, periodically.
+    /// long. Older logs are deleted every quarter of the retention (at most 10 minutes apart):
+    /// by a server while it runs, and by a host that starts when the last sweep is older.
     #[arg(long, value_name = "DURATION", default_value = "24h", global = true)]
     log_retention: humantime::Duration,
 

@@ -46,8 +46,9 @@ pub struct ProcessManagerConfig {
     pub log_cap_bytes: u64,
     /// How long log files are kept after their last write, also after their process, session
     /// and host are gone (a path or link given to a model stays valid this long). Older logs
-    /// are deleted when a manager starts and by [`crate::ToolHost::sweep_logs_periodically`].
-    /// Default 24 h.
+    /// are deleted by a manager that starts when the last sweep is older than
+    /// [`ProcessManagerConfig::sweep_interval`], and by
+    /// [`crate::ToolHost::sweep_logs_periodically`]. Default 24 h.
     pub log_retention: Duration,
     /// The most bytes all log files in the state directory may take together: past it, the
     /// oldest are deleted first (logs of this manager's listed processes are kept). Default
@@ -62,6 +63,15 @@ pub struct ProcessManagerConfig {
     /// files (component cache, plugin directories, token file). The state directory is added
     /// by the manager.
     pub protected: Vec<PathBuf>,
+}
+
+impl ProcessManagerConfig {
+    /// How often output logs are swept: a quarter of the retention, at least every second and
+    /// at most every 10 minutes. A manager that starts within this time of the last sweep of
+    /// its directory (by any host) does not sweep again.
+    pub fn sweep_interval(&self) -> Duration {
+        (self.log_retention / 4).clamp(Duration::from_secs(1), Duration::from_secs(600))
+    }
 }
 
 impl Default for ProcessManagerConfig {

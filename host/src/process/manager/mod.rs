@@ -263,7 +263,10 @@ impl ProcessManager {
         let _ = sandbox::cgroup::hierarchies();
         let records = Arc::new(Records::new(config.max_retained_per_scope));
         let logs = Arc::new(LogIndex::default());
-        if let Some(dir) = &log_dir {
+        if let Some(dir) = log_dir
+            .as_deref()
+            .filter(|dir| output_log::sweep_due(dir, config.sweep_interval()))
+        {
             // Logs of earlier hosts past the retention, also of hosts that died.
             let swept = output_log::sweep(
                 dir,

@@ -167,6 +167,37 @@ impl LogIndex {
     }
 }
 
+/// The file in the log directory whose modification time is when it was last swept.
+const SWEPT_STAMP: &str = ".swept";
+
+/// Whether `dir` was last swept longer than `every` ago (or never): hosts that start often
+/// (one-shot calls) sweep once per `every` instead of paying a walk over every log each start.
+pub(super) fn sweep_due(dir: &Path, every: Duration) -> bool {
+    let last = std::fs::symlink_metadata(dir.join(SWEPT_STAMP)).and_then(|m| m.modified());
+    match last {
+        Ok(last) => SystemTime::now()
+            .duration_since(last)
+            .map_or(true, |age| age >= every),
+        Err(_) => true,
+    }
+}
+
+/// Record that `dir` was swept now.
+fn mark_swept(dir: &Path) {
+    let stamp = dir.join(SWEPT_STAMP);
+    // Truncating (re)creation sets the modification time to now.
+    if let Err(error) = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .mode(0o600)
+        .open(&stamp)
+    {
+        tracing::debug!(path = %stamp.display(), %error, "cannot record the log sweep");
+    }
+}
+
 /// What a [`sweep`] did.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(super) struct Swept {
@@ -193,6 +224,7 @@ pub(super) fn sweep(
     let Ok(entries) = std::fs::read_dir(dir) else {
         return swept;
     };
+    mark_swept(dir);
     let now = SystemTime::now();
     let mut logs: Vec<(SystemTime, u64, PathBuf)> = Vec::new();
     for entry in entries.flatten() {
@@ -291,6 +323,30 @@ mod tests {
         assert!(other.exists(), "only *.log files are swept");
         assert!(dir.path().join("dir.log").is_dir());
         assert_eq!(index.list("s"), vec![("d".to_owned(), middle)]);
+    }
+
+    #[test]
+    fn a_sweep_is_due_once_per_interval() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let minute = Duration::from_secs(60);
+        assert!(sweep_due(dir.path(), minute), "never swept");
+        sweep(
+            dir.path(),
+            minute,
+            u64::MAX,
+            &HashSet::new(),
+            &LogIndex::default(),
+        );
+        assert!(!sweep_due(dir.path(), minute), "just swept");
+        assert!(sweep_due(dir.path(), Duration::ZERO));
+        let stamp = std::fs::File::options()
+            .write(true)
+            .open(dir.path().join(SWEPT_STAMP))
+            .expect("stamp");
+        stamp
+            .set_modified(SystemTime::now() - 2 * minute)
+            .expect("mtime");
+        assert!(sweep_due(dir.path(), minute), "swept two minutes ago");
     }
 
     #[test]

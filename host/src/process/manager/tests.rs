@@ -774,9 +774,23 @@ async fn logs_outlive_their_host_until_a_later_host_sweeps_them() {
     assert!(log_path.exists());
     later.shutdown().await;
     drop(later);
-    // One whose retention it is past deletes it at start.
+    // One whose retention it is past, started within the sweep interval of the last sweep
+    // (hosts that start often sweep once per interval), leaves it.
     let mut config = test_config(dir.path());
     config.log_retention = Duration::ZERO;
+    let not_due = ProcessManager::new(config.clone());
+    assert!(log_path.exists());
+    not_due.shutdown().await;
+    drop(not_due);
+    // Past the interval, it deletes it at start.
+    let log_dir = log_path.parent().expect("log dir");
+    let stamp = std::fs::File::options()
+        .write(true)
+        .open(log_dir.join(".swept"))
+        .expect("the sweep stamp");
+    stamp
+        .set_modified(std::time::SystemTime::now() - Duration::from_secs(3600))
+        .expect("mtime");
     let sweeping = ProcessManager::new(config);
     assert!(!log_path.exists());
     sweeping.shutdown().await;
