@@ -13,6 +13,7 @@
 //!   with `include_bytes!` in `$OUT_DIR/sdk_files.rs`, which `src/plugins/scaffold.rs`
 //!   includes: `toolhost new-policy` writes a copy of the SDK of the binary's own version.
 
+use sha2::Digest;
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -82,6 +83,14 @@ fn main() {
                 .unwrap_or_default();
             let var = format!("TOOLHOST_GUEST_{}", stem.to_uppercase().replace('-', "_"));
             println!("cargo:rustc-env={var}={}", path.display());
+            // The digest the compiled-component cache is keyed by, so that a host does not
+            // hash an embedded component at every start.
+            let bytes = std::fs::read(&path).expect("read a built guest component");
+            let digest: String = sha2::Sha256::digest(&bytes)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            println!("cargo:rustc-env={var}_SHA256={digest}");
             found += 1;
         }
     }

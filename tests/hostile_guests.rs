@@ -149,3 +149,37 @@ async fn a_guest_flooding_its_output_still_succeeds() {
         .expect("printing is never fatal");
     assert_eq!(json(&ok)["chatty"], true);
 }
+
+/// The CPU limit charges CPU time, not time waiting for a thread: a guest that computes well
+/// under its limit finishes although the thread running it is taken away for longer than the
+/// limit (a starved machine), here by a task blocking the same single-threaded runtime each
+/// time the guest yields.
+#[tokio::test(flavor = "current_thread")]
+async fn the_cpu_limit_does_not_count_time_starved_of_a_thread() {
+    const STARVED: &str = r#"
+[grants]
+process = true
+
+[limits]
+cpu_time = "1s"
+wall_time = "60s"
+"#;
+    let dir = plugin_dir(&hostile_component(), "hostile", Some(STARVED));
+    let host = fake_host(dir.path(), FakeProcesses::new()).await;
+    // About 0.1-0.3 s of computation; the guest yields to the runtime every epoch (10 ms).
+    let call = host.call("s1", "work", r#"{"iterations": 300000000}"#);
+    let blocker = async {
+        let began = Instant::now();
+        let mut blocked = Duration::ZERO;
+        while blocked < Duration::from_millis(1500) {
+            std::thread::sleep(Duration::from_millis(250));
+            blocked += Duration::from_millis(250);
+            tokio::task::yield_now().await;
+        }
+        began.elapsed()
+    };
+    let (result, blocked) = tokio::join!(call, blocker);
+    let result = result.expect("the call finishes within its CPU limit");
+    assert!(json(&result)["done"].is_u64(), "{result}");
+    assert!(blocked >= Duration::from_millis(1500));
+}

@@ -524,3 +524,59 @@ async fn tool_descriptions_say_what_commands_may_do() {
         "{text}"
     );
 }
+
+/// The tools of the host built on `cache` (a fake process capability: nothing runs).
+async fn tools_with_cache(cache: &Path) -> Vec<toolhost::ToolInfo> {
+    let host = ToolHost::builder()
+        .process_backend(FakeProcesses::new())
+        .cache_dir(Some(cache.to_path_buf()))
+        .build()
+        .await
+        .expect("host");
+    host.tools()
+}
+
+#[tokio::test]
+async fn a_host_takes_a_plugins_tool_list_from_the_cache_and_checks_it() {
+    let cache = tempfile::tempdir().expect("tempdir");
+    let fresh = tools_with_cache(cache.path()).await;
+    let lists: Vec<_> = std::fs::read_dir(cache.path())
+        .expect("cache dir")
+        .map(|entry| entry.expect("entry").path())
+        .filter(|path| path.to_string_lossy().ends_with(".tools.json"))
+        .collect();
+    assert_eq!(
+        lists.len(),
+        1,
+        "one list kept beside the compiled component"
+    );
+    let list = &lists[0];
+    let text = std::fs::read_to_string(list).expect("list");
+    let execute = fresh
+        .iter()
+        .find(|tool| tool.name == "execute")
+        .expect("execute");
+    let marked = text.replacen(
+        &serde_json::to_string(&execute.description).expect("json"),
+        "\"as the cache has it\"",
+        1,
+    );
+    assert_ne!(marked, text);
+    std::fs::write(list, &marked).expect("write");
+    // The next host reads the list instead of asking the guest.
+    let cached = tools_with_cache(cache.path()).await;
+    let description = |tools: &[toolhost::ToolInfo]| {
+        tools
+            .iter()
+            .find(|tool| tool.name == "execute")
+            .map(|tool| tool.description.clone())
+    };
+    assert_eq!(description(&cached).as_deref(), Some("as the cache has it"));
+    assert_eq!(cached.len(), fresh.len());
+    // A list that fails the load checks (a tool listed twice) is asked for afresh.
+    let twice = marked.replacen("\"name\":\"process_list\"", "\"name\":\"execute\"", 1);
+    assert_ne!(twice, marked);
+    std::fs::write(list, &twice).expect("write");
+    let asked = tools_with_cache(cache.path()).await;
+    assert_eq!(description(&asked), Some(execute.description.clone()));
+}

@@ -30,7 +30,7 @@ pub struct Grants {
 pub struct CallLimits {
     /// Linear memories, tables and guest buffers together.
     pub memory_bytes: usize,
-    /// Guest running time (time waiting in host calls is not counted).
+    /// CPU time of the call (waiting in host calls or for a CPU is not counted).
     pub cpu_time: Duration,
     /// Whole call, waits included.
     pub wall_time: Duration,

@@ -3,7 +3,8 @@
 //! - `bindings`: the Rust side of `wit/toolhost.wit` (0.2.0), and conversions to the host's
 //!   types; `v0_1_0`: the frozen 0.1.0 contract, served by delegating to the current one.
 //! - `engine`: the engine, the linker with every import, the epoch ticker ([`Loader`]).
-//! - `cache`: compiling, through the private on-disk cache of compiled components.
+//! - `cache`: compiling, through the private on-disk cache of compiled components (and of
+//!   each component's tool list).
 //! - `plugin`: a loaded [`Plugin`]: its checks at load, a fresh limited store per call.
 //! - `state`: the store data of one call; `limits`: grants, limits and the memory limiter.
 //! - `process`, `output_buffer`: the host impls of the WIT imports, one file per interface.
@@ -26,7 +27,7 @@ mod state;
 mod v0_1_0;
 
 pub(crate) use bindings::ToolDefinition;
-pub(crate) use cache::{ComponentCache, hex};
+pub(crate) use cache::{ComponentCache, hex, parse_digest};
 pub(crate) use engine::Loader;
 pub use errors::{CallError, EngineError, LimitExceeded, LoadError};
 pub(crate) use limits::{CallLimits, Grants};

@@ -11,7 +11,7 @@ use super::cache;
 use super::engine::Loader;
 use super::errors::{CallError, LimitExceeded, LoadError};
 use super::limits::{CallLimits, Grants};
-use super::state::{CallOptions, CallOutput, CallState, ProcessGrant};
+use super::state::{CallOptions, CallOutput, CallState, Metered, ProcessGrant};
 use super::v0_1_0;
 use crate::sandbox;
 use std::pin::Pin;
@@ -36,6 +36,8 @@ pub(crate) struct PluginSource<'a> {
     pub(crate) origin: String,
     /// The component's bytes.
     pub(crate) bytes: &'a [u8],
+    /// SHA-256 of `bytes`, when it is known already (embedded components).
+    pub(crate) sha256: Option<[u8; 32]>,
     /// What it may use.
     pub(crate) grants: &'a Grants,
     /// Its per-call limits.
@@ -214,17 +216,19 @@ impl Plugin {
             name,
             origin,
             bytes,
+            sha256,
             grants,
             limits,
             config,
         } = source;
         let engine = &loader.engine;
-        let component = cache::compile(engine, name, bytes, loader.cache.as_ref())
+        let compiled = cache::compile(engine, name, bytes, sha256, loader.cache.as_ref())
             .await
             .map_err(|reason| LoadError::Compile {
                 plugin: name.to_string(),
                 reason,
             })?;
+        let component = compiled.component;
         let (version, needs_process) = contract_version(engine, &component, name)?;
         if needs_process && !grants.process {
             return Err(LoadError::MissingGrant {
@@ -267,7 +271,25 @@ impl Plugin {
             settings,
             grant,
         };
-        plugin.tools = plugin.fetch_tools().await?;
+        // The list this component gave for this configuration before, when the cache has it.
+        let tools_file = compiled.cached.as_deref().map(|cwasm| {
+            cache::tools_path(cwasm, &plugin.config, &format!("{:?}", plugin.settings))
+        });
+        // One that fails the checks (the file was tampered with) is asked for afresh.
+        let cached = tools_file
+            .as_deref()
+            .and_then(cache::load_tools)
+            .and_then(|tools| plugin.check_tools(tools).ok());
+        plugin.tools = match cached {
+            Some(tools) => tools,
+            None => {
+                let tools = plugin.check_tools(plugin.fetch_tools().await?)?;
+                if let Some(file) = &tools_file {
+                    cache::store_tools(file, &tools);
+                }
+                tools
+            }
+        };
         Ok(plugin)
     }
 
@@ -291,23 +313,30 @@ impl Plugin {
         &self.tools
     }
 
+    /// Ask the guest for its tools.
     async fn fetch_tools(&self) -> Result<Vec<ToolDefinition>, LoadError> {
+        let config = self.config.clone();
+        let settings = self.settings.clone();
+        self.run("(load)", Phase::Load, |instance, store| {
+            Box::pin(async move { instance.tools(store, &config, &settings).await })
+        })
+        .await
+        .map_err(|e| LoadError::BadTools {
+            plugin: self.name.clone(),
+            reason: e.to_string(),
+        })?
+        .map_err(|reason| LoadError::Refused {
+            plugin: self.name.clone(),
+            reason,
+        })
+    }
+
+    /// `tools` if every name is valid and unique and every schema is a JSON object.
+    fn check_tools(&self, tools: Vec<ToolDefinition>) -> Result<Vec<ToolDefinition>, LoadError> {
         let bad = |reason: String| LoadError::BadTools {
             plugin: self.name.clone(),
             reason,
         };
-        let config = self.config.clone();
-        let settings = self.settings.clone();
-        let tools = self
-            .run("(load)", Phase::Load, |instance, store| {
-                Box::pin(async move { instance.tools(store, &config, &settings).await })
-            })
-            .await
-            .map_err(|e| bad(e.to_string()))?
-            .map_err(|reason| LoadError::Refused {
-                plugin: self.name.clone(),
-                reason,
-            })?;
         let mut seen = std::collections::HashSet::new();
         for tool in &tools {
             let valid_name = !tool.name.is_empty()
@@ -409,10 +438,17 @@ impl Plugin {
             }
         });
         let pre = self.pre.clone();
-        let outcome = tokio::time::timeout(limits.wall_time, async {
-            let instance = pre.instantiate(&mut store).await?;
-            f(&instance, &mut store).await
-        })
+        let meter = store.data().cpu_meter();
+        let outcome = tokio::time::timeout(
+            limits.wall_time,
+            Metered::new(
+                async {
+                    let instance = pre.instantiate(&mut store).await?;
+                    f(&instance, &mut store).await
+                },
+                meter,
+            ),
+        )
         .await;
         let (stdout, stderr) = store.data().guest_output();
         log_guest_output(&self.name, &stdout, &stderr);

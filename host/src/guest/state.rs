@@ -4,15 +4,20 @@
 //! The host impls of the WIT interfaces live beside it, one file per interface
 //! (`process.rs`, `output_buffer.rs`). Everything a guest could abuse is decided from this
 //! state, in the host: the scope is the one the host's caller gave, never the guest's; the
-//! process grant is the plugin's, from its manifest; time spent waiting in host calls is
-//! tracked so that the CPU limit charges only the guest's own running time.
+//! process grant is the plugin's, from its manifest; the CPU limit is charged with the CPU
+//! time of the threads while they run the call ([`CpuMeter`]), so neither waiting in host
+//! calls nor waiting for a thread on a busy machine counts.
 
 use super::limits::{CallLimiter, CallLimits};
 use super::log::GuestLog;
 use crate::process::ProcessBackend;
 use crate::sandbox::{Profile, SandboxGrant, SandboxSettings};
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use wasmtime::component::ResourceTable;
@@ -89,7 +94,7 @@ pub(crate) struct CallState {
     pub(super) scope: String,
     pub(super) process: Option<ProcessGrant>,
     pub(super) started: Instant,
-    in_host: Duration,
+    cpu: Arc<CpuMeter>,
     stdout: GuestLog,
     stderr: GuestLog,
     pub(super) options: CallOptions,
@@ -119,17 +124,21 @@ impl CallState {
             scope: scope.to_string(),
             process,
             started: Instant::now(),
-            in_host: Duration::ZERO,
+            cpu: Arc::default(),
             stdout,
             stderr,
             options,
         }
     }
 
-    /// Time the guest itself has run: wall time since the call began minus time spent
-    /// waiting inside host calls.
+    /// CPU time the call has used so far (see [`CpuMeter`]).
     pub(super) fn guest_time(&self) -> Duration {
-        self.started.elapsed().saturating_sub(self.in_host)
+        self.cpu.used()
+    }
+
+    /// The meter the call's future must be polled through ([`Metered`]).
+    pub(super) fn cpu_meter(&self) -> Arc<CpuMeter> {
+        self.cpu.clone()
     }
 
     /// What the guest printed to stdout and stderr (bounded), for the log and error messages.
@@ -137,16 +146,79 @@ impl CallState {
         (self.stdout.contents(), self.stderr.contents())
     }
 
-    /// Run a host future, charging its time to the host rather than to the guest's CPU limit.
+    /// Run a host future with the grant, in the caller's scope. Its waits are not CPU time;
+    /// what it computes on the call's thread counts like the guest's own work.
     pub(super) async fn in_host<F: Future>(
         &mut self,
         grant: ProcessGrant,
         f: impl FnOnce(ProcessGrant, String) -> F,
     ) -> F::Output {
-        let start = Instant::now();
-        let out = f(grant, self.scope.clone()).await;
-        self.in_host += start.elapsed();
-        out
+        f(grant, self.scope.clone()).await
+    }
+}
+
+/// The CPU time one call has used: the thread CPU time (`CLOCK_THREAD_CPUTIME_ID`) of each
+/// poll of the call's future, summed over polls and threads, the poll under way included.
+/// Wall time would charge a guest for the time it waited for a thread on a starved machine,
+/// and stop it for CPU time it never used.
+#[derive(Debug, Default)]
+pub(crate) struct CpuMeter {
+    /// Nanoseconds of finished polls.
+    used: AtomicU64,
+    /// The thread CPU clock when the poll under way began; 0 between polls.
+    poll_began: AtomicU64,
+}
+
+impl CpuMeter {
+    /// The calling thread's CPU clock in nanoseconds (at least 1).
+    fn thread_clock() -> u64 {
+        let now = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+        let nanos = u64::try_from(now.tv_sec)
+            .unwrap_or(0)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(u64::try_from(now.tv_nsec).unwrap_or(0));
+        nanos.max(1)
+    }
+
+    /// CPU time used so far. Called from inside a poll (the epoch callback runs on the
+    /// polling thread), it includes the poll under way.
+    pub(crate) fn used(&self) -> Duration {
+        let mut nanos = self.used.load(Ordering::Relaxed);
+        let began = self.poll_began.load(Ordering::Relaxed);
+        if began != 0 {
+            nanos = nanos.saturating_add(Self::thread_clock().saturating_sub(began));
+        }
+        Duration::from_nanos(nanos)
+    }
+}
+
+/// A future whose every poll is charged to a [`CpuMeter`].
+pub(crate) struct Metered<F> {
+    inner: Pin<Box<F>>,
+    meter: Arc<CpuMeter>,
+}
+
+impl<F: Future> Metered<F> {
+    pub(crate) fn new(inner: F, meter: Arc<CpuMeter>) -> Self {
+        Metered {
+            inner: Box::pin(inner),
+            meter,
+        }
+    }
+}
+
+impl<F: Future> Future for Metered<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.get_mut();
+        let began = CpuMeter::thread_clock();
+        this.meter.poll_began.store(began, Ordering::Relaxed);
+        let poll = this.inner.as_mut().poll(cx);
+        let spent = CpuMeter::thread_clock().saturating_sub(began);
+        this.meter.poll_began.store(0, Ordering::Relaxed);
+        this.meter.used.fetch_add(spent, Ordering::Relaxed);
+        poll
     }
 }
 

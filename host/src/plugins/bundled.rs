@@ -12,6 +12,8 @@ pub struct BundledPlugin {
     pub summary: &'static str,
     /// The component bytes.
     pub bytes: &'static [u8],
+    /// SHA-256 of `bytes` as lower-case hex, taken when they were embedded.
+    pub sha256: &'static str,
     /// Its manifest: the grants and limits it runs with, written beside it by
     /// `toolhost plugins export`.
     pub manifest: &'static str,
@@ -23,6 +25,7 @@ pub const DEFAULT: BundledPlugin = BundledPlugin {
     file_name: "default-policy.wasm",
     summary: "execute/process_* with timeouts handed over to the background",
     bytes: include_bytes!(env!("TOOLHOST_GUEST_DEFAULT_POLICY")),
+    sha256: env!("TOOLHOST_GUEST_DEFAULT_POLICY_SHA256"),
     manifest: DEFAULT_MANIFEST,
 };
 
@@ -32,6 +35,7 @@ pub const GUARDED: BundledPlugin = BundledPlugin {
     file_name: "guarded-policy.wasm",
     summary: "refuses destructive commands, kills at timeout, lower maximum timeout",
     bytes: include_bytes!(env!("TOOLHOST_GUEST_GUARDED_POLICY")),
+    sha256: env!("TOOLHOST_GUEST_GUARDED_POLICY_SHA256"),
     manifest: GUARDED_MANIFEST,
 };
 

@@ -5,7 +5,7 @@
 use super::bundled::{self, BundledPlugin};
 use super::manifest::{Manifest, ManifestError};
 use crate::error::HostError;
-use crate::guest::{Loader, Plugin, PluginSource, hex};
+use crate::guest::{Loader, Plugin, PluginSource, hex, parse_digest};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -184,6 +184,7 @@ async fn load_bundled(loader: &Loader, bundled: &BundledPlugin) -> Result<Plugin
         name: bundled.name,
         origin: "bundled".to_string(),
         bytes: bundled.bytes,
+        sha256: parse_digest(bundled.sha256),
         grants: &manifest.grants,
         limits: manifest.limits,
         config: manifest.config_json(),
@@ -238,6 +239,7 @@ async fn load_file(
         name: &name,
         origin: path.display().to_string(),
         bytes,
+        sha256: None,
         grants: &manifest.grants,
         limits: manifest.limits,
         config: manifest.config_json(),
