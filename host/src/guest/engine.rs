@@ -10,7 +10,8 @@ use super::state::CallState;
 use super::v0_1_0;
 use crate::process::ProcessBackend;
 use crate::sandbox::SandboxSettings;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Engine};
@@ -32,6 +33,8 @@ pub(crate) struct Loader {
     pub(crate) cache: Option<ComponentCache>,
     /// The operator's confinement settings, which every plugin's grant narrows.
     pub(crate) sandbox: Arc<SandboxSettings>,
+    /// Advances the engine's epoch while a guest runs.
+    pub(crate) ticker: Arc<EpochTicker>,
 }
 
 impl Loader {
@@ -52,7 +55,7 @@ impl Loader {
         // The frozen 0.1.0 imports, beside the current ones (their names carry the version).
         v0_1_0::ShellTools::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
             .map_err(engine_error)?;
-        start_epoch_ticker(&engine)
+        let ticker = EpochTicker::start(&engine)
             .map_err(|e| EngineError(format!("cannot start the epoch ticker thread: {e}")))?;
         Ok(Loader {
             engine,
@@ -60,22 +63,144 @@ impl Loader {
             backend,
             cache,
             sandbox: Arc::new(sandbox),
+            ticker,
         })
     }
 }
 
-/// Advance the engine's epoch every [`EPOCH_TICK`] until the engine is dropped. Without it a
-/// runaway guest would never be interrupted, so failing to start it is an error.
-fn start_epoch_ticker(engine: &Engine) -> std::io::Result<()> {
-    let weak = engine.weak();
-    std::thread::Builder::new()
-        .name("toolhost-epoch".to_string())
-        .spawn(move || {
-            while let Some(engine) = weak.upgrade() {
-                engine.increment_epoch();
-                drop(engine);
-                std::thread::sleep(EPOCH_TICK);
+/// The thread that advances the engine's epoch every [`EPOCH_TICK`] while at least one guest
+/// runs, and sleeps without waking while none does (an idle host does not tick). Without it a
+/// runaway guest would never be interrupted, so failing to start it is an error. The thread
+/// ends when the last handle is dropped, or the engine.
+pub(crate) struct EpochTicker {
+    shared: Arc<TickerShared>,
+}
+
+#[derive(Default)]
+struct TickerShared {
+    state: Mutex<TickerState>,
+    wake: Condvar,
+    /// Epochs advanced so far.
+    ticks: AtomicU64,
+}
+
+#[derive(Default)]
+struct TickerState {
+    /// Guests running now.
+    running: usize,
+    /// No handle is left.
+    stopped: bool,
+}
+
+/// One guest running: the ticker ticks while any of these is alive.
+pub(crate) struct Running<'a>(&'a EpochTicker);
+
+impl EpochTicker {
+    fn start(engine: &Engine) -> std::io::Result<Arc<EpochTicker>> {
+        let shared = Arc::new(TickerShared::default());
+        let weak = engine.weak();
+        let thread_shared = shared.clone();
+        std::thread::Builder::new()
+            .name("toolhost-epoch".to_string())
+            .spawn(move || {
+                let shared = thread_shared;
+                loop {
+                    {
+                        let state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
+                        let state = shared
+                            .wake
+                            .wait_while(state, |s| s.running == 0 && !s.stopped)
+                            .unwrap_or_else(PoisonError::into_inner);
+                        if state.stopped {
+                            return;
+                        }
+                    }
+                    let Some(engine) = weak.upgrade() else { return };
+                    engine.increment_epoch();
+                    drop(engine);
+                    shared.ticks.fetch_add(1, Ordering::Relaxed);
+                    std::thread::sleep(EPOCH_TICK);
+                }
+            })?;
+        Ok(Arc::new(EpochTicker { shared }))
+    }
+
+    /// Mark a guest as running until the returned guard is dropped.
+    pub(crate) fn running(&self) -> Running<'_> {
+        let mut state = self
+            .shared
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        state.running += 1;
+        if state.running == 1 {
+            self.shared.wake.notify_one();
+        }
+        Running(self)
+    }
+
+    /// Epochs advanced so far.
+    #[cfg(test)]
+    fn ticks(&self) -> u64 {
+        self.shared.ticks.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let mut state = self
+            .0
+            .shared
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        state.running = state.running.saturating_sub(1);
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        let mut state = self
+            .shared
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        state.stopped = true;
+        self.shared.wake.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Waits until `condition` holds, for at most 5 s.
+    fn eventually(condition: impl Fn() -> bool) -> bool {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            if condition() {
+                return true;
             }
-        })
-        .map(drop)
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        condition()
+    }
+
+    #[test]
+    fn the_epoch_advances_only_while_a_guest_runs() {
+        let engine = Engine::default();
+        let ticker = EpochTicker::start(&engine).expect("ticker");
+        // Idle: not a single tick over many tick periods.
+        std::thread::sleep(EPOCH_TICK * 10);
+        assert_eq!(ticker.ticks(), 0);
+        let running = ticker.running();
+        let at_start = ticker.ticks();
+        assert!(eventually(|| ticker.ticks() >= at_start + 3));
+        drop(running);
+        // The tick under way may finish; then nothing more.
+        std::thread::sleep(EPOCH_TICK * 2);
+        let stopped_at = ticker.ticks();
+        std::thread::sleep(EPOCH_TICK * 10);
+        assert_eq!(ticker.ticks(), stopped_at);
+    }
 }

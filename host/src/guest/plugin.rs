@@ -8,7 +8,7 @@ use super::bindings::{
     wit_sandbox,
 };
 use super::cache;
-use super::engine::Loader;
+use super::engine::{EpochTicker, Loader};
 use super::errors::{CallError, LimitExceeded, LoadError};
 use super::limits::{CallLimits, Grants};
 use super::state::{CallOptions, CallOutput, CallState, Metered, ProcessGrant};
@@ -190,6 +190,8 @@ pub(crate) struct Plugin {
     /// What its commands get unless a request tightens it, as handed to `tools`.
     settings: wit_sandbox::Settings,
     grant: Option<ProcessGrant>,
+    /// The engine's epoch ticker, told when a call runs.
+    ticker: std::sync::Arc<EpochTicker>,
 }
 
 impl std::fmt::Debug for Plugin {
@@ -270,6 +272,7 @@ impl Plugin {
             config,
             settings,
             grant,
+            ticker: loader.ticker.clone(),
         };
         // The list this component gave for this configuration before, when the cache has it.
         let tools_file = compiled.cached.as_deref().map(|cwasm| {
@@ -439,6 +442,8 @@ impl Plugin {
         });
         let pre = self.pre.clone();
         let meter = store.data().cpu_meter();
+        // The epoch must advance while the guest runs, for the CPU limit to interrupt it.
+        let _running = self.ticker.running();
         let outcome = tokio::time::timeout(
             limits.wall_time,
             Metered::new(
