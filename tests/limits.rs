@@ -93,7 +93,10 @@ async fn a_fork_bomb_is_held_by_the_process_limit() {
         output.contains("Cannot fork") || output.contains("limit of 32 processes"),
         "no fork was refused: {result}"
     );
-    assert!(most <= 33, "{most} processes of a command limited to 32");
+    // A scan of /proc is not a snapshot: while the bomb forks and exits during the scan, one
+    // pass can count a parent that is gone and its new child. An unlimited bomb reaches
+    // hundreds within the 3 s.
+    assert!(most <= 64, "{most} processes of a command limited to 32");
     assert!(
         wait_gone(&marker, Duration::from_secs(10)).await,
         "left behind: {:?}",

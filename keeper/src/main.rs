@@ -111,6 +111,22 @@ fn run() -> io::Result<()> {
     // `--tty`: stdin is a terminal, to become the command's controlling terminal.
     let terminal = args.first().is_some_and(|arg| arg == "--tty");
     let args = &args[usize::from(terminal)..];
+    // `--join-cgroup=FD`: the `cgroup.procs` of one of the command's cgroups.
+    let cgroups: Vec<RawFd> = args
+        .iter()
+        .map_while(|arg| {
+            arg.to_str()?
+                .strip_prefix("--join-cgroup=")
+                .map(|fd| fd.parse::<RawFd>().map_err(|_| arg.clone()))
+        })
+        .collect::<Result<_, _>>()
+        .map_err(|arg| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("not a descriptor: {}", arg.to_string_lossy()),
+            )
+        })?;
+    let args = &args[cgroups.len()..];
     let (confinement, options) = Confinement::from_args(args)?;
     let [program, argv0, rest @ ..] = &args[options..] else {
         return Err(io::Error::new(
@@ -129,6 +145,14 @@ fn run() -> io::Result<()> {
     // SAFETY: closing our own executable's descriptor, owned by nothing else here; EBADF
     // (not passed) is harmless.
     unsafe { libc::close(SELF_FD) };
+
+    // Into the command's cgroups first, so that the keeper and everything it starts are
+    // counted; a command that cannot be limited does not run.
+    if let Err(error) = join_cgroups(&cgroups) {
+        eprintln!("toolhost: cannot move the command into its cgroups: {error}");
+        write_status(&mut status, b'C', 127);
+        return Ok(());
+    }
 
     match confinement.join() {
         Ok(false) => {}
@@ -385,6 +409,18 @@ pub(crate) fn set_cloexec(fd: RawFd) -> io::Result<()> {
                 io::Error::last_os_error()
             ),
         ));
+    }
+    Ok(())
+}
+
+/// Move this process into each cgroup whose `cgroup.procs` is open at one of `fds`, and close
+/// them.
+fn join_cgroups(fds: &[RawFd]) -> io::Result<()> {
+    for &fd in fds {
+        // SAFETY: the host passed `fd` for exactly this; nothing else here owns it.
+        let mut procs = unsafe { File::from_raw_fd(fd) };
+        // "0": the writing process itself.
+        procs.write_all(b"0")?;
     }
     Ok(())
 }

@@ -168,7 +168,8 @@ pub(super) struct ChildSpec {
     layers: Option<(OwnedFd, OwnedFd)>,
     /// The scope's namespaces (user, mount, and maybe network and PID), for descriptors 8 and up.
     namespaces: Vec<OwnedFd>,
-    /// `cgroup.procs` of the command's cgroups (at most two), joined by the child before exec.
+    /// `cgroup.procs` of the command's cgroups (at most two), for the descriptors after the
+    /// others; the keeper moves itself in (`--join-cgroup=FD`).
     cgroups: Vec<OwnedFd>,
     nice: i32,
 }
@@ -198,7 +199,40 @@ impl ChildSpec {
         cgroups: Option<&CommandCgroups>,
         nice: i32,
     ) -> io::Result<Self> {
+        let namespaces: Vec<OwnedFd> = confine
+            .and_then(|prepared| prepared.namespaces.as_ref())
+            .map(|namespaces| {
+                namespaces
+                    .fds
+                    .iter()
+                    .take(4)
+                    .map(|(_, fd)| above_reserved(fd.try_clone()?))
+                    .collect::<io::Result<Vec<_>>>()
+            })
+            .transpose()?
+            .unwrap_or_default();
+        let cgroups: Vec<OwnedFd> = cgroups
+            .map(|cgroups| {
+                cgroups
+                    .procs()
+                    .iter()
+                    .take(2)
+                    .map(|file| file.try_clone().map(OwnedFd::from))
+                    .collect::<io::Result<Vec<_>>>()
+            })
+            .transpose()?
+            .unwrap_or_default();
         let mut argv = vec![cstring(b"toolhost-keeper")?];
+        // The cgroups' `cgroup.procs` follow the other descriptors the keeper gets; it moves
+        // itself in before anything else (see `child_main` for why not here).
+        let first_cgroup = if confine.is_some() {
+            8 + namespaces.len()
+        } else {
+            6
+        };
+        for slot in first_cgroup..first_cgroup + cgroups.len() {
+            argv.push(cstring(format!("--join-cgroup={slot}").as_bytes())?);
+        }
         if let Some(prepared) = confine {
             argv.push(cstring(b"--confine")?);
             for option in &prepared.keeper_args {
@@ -265,29 +299,8 @@ impl ChildSpec {
                 )),
                 None => None,
             },
-            namespaces: confine
-                .and_then(|prepared| prepared.namespaces.as_ref())
-                .map(|namespaces| {
-                    namespaces
-                        .fds
-                        .iter()
-                        .take(4)
-                        .map(|(_, fd)| above_reserved(fd.try_clone()?))
-                        .collect::<io::Result<Vec<_>>>()
-                })
-                .transpose()?
-                .unwrap_or_default(),
-            cgroups: cgroups
-                .map(|cgroups| {
-                    cgroups
-                        .procs()
-                        .iter()
-                        .take(2)
-                        .map(|file| file.try_clone().map(OwnedFd::from))
-                        .collect::<io::Result<Vec<_>>>()
-                })
-                .transpose()?
-                .unwrap_or_default(),
+            namespaces,
+            cgroups,
             nice,
         })
     }
@@ -476,7 +489,6 @@ impl Forker {
                 STAGE_PARENT => SpawnStep::ParentCheck,
                 STAGE_STDIO => SpawnStep::Stdio,
                 STAGE_CHDIR => SpawnStep::Chdir,
-                STAGE_CGROUP => SpawnStep::Cgroup,
                 _ => SpawnStep::Exec,
             };
             return Err(SpawnError {
@@ -505,8 +517,6 @@ pub(super) enum SpawnStep {
     Stdio,
     /// Entering the working directory.
     Chdir,
-    /// Joining the command's cgroups.
-    Cgroup,
     /// `execveat` of the keeper.
     Exec,
 }
@@ -528,7 +538,6 @@ impl std::fmt::Display for SpawnError {
             SpawnStep::ParentCheck => "parent check",
             SpawnStep::Stdio => "dup2",
             SpawnStep::Chdir => "chdir",
-            SpawnStep::Cgroup => "joining the command's cgroups",
             SpawnStep::Exec => "exec",
         };
         write!(f, "{step}: {}", self.error)
@@ -541,7 +550,6 @@ const STAGE_PARENT: i32 = 3;
 const STAGE_STDIO: i32 = 4;
 const STAGE_CHDIR: i32 = 5;
 const STAGE_EXEC: i32 = 6;
-const STAGE_CGROUP: i32 = 7;
 
 /// What `child_main` reads (and, on failure, writes), on the parent's stack.
 struct ChildContext {
@@ -595,16 +603,10 @@ extern "C" fn child_main(context: *mut libc::c_void) -> libc::c_int {
     if !parent_ok {
         return fail(STAGE_PARENT, libc::ESRCH);
     }
-    // Join the command's cgroups, so that the keeper and everything under it are counted.
-    for procs in context.cgroups {
-        if procs >= 0 {
-            // SAFETY: writes one byte from a static string to a descriptor the parent keeps
-            // open until `clone` returns.
-            if unsafe { libc::write(procs, c"0".as_ptr().cast(), 1) } != 1 {
-                return fail(STAGE_CGROUP, errno());
-            }
-        }
-    }
+    // The command's cgroups are joined by the keeper, not here: moving a process between
+    // cgroups can wait for an RCU grace period (cgroup v1's threadgroup lock, 10-25 ms after
+    // a quiet spell), and this thread's parent, the spawner, is suspended until the exec, so
+    // every start of the host would queue behind it.
     if context.nice != 0 {
         // SAFETY: an integer argument; failure (not permitted) is harmless.
         unsafe { libc::nice(context.nice) };
@@ -627,11 +629,18 @@ extern "C" fn child_main(context: *mut libc::c_void) -> libc::c_int {
                 .all(|(target, fd)| fd < 0 || libc::dup2(fd, target) != -1)
     };
     let namespaces = context.namespaces.iter().filter(|fd| **fd >= 0).count();
-    let first_closed: libc::c_uint = match (context.layers.0 < 0, namespaces) {
+    let first_cgroup: libc::c_uint = match (context.layers.0 < 0, namespaces) {
         (true, _) => 6,
-        (false, 0) => 8,
         (false, n) => 8 + n as libc::c_uint,
     };
+    // SAFETY: as above; the targets follow every other descriptor the keeper gets, and the
+    // sources are 12 or above, so none is overwritten before it is copied.
+    let stdio = stdio
+        && (first_cgroup..)
+            .zip(context.cgroups)
+            .all(|(target, fd)| fd < 0 || unsafe { libc::dup2(fd, target as RawFd) } != -1);
+    let cgroups = context.cgroups.iter().filter(|fd| **fd >= 0).count();
+    let first_closed = first_cgroup + cgroups as libc::c_uint;
     if !stdio {
         return fail(STAGE_STDIO, errno());
     }
