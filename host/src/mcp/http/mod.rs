@@ -14,6 +14,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use axum::serve::ListenerExt;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use sha2::{Digest, Sha256};
@@ -193,6 +194,14 @@ pub async fn serve_http(host: Arc<ToolHost>, options: HttpOptions) -> Result<(),
         addr: options.addr.clone(),
         source,
     })?;
+    // Answers and stream events go out in small writes: with Nagle's algorithm a write waits
+    // for the client's delayed acknowledgement of the previous one (40 ms on Linux), which
+    // was the 99th percentile of every call.
+    let listener = listener.tap_io(|stream| {
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::debug!(%error, "cannot set TCP_NODELAY on a connection");
+        }
+    });
 
     let stop = CancellationToken::new();
     let signals = super::spawn_signal_watch(stop.clone())?;
