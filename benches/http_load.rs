@@ -7,6 +7,13 @@
 //! and the errors by kind: what gives first as N grows. Confined (the default profile) and with
 //! `--sandbox off` side by side. Asserts nothing about time.
 //!
+//! Beside each N, a native baseline measured in the same run, just before the host's phase:
+//! the same open-loop schedule with `sh -c true` spawned by `tokio::process` (N tasks, one
+//! spawn each every 100 ms whether or not the previous one has finished) while N native
+//! background processes run the same streaming shell loop; its achieved rate, p50 and p99, and
+//! the host's p99 against it at the same N (what the host adds, apart from what the machine
+//! cannot do natively either).
+//!
 //! Targets on the 2-core machine: p99 at N = 100 within 3x of N = 1; at most 256 KiB of host
 //! memory per idle session; descriptors and threads back to their baseline once the sessions
 //! end; no error but a configured cap's refusal.
@@ -20,8 +27,14 @@ mod http_session;
 use http_session::{HttpServer, Session};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// What each session's background process runs (and each native streamer).
+const STREAMER: &str = "while :; do echo tick; sleep 0.1; done";
+/// How often each session (and each native task) issues a call.
+const PERIOD: Duration = Duration::from_millis(100);
 
 /// What the host process uses.
 #[derive(Debug, Clone, Copy)]
@@ -172,7 +185,7 @@ async fn measure(n: usize, extra: &[&str], secs: u64) -> Figures {
     let streamers = futures_join(sessions.iter().cloned().map(|session| async move {
         execute(
             &session,
-            json!({"command": "while :; do echo tick; sleep 0.1; done", "run_in_background": true}),
+            json!({"command": STREAMER, "run_in_background": true}),
         )
         .await
     }))
@@ -188,7 +201,7 @@ async fn measure(n: usize, extra: &[&str], secs: u64) -> Figures {
     let began = Instant::now();
     let length = Duration::from_secs(secs);
     let mut calls = Vec::new();
-    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let mut tick = tokio::time::interval(PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     while began.elapsed() < length {
         tick.tick().await;
@@ -244,8 +257,142 @@ async fn measure(n: usize, extra: &[&str], secs: u64) -> Figures {
     }
 }
 
+/// Figures of the native baseline at one N.
+struct NativeFigures {
+    offered: f64,
+    achieved: f64,
+    p50: Duration,
+    p99: Duration,
+    errors: BTreeMap<String, usize>,
+}
+
+/// One native `sh -c true`; its wall time from spawn to exit.
+async fn native_spawn() -> Sample {
+    let began = Instant::now();
+    let status = tokio::process::Command::new("sh")
+        .args(["-c", "true"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .await;
+    match status {
+        Ok(status) if status.success() => Ok(began.elapsed()),
+        Ok(status) => Err(format!("native sh -c true: {status}")),
+        Err(error) => Err(format!("native spawn: {error}")),
+    }
+}
+
+/// N native background processes running [`STREAMER`], each in a process group of its own
+/// (so that its `sleep` goes with it), their output read and dropped as it comes.
+struct NativeStreamers {
+    children: Vec<tokio::process::Child>,
+    readers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl NativeStreamers {
+    fn start(n: usize, errors: &mut BTreeMap<String, usize>) -> NativeStreamers {
+        let mut children = Vec::with_capacity(n);
+        let mut readers = Vec::with_capacity(n);
+        for _ in 0..n {
+            let spawned = tokio::process::Command::new("sh")
+                .args(["-c", STREAMER])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .process_group(0)
+                .kill_on_drop(true)
+                .spawn();
+            match spawned {
+                Ok(mut child) => {
+                    if let Some(mut stdout) = child.stdout.take() {
+                        readers.push(tokio::spawn(async move {
+                            let _ = tokio::io::copy(&mut stdout, &mut tokio::io::sink()).await;
+                        }));
+                    }
+                    children.push(child);
+                }
+                Err(error) => {
+                    *errors
+                        .entry(format!("starting a native streamer: {error}"))
+                        .or_insert(0) += 1;
+                }
+            }
+        }
+        NativeStreamers { children, readers }
+    }
+
+    /// SIGKILL every streamer's process group, reap them and end their readers.
+    async fn stop(mut self) {
+        let groups: Vec<String> = self
+            .children
+            .iter()
+            .filter_map(|child| child.id())
+            .map(|pid| format!("-{pid}"))
+            .collect();
+        if !groups.is_empty() {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--"])
+                .args(&groups)
+                .stderr(Stdio::null())
+                .status();
+        }
+        for child in &mut self.children {
+            // `kill` above took the group; this is for a child it missed.
+            let _ = child.start_kill();
+            let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+        }
+        for reader in self.readers {
+            let _ = tokio::time::timeout(Duration::from_secs(10), reader).await;
+        }
+    }
+}
+
+/// The native baseline of N sessions: the same open loop (N spawns of `sh -c true` every
+/// 100 ms, on schedule) beside N native streamers, which are gone when this returns.
+async fn measure_native(n: usize, secs: u64) -> NativeFigures {
+    let mut errors = BTreeMap::new();
+    let streamers = NativeStreamers::start(n, &mut errors);
+    let began = Instant::now();
+    let length = Duration::from_secs(secs);
+    let mut spawns = Vec::new();
+    let mut tick = tokio::time::interval(PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    while began.elapsed() < length {
+        tick.tick().await;
+        for _ in 0..n {
+            spawns.push(tokio::spawn(native_spawn()));
+        }
+    }
+    let offered = spawns.len();
+    let mut samples = Vec::with_capacity(offered);
+    for handle in spawns {
+        match tokio::time::timeout(Duration::from_secs(120), handle).await {
+            Ok(Ok(sample)) => samples.push(sample),
+            Ok(Err(error)) => samples.push(Err(format!("task: {error}"))),
+            Err(_) => samples.push(Err("native: no exit within 120 s".to_owned())),
+        }
+    }
+    let elapsed = began.elapsed();
+    streamers.stop().await;
+    let mut latencies: Vec<Duration> = samples.iter().filter_map(|s| s.clone().ok()).collect();
+    latencies.sort();
+    for error in samples.iter().filter_map(|s| s.clone().err()) {
+        *errors.entry(error).or_insert(0) += 1;
+    }
+    // Settled before the host's phase.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    NativeFigures {
+        offered: offered as f64 / length.as_secs_f64(),
+        achieved: latencies.len() as f64 / elapsed.as_secs_f64(),
+        p50: percentile(&latencies, 0.5),
+        p99: percentile(&latencies, 0.99),
+        errors,
+    }
+}
+
 /// One N's line (ratios against `base`, the first N) and its errors.
-fn print_line(f: &Figures, base: &Figures) {
+fn print_line(f: &Figures, base: &Figures, native: &NativeFigures) {
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64().max(1e-9);
     println!(
         "  N={:<4} offered {:>7.1}/s achieved {:>7.1}/s  p50 {:>9.2?} ({:>5.2}x)  p99 {:>9.2?} ({:>5.2}x)  idle {:>6.1} KiB/session  RSS under load {} MiB  fds {}->{}->{}  threads {}->{}->{}",
@@ -268,14 +415,27 @@ fn print_line(f: &Figures, base: &Figures) {
     for (error, count) in &f.errors {
         println!("         {count} x {error}");
     }
+    println!(
+        "         native, same schedule: offered {:>7.1}/s achieved {:>7.1}/s  p50 {:>9.2?}  p99 {:>9.2?}  toolhost / native at N={}: p50 {:.2}x, p99 {:.2}x",
+        native.offered,
+        native.achieved,
+        native.p50,
+        native.p99,
+        f.n,
+        ratio(f.p50, native.p50),
+        ratio(f.p99, native.p99),
+    );
+    for (error, count) in &native.errors {
+        println!("         native: {count} x {error}");
+    }
     match f.stopped {
         Some(took) => println!("         stopped on SIGTERM in {took:.2?}"),
         None => println!("         did NOT stop within a minute of SIGTERM"),
     }
 }
 
-/// The targets, from all N of one configuration.
-fn print_summary(figures: &[Figures]) {
+/// The targets, from all N of one configuration (each with its native baseline).
+fn print_summary(figures: &[Figures], natives: &[NativeFigures]) {
     let base = &figures[0];
     if let Some(hundred) = figures.iter().find(|f| f.n == 100) {
         println!(
@@ -284,6 +444,23 @@ fn print_summary(figures: &[Figures]) {
             hundred.p99.as_secs_f64() / base.p99.as_secs_f64().max(1e-9)
         );
     }
+    let per_n = |of: &dyn Fn(&Figures, &NativeFigures) -> f64| {
+        figures
+            .iter()
+            .zip(natives)
+            .map(|(f, native)| format!("N={} {:.2}x", f.n, of(f, native)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!(
+        "  p99 toolhost / native p99 at the same N: {}",
+        per_n(&|f, native| f.p99.as_secs_f64() / native.p99.as_secs_f64().max(1e-9))
+    );
+    println!(
+        "  native p99 / native p99 at N={}: {}",
+        base.n,
+        per_n(&|_, native| native.p99.as_secs_f64() / natives[0].p99.as_secs_f64().max(1e-9))
+    );
     let worst_idle = figures
         .iter()
         .map(|f| f.idle_kib_per_session)
@@ -324,12 +501,16 @@ async fn run() {
     ] {
         println!("http_load ({label}), {secs} s of load per N:");
         let mut figures: Vec<Figures> = Vec::new();
+        let mut natives: Vec<NativeFigures> = Vec::new();
         for &n in &counts {
+            // The machine's own answer to the same schedule, just before the host's.
+            let native = measure_native(n, secs).await;
             let measured = measure(n, extra, secs).await;
-            print_line(&measured, figures.first().unwrap_or(&measured));
+            print_line(&measured, figures.first().unwrap_or(&measured), &native);
             figures.push(measured);
+            natives.push(native);
         }
-        print_summary(&figures);
+        print_summary(&figures, &natives);
     }
 }
 
