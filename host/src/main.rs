@@ -268,10 +268,13 @@ fn main() -> ExitCode {
             .init();
     }
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // One call needs no worker threads (the guest, the process monitor and the answer take
+    // turns on this one); a server does.
+    let mut builder = match cli.command {
+        Command::Call { .. } => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("toolhost: cannot start the async runtime: {e}");

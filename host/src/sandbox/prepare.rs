@@ -101,8 +101,9 @@ pub(crate) struct Context {
     pub(crate) writable: Vec<PathBuf>,
     /// The host's own files.
     pub(crate) protected: Vec<PathBuf>,
-    /// The keeper's executable, which makes the namespaces; `None`: no namespaces layer.
-    pub(crate) keeper: Option<BorrowedFd<'static>>,
+    /// Loads the keeper's executable, which makes the namespaces (when first needed: a host
+    /// that confines nothing does not wait for it); `None`: no namespaces layer.
+    pub(crate) keeper: Option<fn() -> std::io::Result<BorrowedFd<'static>>>,
 }
 
 /// The layers of one profile, ready for keepers.
@@ -366,7 +367,7 @@ fn make_namespaces(
     if probe::disabled("namespaces") {
         return Ok(None);
     }
-    let Some(keeper) = context.keeper else {
+    let Some(keeper) = context.keeper.and_then(|load| load().ok()) else {
         return Ok(None);
     };
     match namespaces::make(keeper, request) {

@@ -290,7 +290,7 @@ impl ProcessManager {
                 .cloned()
                 .chain(log_dir.clone())
                 .collect(),
-            keeper: keeper::executable().ok(),
+            keeper: Some(keeper::executable),
         });
         Arc::new(Self {
             config,

@@ -78,24 +78,25 @@ pub(super) struct Spawner {
 }
 
 impl Spawner {
-    /// Start the thread.
+    /// Start the thread. It gets ready (the keeper loaded, the child stack allocated) while
+    /// the caller goes on; if that fails, every spawn is answered with the reason.
     pub(super) fn new() -> io::Result<Self> {
         let (jobs, queue) = mpsc::channel::<Job>();
-        let (ready, started) = mpsc::channel::<io::Result<()>>();
         std::thread::Builder::new()
             .name("toolhost-spawner".to_owned())
             .spawn(move || match Forker::new() {
-                Ok(forker) => {
-                    let _ = ready.send(Ok(()));
-                    run(&forker, &queue);
-                }
+                Ok(forker) => run(&forker, &queue),
                 Err(error) => {
-                    let _ = ready.send(Err(error));
+                    tracing::error!(%error, "the process spawner cannot start processes");
+                    let message = error.to_string();
+                    while let Ok(Job { reply, .. }) = queue.recv() {
+                        let _ = reply.send(Err(SpawnError {
+                            step: SpawnStep::Spawner,
+                            error: io::Error::new(error.kind(), message.clone()),
+                        }));
+                    }
                 }
             })?;
-        started
-            .recv()
-            .map_err(|_| io::Error::other("the spawner thread died"))??;
         Ok(Self { jobs })
     }
 
