@@ -36,7 +36,8 @@ struct Cli {
     log_retention: humantime::Duration,
 
     /// The most disk space the output logs in the state directory may take together; past it
-    /// the oldest are deleted first (e.g. `1GiB`).
+    /// the oldest are deleted first, at each sweep (see --log-retention: between two sweeps
+    /// the logs can grow past it) (e.g. `1GiB`).
     #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_memory, global = true)]
     log_max_total: u64,
 

@@ -6,10 +6,13 @@
 //! is re-parented to it, and "a descendant of the keeper" means "started by this command",
 //! whatever it did to its session or group.
 //!
-//! Usage (the host runs it; not meant for people): `toolhost-keeper [OPTIONS] PROGRAM ARGV0
-//! [ARG...]`, with descriptor 3 the write end of the *status* pipe and descriptor 4 the
-//! keeper's end of the *control* socket; the options and descriptors 6 and up confine the
-//! command (see `confine.rs`). When they include a PID namespace, the keeper forks once after
+//! Usage (the host runs it; not meant for people): `toolhost-keeper [--tty]
+//! [--join-cgroup=FD]... [OPTIONS] PROGRAM ARGV0 [ARG...]`, with descriptor 3 the write end of
+//! the *status* pipe and descriptor 4 the keeper's end of the *control* socket; each
+//! `--join-cgroup` descriptor is an open `cgroup.procs` of one of the command's cgroups, which
+//! the keeper moves itself into before anything else (a descriptor that is not a cgroup file,
+//! or a failed move, and the command does not run); the options and descriptors 6 and up
+//! confine the command (see `confine.rs`). When they include a PID namespace, the keeper forks once after
 //! joining it and carries on in the child, inside the namespace; the first process only waits
 //! for it. `toolhost-keeper --make-namespaces ...` is the other mode: it
 //! makes a scope's namespaces for the host (see `namespaces.rs`).
@@ -414,11 +417,33 @@ pub(crate) fn set_cloexec(fd: RawFd) -> io::Result<()> {
 }
 
 /// Move this process into each cgroup whose `cgroup.procs` is open at one of `fds`, and close
-/// them.
+/// them. A descriptor that is not a file of a cgroup file system is refused: a write of "0"
+/// elsewhere (a pipe, a socket) would succeed and leave the command outside its cgroup.
 fn join_cgroups(fds: &[RawFd]) -> io::Result<()> {
-    for &fd in fds {
-        // SAFETY: the host passed `fd` for exactly this; nothing else here owns it.
-        let mut procs = unsafe { File::from_raw_fd(fd) };
+    // `statfs.f_type` of cgroup v1 and v2 file systems (linux/magic.h).
+    const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
+    const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+    // Owned at once, so that every one is closed whatever happens below.
+    // SAFETY: the host passed these descriptors for exactly this; nothing else here owns them.
+    let files: Vec<File> = fds
+        .iter()
+        .map(|&fd| unsafe { File::from_raw_fd(fd) })
+        .collect();
+    for mut procs in files {
+        // SAFETY: statfs is plain data; all zeroes is a valid value for the kernel to fill.
+        let mut stat: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: `procs` is an open descriptor and `stat` a valid, writable statfs.
+        if unsafe { libc::fstatfs(procs.as_raw_fd(), &mut stat) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        #[allow(clippy::unnecessary_cast)]
+        let kind = stat.f_type as i64;
+        if kind != CGROUP_SUPER_MAGIC && kind != CGROUP2_SUPER_MAGIC {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("descriptor {} is not a cgroup file", procs.as_raw_fd()),
+            ));
+        }
         // "0": the writing process itself.
         procs.write_all(b"0")?;
     }
@@ -454,4 +479,25 @@ fn install(signal: libc::c_int) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_cgroup_files_are_joined() {
+        // A pipe in the place of a `cgroup.procs` (what a descriptor mix-up would hand over):
+        // writing "0" to it would succeed, so it must be refused before the write.
+        let (read, write) = pipe().expect("pipe");
+        let error = join_cgroups(&[write]).expect_err("a pipe is not a cgroup");
+        assert_eq!(error.kind(), io::ErrorKind::InvalidInput, "{error}");
+        assert!(error.to_string().contains("not a cgroup file"), "{error}");
+        let mut byte = [0u8; 1];
+        // SAFETY: `read` is the pipe's read end, ours alone; the buffer is valid for one byte.
+        let got = unsafe { libc::read(read, byte.as_mut_ptr().cast(), 1) };
+        assert_eq!(got, 0, "nothing was written, and the write end was closed");
+        // SAFETY: closing our own descriptor.
+        unsafe { libc::close(read) };
+    }
 }

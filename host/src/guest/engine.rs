@@ -198,7 +198,11 @@ mod tests {
         assert!(eventually(|| ticker.ticks() >= at_start + 3));
         drop(running);
         // The tick under way may finish; then nothing more.
-        std::thread::sleep(EPOCH_TICK * 2);
+        assert!(eventually(|| {
+            let before = ticker.ticks();
+            std::thread::sleep(EPOCH_TICK * 3);
+            ticker.ticks() == before
+        }));
         let stopped_at = ticker.ticks();
         std::thread::sleep(EPOCH_TICK * 10);
         assert_eq!(ticker.ticks(), stopped_at);

@@ -122,3 +122,20 @@ pub mod fixtures {
     /// A policy built against the frozen `toolhost:plugin@0.1.0`: `run`, `list`, `buffer`.
     pub const LEGACY_POLICY: &str = env!("TOOLHOST_GUEST_LEGACY_POLICY");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sha2::{Digest, Sha256};
+
+    #[test]
+    fn each_embedded_digest_is_that_of_the_embedded_bytes() {
+        for plugin in ALL {
+            let digest: String = Sha256::digest(plugin.bytes)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            assert_eq!(plugin.sha256, digest, "{}", plugin.name);
+        }
+    }
+}

@@ -51,8 +51,9 @@ pub struct ProcessManagerConfig {
     /// [`crate::ToolHost::sweep_logs_periodically`]. Default 24 h.
     pub log_retention: Duration,
     /// The most bytes all log files in the state directory may take together: past it, the
-    /// oldest are deleted first (logs of this manager's listed processes are kept). Default
-    /// 1 GiB.
+    /// oldest are deleted first (logs of this manager's listed processes are kept), at each
+    /// sweep (see [`ProcessManagerConfig::sweep_interval`]): between two sweeps the logs can
+    /// grow past it. Default 1 GiB.
     pub log_max_total: u64,
     /// Niceness added to every process (0 leaves the priority alone). Default 5.
     pub nice: i32,

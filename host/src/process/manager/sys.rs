@@ -217,7 +217,7 @@ impl ChildSpec {
                     .procs()
                     .iter()
                     .take(2)
-                    .map(|file| file.try_clone().map(OwnedFd::from))
+                    .map(|file| above_reserved(OwnedFd::from(file.try_clone()?)))
                     .collect::<io::Result<Vec<_>>>()
             })
             .transpose()?
@@ -349,9 +349,10 @@ fn find_program(program: &Path) -> io::Result<PathBuf> {
 }
 
 /// The descriptors a child gets: stdio, then the keeper's status pipe (3), control socket (4),
-/// its own executable (5), and when confined the Landlock ruleset (6), seccomp programs (7)
-/// and the scope's namespaces (8 to 11 at most: user, mount, network, PID).
-const RESERVED_FDS: RawFd = 12;
+/// its own executable (5), and when confined the Landlock ruleset (6), seccomp programs (7),
+/// the scope's namespaces (8 to 11 at most: user, mount, network, PID) and the command's
+/// `cgroup.procs` (at most two, after the others: 12 and 13 at most).
+const RESERVED_FDS: RawFd = 14;
 
 /// Whether `path` is a file with an execute bit set.
 fn is_executable(path: &Path) -> bool {
@@ -359,8 +360,8 @@ fn is_executable(path: &Path) -> bool {
         .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
 }
 
-/// Move a descriptor to number 12 or above (close-on-exec), so that installing the child's
-/// descriptors 0-11 with `dup2` cannot clobber it.
+/// Move a descriptor to number 14 or above (close-on-exec), so that installing the child's
+/// descriptors 0-13 with `dup2` cannot clobber it.
 pub(super) fn above_reserved(fd: OwnedFd) -> io::Result<OwnedFd> {
     if fd.as_raw_fd() >= RESERVED_FDS {
         return Ok(fd);
@@ -613,7 +614,7 @@ extern "C" fn child_main(context: *mut libc::c_void) -> libc::c_int {
     }
     // SAFETY: the descriptors were opened by the parent and stay open until `clone` returns
     // there (CLONE_VFORK); dup2 only changes this child's descriptor table.
-    // Every source descriptor is 12 or above (`above_reserved`), so none is overwritten
+    // Every source descriptor is 14 or above (`above_reserved`), so none is overwritten
     // before it is copied.
     let stdio = unsafe {
         libc::dup2(context.stdin, 0) != -1
@@ -634,7 +635,7 @@ extern "C" fn child_main(context: *mut libc::c_void) -> libc::c_int {
         (false, n) => 8 + n as libc::c_uint,
     };
     // SAFETY: as above; the targets follow every other descriptor the keeper gets, and the
-    // sources are 12 or above, so none is overwritten before it is copied.
+    // sources are 14 or above, so none is overwritten before it is copied.
     let stdio = stdio
         && (first_cgroup..)
             .zip(context.cgroups)

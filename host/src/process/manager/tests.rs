@@ -778,16 +778,20 @@ async fn logs_outlive_their_host_until_a_later_host_sweeps_them() {
     // (hosts that start often sweep once per interval), leaves it.
     let mut config = test_config(dir.path());
     config.log_retention = Duration::ZERO;
-    let not_due = ProcessManager::new(config.clone());
-    assert!(log_path.exists());
-    not_due.shutdown().await;
-    drop(not_due);
-    // Past the interval, it deletes it at start.
     let log_dir = log_path.parent().expect("log dir");
     let stamp = std::fs::File::options()
         .write(true)
         .open(log_dir.join(".swept"))
         .expect("the sweep stamp");
+    // Swept just now, whatever time the steps above took.
+    stamp
+        .set_modified(std::time::SystemTime::now())
+        .expect("mtime");
+    let not_due = ProcessManager::new(config.clone());
+    assert!(log_path.exists());
+    not_due.shutdown().await;
+    drop(not_due);
+    // Past the interval, it deletes it at start.
     stamp
         .set_modified(std::time::SystemTime::now() - Duration::from_secs(3600))
         .expect("mtime");
@@ -1329,4 +1333,41 @@ async fn a_finished_record_holds_no_keeper_or_cgroup() {
         manager.signal(SCOPE, &id, Signal::Kill),
         Err(ProcessError::NotRunning(id.clone()))
     );
+}
+
+/// A confined command runs in its own cgroups (the keeper moves itself in before it starts
+/// the command), for each controller the host may create cgroups with here.
+#[tokio::test]
+async fn a_confined_command_runs_in_its_own_cgroups() {
+    let hierarchies = crate::sandbox::cgroup::hierarchies();
+    let expected: Vec<(&str, bool)> =
+        [("pids", &hierarchies.pids), ("memory", &hierarchies.memory)]
+            .into_iter()
+            .filter_map(|(name, hierarchy)| Some((name, hierarchy.as_ref()?.v2)))
+            .collect();
+    if expected.is_empty() {
+        eprintln!("no cgroup the host may create here: nothing to check");
+        return;
+    }
+    let (_dir, manager) = manager();
+    let ours = format!("/toolhost-{}-", std::process::id());
+    let cgroups = run(&manager, "cat /proc/self/cgroup").await.text;
+    for (controller, v2) in &expected {
+        let line = cgroups
+            .lines()
+            .find(|line| {
+                if *v2 {
+                    line.starts_with("0::")
+                } else {
+                    line.split(':')
+                        .nth(1)
+                        .is_some_and(|list| list.split(',').any(|name| name == *controller))
+                }
+            })
+            .unwrap_or_default();
+        assert!(
+            line.contains(&ours),
+            "{controller}: not in the command's cgroup: {cgroups}"
+        );
+    }
 }
