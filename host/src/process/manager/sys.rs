@@ -819,6 +819,25 @@ mod tests {
             })
     }
 
+    /// Live `sleep` processes whose argument is `marker` (not the shell or the keeper, whose
+    /// command lines hold the marker too).
+    fn sleeping(marker: &str) -> usize {
+        std::fs::read_dir("/proc")
+            .expect("/proc")
+            .flatten()
+            .filter(|entry| {
+                let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+                let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+                let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+                args.first().is_some_and(|arg0| arg0.ends_with(b"sleep"))
+                    && args.get(1) == Some(&marker.as_bytes())
+                    && stat
+                        .rsplit_once(") ")
+                        .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+            })
+            .count()
+    }
+
     #[test]
     fn keepers_stop_everything_when_the_thread_that_spawned_them_exits() {
         let marker = "300.5151";
@@ -827,8 +846,9 @@ mod tests {
             let forker = Forker::new().expect("forker");
             let (_reader, host, sleeps) = spec(&command, Path::new("/"));
             let pid = forker.spawn(&sleeps).expect("spawn");
-            // Both sleeps run before the thread (and with it the parent-death signal) goes.
-            while !(0..2).all(|_| running(marker)) {
+            // Both sleeps run (so the keeper is past its start) before the thread, and with
+            // it the parent-death signal, goes.
+            while sleeping(marker) < 2 {
                 std::thread::yield_now();
             }
             (pid, host)
