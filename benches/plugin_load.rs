@@ -1,5 +1,6 @@
 //! Plugin load time: a host built with a cold compiled-component cache (every component
-//! compiled by Cranelift) against one built with a warm cache (compiled code mapped from disk).
+//! compiled by Cranelift, its tool list asked of the guest) against one built with a warm cache
+//! (compiled code mapped from disk, the tool list read beside it).
 //! Prints medians and the ratio; the target is a warm start of at most 50 ms.
 //!
 //! Run: `cargo bench -p toolhost-e2e --bench plugin_load`
@@ -19,7 +20,10 @@ async fn build(cache: &std::path::Path) -> Duration {
         .await
         .expect("host builds");
     let elapsed = started.elapsed();
-    assert_eq!(host.tools().len(), 4);
+    assert!(
+        host.tools().iter().any(|tool| tool.name == "execute"),
+        "the default policy's tools are there"
+    );
     elapsed
 }
 
