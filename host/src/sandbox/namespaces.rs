@@ -76,6 +76,20 @@ pub(crate) struct Namespaces {
     holder: libc::pid_t,
 }
 
+/// Whether process `pid` (ours) has begun to exit: `PF_EXITING` among the flags of
+/// `/proc/PID/stat` (field 9). A process whose stat cannot be read counts as exiting.
+fn exiting(pid: libc::pid_t) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    // After the command name (in parentheses, which may hold anything): state, ppid, pgrp,
+    // session, tty_nr, tpgid, flags.
+    stat.rsplit_once(") ")
+        .and_then(|(_, rest)| rest.split_whitespace().nth(6)?.parse::<u64>().ok())
+        .is_none_or(|flags| flags & PF_EXITING != 0)
+}
+
 impl Namespaces {
     /// Whether a namespace of `kind` is among them.
     pub(crate) fn has(&self, kind: &str) -> bool {
@@ -91,10 +105,14 @@ impl Namespaces {
         let options = rustix::process::WaitIdOptions::EXITED
             | rustix::process::WaitIdOptions::NOHANG
             | rustix::process::WaitIdOptions::NOWAIT;
-        matches!(
+        let exited = !matches!(
             rustix::process::waitid(rustix::process::WaitId::Pid(pid), options),
             Ok(None)
-        )
+        );
+        // A killed init does not exit at once: it first waits for every process of its PID
+        // namespace to go, and in that time the namespace takes no new process (a fork into
+        // it fails with ENOMEM). It is exiting already (`PF_EXITING` in its flags).
+        !exited && !exiting(self.holder)
     }
 
     /// The PID namespace's own `/proc`, as the host reaches it (through the holder's root);
@@ -318,6 +336,15 @@ pub(crate) fn masks(hidden: &[PathBuf], keep_visible: &[PathBuf]) -> Vec<PathBuf
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_running_process_is_not_exiting_and_a_gone_one_is() {
+        assert!(!exiting(std::process::id() as libc::pid_t));
+        let mut child = std::process::Command::new("true").spawn().expect("spawn");
+        let pid = child.id() as libc::pid_t;
+        child.wait().expect("wait");
+        assert!(exiting(pid), "reaped: no stat to read");
+    }
 
     #[test]
     fn only_a_refused_user_namespace_or_a_missing_helper_means_the_layer_is_missing() {
