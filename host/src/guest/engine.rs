@@ -84,6 +84,12 @@ struct TickerShared {
     ticks: AtomicU64,
 }
 
+impl TickerShared {
+    fn state(&self) -> std::sync::MutexGuard<'_, TickerState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 #[derive(Default)]
 struct TickerState {
     /// Guests running now.
@@ -106,10 +112,9 @@ impl EpochTicker {
                 let shared = thread_shared;
                 loop {
                     {
-                        let state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
                         let state = shared
                             .wake
-                            .wait_while(state, |s| s.running == 0 && !s.stopped)
+                            .wait_while(shared.state(), |s| s.running == 0 && !s.stopped)
                             .unwrap_or_else(PoisonError::into_inner);
                         if state.stopped {
                             return;
@@ -127,11 +132,7 @@ impl EpochTicker {
 
     /// Mark a guest as running until the returned guard is dropped.
     pub(crate) fn running(&self) -> Running<'_> {
-        let mut state = self
-            .shared
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut state = self.shared.state();
         state.running += 1;
         if state.running == 1 {
             self.shared.wake.notify_one();
@@ -148,23 +149,14 @@ impl EpochTicker {
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
-        let mut state = self
-            .0
-            .shared
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut state = self.0.shared.state();
         state.running = state.running.saturating_sub(1);
     }
 }
 
 impl Drop for EpochTicker {
     fn drop(&mut self) {
-        let mut state = self
-            .shared
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut state = self.shared.state();
         state.stopped = true;
         self.shared.wake.notify_one();
     }
