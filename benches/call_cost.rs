@@ -20,7 +20,11 @@
 //!
 //! Run with `cargo bench -p toolhost-e2e --bench call_cost`.
 
+#[path = "stats.rs"]
+mod stats;
+
 use serde_json::{Value, json};
+use stats::{met, native_once, ratio};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -110,15 +114,12 @@ struct Stats {
     p90: Duration,
 }
 
-fn stats(samples: &mut [Duration]) -> Stats {
-    samples.sort();
-    let at = |p: f64| {
-        let index = ((samples.len() as f64 - 1.0) * p).round() as usize;
-        samples[index.min(samples.len() - 1)]
-    };
+/// The median and p90 of `samples` (sorted in place).
+fn summary(samples: &mut [Duration]) -> Stats {
+    let median = stats::median(samples);
     Stats {
-        median: at(0.5),
-        p90: at(0.9),
+        median,
+        p90: stats::percentile(samples, 0.9),
     }
 }
 
@@ -128,10 +129,6 @@ fn as_strs(args: &[String]) -> Vec<&str> {
 
 fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
-}
-
-fn met(ok: bool) -> &'static str {
-    if ok { "met" } else { "not met" }
 }
 
 /// The settings of a manager like the CLI's with `--sandbox MODE`, logs in `state`; the
@@ -163,18 +160,6 @@ fn manager(mode: SandboxMode, state: &Path) -> Arc<ProcessManager> {
     let mut config = manager_config(mode, state);
     config.protected.push(toolhost_e2e::test_cache_dir());
     ProcessManager::new(config)
-}
-
-async fn native_once() -> Duration {
-    let began = Instant::now();
-    let status = tokio::process::Command::new("sh")
-        .args(["-c", "true"])
-        .status()
-        .await
-        .expect("spawn sh");
-    let elapsed = began.elapsed();
-    assert!(status.success());
-    elapsed
 }
 
 async fn backend_once(manager: &ProcessManager, scope: &str, request: &StartRequest) -> Duration {
@@ -301,7 +286,7 @@ fn print_row(label: &str, stats: Stats, native: Stats, runs_a_process: bool) {
         "  {label:<50} {:>9.0} {:>9.0} {added} {:>7.2}x",
         us(stats.median),
         us(stats.p90),
-        stats.median.as_secs_f64() / native.median.as_secs_f64()
+        ratio(stats.median, native.median)
     );
 }
 
@@ -418,7 +403,7 @@ async fn run() {
     .expect("the one-shot runs");
     let one_shot_time = began.elapsed();
 
-    let stats_of: Vec<Stats> = samples.iter_mut().map(|s| stats(s)).collect();
+    let stats_of: Vec<Stats> = samples.iter_mut().map(|s| summary(s)).collect();
     let of = |part: Part| {
         let index = PARTS
             .iter()
@@ -435,7 +420,7 @@ async fn run() {
         print_row(part.label(), of(part), native, part.runs_a_process());
     }
 
-    let one_shot: Vec<Stats> = one_shot_samples.iter_mut().map(|s| stats(s)).collect();
+    let one_shot: Vec<Stats> = one_shot_samples.iter_mut().map(|s| summary(s)).collect();
     let sh = one_shot[0];
     println!(
         "one-shot processes, {ONE_SHOT_SAMPLES} samples each after {ONE_SHOT_WARMUP} warm-up rounds, interleaved ({one_shot_time:.1?})"
@@ -487,7 +472,7 @@ async fn run() {
         ("--sandbox off", Part::McpOff),
     ] {
         let added = m(part) - m(Part::Native);
-        let ratio = of(part).median.as_secs_f64() / native.median.as_secs_f64();
+        let ratio = ratio(of(part).median, native.median);
         println!(
             "  MCP execute true, {label:<13}: {added:>+6.0} us over native (target <= {TARGET_ADDED_US:.0} us: {}), ratio {ratio:.2}x (target <= {TARGET_MCP_RATIO}x: {})",
             met(added <= TARGET_ADDED_US),
@@ -495,7 +480,7 @@ async fn run() {
         );
     }
     for (label, index) in [("confined", 1), ("--sandbox off", 2)] {
-        let ratio = one_shot[index].median.as_secs_f64() / sh.median.as_secs_f64();
+        let ratio = ratio(one_shot[index].median, sh.median);
         println!(
             "  one-shot toolhost call, {label:<13}: {ratio:.2}x of sh -c true as a process (target <= {TARGET_ONE_SHOT_RATIO}x: {})",
             met(ratio <= TARGET_ONE_SHOT_RATIO)

@@ -23,9 +23,12 @@
 
 #[path = "../tests/http_session.rs"]
 mod http_session;
+#[path = "stats.rs"]
+mod stats;
 
 use http_session::{HttpServer, Session};
 use serde_json::{Value, json};
+use stats::{percentile, ratio};
 use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -112,14 +115,6 @@ fn kind(message: &Value) -> String {
         .take(6)
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
 }
 
 /// Figures of one N.
@@ -393,7 +388,6 @@ async fn measure_native(n: usize, secs: u64) -> NativeFigures {
 
 /// One N's line (ratios against `base`, the first N) and its errors.
 fn print_line(f: &Figures, base: &Figures, native: &NativeFigures) {
-    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64().max(1e-9);
     println!(
         "  N={:<4} offered {:>7.1}/s achieved {:>7.1}/s  p50 {:>9.2?} ({:>5.2}x)  p99 {:>9.2?} ({:>5.2}x)  idle {:>6.1} KiB/session  RSS under load {} MiB  fds {}->{}->{}  threads {}->{}->{}",
         f.n,
@@ -441,7 +435,7 @@ fn print_summary(figures: &[Figures], natives: &[NativeFigures]) {
         println!(
             "  p99 at N=100 / N={}: {:.2}x (target <= 3x)",
             base.n,
-            hundred.p99.as_secs_f64() / base.p99.as_secs_f64().max(1e-9)
+            ratio(hundred.p99, base.p99)
         );
     }
     let per_n = |of: &dyn Fn(&Figures, &NativeFigures) -> f64| {
@@ -454,12 +448,12 @@ fn print_summary(figures: &[Figures], natives: &[NativeFigures]) {
     };
     println!(
         "  p99 toolhost / native p99 at the same N: {}",
-        per_n(&|f, native| f.p99.as_secs_f64() / native.p99.as_secs_f64().max(1e-9))
+        per_n(&|f, native| ratio(f.p99, native.p99))
     );
     println!(
         "  native p99 / native p99 at N={}: {}",
         base.n,
-        per_n(&|_, native| native.p99.as_secs_f64() / natives[0].p99.as_secs_f64().max(1e-9))
+        per_n(&|_, native| ratio(native.p99, natives[0].p99))
     );
     let worst_idle = figures
         .iter()

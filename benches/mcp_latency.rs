@@ -6,32 +6,15 @@
 //!
 //! Run with `cargo bench -p toolhost-e2e --bench mcp_latency`.
 
+#[path = "stats.rs"]
+mod stats;
+
 use serde_json::json;
+use stats::{median, native_once, percentile, ratio};
 use std::time::{Duration, Instant};
 
 const WARMUP: usize = 20;
 const SAMPLES: usize = 200;
-
-fn median(samples: &mut [Duration]) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
-}
-
-fn percentile(samples: &[Duration], p: f64) -> Duration {
-    let index = ((samples.len() as f64 - 1.0) * p).round() as usize;
-    samples[index.min(samples.len() - 1)]
-}
-
-async fn native_once() -> Duration {
-    let began = Instant::now();
-    let status = tokio::process::Command::new("sh")
-        .args(["-c", "true"])
-        .status()
-        .await
-        .expect("spawn sh");
-    assert!(status.success());
-    began.elapsed()
-}
 
 /// One `execute true` through `client`; its wall time.
 async fn mcp_once(client: &mut toolhost_e2e::mcp_client::StdioClient) -> Duration {
@@ -69,7 +52,6 @@ async fn run() {
     let mcp_median = median(&mut mcp);
     let off_median = median(&mut unconfined);
     let native_median = median(&mut native);
-    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
     println!("mcp_latency: {SAMPLES} samples each, after {WARMUP} warm-up calls");
     println!(
         "  MCP stdio execute {{\"command\":\"true\"}}, confined:   median {:>9.3?}  p90 {:>9.3?}  (first call of the session {:>9.3?})",

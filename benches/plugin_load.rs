@@ -5,6 +5,10 @@
 //!
 //! Run: `cargo bench -p toolhost-e2e --bench plugin_load`
 
+#[path = "stats.rs"]
+mod stats;
+
+use stats::{median, ratio};
 use std::time::{Duration, Instant};
 use toolhost::ToolHost;
 use toolhost::testing::FakeProcesses;
@@ -27,11 +31,6 @@ async fn build(cache: &std::path::Path) -> Duration {
     elapsed
 }
 
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
-}
-
 #[tokio::main]
 async fn main() {
     let mut cold = Vec::new();
@@ -41,7 +40,7 @@ async fn main() {
         cold.push(build(cache.path()).await);
         warm.push(build(cache.path()).await);
     }
-    let (cold, warm) = (median(cold), median(warm));
+    let (cold, warm) = (median(&mut cold), median(&mut warm));
     println!("plugin_load: host ready, default policy, median of {ROUNDS}");
     println!(
         "  cold cache (compile): {:>8.2} ms",
@@ -53,7 +52,7 @@ async fn main() {
     );
     println!(
         "  warm / cold ratio:    {:>8.3}  (target: warm <= 50 ms: {})",
-        warm.as_secs_f64() / cold.as_secs_f64(),
+        ratio(warm, cold),
         if warm <= Duration::from_millis(50) {
             "met"
         } else {

@@ -10,6 +10,10 @@
 //!
 //! Run: `cargo bench -p toolhost-e2e --bench process_capture`
 
+#[path = "stats.rs"]
+mod stats;
+
+use stats::{median, native_once, ratio};
 use std::time::{Duration, Instant};
 use toolhost::process::{
     ProcessBackend, ProcessManager, ProcessManagerConfig, ReadFrom, StartRequest,
@@ -72,11 +76,6 @@ async fn baseline_pipe(bytes: u64) -> Duration {
     started.elapsed()
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
 #[tokio::main]
 async fn main() {
     let state = tempfile::tempdir().expect("state dir");
@@ -95,14 +94,14 @@ async fn main() {
         ours.push(capture(&manager, GIB).await);
     }
     let rss_large = peak_rss_kib();
-    let (ours, base) = (median(ours), median(base));
+    let (ours, base) = (median(&mut ours), median(&mut base));
     let gib_s = |d: Duration| GIB as f64 / d.as_secs_f64() / GIB as f64;
     println!("capture of 1 GiB (median of {CAPTURE_ROUNDS})");
     println!("  cat > /dev/null baseline: {:>7.2} GiB/s", gib_s(base));
     println!("  process manager capture:  {:>7.2} GiB/s", gib_s(ours));
     println!(
         "  throughput ratio:         {:>7.2}  (target >= 0.80)",
-        base.as_secs_f64() / ours.as_secs_f64()
+        ratio(base, ours)
     );
     println!("  peak RSS after 1 MiB:     {rss_small:>7} KiB");
     println!(
@@ -114,15 +113,7 @@ async fn main() {
     let mut ours = Vec::new();
     let mut base = Vec::new();
     for _ in 0..LATENCY_ROUNDS {
-        let t = Instant::now();
-        let status = tokio::process::Command::new("sh")
-            .arg("-c")
-            .arg("true")
-            .status()
-            .await
-            .expect("spawn");
-        assert!(status.success());
-        base.push(t.elapsed());
+        base.push(native_once().await);
         let t = Instant::now();
         let id = manager
             .start(
@@ -141,13 +132,13 @@ async fn main() {
         assert_eq!(out.exit_code, Some(0));
         ours.push(t.elapsed());
     }
-    let (ours, base) = (median(ours), median(base));
+    let (ours, base) = (median(&mut ours), median(&mut base));
     println!("foreground `true`, start to observed exit (median of {LATENCY_ROUNDS})");
     println!("  tokio sh -c true:  {:>8.3} ms", base.as_secs_f64() * 1e3);
     println!("  process manager:   {:>8.3} ms", ours.as_secs_f64() * 1e3);
     println!(
         "  ratio:             {:>8.2}  (target <= 1.5)",
-        ours.as_secs_f64() / base.as_secs_f64()
+        ratio(ours, base)
     );
     manager.shutdown().await;
 }

@@ -6,22 +6,16 @@
 //!
 //! Run with `cargo bench -p toolhost-e2e --bench process_input`.
 
+#[path = "stats.rs"]
+mod stats;
+
 use serde_json::json;
+use stats::{median, percentile, ratio};
 use std::time::{Duration, Instant};
 use toolhost_e2e::mcp_client::{StdioClient, structured};
 
 const WARMUP: usize = 20;
 const SAMPLES: usize = 300;
-
-fn median(samples: &mut [Duration]) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
-}
-
-fn percentile(samples: &[Duration], p: f64) -> Duration {
-    let index = ((samples.len() as f64 - 1.0) * p).round() as usize;
-    samples[index.min(samples.len() - 1)]
-}
 
 async fn input_once(client: &mut StdioClient, id: &str, n: usize) -> Duration {
     let line = format!("line {n}");
@@ -80,7 +74,7 @@ async fn run() {
     );
     println!(
         "  ratio process_input / process_list: {:.2}x",
-        input_median.as_secs_f64() / list_median.as_secs_f64()
+        ratio(input_median, list_median)
     );
     client.close_stdin();
     client.wait_exit(Duration::from_secs(15)).await;
