@@ -974,3 +974,50 @@ async fn starts_beyond_max_processes_are_refused_saying_so() {
     assert!(client.wait_exit(Duration::from_secs(10)).await.is_some());
     assert!(wait_gone(&marker, Duration::from_secs(10)).await);
 }
+
+#[tokio::test]
+async fn calls_beyond_max_calls_are_refused_at_once_and_the_host_goes_on() {
+    let mut client = StdioClient::start(&["--max-calls", "1"]).await;
+    let gate = toolhost_e2e::shared_tempdir();
+    let (started, release) = (gate.path().join("started"), gate.path().join("release"));
+    let held_command = format!(
+        "touch '{}'; while [ ! -e '{}' ]; do sleep 0.02; done; echo released",
+        started.display(),
+        release.display()
+    );
+    let (_, held) = client
+        .start_request(
+            "tools/call",
+            json!({"name": "execute", "arguments": {"command": held_command, "timeout": "60s"}}),
+        )
+        .await;
+    // The one call allowed is in progress once its command runs.
+    assert!(
+        toolhost_e2e::eventually(Duration::from_secs(20), || started.exists()).await,
+        "the first call's command did not start"
+    );
+    let refused = tool_error(
+        &client
+            .call_tool(
+                "execute",
+                json!({"command": format!("touch '{}'", release.display())}),
+            )
+            .await,
+    );
+    assert!(
+        refused.contains("maximum of 1 tool calls")
+            && refused.contains("--max-calls")
+            && refused.contains("not run"),
+        "{refused}"
+    );
+    assert!(!release.exists(), "the refused call ran its command");
+    std::fs::write(&release, "").expect("release the first call");
+    let held = await_response(held).await;
+    let held = structured(&held["result"]);
+    assert_eq!(held["output"], "released\n", "{held}");
+    // The slot is free again.
+    let after = client
+        .call_tool("execute", json!({"command": "echo again"}))
+        .await;
+    assert_eq!(structured(&after)["output"], "again\n", "{after}");
+}

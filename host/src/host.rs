@@ -9,6 +9,10 @@ use crate::process::{ProcessBackend, ProcessManager, ProcessManagerConfig};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::Semaphore;
+
+/// The default of [`ToolHostBuilder::max_calls`].
+pub const DEFAULT_MAX_CALLS: usize = 256;
 
 /// A tool as offered to agents: its definition and the plugin providing it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -66,6 +70,7 @@ pub struct ToolHostBuilder {
     process_config: ProcessManagerConfig,
     cache_dir: Option<PathBuf>,
     watch: bool,
+    max_calls: usize,
 }
 
 impl Default for ToolHostBuilder {
@@ -77,6 +82,7 @@ impl Default for ToolHostBuilder {
             process_config: ProcessManagerConfig::default(),
             cache_dir: default_cache_dir(),
             watch: false,
+            max_calls: DEFAULT_MAX_CALLS,
         }
     }
 }
@@ -128,6 +134,15 @@ impl ToolHostBuilder {
         self
     }
 
+    /// The most tool calls in progress at once across all scopes (MCP tasks included); a call
+    /// beyond is refused at once with [`CallError::Busy`], before anything of it runs.
+    /// Default [`DEFAULT_MAX_CALLS`]. With it, the memory the guests of running calls can
+    /// hold is bounded: at most this many times the largest memory limit of a plugin.
+    pub fn max_calls(mut self, max: usize) -> Self {
+        self.max_calls = max;
+        self
+    }
+
     /// Build the host and load the plugins. Must run inside a tokio runtime.
     pub async fn build(self) -> Result<ToolHost, HostError> {
         let sandbox = self.process_config.sandbox.clone();
@@ -162,9 +177,12 @@ impl ToolHostBuilder {
         } else {
             None
         };
+        let max_calls = self.max_calls.min(Semaphore::MAX_PERMITS);
         Ok(ToolHost {
             registry,
             manager,
+            calls: Arc::new(Semaphore::new(max_calls)),
+            max_calls,
             _watcher: watcher,
         })
     }
@@ -184,6 +202,10 @@ pub struct ToolHost {
     registry: Arc<Registry>,
     /// The real process manager, when the host made one (not with a custom backend).
     manager: Option<Arc<ProcessManager>>,
+    /// One permit per call in progress (admission control).
+    calls: Arc<Semaphore>,
+    /// The number of permits `calls` was made with.
+    max_calls: usize,
     /// Keeps the plugin directory watch alive (hot swap).
     _watcher: Option<notify::RecommendedWatcher>,
 }
@@ -287,6 +309,19 @@ impl ToolHost {
                     });
                 }
             }
+        };
+        // Admission: past the limit a call is refused at once instead of queueing (each call
+        // in progress holds a guest instance and often a process start).
+        let Ok(_permit) = self.calls.try_acquire() else {
+            tracing::warn!(
+                scope,
+                tool,
+                max_calls = self.max_calls,
+                "refused a call: the host's call limit is reached"
+            );
+            return Err(CallError::Busy {
+                max_calls: self.max_calls,
+            });
         };
         let outcome = plugin.call(scope, tool, arguments, options).await;
         // The session's log (an MCP client that set a level sees these).

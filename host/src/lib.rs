@@ -31,7 +31,9 @@ pub use guest::{
     CallError, CallOptions, CallOutput, EngineError, LimitExceeded, LoadError, Progress,
     ProgressSink,
 };
-pub use host::{ToolHints, ToolHost, ToolHostBuilder, ToolInfo, default_cache_dir};
+pub use host::{
+    DEFAULT_MAX_CALLS, ToolHints, ToolHost, ToolHostBuilder, ToolInfo, default_cache_dir,
+};
 pub use plugins::bundled;
 pub use plugins::manifest::ManifestError;
 pub use plugins::scaffold;

@@ -48,6 +48,13 @@ struct Cli {
     #[arg(long, value_name = "N", global = true, value_parser = clap::value_parser!(u32).range(1..))]
     max_processes: Option<u32>,
 
+    /// Most tool calls in progress at once across all sessions (MCP tasks included); a call
+    /// beyond is refused at once with a message saying so, nothing of it run. It also bounds
+    /// the memory of the guests running calls (at most this many times a plugin's memory
+    /// limit).
+    #[arg(long, value_name = "N", default_value_t = toolhost::DEFAULT_MAX_CALLS as u32, global = true, value_parser = clap::value_parser!(u32).range(1..))]
+    max_calls: u32,
+
     /// Default working directory of processes (default: the current directory).
     #[arg(long, value_name = "DIR", global = true)]
     workdir: Option<PathBuf>,
@@ -330,7 +337,9 @@ async fn build_host(cli: &Cli) -> Result<ToolHost> {
     {
         config.protected.push(file.clone());
     }
-    builder = builder.process_config(config);
+    builder = builder
+        .process_config(config)
+        .max_calls(cli.max_calls as usize);
     // A server runs long: pick up plugin changes (and tell MCP clients about them).
     builder = builder.watch_plugins(matches!(cli.command, Command::Serve { .. }));
     builder.build().await.context("loading plugins")
@@ -505,7 +514,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                     e @ (CallError::Tool(_)
                     | CallError::UnknownTool { .. }
                     | CallError::Limit { .. }
-                    | CallError::Plugin { .. }),
+                    | CallError::Plugin { .. }
+                    | CallError::Busy { .. }),
                 ) => {
                     eprintln!("toolhost: {}", one_line(&e.to_string()));
                     Ok(ExitCode::FAILURE)

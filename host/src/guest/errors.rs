@@ -55,6 +55,16 @@ pub enum CallError {
     /// The guest misbehaved otherwise (trap, panic, bad import use); the host is unaffected.
     #[error("plugin `{plugin}` failed: {reason}")]
     Plugin { plugin: String, reason: String },
+    /// The host already runs as many calls as it may at once (its `--max-calls`): this one was
+    /// refused before it started, nothing of it ran.
+    #[error(
+        "not run: the host is already running its maximum of {max_calls} tool calls at once \
+         across all sessions (--max-calls); try again when one has finished"
+    )]
+    Busy {
+        /// The host's limit of calls in progress.
+        max_calls: usize,
+    },
 }
 
 /// A per-call limit a guest ran into (see the `[limits]` of its manifest).

@@ -267,7 +267,8 @@ impl ToolServer {
 
 /// The MCP result of a call in `scope`: the result with a `resource_link` to the full output
 /// of each process whose text it cut (only the scope's, only logs that exist), a tool error as
-/// an `isError` result, an unknown tool as invalid params.
+/// an `isError` result (so is a call refused by the host's call limit), an unknown tool as
+/// invalid params.
 pub(super) fn call_result(
     host: &ToolHost,
     scope: &str,
@@ -289,11 +290,14 @@ pub(super) fn call_result(
             format!("unknown tool `{name}`; available tools: {available}"),
             Some(serde_json::json!({ "tool": name })),
         )),
-        Err(error @ (CallError::Tool(_) | CallError::Limit { .. } | CallError::Plugin { .. })) => {
-            Ok(CallToolResult::error(vec![ContentBlock::text(
-                error.to_string(),
-            )]))
-        }
+        Err(
+            error @ (CallError::Tool(_)
+            | CallError::Limit { .. }
+            | CallError::Plugin { .. }
+            | CallError::Busy { .. }),
+        ) => Ok(CallToolResult::error(vec![ContentBlock::text(
+            error.to_string(),
+        )])),
     }
 }
 
