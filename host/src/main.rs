@@ -289,13 +289,17 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    let code = match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("toolhost: {e:#}");
             ExitCode::FAILURE
         }
-    }
+    };
+    // Every process is gone and the result is out: do not wait for a blocking task that is
+    // still under way (a stopped call's sandbox being built: up to the helper's timeout).
+    runtime.shutdown_background();
+    code
 }
 
 async fn build_host(cli: &Cli) -> Result<ToolHost> {

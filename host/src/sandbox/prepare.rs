@@ -143,7 +143,28 @@ impl ScopeSandbox {
         }
     }
 
-    /// The layers for `profile` (`None` for `off`), built on first use.
+    /// The layers for `profile` when nothing needs building: `Some(None)` for `off`,
+    /// `Some(Some(..))` when built before and its namespaces still live; `None` when
+    /// [`Self::prepare`] has work to do (which may block: making namespaces waits on a helper
+    /// process).
+    pub(crate) fn ready(&self, profile: &Profile) -> Option<Option<Arc<Prepared>>> {
+        if profile.mode == SandboxMode::Off {
+            return Some(None);
+        }
+        let prepared = self.prepared.lock().unwrap_or_else(PoisonError::into_inner);
+        prepared
+            .get(profile)
+            .filter(|ready| {
+                ready
+                    .namespaces
+                    .as_ref()
+                    .is_none_or(Namespaces::holder_alive)
+            })
+            .map(|ready| Some(ready.clone()))
+    }
+
+    /// The layers for `profile` (`None` for `off`), built on first use. Blocks while it builds
+    /// (see [`Self::ready`] for the part that does not).
     pub(crate) fn prepare(&self, profile: &Profile) -> Result<Option<Arc<Prepared>>, PrepareError> {
         if profile.mode == SandboxMode::Off {
             return Ok(None);

@@ -83,7 +83,7 @@ use super::{
     StartRequest, Stdin, Until,
 };
 use crate::buffer::HeadTailBuffer;
-use crate::sandbox::{self, CommandCgroups, Profile, ScopeSandbox};
+use crate::sandbox::{self, CommandCgroups, Prepared, Profile, ScopeSandbox};
 use crate::terminal::{Key, Screen, TerminalSize};
 pub use config::ProcessManagerConfig;
 use entry::{Entry, EntrySpec, LogTarget, unix_ms};
@@ -384,10 +384,19 @@ impl ProcessManager {
             size.check().map_err(ProcessError::InvalidRequest)?;
         }
         let workdir = self.resolve_workdir(workdir)?;
-        let confine = self
-            .scope_sandbox(scope)
-            .prepare(&profile)
-            .map_err(|error| ProcessError::Failed(error.to_string()))?;
+        let Some(spawner) = &self.spawner else {
+            return Err(ProcessError::Failed(
+                "cannot start processes: the spawner thread could not be created".to_owned(),
+            ));
+        };
+        // Reserved before the sandbox is built (which may wait): a start refused by a limit
+        // costs nothing, and one under way when its scope ends is refused.
+        let reservation = self.records.reserve(
+            scope,
+            self.config.max_running_per_scope,
+            self.config.max_processes,
+        )?;
+        let confine = self.confinement(scope, &profile).await?;
         // Limits on everything the command starts; more processes than asked for, the keeper
         // (two in a PID namespace: one waits outside, one keeps inside).
         let keepers = match confine.as_ref().and_then(|ready| ready.namespaces.as_ref()) {
@@ -404,16 +413,6 @@ impl ProcessManager {
             })?,
             None => None,
         };
-        let Some(spawner) = &self.spawner else {
-            return Err(ProcessError::Failed(
-                "cannot start processes: the spawner thread could not be created".to_owned(),
-            ));
-        };
-        let reservation = self.records.reserve(
-            scope,
-            self.config.max_running_per_scope,
-            self.config.max_processes,
-        )?;
         let (seq, id) = self.ids.next();
 
         // One pipe or terminal; the child gets its end as both stdout and stderr.
@@ -542,6 +541,28 @@ impl ProcessManager {
             .entry(scope.to_owned())
             .or_insert_with(|| Arc::new(ScopeSandbox::new(self.sandbox_context.clone())))
             .clone()
+    }
+
+    /// The confinement layers of `scope` for `profile`. Their first build in a scope (the
+    /// namespaces, the Landlock ruleset, the seccomp programs) runs on a blocking thread: it
+    /// waits on a helper process, and must hold up neither the async workers serving other
+    /// sessions nor, in a one-shot call, the handling of Ctrl-C.
+    async fn confinement(
+        &self,
+        scope: &str,
+        profile: &Profile,
+    ) -> Result<Option<Arc<Prepared>>, ProcessError> {
+        let sandbox = self.scope_sandbox(scope);
+        if let Some(ready) = sandbox.ready(profile) {
+            return Ok(ready);
+        }
+        let profile = profile.clone();
+        tokio::task::spawn_blocking(move || sandbox.prepare(&profile))
+            .await
+            .map_err(|error| {
+                ProcessError::Failed(format!("preparing the command's sandbox failed: {error}"))
+            })?
+            .map_err(|error| ProcessError::Failed(error.to_string()))
     }
 
     /// The profile of a request that names none: the operator's settings.
