@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
@@ -205,12 +205,19 @@ pub(super) struct Swept {
     pub(super) expired: usize,
     /// Files deleted, oldest first, to bring the total under the limit.
     pub(super) over_total: usize,
-    /// Bytes the remaining logs take.
+    /// Disk space the remaining logs take (see [`disk_space`]).
     pub(super) kept_bytes: u64,
 }
 
+/// The disk space a file takes: its allocated blocks, or its length where that is more. A log
+/// of a few bytes takes a whole block (4 KiB on most file systems): counted by length, a
+/// million one-line logs would count as a few megabytes while filling gigabytes.
+fn disk_space(meta: &std::fs::Metadata) -> u64 {
+    meta.len().max(meta.blocks().saturating_mul(512))
+}
+
 /// Delete the log files in `dir` (files named `<id>.log`) last written longer than
-/// `retention` ago, then the oldest until they take at most `max_total` bytes together.
+/// `retention` ago, then the oldest until they take at most `max_total` bytes of disk together.
 /// Files in `keep` (logs of processes still listed) are never deleted. Logs of hosts that died
 /// are swept the same way: nothing but age and size decides.
 pub(super) fn sweep(
@@ -238,7 +245,7 @@ pub(super) fn sweep(
             continue;
         }
         let written = meta.modified().unwrap_or(now);
-        logs.push((written, meta.len(), path));
+        logs.push((written, disk_space(&meta), path));
     }
     logs.sort();
     let mut removed = HashSet::new();
@@ -309,13 +316,15 @@ mod tests {
         index.add("s", "a", &expired);
         index.add("s", "d", &middle);
         let keep = HashSet::from([kept_expired.clone()]);
-        let swept = sweep(dir.path(), 24 * hour, 250, &keep, &index);
+        let kept_bytes = disk(&kept_expired) + disk(&middle) + disk(&newest);
+        // Room for all but the oldest.
+        let swept = sweep(dir.path(), 24 * hour, kept_bytes + 1, &keep, &index);
         assert_eq!(
             swept,
             Swept {
                 expired: 1,
                 over_total: 1,
-                kept_bytes: 210
+                kept_bytes
             }
         );
         assert!(!expired.exists() && !oldest.exists());
@@ -323,6 +332,32 @@ mod tests {
         assert!(other.exists(), "only *.log files are swept");
         assert!(dir.path().join("dir.log").is_dir());
         assert_eq!(index.list("s"), vec![("d".to_owned(), middle)]);
+    }
+
+    /// What [`sweep`] counts for the file at `path`.
+    fn disk(path: &Path) -> u64 {
+        disk_space(&std::fs::metadata(path).expect("metadata"))
+    }
+
+    #[test]
+    fn the_total_counts_the_disk_space_of_small_logs_not_their_length() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let hour = Duration::from_secs(3600);
+        let logs: Vec<PathBuf> = (1..=4)
+            .map(|n| old_log(dir.path(), &format!("{n}.log"), 1, (5 - n) * hour))
+            .collect();
+        // Four one-byte logs in the space of two: where a file takes a block (most file
+        // systems), their four bytes of length would fit many times over.
+        let swept = sweep(
+            dir.path(),
+            24 * hour,
+            disk(&logs[2]) + disk(&logs[3]),
+            &HashSet::new(),
+            &LogIndex::default(),
+        );
+        assert_eq!(swept.over_total, 2, "{swept:?}");
+        assert!(!logs[0].exists() && !logs[1].exists());
+        assert!(logs[2].exists() && logs[3].exists());
     }
 
     #[test]
