@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, TryLockError};
+use std::time::{Duration, Instant};
 
 use super::landlock::{self, LandlockError, Plan};
 use super::namespaces::{self, NamespaceError, Namespaces};
@@ -89,7 +90,24 @@ pub(crate) enum PrepareError {
     /// The private temporary directory could not be made.
     #[error("cannot create the scope's temporary directory: {0}")]
     TempDir(std::io::Error),
+    /// Building this profile failed moments ago in this scope: not tried again yet.
+    #[error(
+        "{reason} (it failed for this session {} s ago; tried again {} s after a failure)",
+        ago.as_secs(),
+        RETRY_AFTER.as_secs()
+    )]
+    Recent {
+        /// Why it failed.
+        reason: String,
+        /// How long ago.
+        ago: Duration,
+    },
 }
+
+/// How long a profile that failed to build is not tried again in a scope: starts that come
+/// meanwhile get the failure at once instead of each waiting for it anew (a namespace helper
+/// stuck on a mount takes its whole timeout).
+const RETRY_AFTER: Duration = Duration::from_secs(5);
 
 /// Where confined commands of a host may write and what they may never reach, besides the
 /// profile's own hidden paths.
@@ -130,7 +148,10 @@ pub(crate) struct Prepared {
 pub(crate) struct ScopeSandbox {
     context: Arc<Context>,
     temp: Mutex<Option<tempfile::TempDir>>,
+    /// Held while a profile is built.
     prepared: Mutex<HashMap<Profile, Arc<Prepared>>>,
+    /// The last failure of each profile that failed to build (taken under `prepared`).
+    failed: Mutex<HashMap<Profile, (Instant, String)>>,
 }
 
 impl ScopeSandbox {
@@ -140,18 +161,23 @@ impl ScopeSandbox {
             context,
             temp: Mutex::new(None),
             prepared: Mutex::new(HashMap::new()),
+            failed: Mutex::new(HashMap::new()),
         }
     }
 
     /// The layers for `profile` when nothing needs building: `Some(None)` for `off`,
     /// `Some(Some(..))` when built before and its namespaces still live; `None` when
     /// [`Self::prepare`] has work to do (which may block: making namespaces waits on a helper
-    /// process).
+    /// process), or is doing it for another start: this never waits.
     pub(crate) fn ready(&self, profile: &Profile) -> Option<Option<Arc<Prepared>>> {
         if profile.mode == SandboxMode::Off {
             return Some(None);
         }
-        let prepared = self.prepared.lock().unwrap_or_else(PoisonError::into_inner);
+        let prepared = match self.prepared.try_lock() {
+            Ok(prepared) => prepared,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
         prepared
             .get(profile)
             .filter(|ready| {
@@ -192,10 +218,31 @@ impl ScopeSandbox {
                 missing,
             });
         }
-        let temp = self.temp_dir()?;
-        let ready = Arc::new(build(&self.context, profile, &temp)?);
-        prepared.insert(profile.clone(), ready.clone());
-        Ok(Some(ready))
+        let mut failed = self.failed.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((at, reason)) = failed.get(profile) {
+            let ago = at.elapsed();
+            if ago < RETRY_AFTER {
+                return Err(PrepareError::Recent {
+                    reason: reason.clone(),
+                    ago,
+                });
+            }
+        }
+        match self
+            .temp_dir()
+            .and_then(|temp| build(&self.context, profile, &temp))
+        {
+            Ok(built) => {
+                failed.remove(profile);
+                let ready = Arc::new(built);
+                prepared.insert(profile.clone(), ready.clone());
+                Ok(Some(ready))
+            }
+            Err(error) => {
+                failed.insert(profile.clone(), (Instant::now(), error.to_string()));
+                Err(error)
+            }
+        }
     }
 
     /// The scope's private temporary directory, made on first use.
@@ -423,6 +470,66 @@ fn make_namespaces(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_profile_that_failed_to_build_is_not_tried_again_at_once() {
+        // A workspace of `/` cannot be confined: the build fails.
+        let sandbox = ScopeSandbox::new(Arc::new(Context {
+            workdir: PathBuf::from("/"),
+            ..Context::default()
+        }));
+        let profile = crate::sandbox::SandboxSettings::default().profile();
+        if probe::support().missing_for(&profile).is_some() {
+            eprintln!("this machine lacks a layer of the default profile: nothing is built");
+            return;
+        }
+        let first = sandbox
+            .prepare(&profile)
+            .expect_err("a workspace of / is refused");
+        assert!(matches!(first, PrepareError::RootWritable), "{first:?}");
+        let again = sandbox.prepare(&profile).expect_err("still refused");
+        let PrepareError::Recent { reason, .. } = &again else {
+            panic!("built again at once: {again:?}");
+        };
+        assert_eq!(reason, &first.to_string());
+        assert!(again.to_string().starts_with(&first.to_string()), "{again}");
+        assert!(sandbox.ready(&profile).is_none());
+    }
+
+    #[test]
+    fn asking_whether_a_profile_is_ready_never_waits_for_a_build() {
+        let workdir = tempfile::tempdir().expect("workdir");
+        let sandbox = Arc::new(ScopeSandbox::new(Arc::new(Context {
+            workdir: workdir.path().to_path_buf(),
+            ..Context::default()
+        })));
+        let profile = crate::sandbox::SandboxSettings::default().profile();
+        if probe::support().missing_for(&profile).is_some() {
+            eprintln!("this machine lacks a layer of the default profile: nothing is built");
+            return;
+        }
+        sandbox.prepare(&profile).expect("built");
+        assert!(matches!(sandbox.ready(&profile), Some(Some(_))));
+        // Another start holds the scope's builds (as while its namespaces are made).
+        let (held, release) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+        let holder = {
+            let sandbox = sandbox.clone();
+            let held = held.0;
+            std::thread::spawn(move || {
+                let _building = sandbox.prepared.lock().expect("lock");
+                held.send(()).expect("tell");
+                // Until released, or long after a waiting `ready` would have given up.
+                let _ = release.1.recv_timeout(Duration::from_secs(10));
+            })
+        };
+        held.1.recv().expect("the lock is held");
+        // Not ready for now (the start goes to a blocking thread), instead of waiting for the
+        // build under way and answering then.
+        assert!(sandbox.ready(&profile).is_none());
+        release.0.send(()).expect("release");
+        holder.join().expect("holder");
+        assert!(matches!(sandbox.ready(&profile), Some(Some(_))));
+    }
 
     #[test]
     fn temporary_directories_of_hosts_that_are_gone_are_swept() {

@@ -397,6 +397,8 @@ impl ProcessManager {
             self.config.max_processes,
         )?;
         let confine = self.confinement(scope, &profile).await?;
+        // Building may have taken a while: a scope that ended meanwhile gets no command.
+        reservation.check()?;
         // Limits on everything the command starts; more processes than asked for, the keeper
         // (two in a PID namespace: one waits outside, one keeps inside).
         let keepers = match confine.as_ref().and_then(|ready| ready.namespaces.as_ref()) {

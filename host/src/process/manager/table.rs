@@ -164,16 +164,7 @@ impl Records {
         entry: &Arc<Entry>,
     ) -> Result<(), ProcessError> {
         let mut table = lock(&self.table);
-        let generation = table.scopes.get(&entry.scope).map(|state| state.generation);
-        let refused = if self.is_closed() {
-            Some(shut_down())
-        } else if generation != Some(reservation.generation) {
-            Some(ProcessError::Failed(
-                "the session ended while the process was starting".to_owned(),
-            ))
-        } else {
-            None
-        };
+        let refused = self.refusal(&table, &reservation);
         reservation.release(&mut table);
         match refused {
             Some(error) => Err(error),
@@ -185,6 +176,24 @@ impl Records {
                 entry.holding.store(true, Ordering::Relaxed);
                 Ok(())
             }
+        }
+    }
+
+    /// Why a start holding `reservation` may not go on: the manager closed or the scope ended
+    /// since the slot was reserved.
+    fn refusal(&self, table: &Table, reservation: &Reservation<'_>) -> Option<ProcessError> {
+        let generation = table
+            .scopes
+            .get(&reservation.scope)
+            .map(|state| state.generation);
+        if self.is_closed() {
+            Some(shut_down())
+        } else if generation != Some(reservation.generation) {
+            Some(ProcessError::Failed(
+                "the session ended while the process was starting".to_owned(),
+            ))
+        } else {
+            None
         }
     }
 
@@ -301,6 +310,14 @@ pub(super) struct Reservation<'a> {
 }
 
 impl Reservation<'_> {
+    /// Whether the start may still go on (see [`Records::admit`], which decides for good):
+    /// checked before the command is spawned, so that one whose scope ended meanwhile does not
+    /// run at all.
+    pub(super) fn check(&self) -> Result<(), ProcessError> {
+        let table = lock(&self.records.table);
+        self.records.refusal(&table, self).map_or(Ok(()), Err)
+    }
+
     /// Give the slot back under the caller's table lock (the record takes its place).
     fn release(mut self, table: &mut Table) {
         self.armed = false;
