@@ -112,7 +112,9 @@ pub async fn real_plugin_host(dir: &Path) -> (ToolHost, TempDir) {
     real_host_with(ToolHost::builder().bundled_policy(None).plugin_dir(dir)).await
 }
 
-async fn real_host_with(builder: toolhost::ToolHostBuilder) -> (ToolHost, TempDir) {
+/// A host on the real process manager configured by `builder` (the state directory, the
+/// shared writable directory and the component cache are set here).
+pub async fn real_host_with(builder: toolhost::ToolHostBuilder) -> (ToolHost, TempDir) {
     let state = tempfile::tempdir().expect("state dir");
     let mut config = toolhost::process::ProcessManagerConfig {
         state_dir: Some(state.path().to_path_buf()),

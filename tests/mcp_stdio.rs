@@ -1021,3 +1021,50 @@ async fn calls_beyond_max_calls_are_refused_at_once_and_the_host_goes_on() {
         .await;
     assert_eq!(structured(&after)["output"], "again\n", "{after}");
 }
+
+#[tokio::test]
+async fn a_task_beyond_max_calls_is_refused_at_once_instead_of_created() {
+    let mut client = StdioClient::spawn(&["--max-calls", "1"]);
+    let gate = toolhost_e2e::shared_tempdir();
+    let (started, release) = (gate.path().join("started"), gate.path().join("release"));
+    let held_command = format!(
+        "touch '{}'; while [ ! -e '{}' ]; do sleep 0.02; done; echo released",
+        started.display(),
+        release.display()
+    );
+    let created = client
+        .request(
+            "tools/call",
+            json!({"name": "execute", "arguments": {"command": held_command}, "_meta": meta_2026(true)}),
+        )
+        .await;
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    let task_id = created["result"]["taskId"]
+        .as_str()
+        .expect("taskId")
+        .to_owned();
+    assert!(
+        toolhost_e2e::eventually(Duration::from_secs(20), || started.exists()).await,
+        "the task's command did not start"
+    );
+    let refused = client
+        .request(
+            "tools/call",
+            json!({"name": "execute", "arguments": {"command": "echo no"}, "_meta": meta_2026(true)}),
+        )
+        .await;
+    assert_ne!(refused["result"]["resultType"], "task", "{refused}");
+    let text = tool_error(&refused["result"]);
+    assert!(
+        text.contains("--max-calls") && text.contains("not run"),
+        "{text}"
+    );
+    std::fs::write(&release, "").expect("release the task");
+    let (task, _) = poll_task(&mut client, &task_id, Duration::from_secs(30)).await;
+    assert_eq!(task["status"], "completed", "{task}");
+    assert_eq!(
+        structured(&task["result"])["output"],
+        "released\n",
+        "{task}"
+    );
+}

@@ -580,3 +580,38 @@ async fn a_host_takes_a_plugins_tool_list_from_the_cache_and_checks_it() {
     let asked = tools_with_cache(cache.path()).await;
     assert_eq!(description(&asked), Some(execute.description.clone()));
 }
+
+#[tokio::test]
+async fn calls_beyond_the_hosts_limit_are_refused_and_a_cancelled_call_gives_its_place_back() {
+    let (host, _state) = toolhost_e2e::real_host_with(ToolHost::builder().max_calls(1)).await;
+    let host = std::sync::Arc::new(host);
+    let gate = toolhost_e2e::shared_tempdir();
+    let started = gate.path().join("started");
+    let held_command = format!("touch '{}'; sleep 300", started.display());
+    let held = tokio::spawn({
+        let host = host.clone();
+        let arguments = serde_json::json!({"command": held_command, "timeout": "10m"}).to_string();
+        async move { host.call("a", "execute", &arguments).await }
+    });
+    // The one place is taken once the held call's command runs.
+    assert!(toolhost_e2e::eventually(Duration::from_secs(20), || started.exists()).await);
+    let refused = host
+        .call("b", "process_list", "{}")
+        .await
+        .expect_err("no place left");
+    assert_eq!(refused, CallError::Busy { max_calls: 1 });
+    assert!(refused.to_string().contains("--max-calls"), "{refused}");
+    assert!(host.admit().is_err());
+    // An unknown tool is that, whatever the load.
+    let unknown = host.call("b", "nope", "{}").await.expect_err("unknown");
+    assert!(
+        matches!(unknown, CallError::UnknownTool { .. }),
+        "{unknown:?}"
+    );
+    // The held call is cancelled (its future dropped): its place is free again.
+    held.abort();
+    assert!(held.await.is_err_and(|error| error.is_cancelled()));
+    let listed = host.call("b", "process_list", "{}").await;
+    assert!(listed.is_ok(), "{listed:?}");
+    host.shutdown().await;
+}

@@ -2,14 +2,16 @@
 //! plugin registry, and routes each tool call to the plugin that provides the tool.
 
 use crate::error::HostError;
-use crate::guest::{CallError, CallOptions, CallOutput, ComponentCache, Loader, ToolDefinition};
+use crate::guest::{
+    CallError, CallOptions, CallOutput, ComponentCache, Loader, Plugin, ToolDefinition,
+};
 use crate::plugins::registry::{Registry, Snapshot};
 use crate::plugins::watcher;
 use crate::process::{ProcessBackend, ProcessManager, ProcessManagerConfig};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The default of [`ToolHostBuilder::max_calls`].
 pub const DEFAULT_MAX_CALLS: usize = 256;
@@ -136,10 +138,11 @@ impl ToolHostBuilder {
 
     /// The most tool calls in progress at once across all scopes (MCP tasks included); a call
     /// beyond is refused at once with [`CallError::Busy`], before anything of it runs.
-    /// Default [`DEFAULT_MAX_CALLS`]. With it, the memory the guests of running calls can
-    /// hold is bounded: at most this many times the largest memory limit of a plugin.
+    /// Default [`DEFAULT_MAX_CALLS`]; at least 1. It bounds the guest instances alive for
+    /// calls, and so their memory: at most this many times the largest memory limit of a
+    /// plugin (guests that list a plugin's tools while it loads are not counted).
     pub fn max_calls(mut self, max: usize) -> Self {
-        self.max_calls = max;
+        self.max_calls = max.max(1);
         self
     }
 
@@ -233,6 +236,23 @@ impl ToolHost {
         self.registry.changes()
     }
 
+    /// The plugin that provides `tool`.
+    fn plugin_for(&self, tool: &str) -> Result<Arc<Plugin>, CallError> {
+        let registry = self.snapshot();
+        if let Some(plugin) = registry.by_tool.get(tool) {
+            return Ok(plugin.clone());
+        }
+        Err(CallError::UnknownTool {
+            name: tool.to_string(),
+            available: registry
+                .by_tool
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+    }
+
     fn snapshot(&self) -> Arc<Snapshot> {
         self.registry.snapshot()
     }
@@ -293,36 +313,41 @@ impl ToolHost {
         arguments: &str,
         options: CallOptions,
     ) -> Result<CallOutput, CallError> {
-        let plugin = {
-            let registry = self.snapshot();
-            match registry.by_tool.get(tool) {
-                Some(p) => p.clone(),
-                None => {
-                    return Err(CallError::UnknownTool {
-                        name: tool.to_string(),
-                        available: registry
-                            .by_tool
-                            .keys()
-                            .cloned()
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                    });
-                }
+        // An unknown tool is that, whatever the load.
+        self.plugin_for(tool)?;
+        let admission = self.admit()?;
+        self.call_admitted(admission, scope, tool, arguments, options)
+            .await
+    }
+
+    /// A place for one call among the host's calls in progress ([`ToolHostBuilder::max_calls`]),
+    /// or [`CallError::Busy`] when there is none: for a caller that must know before it
+    /// answers anything (an MCP task is created only for a call that will run). Dropped
+    /// unused, the place is given back.
+    pub fn admit(&self) -> Result<Admission, CallError> {
+        match self.calls.clone().try_acquire_owned() {
+            Ok(permit) => Ok(Admission(permit)),
+            Err(_) => {
+                refused_warning(self.max_calls);
+                Err(CallError::Busy {
+                    max_calls: self.max_calls,
+                })
             }
-        };
-        // Admission: past the limit a call is refused at once instead of queueing (each call
-        // in progress holds a guest instance and often a process start).
-        let Ok(_permit) = self.calls.try_acquire() else {
-            tracing::warn!(
-                scope,
-                tool,
-                max_calls = self.max_calls,
-                "refused a call: the host's call limit is reached"
-            );
-            return Err(CallError::Busy {
-                max_calls: self.max_calls,
-            });
-        };
+        }
+    }
+
+    /// [`Self::call_with`] in a place taken before with [`Self::admit`], held until the call
+    /// ends.
+    pub async fn call_admitted(
+        &self,
+        admission: Admission,
+        scope: &str,
+        tool: &str,
+        arguments: &str,
+        options: CallOptions,
+    ) -> Result<CallOutput, CallError> {
+        let _admission = admission;
+        let plugin = self.plugin_for(tool)?;
         let outcome = plugin.call(scope, tool, arguments, options).await;
         // The session's log (an MCP client that set a level sees these).
         match &outcome {
@@ -381,6 +406,40 @@ impl ToolHost {
     pub async fn shutdown(&self) {
         if let Some(manager) = &self.manager {
             manager.shutdown().await;
+        }
+    }
+}
+
+/// A place among the host's calls in progress, from [`ToolHost::admit`].
+#[derive(Debug)]
+pub struct Admission(#[allow(dead_code)] OwnedSemaphorePermit);
+
+/// Log refusals at the call limit: a warning at most every 10 s with how many were refused
+/// since (under overload there can be thousands a second), each one at debug.
+fn refused_warning(max_calls: usize) {
+    use std::sync::Mutex;
+    use std::time::Instant;
+    static LAST: Mutex<Option<(Instant, u64)>> = Mutex::new(None);
+    const EVERY: Duration = Duration::from_secs(10);
+    let mut last = LAST
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match &mut *last {
+        Some((at, refused)) if at.elapsed() < EVERY => {
+            *refused += 1;
+            tracing::debug!(
+                max_calls,
+                "refused a call: the host's call limit is reached"
+            );
+        }
+        _ => {
+            let since = last.map_or(0, |(_, refused)| refused);
+            *last = Some((Instant::now(), 0));
+            tracing::warn!(
+                max_calls,
+                refused_since_last_warning = since,
+                "refused a call: the host already runs its maximum of calls (--max-calls)"
+            );
         }
     }
 }

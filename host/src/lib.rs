@@ -32,7 +32,7 @@ pub use guest::{
     ProgressSink,
 };
 pub use host::{
-    DEFAULT_MAX_CALLS, ToolHints, ToolHost, ToolHostBuilder, ToolInfo, default_cache_dir,
+    Admission, DEFAULT_MAX_CALLS, ToolHints, ToolHost, ToolHostBuilder, ToolInfo, default_cache_dir,
 };
 pub use plugins::bundled;
 pub use plugins::manifest::ManifestError;

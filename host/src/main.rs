@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use toolhost::sandbox::{Network, Profile, SandboxMode, SandboxSettings, probe};
-use toolhost::{CallError, ToolHost, bundled};
+use toolhost::{ToolHost, bundled};
 
 #[derive(Parser)]
 #[command(
@@ -50,8 +50,8 @@ struct Cli {
 
     /// Most tool calls in progress at once across all sessions (MCP tasks included); a call
     /// beyond is refused at once with a message saying so, nothing of it run. It also bounds
-    /// the memory of the guests running calls (at most this many times a plugin's memory
-    /// limit).
+    /// the memory of the guests running calls (at most this many times the largest memory
+    /// limit of a plugin).
     #[arg(long, value_name = "N", default_value_t = toolhost::DEFAULT_MAX_CALLS as u32, global = true, value_parser = clap::value_parser!(u32).range(1..))]
     max_calls: u32,
 
@@ -514,13 +514,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                     out(result);
                     Ok(ExitCode::SUCCESS)
                 }
-                Err(
-                    e @ (CallError::Tool(_)
-                    | CallError::UnknownTool { .. }
-                    | CallError::Limit { .. }
-                    | CallError::Plugin { .. }
-                    | CallError::Busy { .. }),
-                ) => {
+                Err(e) => {
                     eprintln!("toolhost: {}", one_line(&e.to_string()));
                     Ok(ExitCode::FAILURE)
                 }

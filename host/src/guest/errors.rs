@@ -36,8 +36,9 @@ pub enum LoadError {
     BadTools { plugin: String, reason: String },
 }
 
-/// Why a call failed.
+/// Why a call failed. More reasons may come in later versions: match with a `_` arm.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CallError {
     /// No loaded plugin provides the tool.
     #[error("unknown tool `{name}`; available tools: {available}")]

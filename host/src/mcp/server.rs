@@ -232,8 +232,17 @@ impl ToolServer {
         };
         let scope = self.scope_of(&context)?;
         if tasks::wanted(&request.name, &context) {
+            // Refused at once, not as a task that fails.
+            let admission = match self.session.host.admit() {
+                Ok(admission) => admission,
+                Err(refused) => {
+                    return call_result(&self.session.host, &scope.name, Err(refused))
+                        .map(Into::into);
+                }
+            };
             return Ok(CallToolResponse::Task(tasks::spawn(
                 self.session.host.clone(),
+                admission,
                 scope,
                 request.name.to_string(),
                 arguments,

@@ -14,7 +14,7 @@
 //! The extension is not defined under 2025-11-25 and earlier: their clients get plain results.
 
 use super::server::{ScopeRef, call_result};
-use crate::{CallOptions, Progress, ProgressSink, ToolHost};
+use crate::{Admission, CallOptions, Progress, ProgressSink, ToolHost};
 use rmcp::model::{CallToolResult, CreateTaskResult};
 use rmcp::service::RequestContext;
 use rmcp::task_manager::{TaskExit, TaskOptions};
@@ -45,9 +45,11 @@ pub(super) fn wanted(tool: &str, context: &RequestContext<RoleServer>) -> bool {
             .is_some_and(|capabilities| capabilities.supports_tasks())
 }
 
-/// Start the call as a task of `scope` and return what the client is told.
+/// Start the call, admitted already (a call refused by the host's limit gets no task), as a
+/// task of `scope` and return what the client is told.
 pub(super) fn spawn(
     host: Arc<ToolHost>,
+    admission: Admission,
     scope: ScopeRef,
     tool: String,
     arguments: String,
@@ -79,7 +81,7 @@ pub(super) fn spawn(
                 waits_for_exit: true,
             };
             let outcome = host
-                .call_with(&scope.name, &tool, &arguments, options)
+                .call_admitted(admission, &scope.name, &tool, &arguments, options)
                 .await;
             watcher.abort();
             let result: Result<CallToolResult, ErrorData> =
