@@ -152,6 +152,9 @@ pub(crate) struct ScopeSandbox {
     prepared: Mutex<HashMap<Profile, Arc<Prepared>>>,
     /// The last failure of each profile that failed to build (taken under `prepared`).
     failed: Mutex<HashMap<Profile, (Instant, String)>>,
+    /// Held by the start that builds, for as long as it builds: the others wait for it here,
+    /// without a thread each.
+    building: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl ScopeSandbox {
@@ -162,6 +165,7 @@ impl ScopeSandbox {
             temp: Mutex::new(None),
             prepared: Mutex::new(HashMap::new()),
             failed: Mutex::new(HashMap::new()),
+            building: Arc::new(tokio::sync::Mutex::new(())),
         }
     }
 
@@ -187,6 +191,12 @@ impl ScopeSandbox {
                     .is_none_or(Namespaces::holder_alive)
             })
             .map(|ready| Some(ready.clone()))
+    }
+
+    /// The right to build this scope's layers, waited for while another start builds: hold
+    /// it across [`Self::prepare`] (asking [`Self::ready`] again first).
+    pub(crate) async fn build_turn(&self) -> tokio::sync::OwnedMutexGuard<()> {
+        self.building.clone().lock_owned().await
     }
 
     /// The layers for `profile` (`None` for `off`), built on first use. Blocks while it builds

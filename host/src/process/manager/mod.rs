@@ -558,13 +558,23 @@ impl ProcessManager {
         if let Some(ready) = sandbox.ready(profile) {
             return Ok(ready);
         }
+        // One build at a time per scope: concurrent first starts wait for it here, not each
+        // on a blocking thread of its own, and then find it ready (or its failure).
+        let turn = sandbox.build_turn().await;
+        if let Some(ready) = sandbox.ready(profile) {
+            return Ok(ready);
+        }
         let profile = profile.clone();
-        tokio::task::spawn_blocking(move || sandbox.prepare(&profile))
-            .await
-            .map_err(|error| {
-                ProcessError::Failed(format!("preparing the command's sandbox failed: {error}"))
-            })?
-            .map_err(|error| ProcessError::Failed(error.to_string()))
+        tokio::task::spawn_blocking(move || {
+            // Given up only once the build ends, even if this start is dropped meanwhile.
+            let _turn = turn;
+            sandbox.prepare(&profile)
+        })
+        .await
+        .map_err(|error| {
+            ProcessError::Failed(format!("preparing the command's sandbox failed: {error}"))
+        })?
+        .map_err(|error| ProcessError::Failed(error.to_string()))
     }
 
     /// The profile of a request that names none: the operator's settings.
