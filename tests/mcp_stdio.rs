@@ -977,7 +977,19 @@ async fn starts_beyond_max_processes_are_refused_saying_so() {
 
 #[tokio::test]
 async fn calls_beyond_max_calls_are_refused_at_once_and_the_host_goes_on() {
-    let mut client = StdioClient::start(&["--max-calls", "1"]).await;
+    one_call_held_refuses_another("--max-calls", "maximum of 1 tool calls at once across").await;
+}
+
+#[tokio::test]
+async fn calls_beyond_max_calls_per_session_are_refused_at_once() {
+    one_call_held_refuses_another("--max-calls-per-session", "this session is already running")
+        .await;
+}
+
+/// With `flag` at 1, a call in progress makes the next one a refusal naming the flag and
+/// saying `why`; once it ends, calls run again.
+async fn one_call_held_refuses_another(flag: &str, why: &str) {
+    let mut client = StdioClient::start(&[flag, "1"]).await;
     let gate = toolhost_e2e::shared_tempdir();
     let (started, release) = (gate.path().join("started"), gate.path().join("release"));
     let held_command = format!(
@@ -1005,8 +1017,8 @@ async fn calls_beyond_max_calls_are_refused_at_once_and_the_host_goes_on() {
             .await,
     );
     assert!(
-        refused.contains("maximum of 1 tool calls")
-            && refused.contains("--max-calls")
+        refused.contains(why)
+            && refused.contains(&format!("({flag})"))
             && refused.contains("not run"),
         "{refused}"
     );

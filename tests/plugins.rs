@@ -601,7 +601,7 @@ async fn calls_beyond_the_hosts_limit_are_refused_and_a_cancelled_call_gives_its
         .expect_err("no place left");
     assert_eq!(refused, CallError::Busy { max_calls: 1 });
     assert!(refused.to_string().contains("--max-calls"), "{refused}");
-    assert!(host.admit().is_err());
+    assert!(host.admit("b").is_err());
     // An unknown tool is that, whatever the load.
     let unknown = host.call("b", "nope", "{}").await.expect_err("unknown");
     assert!(
@@ -613,5 +613,38 @@ async fn calls_beyond_the_hosts_limit_are_refused_and_a_cancelled_call_gives_its
     assert!(held.await.is_err_and(|error| error.is_cancelled()));
     let listed = host.call("b", "process_list", "{}").await;
     assert!(listed.is_ok(), "{listed:?}");
+    host.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_session_at_its_limit_is_refused_while_others_go_on() {
+    let (host, _state) =
+        toolhost_e2e::real_host_with(ToolHost::builder().max_calls_per_session(1)).await;
+    let host = std::sync::Arc::new(host);
+    let gate = toolhost_e2e::shared_tempdir();
+    let started = gate.path().join("started");
+    let held_command = format!("touch '{}'; sleep 300", started.display());
+    let held = tokio::spawn({
+        let host = host.clone();
+        let arguments = serde_json::json!({"command": held_command, "timeout": "10m"}).to_string();
+        async move { host.call("a", "execute", &arguments).await }
+    });
+    assert!(toolhost_e2e::eventually(Duration::from_secs(20), || started.exists()).await);
+    let refused = host
+        .call("a", "process_list", "{}")
+        .await
+        .expect_err("session a is full");
+    assert_eq!(refused, CallError::SessionBusy { max_calls: 1 });
+    assert!(
+        refused.to_string().contains("--max-calls-per-session"),
+        "{refused}"
+    );
+    // Another session is not held up by it.
+    let other = host.call("b", "process_list", "{}").await;
+    assert!(other.is_ok(), "{other:?}");
+    held.abort();
+    assert!(held.await.is_err_and(|error| error.is_cancelled()));
+    let again = host.call("a", "process_list", "{}").await;
+    assert!(again.is_ok(), "{again:?}");
     host.shutdown().await;
 }

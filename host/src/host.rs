@@ -1,6 +1,7 @@
 //! [`ToolHost`]: the embeddable host. It owns the process backend, the guest runtime and the
 //! plugin registry, and routes each tool call to the plugin that provides the tool.
 
+use crate::admission::{Admission, Admissions, DEFAULT_MAX_CALLS, DEFAULT_MAX_CALLS_PER_SESSION};
 use crate::error::HostError;
 use crate::guest::{
     CallError, CallOptions, CallOutput, ComponentCache, Loader, Plugin, ToolDefinition,
@@ -11,10 +12,6 @@ use crate::process::{ProcessBackend, ProcessManager, ProcessManagerConfig};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-
-/// The default of [`ToolHostBuilder::max_calls`].
-pub const DEFAULT_MAX_CALLS: usize = 256;
 
 /// A tool as offered to agents: its definition and the plugin providing it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -73,6 +70,7 @@ pub struct ToolHostBuilder {
     cache_dir: Option<PathBuf>,
     watch: bool,
     max_calls: usize,
+    max_calls_per_session: usize,
 }
 
 impl Default for ToolHostBuilder {
@@ -85,6 +83,7 @@ impl Default for ToolHostBuilder {
             cache_dir: default_cache_dir(),
             watch: false,
             max_calls: DEFAULT_MAX_CALLS,
+            max_calls_per_session: DEFAULT_MAX_CALLS_PER_SESSION,
         }
     }
 }
@@ -146,6 +145,15 @@ impl ToolHostBuilder {
         self
     }
 
+    /// The most tool calls in progress at once in one scope (session); a call beyond is
+    /// refused at once with [`CallError::SessionBusy`]. Default
+    /// [`DEFAULT_MAX_CALLS_PER_SESSION`]; at least 1. Keeps one session from taking every
+    /// place of [`Self::max_calls`].
+    pub fn max_calls_per_session(mut self, max: usize) -> Self {
+        self.max_calls_per_session = max.max(1);
+        self
+    }
+
     /// Build the host and load the plugins. Must run inside a tokio runtime.
     pub async fn build(self) -> Result<ToolHost, HostError> {
         let sandbox = self.process_config.sandbox.clone();
@@ -180,12 +188,10 @@ impl ToolHostBuilder {
         } else {
             None
         };
-        let max_calls = self.max_calls.min(Semaphore::MAX_PERMITS);
         Ok(ToolHost {
             registry,
             manager,
-            calls: Arc::new(Semaphore::new(max_calls)),
-            max_calls,
+            admissions: Admissions::new(self.max_calls, self.max_calls_per_session),
             _watcher: watcher,
         })
     }
@@ -205,10 +211,8 @@ pub struct ToolHost {
     registry: Arc<Registry>,
     /// The real process manager, when the host made one (not with a custom backend).
     manager: Option<Arc<ProcessManager>>,
-    /// One permit per call in progress (admission control).
-    calls: Arc<Semaphore>,
-    /// The number of permits `calls` was made with.
-    max_calls: usize,
+    /// The places of calls in progress (admission control).
+    admissions: Admissions,
     /// Keeps the plugin directory watch alive (hot swap).
     _watcher: Option<notify::RecommendedWatcher>,
 }
@@ -315,38 +319,30 @@ impl ToolHost {
     ) -> Result<CallOutput, CallError> {
         // An unknown tool is that, whatever the load.
         self.plugin_for(tool)?;
-        let admission = self.admit()?;
-        self.call_admitted(admission, scope, tool, arguments, options)
+        let admission = self.admit(scope)?;
+        self.call_admitted(admission, tool, arguments, options)
             .await
     }
 
-    /// A place for one call among the host's calls in progress ([`ToolHostBuilder::max_calls`]),
-    /// or [`CallError::Busy`] when there is none: for a caller that must know before it
-    /// answers anything (an MCP task is created only for a call that will run). Dropped
-    /// unused, the place is given back.
-    pub fn admit(&self) -> Result<Admission, CallError> {
-        match self.calls.clone().try_acquire_owned() {
-            Ok(permit) => Ok(Admission(permit)),
-            Err(_) => {
-                refused_warning(self.max_calls);
-                Err(CallError::Busy {
-                    max_calls: self.max_calls,
-                })
-            }
-        }
+    /// A place for one call of `scope` among the calls in progress
+    /// ([`ToolHostBuilder::max_calls`], [`ToolHostBuilder::max_calls_per_session`]), or
+    /// [`CallError::Busy`] / [`CallError::SessionBusy`] when there is none: for a caller that
+    /// must know before it answers anything (an MCP task is created only for a call that will
+    /// run). Dropped unused, the place is given back.
+    pub fn admit(&self, scope: &str) -> Result<Admission, CallError> {
+        self.admissions.admit(scope)
     }
 
-    /// [`Self::call_with`] in a place taken before with [`Self::admit`], held until the call
-    /// ends.
+    /// [`Self::call_with`] in a place taken before with [`Self::admit`] (in its scope), held
+    /// until the call ends.
     pub async fn call_admitted(
         &self,
         admission: Admission,
-        scope: &str,
         tool: &str,
         arguments: &str,
         options: CallOptions,
     ) -> Result<CallOutput, CallError> {
-        let _admission = admission;
+        let scope = admission.scope();
         let plugin = self.plugin_for(tool)?;
         let outcome = plugin.call(scope, tool, arguments, options).await;
         // The session's log (an MCP client that set a level sees these).
@@ -406,40 +402,6 @@ impl ToolHost {
     pub async fn shutdown(&self) {
         if let Some(manager) = &self.manager {
             manager.shutdown().await;
-        }
-    }
-}
-
-/// A place among the host's calls in progress, from [`ToolHost::admit`].
-#[derive(Debug)]
-pub struct Admission(#[allow(dead_code)] OwnedSemaphorePermit);
-
-/// Log refusals at the call limit: a warning at most every 10 s with how many were refused
-/// since (under overload there can be thousands a second), each one at debug.
-fn refused_warning(max_calls: usize) {
-    use std::sync::Mutex;
-    use std::time::Instant;
-    static LAST: Mutex<Option<(Instant, u64)>> = Mutex::new(None);
-    const EVERY: Duration = Duration::from_secs(10);
-    let mut last = LAST
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    match &mut *last {
-        Some((at, refused)) if at.elapsed() < EVERY => {
-            *refused += 1;
-            tracing::debug!(
-                max_calls,
-                "refused a call: the host's call limit is reached"
-            );
-        }
-        _ => {
-            let since = last.map_or(0, |(_, refused)| refused);
-            *last = Some((Instant::now(), 0));
-            tracing::warn!(
-                max_calls,
-                refused_since_last_warning = since,
-                "refused a call: the host already runs its maximum of calls (--max-calls)"
-            );
         }
     }
 }

@@ -12,8 +12,9 @@
 //! `plugins/` (the plugin registry: manifests, bundled policies, hot swap), `sandbox/` (what
 //! a command may touch: profiles and the kernel layers that enforce them), `terminal/`
 //! (pseudo-terminal views: keys, the stream view, the screen emulator), `host.rs` (the
-//! embeddable host), `mcp/` (the MCP server), `testing.rs` (a fake process capability).
+//! embeddable host), `admission.rs` (how many calls may run at once), `mcp/` (the MCP server), `testing.rs` (a fake process capability).
 
+mod admission;
 mod buffer;
 mod error;
 mod guest;
@@ -26,14 +27,13 @@ pub mod scenarios;
 pub mod terminal;
 pub mod testing;
 
+pub use admission::{Admission, DEFAULT_MAX_CALLS, DEFAULT_MAX_CALLS_PER_SESSION};
 pub use error::HostError;
 pub use guest::{
     CallError, CallOptions, CallOutput, EngineError, LimitExceeded, LoadError, Progress,
     ProgressSink,
 };
-pub use host::{
-    Admission, DEFAULT_MAX_CALLS, ToolHints, ToolHost, ToolHostBuilder, ToolInfo, default_cache_dir,
-};
+pub use host::{ToolHints, ToolHost, ToolHostBuilder, ToolInfo, default_cache_dir};
 pub use plugins::bundled;
 pub use plugins::manifest::ManifestError;
 pub use plugins::scaffold;

@@ -55,6 +55,11 @@ struct Cli {
     #[arg(long, value_name = "N", default_value_t = toolhost::DEFAULT_MAX_CALLS as u32, global = true, value_parser = clap::value_parser!(u32).range(1..))]
     max_calls: u32,
 
+    /// Most tool calls in progress at once in one session; a call beyond is refused at once
+    /// with a message saying so, nothing of it run, while other sessions go on.
+    #[arg(long, value_name = "N", default_value_t = toolhost::DEFAULT_MAX_CALLS_PER_SESSION as u32, global = true, value_parser = clap::value_parser!(u32).range(1..))]
+    max_calls_per_session: u32,
+
     /// Default working directory of processes (default: the current directory).
     #[arg(long, value_name = "DIR", global = true)]
     workdir: Option<PathBuf>,
@@ -343,7 +348,8 @@ async fn build_host(cli: &Cli) -> Result<ToolHost> {
     }
     builder = builder
         .process_config(config)
-        .max_calls(cli.max_calls as usize);
+        .max_calls(cli.max_calls as usize)
+        .max_calls_per_session(cli.max_calls_per_session as usize);
     // A server runs long: pick up plugin changes (and tell MCP clients about them).
     builder = builder.watch_plugins(matches!(cli.command, Command::Serve { .. }));
     builder.build().await.context("loading plugins")

@@ -66,6 +66,16 @@ pub enum CallError {
         /// The host's limit of calls in progress.
         max_calls: usize,
     },
+    /// The call's session already runs as many calls as a session may at once (the host's
+    /// `--max-calls-per-session`): this one was refused before it started, nothing of it ran.
+    #[error(
+        "not run: this session is already running its maximum of {max_calls} tool calls at \
+         once (--max-calls-per-session); try again when one of them has finished"
+    )]
+    SessionBusy {
+        /// The limit of calls in progress per session.
+        max_calls: usize,
+    },
 }
 
 /// A per-call limit a guest ran into (see the `[limits]` of its manifest).

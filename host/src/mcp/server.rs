@@ -233,7 +233,7 @@ impl ToolServer {
         let scope = self.scope_of(&context)?;
         if tasks::wanted(&request.name, &context) {
             // Refused at once, not as a task that fails.
-            let admission = match self.session.host.admit() {
+            let admission = match self.session.host.admit(&scope.name) {
                 Ok(admission) => admission,
                 Err(refused) => {
                     return call_result(&self.session.host, &scope.name, Err(refused))
@@ -303,7 +303,8 @@ pub(super) fn call_result(
             error @ (CallError::Tool(_)
             | CallError::Limit { .. }
             | CallError::Plugin { .. }
-            | CallError::Busy { .. }),
+            | CallError::Busy { .. }
+            | CallError::SessionBusy { .. }),
         ) => Ok(CallToolResult::error(vec![ContentBlock::text(
             error.to_string(),
         )])),

@@ -81,7 +81,7 @@ pub(super) fn spawn(
                 waits_for_exit: true,
             };
             let outcome = host
-                .call_admitted(admission, &scope.name, &tool, &arguments, options)
+                .call_admitted(admission, &tool, &arguments, options)
                 .await;
             watcher.abort();
             let result: Result<CallToolResult, ErrorData> =
