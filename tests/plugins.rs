@@ -587,7 +587,8 @@ async fn calls_beyond_the_hosts_limit_are_refused_and_a_cancelled_call_gives_its
     let host = std::sync::Arc::new(host);
     let gate = toolhost_e2e::shared_tempdir();
     let started = gate.path().join("started");
-    let held_command = format!("touch '{}'; sleep 300", started.display());
+    let marker = toolhost_e2e::marker();
+    let held_command = format!("touch '{}'; sleep 300 # {marker}", started.display());
     let held = tokio::spawn({
         let host = host.clone();
         let arguments = serde_json::json!({"command": held_command, "timeout": "10m"}).to_string();
@@ -614,6 +615,7 @@ async fn calls_beyond_the_hosts_limit_are_refused_and_a_cancelled_call_gives_its
     let listed = host.call("b", "process_list", "{}").await;
     assert!(listed.is_ok(), "{listed:?}");
     host.shutdown().await;
+    assert!(toolhost_e2e::wait_gone(&marker, Duration::from_secs(10)).await);
 }
 
 #[tokio::test]
@@ -623,7 +625,8 @@ async fn a_session_at_its_limit_is_refused_while_others_go_on() {
     let host = std::sync::Arc::new(host);
     let gate = toolhost_e2e::shared_tempdir();
     let started = gate.path().join("started");
-    let held_command = format!("touch '{}'; sleep 300", started.display());
+    let marker = toolhost_e2e::marker();
+    let held_command = format!("touch '{}'; sleep 300 # {marker}", started.display());
     let held = tokio::spawn({
         let host = host.clone();
         let arguments = serde_json::json!({"command": held_command, "timeout": "10m"}).to_string();
@@ -647,4 +650,5 @@ async fn a_session_at_its_limit_is_refused_while_others_go_on() {
     let again = host.call("a", "process_list", "{}").await;
     assert!(again.is_ok(), "{again:?}");
     host.shutdown().await;
+    assert!(toolhost_e2e::wait_gone(&marker, Duration::from_secs(10)).await);
 }

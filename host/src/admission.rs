@@ -29,7 +29,6 @@ pub(crate) struct Admissions {
 
 /// A place for one call of a scope, from [`crate::ToolHost::admit`]: held while the call runs,
 /// given back when dropped.
-#[derive(Debug)]
 pub struct Admission {
     _permit: OwnedSemaphorePermit,
     scope: String,
@@ -50,26 +49,47 @@ impl Admissions {
 
     /// A place for a call of `scope`, or why there is none.
     pub(crate) fn admit(&self, scope: &str) -> Result<Admission, CallError> {
-        let mut scopes = lock(&self.scopes);
-        let running = scopes.get(scope).copied().unwrap_or(0);
-        if running >= self.max_per_scope {
-            refused("session", self.max_per_scope);
-            return Err(CallError::SessionBusy {
-                max_calls: self.max_per_scope,
-            });
-        }
-        let Ok(permit) = self.host.clone().try_acquire_owned() else {
-            refused("host", self.max_calls);
-            return Err(CallError::Busy {
-                max_calls: self.max_calls,
-            });
+        let refusal = {
+            let mut scopes = lock(&self.scopes);
+            let running = scopes.get(scope).copied().unwrap_or(0);
+            if running >= self.max_per_scope {
+                CallError::SessionBusy {
+                    max_calls: self.max_per_scope,
+                }
+            } else if let Ok(permit) = self.host.clone().try_acquire_owned() {
+                match scopes.get_mut(scope) {
+                    Some(running) => *running += 1,
+                    None => {
+                        scopes.insert(scope.to_owned(), 1);
+                    }
+                }
+                return Ok(Admission {
+                    _permit: permit,
+                    scope: scope.to_owned(),
+                    scopes: self.scopes.clone(),
+                });
+            } else {
+                CallError::Busy {
+                    max_calls: self.max_calls,
+                }
+            }
         };
-        scopes.insert(scope.to_owned(), running + 1);
-        Ok(Admission {
-            _permit: permit,
-            scope: scope.to_owned(),
-            scopes: self.scopes.clone(),
-        })
+        // Logged without the lock: a slow log must not hold up every call of the host.
+        refused(scope, &refusal);
+        Err(refusal)
+    }
+
+    /// Whether `admission` is one of these places.
+    pub(crate) fn issued(&self, admission: &Admission) -> bool {
+        Arc::ptr_eq(&self.scopes, &admission.scopes)
+    }
+}
+
+impl std::fmt::Debug for Admission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admission")
+            .field("scope", &self.scope)
+            .finish_non_exhaustive()
     }
 }
 
@@ -98,24 +118,22 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Log a refusal: a warning at most every 10 s with how many were refused since (under
 /// overload there can be thousands a second), each one at debug.
-fn refused(limit: &'static str, max_calls: usize) {
+fn refused(scope: &str, refusal: &CallError) {
     static LAST: Mutex<Option<(Instant, u64)>> = Mutex::new(None);
     const EVERY: Duration = Duration::from_secs(10);
     let mut last = lock(&LAST);
     match &mut *last {
         Some((at, refused)) if at.elapsed() < EVERY => {
             *refused += 1;
-            tracing::debug!(limit, max_calls, "refused a call at a call limit");
+            tracing::debug!(scope, "refused a call: {refusal}");
         }
         _ => {
             let since = last.map_or(0, |(_, refused)| refused);
             *last = Some((Instant::now(), 0));
             tracing::warn!(
-                limit,
-                max_calls,
+                scope,
                 refused_since_last_warning = since,
-                "refused a call: the {limit} already runs its maximum of calls \
-                 (--max-calls, --max-calls-per-session)"
+                "refused a call: {refusal}"
             );
         }
     }

@@ -240,6 +240,11 @@ impl ToolHost {
         self.registry.changes()
     }
 
+    /// [`CallError::UnknownTool`] unless a loaded plugin provides `tool`.
+    pub fn check_tool(&self, tool: &str) -> Result<(), CallError> {
+        self.plugin_for(tool).map(drop)
+    }
+
     /// The plugin that provides `tool`.
     fn plugin_for(&self, tool: &str) -> Result<Arc<Plugin>, CallError> {
         let registry = self.snapshot();
@@ -318,7 +323,7 @@ impl ToolHost {
         options: CallOptions,
     ) -> Result<CallOutput, CallError> {
         // An unknown tool is that, whatever the load.
-        self.plugin_for(tool)?;
+        self.check_tool(tool)?;
         let admission = self.admit(scope)?;
         self.call_admitted(admission, tool, arguments, options)
             .await
@@ -342,6 +347,10 @@ impl ToolHost {
         arguments: &str,
         options: CallOptions,
     ) -> Result<CallOutput, CallError> {
+        debug_assert!(
+            self.admissions.issued(&admission),
+            "an admission of another host"
+        );
         let scope = admission.scope();
         let plugin = self.plugin_for(tool)?;
         let outcome = plugin.call(scope, tool, arguments, options).await;

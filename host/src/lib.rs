@@ -12,7 +12,8 @@
 //! `plugins/` (the plugin registry: manifests, bundled policies, hot swap), `sandbox/` (what
 //! a command may touch: profiles and the kernel layers that enforce them), `terminal/`
 //! (pseudo-terminal views: keys, the stream view, the screen emulator), `host.rs` (the
-//! embeddable host), `admission.rs` (how many calls may run at once), `mcp/` (the MCP server), `testing.rs` (a fake process capability).
+//! embeddable host), `admission.rs` (how many calls may run at once), `mcp/` (the MCP
+//! server), `testing.rs` (a fake process capability).
 
 mod admission;
 mod buffer;

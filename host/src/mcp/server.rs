@@ -232,8 +232,14 @@ impl ToolServer {
         };
         let scope = self.scope_of(&context)?;
         if tasks::wanted(&request.name, &context) {
-            // Refused at once, not as a task that fails.
-            let admission = match self.session.host.admit(&scope.name) {
+            // An unknown tool, or a call over a limit, is answered at once, not as a task
+            // that fails.
+            let admission = match self
+                .session
+                .host
+                .check_tool(&request.name)
+                .and_then(|()| self.session.host.admit(&scope.name))
+            {
                 Ok(admission) => admission,
                 Err(refused) => {
                     return call_result(&self.session.host, &scope.name, Err(refused))

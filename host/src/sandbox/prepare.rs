@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError, TryLockError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::landlock::{self, LandlockError, Plan};
@@ -92,7 +92,8 @@ pub(crate) enum PrepareError {
     TempDir(std::io::Error),
     /// Building this profile failed moments ago in this scope: not tried again yet.
     #[error(
-        "{reason} (it failed for this session {} s ago; tried again {} s after a failure)",
+        "{reason} (the same failure {} s ago in this session; it is retried {} s after a \
+         failure)",
         ago.as_secs(),
         RETRY_AFTER.as_secs()
     )]
@@ -148,12 +149,12 @@ pub(crate) struct Prepared {
 pub(crate) struct ScopeSandbox {
     context: Arc<Context>,
     temp: Mutex<Option<tempfile::TempDir>>,
-    /// Held while a profile is built.
+    /// The profiles built so far (locked only to look one up or add one).
     prepared: Mutex<HashMap<Profile, Arc<Prepared>>>,
-    /// The last failure of each profile that failed to build (taken under `prepared`).
+    /// The last failure of each profile that failed to build.
     failed: Mutex<HashMap<Profile, (Instant, String)>>,
-    /// Held by the start that builds, for as long as it builds: the others wait for it here,
-    /// without a thread each.
+    /// The turn to build, held by the start that builds for as long as it builds: the others
+    /// wait for it here, without a thread each.
     building: Arc<tokio::sync::Mutex<()>>,
 }
 
@@ -171,55 +172,55 @@ impl ScopeSandbox {
 
     /// The layers for `profile` when nothing needs building: `Some(None)` for `off`,
     /// `Some(Some(..))` when built before and its namespaces still live; `None` when
-    /// [`Self::prepare`] has work to do (which may block: making namespaces waits on a helper
-    /// process), or is doing it for another start: this never waits.
+    /// [`Self::prepare`] has work to do. Never waits for a build.
     pub(crate) fn ready(&self, profile: &Profile) -> Option<Option<Arc<Prepared>>> {
         if profile.mode == SandboxMode::Off {
             return Some(None);
         }
-        let prepared = match self.prepared.try_lock() {
-            Ok(prepared) => prepared,
-            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(TryLockError::WouldBlock) => return None,
-        };
-        prepared
-            .get(profile)
-            .filter(|ready| {
-                ready
-                    .namespaces
-                    .as_ref()
-                    .is_none_or(Namespaces::holder_alive)
-            })
-            .map(|ready| Some(ready.clone()))
+        self.built(profile).map(Some)
     }
 
-    /// The right to build this scope's layers, waited for while another start builds: hold
-    /// it across [`Self::prepare`] (asking [`Self::ready`] again first).
-    pub(crate) async fn build_turn(&self) -> tokio::sync::OwnedMutexGuard<()> {
+    /// `profile`'s layers if they were built and their namespaces still live (checked outside
+    /// the lock: it reads the holder's state).
+    fn built(&self, profile: &Profile) -> Option<Arc<Prepared>> {
+        let ready = lock(&self.prepared).get(profile).cloned()?;
+        ready
+            .namespaces
+            .as_ref()
+            .is_none_or(Namespaces::holder_alive)
+            .then_some(ready)
+    }
+
+    /// The turn to build this scope's layers, waited for while another start builds: hold it
+    /// across [`Self::prepare`] (asking [`Self::ready`] again first).
+    pub(crate) async fn build_turn(&self) -> BuildTurn {
         self.building.clone().lock_owned().await
     }
 
-    /// The layers for `profile` (`None` for `off`), built on first use. Blocks while it builds
-    /// (see [`Self::ready`] for the part that does not).
-    pub(crate) fn prepare(&self, profile: &Profile) -> Result<Option<Arc<Prepared>>, PrepareError> {
+    /// The layers for `profile` (`None` for `off`), built on first use, in the build `turn`
+    /// (one build at a time per scope). Blocks while it builds.
+    pub(crate) fn prepare(
+        &self,
+        profile: &Profile,
+        _turn: &BuildTurn,
+    ) -> Result<Option<Arc<Prepared>>, PrepareError> {
         if profile.mode == SandboxMode::Off {
             return Ok(None);
         }
-        let mut prepared = self.prepared.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(ready) = prepared.get(profile) {
-            if ready
-                .namespaces
-                .as_ref()
-                .is_none_or(Namespaces::holder_alive)
-            {
-                return Ok(Some(ready.clone()));
-            }
-            // Its namespaces are gone (the holder was killed): made again.
-            tracing::warn!("the namespaces of a session's profile ended early; making them again");
-            prepared.remove(profile);
+        if let Some(ready) = self.built(profile) {
+            return Ok(Some(ready));
         }
-        if prepared.len() >= MAX_PROFILES {
-            return Err(PrepareError::TooManyProfiles);
+        {
+            let mut prepared = lock(&self.prepared);
+            if prepared.remove(profile).is_some() {
+                // Its namespaces are gone (the holder was killed): made again.
+                tracing::warn!(
+                    "the namespaces of a session's profile ended early; making them again"
+                );
+            }
+            if prepared.len() >= MAX_PROFILES {
+                return Err(PrepareError::TooManyProfiles);
+            }
         }
         let support = probe::support();
         if let Some(missing) = support.missing_for(profile) {
@@ -228,8 +229,7 @@ impl ScopeSandbox {
                 missing,
             });
         }
-        let mut failed = self.failed.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((at, reason)) = failed.get(profile) {
+        if let Some((at, reason)) = lock(&self.failed).get(profile) {
             let ago = at.elapsed();
             if ago < RETRY_AFTER {
                 return Err(PrepareError::Recent {
@@ -243,13 +243,13 @@ impl ScopeSandbox {
             .and_then(|temp| build(&self.context, profile, &temp))
         {
             Ok(built) => {
-                failed.remove(profile);
+                lock(&self.failed).remove(profile);
                 let ready = Arc::new(built);
-                prepared.insert(profile.clone(), ready.clone());
+                lock(&self.prepared).insert(profile.clone(), ready.clone());
                 Ok(Some(ready))
             }
             Err(error) => {
-                failed.insert(profile.clone(), (Instant::now(), error.to_string()));
+                lock(&self.failed).insert(profile.clone(), (Instant::now(), error.to_string()));
                 Err(error)
             }
         }
@@ -271,6 +271,13 @@ impl ScopeSandbox {
         *temp = Some(dir);
         Ok(path)
     }
+}
+
+/// The turn to build a scope's layers ([`ScopeSandbox::build_turn`]).
+pub(crate) type BuildTurn = tokio::sync::OwnedMutexGuard<()>;
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Private temporary directories are `toolhost-PID-XXXXXX` in the system's temporary directory,
@@ -493,11 +500,12 @@ mod tests {
             eprintln!("this machine lacks a layer of the default profile: nothing is built");
             return;
         }
+        let turn = sandbox.building.clone().blocking_lock_owned();
         let first = sandbox
-            .prepare(&profile)
+            .prepare(&profile, &turn)
             .expect_err("a workspace of / is refused");
         assert!(matches!(first, PrepareError::RootWritable), "{first:?}");
-        let again = sandbox.prepare(&profile).expect_err("still refused");
+        let again = sandbox.prepare(&profile, &turn).expect_err("still refused");
         let PrepareError::Recent { reason, .. } = &again else {
             panic!("built again at once: {again:?}");
         };
@@ -518,27 +526,29 @@ mod tests {
             eprintln!("this machine lacks a layer of the default profile: nothing is built");
             return;
         }
-        sandbox.prepare(&profile).expect("built");
-        assert!(matches!(sandbox.ready(&profile), Some(Some(_))));
-        // Another start holds the scope's builds (as while its namespaces are made).
+        {
+            let turn = sandbox.building.clone().blocking_lock_owned();
+            sandbox.prepare(&profile, &turn).expect("built");
+        }
+        // Another start holds the build turn (as while it makes another profile's namespaces).
         let (held, release) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
         let holder = {
             let sandbox = sandbox.clone();
             let held = held.0;
             std::thread::spawn(move || {
-                let _building = sandbox.prepared.lock().expect("lock");
+                let _turn = sandbox.building.clone().blocking_lock_owned();
                 held.send(()).expect("tell");
-                // Until released, or long after a waiting `ready` would have given up.
-                let _ = release.1.recv_timeout(Duration::from_secs(10));
+                // Released by the test, or not if `ready` waited for the turn.
+                release.1.recv_timeout(Duration::from_secs(10)).is_ok()
             })
         };
-        held.1.recv().expect("the lock is held");
-        // Not ready for now (the start goes to a blocking thread), instead of waiting for the
-        // build under way and answering then.
-        assert!(sandbox.ready(&profile).is_none());
-        release.0.send(()).expect("release");
-        holder.join().expect("holder");
+        held.1.recv().expect("the turn is held");
         assert!(matches!(sandbox.ready(&profile), Some(Some(_))));
+        release.0.send(()).expect("release");
+        assert!(
+            holder.join().expect("holder"),
+            "`ready` waited for the build turn"
+        );
     }
 
     #[test]

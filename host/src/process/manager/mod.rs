@@ -567,8 +567,7 @@ impl ProcessManager {
         let profile = profile.clone();
         tokio::task::spawn_blocking(move || {
             // Given up only once the build ends, even if this start is dropped meanwhile.
-            let _turn = turn;
-            sandbox.prepare(&profile)
+            sandbox.prepare(&profile, &turn)
         })
         .await
         .map_err(|error| {
