@@ -243,8 +243,11 @@ async fn without_cgroups_an_unprivileged_host_holds_a_fork_bomb_in_its_user_name
         text.contains("Cannot fork"),
         "no fork was refused: {result}"
     );
-    // The bomb's processes and its keeper.
-    assert!(most <= 33, "{most} processes of a session limited to 32");
+    // The bomb's processes and its keeper: 33 at most. A scan of /proc is not a snapshot
+    // (while the bomb forks and exits, one pass can count a parent that is gone and its new
+    // child; the cgroup test above counts exactly), so twice that is allowed; an unlimited
+    // bomb reaches hundreds within the 3 s.
+    assert!(most <= 66, "{most} processes of a session limited to 32");
     assert!(
         wait_gone(&marker, Duration::from_secs(10)).await,
         "left behind: {:?}",
