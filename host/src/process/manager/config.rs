@@ -34,6 +34,11 @@ pub struct ProcessManagerConfig {
     /// Finished processes kept listed per scope: past this, the oldest finished record is
     /// removed before its retention ends. Default 256.
     pub max_retained_per_scope: usize,
+    /// Finished processes kept listed across all scopes: past this, the oldest finished
+    /// record of the host is removed before its retention ends. Each holds up to
+    /// `head_bytes + tail_bytes` of output in memory. Default 4096 (128 MiB of output at
+    /// most with the default buffer).
+    pub max_retained: usize,
     /// How long to keep reading output after the process exits, for grandchildren that still
     /// hold the pipe. Default 2 s.
     pub drain_timeout: Duration,
@@ -87,6 +92,7 @@ impl Default for ProcessManagerConfig {
             max_running_per_scope: 64,
             max_processes: default_max_processes(),
             max_retained_per_scope: 256,
+            max_retained: 4096,
             drain_timeout: Duration::from_secs(2),
             output_logs: true,
             state_dir: None,

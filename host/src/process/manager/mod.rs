@@ -31,9 +31,9 @@
 //! * The keeper stays our child (a zombie once it exits) until the record is removed, so its
 //!   pid cannot be reused while the record may signal it. `retention` after the exit the
 //!   record is removed, or earlier when its scope has more than `max_retained_per_scope`
-//!   finished records (oldest first): the keeper's control socket is closed, which makes it
-//!   kill whatever is left (daemonised grandchildren), the keeper is reaped and the log file
-//!   is deleted. If a monitor stops early (a panic, the runtime shutting down), it kills the
+//!   finished records, or the host more than `max_retained` (oldest first): the keeper's
+//!   control socket is closed, which makes it kill whatever is left (daemonised
+//!   grandchildren), and the keeper is reaped (the output log stays for `log_retention`). If a monitor stops early (a panic, the runtime shutting down), it kills the
 //!   process, gives back the scope's slot and removes the record all the same.
 //! * What is guaranteed to end with the host: [`ProcessManager::shutdown`] stops every
 //!   process gracefully (`SIGTERM` to every descendant, then `SIGKILL` after `kill_grace`) and
@@ -261,7 +261,10 @@ impl ProcessManager {
         // Found (and, for cgroup v2, the host's own cgroup arranged) before the first process
         // is started: moving the host into a leaf needs it alone in its cgroup.
         let _ = sandbox::cgroup::hierarchies();
-        let records = Arc::new(Records::new(config.max_retained_per_scope));
+        let records = Arc::new(Records::new(
+            config.max_retained_per_scope,
+            config.max_retained,
+        ));
         let logs = Arc::new(LogIndex::default());
         if let Some(dir) = log_dir
             .as_deref()

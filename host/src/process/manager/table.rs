@@ -17,6 +17,8 @@ pub(super) struct Records {
     table: Mutex<Table>,
     /// Finished records kept listed per scope.
     max_retained: usize,
+    /// Finished records kept listed across all scopes.
+    max_retained_total: usize,
     /// `true` once the manager shuts down: nothing more is admitted, monitors stop lingering.
     closed: watch::Sender<bool>,
 }
@@ -28,6 +30,10 @@ struct Table {
     scopes: HashMap<String, ScopeState>,
     /// Admitted records that still hold a keeper (running, or finished with leftovers).
     holding: usize,
+    /// Finished records still listed, all scopes together.
+    finished: usize,
+    /// The order in which records finished (numbers the `finished` of every scope).
+    finish_order: u64,
 }
 
 #[derive(Default)]
@@ -36,8 +42,9 @@ struct ScopeState {
     running: usize,
     /// Starts that passed the limit check and have no record yet.
     starting: usize,
-    /// Finished records still listed, oldest finished first.
-    finished: VecDeque<Arc<Entry>>,
+    /// Finished records still listed, oldest finished first, each with its place in the
+    /// host-wide finishing order.
+    finished: VecDeque<(u64, Arc<Entry>)>,
     /// Bumped by `end_scope`: a start that reserved its slot under an older generation is
     /// not admitted.
     generation: u64,
@@ -63,6 +70,21 @@ impl Table {
             .is_some_and(|current| Arc::ptr_eq(current, entry))
     }
 
+    /// Unlist the oldest finished record of the scope whose oldest finished first.
+    fn pop_oldest_finished(&mut self) -> Option<Arc<Entry>> {
+        let scope = self
+            .scopes
+            .iter()
+            .filter_map(|(name, state)| state.finished.front().map(|(order, _)| (*order, name)))
+            .min()
+            .map(|(_, name)| name.clone())?;
+        let (_, old) = self.scopes.get_mut(&scope)?.finished.pop_front()?;
+        self.finished = self.finished.saturating_sub(1);
+        self.entries.remove(&old.id);
+        self.forget_if_idle(&scope);
+        Some(old)
+    }
+
     fn unreserve(&mut self, scope: &str) {
         if let Some(state) = self.scopes.get_mut(scope) {
             state.starting = state.starting.saturating_sub(1);
@@ -81,10 +103,12 @@ impl Records {
             .collect()
     }
 
-    pub(super) fn new(max_retained: usize) -> Self {
+    /// At most `max_retained` finished records kept per scope, `max_retained_total` in all.
+    pub(super) fn new(max_retained: usize, max_retained_total: usize) -> Self {
         Self {
             table: Mutex::new(Table::default()),
             max_retained,
+            max_retained_total,
             closed: watch::channel(false).0,
         }
     }
@@ -197,35 +221,49 @@ impl Records {
         }
     }
 
-    /// Record the end of a process and release its slot in the scope's count. If the scope
-    /// now retains too many finished records, the oldest is removed.
+    /// Record the end of a process and release its slot in the scope's count. If the scope,
+    /// or the host, now retains too many finished records, the oldest is removed.
     pub(super) fn finish(&self, entry: &Arc<Entry>, ended: Ended) {
         let evicted = {
             let mut table = lock(&self.table);
             lock(&entry.state).end = Some(ended);
             let counted = entry.counted.swap(false, Ordering::Relaxed);
             let listed = table.lists(entry);
-            let mut evicted = None;
+            let mut evicted = Vec::new();
             if counted || listed {
+                let order = table.finish_order;
+                table.finish_order += 1;
                 let state = table.scope(&entry.scope);
                 if counted {
                     state.running = state.running.saturating_sub(1);
                 }
+                let mut added = 0;
                 if listed {
-                    state.finished.push_back(Arc::clone(entry));
-                    if state.finished.len() > self.max_retained {
-                        evicted = state.finished.pop_front();
+                    state.finished.push_back((order, Arc::clone(entry)));
+                    added += 1;
+                    if state.finished.len() > self.max_retained
+                        && let Some((_, old)) = state.finished.pop_front()
+                    {
+                        added -= 1;
+                        evicted.push(old);
                     }
                 }
-                if let Some(old) = &evicted {
+                table.finished += added;
+                for old in &evicted {
                     table.entries.remove(&old.id);
                 }
                 table.forget_if_idle(&entry.scope);
+                while table.finished > self.max_retained_total {
+                    match table.pop_oldest_finished() {
+                        Some(old) => evicted.push(old),
+                        None => break,
+                    }
+                }
             }
             evicted
         };
         entry.finished.send_replace(true);
-        if let Some(old) = evicted {
+        for old in evicted {
             old.dispose();
             self.let_go(&old);
         }
@@ -257,7 +295,12 @@ impl Records {
             if table.lists(entry) {
                 table.entries.remove(&entry.id);
                 if let Some(state) = table.scopes.get_mut(&entry.scope) {
-                    state.finished.retain(|other| !Arc::ptr_eq(other, entry));
+                    let before = state.finished.len();
+                    state
+                        .finished
+                        .retain(|(_, other)| !Arc::ptr_eq(other, entry));
+                    let removed = before - state.finished.len();
+                    table.finished = table.finished.saturating_sub(removed);
                 }
                 table.forget_if_idle(&entry.scope);
             }

@@ -1063,6 +1063,46 @@ async fn finished_records_hold_no_descriptors() {
 }
 
 #[tokio::test]
+async fn finished_records_beyond_the_hosts_cap_are_removed_oldest_first_across_scopes() {
+    let (_dir, manager) = manager_with(|config| config.max_retained = 2);
+    let finish = |scope: &'static str, command: &'static str| {
+        let manager = &manager;
+        async move {
+            let id = manager.start(scope, request(command)).await.expect("start");
+            let waited = manager.wait(scope, &id, LONG, ReadFrom::All).await;
+            assert!(!waited.expect("wait").running);
+        }
+    };
+    let commands = |scope| {
+        manager
+            .list(scope)
+            .into_iter()
+            .map(|info| info.command)
+            .collect::<Vec<_>>()
+    };
+    // Running processes do not count.
+    let running = manager
+        .start("c", request("sleep 30"))
+        .await
+        .expect("start");
+    finish("a", "echo a1").await;
+    finish("b", "echo b1").await;
+    assert_eq!(
+        (commands("a"), commands("b")),
+        (vec!["echo a1".to_owned()], vec!["echo b1".to_owned()])
+    );
+    finish("a", "echo a2").await;
+    // The host's oldest finished record went, whichever scope it was in.
+    assert_eq!(commands("a"), ["echo a2"]);
+    assert_eq!(commands("b"), ["echo b1"]);
+    finish("b", "echo b2").await;
+    assert_eq!(commands("a"), ["echo a2"]);
+    assert_eq!(commands("b"), ["echo b2"]);
+    assert_eq!(commands("c"), ["sleep 30"]);
+    manager.signal("c", &running, Signal::Kill).expect("kill");
+}
+
+#[tokio::test]
 async fn finished_records_beyond_the_cap_are_removed_oldest_first() {
     let marker = "300.1818";
     let (_dir, manager) = manager_with(|config| config.max_retained_per_scope = 2);
