@@ -34,10 +34,11 @@ pub struct ProcessManagerConfig {
     /// Finished processes kept listed per scope: past this, the oldest finished record is
     /// removed before its retention ends. Default 256.
     pub max_retained_per_scope: usize,
-    /// Finished processes kept listed across all scopes: past this, the oldest finished
-    /// record of the host is removed before its retention ends. Each holds up to
-    /// `head_bytes + tail_bytes` of output in memory. Default 4096 (128 MiB of output at
-    /// most with the default buffer).
+    /// Finished processes kept listed across all scopes: past this, the host's oldest finished
+    /// record with nothing left running is removed before its retention ends (records whose
+    /// leftovers still run are kept; `max_processes` bounds them). Each holds up to
+    /// `head_bytes + tail_bytes` of output in memory. Default 4096 (128 MiB of output at most
+    /// with the default buffers).
     pub max_retained: usize,
     /// How long to keep reading output after the process exits, for grandchildren that still
     /// hold the pipe. Default 2 s.

@@ -31,10 +31,12 @@
 //! * The keeper stays our child (a zombie once it exits) until the record is removed, so its
 //!   pid cannot be reused while the record may signal it. `retention` after the exit the
 //!   record is removed, or earlier when its scope has more than `max_retained_per_scope`
-//!   finished records, or the host more than `max_retained` (oldest first): the keeper's
+//!   finished records (oldest first), or the host more than `max_retained` (the oldest with
+//!   nothing left running: another session's leftovers are not killed for it): the keeper's
 //!   control socket is closed, which makes it kill whatever is left (daemonised
-//!   grandchildren), and the keeper is reaped (the output log stays for `log_retention`). If a monitor stops early (a panic, the runtime shutting down), it kills the
-//!   process, gives back the scope's slot and removes the record all the same.
+//!   grandchildren), and the keeper is reaped (the output log stays for `log_retention`). If
+//!   a monitor stops early (a panic, the runtime shutting down), it kills the process, gives
+//!   back the scope's slot and removes the record all the same.
 //! * What is guaranteed to end with the host: [`ProcessManager::shutdown`] stops every
 //!   process gracefully (`SIGTERM` to every descendant, then `SIGKILL` after `kill_grace`) and
 //!   waits until their keepers report nothing left; dropping the manager closes every control

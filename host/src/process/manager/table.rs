@@ -70,15 +70,24 @@ impl Table {
             .is_some_and(|current| Arc::ptr_eq(current, entry))
     }
 
-    /// Unlist the oldest finished record of the scope whose oldest finished first.
+    /// Unlist the host's oldest finished record that has nothing left running (a record
+    /// whose leftovers still run is kept: unlisting it would kill them, and they count
+    /// against the host's process limit anyway).
     fn pop_oldest_finished(&mut self) -> Option<Arc<Entry>> {
-        let scope = self
+        let (_, scope, index) = self
             .scopes
             .iter()
-            .filter_map(|(name, state)| state.finished.front().map(|(order, _)| (*order, name)))
-            .min()
-            .map(|(_, name)| name.clone())?;
-        let (_, old) = self.scopes.get_mut(&scope)?.finished.pop_front()?;
+            .filter_map(|(name, state)| {
+                let (index, (order, _)) = state
+                    .finished
+                    .iter()
+                    .enumerate()
+                    .find(|(_, (_, entry))| !entry.holding.load(Ordering::Relaxed))?;
+                Some((*order, name, index))
+            })
+            .min()?;
+        let scope = scope.clone();
+        let (_, old) = self.scopes.get_mut(&scope)?.finished.remove(index)?;
         self.finished = self.finished.saturating_sub(1);
         self.entries.remove(&old.id);
         self.forget_if_idle(&scope);

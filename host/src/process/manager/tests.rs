@@ -1064,11 +1064,15 @@ async fn finished_records_hold_no_descriptors() {
 
 #[tokio::test]
 async fn finished_records_beyond_the_hosts_cap_are_removed_oldest_first_across_scopes() {
+    let marker = "300.2525";
     let (_dir, manager) = manager_with(|config| config.max_retained = 2);
-    let finish = |scope: &'static str, command: &'static str| {
+    let finish = |scope: &'static str, command: String| {
         let manager = &manager;
         async move {
-            let id = manager.start(scope, request(command)).await.expect("start");
+            let id = manager
+                .start(scope, request(&command))
+                .await
+                .expect("start");
             let waited = manager.wait(scope, &id, LONG, ReadFrom::All).await;
             assert!(!waited.expect("wait").running);
         }
@@ -1085,21 +1089,29 @@ async fn finished_records_beyond_the_hosts_cap_are_removed_oldest_first_across_s
         .start("c", request("sleep 30"))
         .await
         .expect("start");
-    finish("a", "echo a1").await;
-    finish("b", "echo b1").await;
-    assert_eq!(
-        (commands("a"), commands("b")),
-        (vec!["echo a1".to_owned()], vec!["echo b1".to_owned()])
-    );
-    finish("a", "echo a2").await;
-    // The host's oldest finished record went, whichever scope it was in.
-    assert_eq!(commands("a"), ["echo a2"]);
+    // The oldest finished record, but its leftover still runs: kept.
+    let leftover = format!("echo l; sleep {marker} >/dev/null 2>&1 &");
+    finish("l", leftover.clone()).await;
+    assert!(eventually(|| !live_processes_with(marker).is_empty()).await);
+    finish("a", "echo a1".to_owned()).await;
+    finish("b", "echo b1".to_owned()).await;
+    // Over the cap: the host's oldest with nothing left running goes, from another scope.
+    assert!(commands("a").is_empty(), "{:?}", commands("a"));
     assert_eq!(commands("b"), ["echo b1"]);
-    finish("b", "echo b2").await;
-    assert_eq!(commands("a"), ["echo a2"]);
+    finish("b", "echo b2".to_owned()).await;
     assert_eq!(commands("b"), ["echo b2"]);
+    assert_eq!(commands("l"), [leftover]);
+    assert!(
+        !live_processes_with(marker).is_empty(),
+        "the leftover was killed"
+    );
     assert_eq!(commands("c"), ["sleep 30"]);
     manager.signal("c", &running, Signal::Kill).expect("kill");
+    let id = manager.list("l")[0].id.clone();
+    manager
+        .signal("l", &id, Signal::Kill)
+        .expect("kill the leftover");
+    assert!(eventually(|| live_processes_with(marker).is_empty()).await);
 }
 
 #[tokio::test]
