@@ -92,6 +92,71 @@ pub fn shared_tempdir() -> TempDir {
     tempfile::tempdir_in(shared_dir()).expect("shared temp dir")
 }
 
+/// A command that holds its call until the test lets it go: it says it started (a file in a
+/// [`shared_tempdir`]), then waits for the gate to open (another file there).
+pub struct Gate {
+    dir: TempDir,
+    marker: String,
+}
+
+impl Gate {
+    pub fn new() -> Gate {
+        Gate {
+            dir: shared_tempdir(),
+            marker: marker(),
+        }
+    }
+
+    fn started_file(&self) -> PathBuf {
+        self.dir.path().join("started")
+    }
+
+    fn open_file(&self) -> PathBuf {
+        self.dir.path().join("open")
+    }
+
+    /// The held command: it says it started, waits for the gate, then prints `released`. Its
+    /// command line holds [`Self::marker`].
+    pub fn command(&self) -> String {
+        format!(
+            "touch '{}'; while [ ! -e '{}' ]; do sleep 0.02; done; echo released # {}",
+            self.started_file().display(),
+            self.open_file().display(),
+            self.marker
+        )
+    }
+
+    /// A command that opens the gate: for a call that must not run.
+    pub fn opening_command(&self) -> String {
+        format!("touch '{}'", self.open_file().display())
+    }
+
+    /// Whether the held command started within 20 s.
+    pub async fn started(&self) -> bool {
+        eventually(Duration::from_secs(20), || self.started_file().exists()).await
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.open_file().exists()
+    }
+
+    /// Let the held command finish.
+    pub fn open(&self) {
+        std::fs::write(self.open_file(), "").expect("open the gate");
+    }
+
+    /// What the held command's command line holds, for [`wait_gone`].
+    pub fn marker(&self) -> &str {
+        &self.marker
+    }
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Gate::new()
+    }
+}
+
 /// The flags that make [`shared_dir`] writable for a `toolhost` process's commands.
 pub fn shared_writable() -> [&'static std::ffi::OsStr; 2] {
     ["--writable".as_ref(), shared_dir().as_os_str()]

@@ -17,17 +17,35 @@ fn nice() {
 
 fn call(flags: &[&str], env: &[(&str, &str)], args: serde_json::Value) -> serde_json::Value {
     let workspace = tempfile::tempdir().expect("workspace");
-    let output = Command::new(toolhost_bin())
-        .current_dir(workspace.path())
-        .envs(env.iter().copied())
-        .args(["--no-cache", "--state-dir"])
-        .arg(workspace.path().join(".state"))
-        .args(flags)
-        .args(["call", "execute", &args.to_string()])
-        .stdin(Stdio::null())
+    let output = call_command(workspace.path(), flags, env, &args)
         .output()
         .expect("toolhost runs");
     json(&String::from_utf8_lossy(&output.stdout))
+}
+
+/// `toolhost FLAGS call execute ARGS` in `workspace` (its state there too), stdin closed.
+fn call_command(
+    workspace: &Path,
+    flags: &[&str],
+    env: &[(&str, &str)],
+    args: &serde_json::Value,
+) -> Command {
+    let mut command = Command::new(toolhost_bin());
+    command
+        .current_dir(workspace)
+        .envs(env.iter().copied())
+        .args(["--no-cache", "--state-dir"])
+        .arg(workspace.join(".state"))
+        .args(flags)
+        .args(["call", "execute", &args.to_string()])
+        .stdin(Stdio::null());
+    command
+}
+
+/// The arguments of an `execute` of a fork bomb named after `marker`, for 3 s.
+fn fork_bomb(marker: &str) -> serde_json::Value {
+    let bomb = format!("b{marker}() {{ b{marker} | b{marker} & }}; b{marker}; sleep 3");
+    serde_json::json!({"command": bomb, "timeout": "3s"})
 }
 
 /// Where a host makes its commands' cgroups of `controller` (`pids`, `memory`), as
@@ -118,24 +136,16 @@ async fn a_fork_bomb_is_held_by_the_process_limit() {
         return;
     };
     let marker = marker();
-    let bomb = format!("b{marker}() {{ b{marker} | b{marker} & }}; b{marker}; sleep 3");
-    let args = serde_json::json!({"command": bomb, "timeout": "3s"});
     let workspace = tempfile::tempdir().expect("workspace");
-    let host = Command::new(toolhost_bin())
-        .current_dir(workspace.path())
-        .args(["--no-cache", "--state-dir"])
-        .arg(workspace.path().join(".state"))
-        .args([
-            "--process-limit",
-            "32",
-            "call",
-            "execute",
-            &args.to_string(),
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("toolhost runs");
+    let host = call_command(
+        workspace.path(),
+        &["--process-limit", "32"],
+        &[],
+        &fork_bomb(&marker),
+    )
+    .stdout(Stdio::piped())
+    .spawn()
+    .expect("toolhost runs");
     // The kernel's own count of the command's processes, for as long as the call runs.
     let sampler = Sampler::cgroup_processes(&pids, host.id());
     let output = host.wait_with_output().expect("toolhost ends");
@@ -216,9 +226,8 @@ async fn without_cgroups_an_unprivileged_host_holds_a_fork_bomb_in_its_user_name
     }
     let host = UnprivilegedHost::new(&["state"]);
     let marker = marker();
-    let bomb = format!("b{marker}() {{ b{marker} | b{marker} & }}; b{marker}; sleep 3");
     let sampler = Sampler::marked_processes(&marker);
-    let args = serde_json::json!({"command": bomb, "timeout": "3s"});
+    let args = fork_bomb(&marker);
     let output = host
         .command()
         .current_dir(host.path("state"))

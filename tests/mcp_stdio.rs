@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 use toolhost_e2e::mcp_client::*;
-use toolhost_e2e::{Stoppable, marker, rendezvous_command, wait_gone, wait_present};
+use toolhost_e2e::{Gate, Stoppable, marker, rendezvous_command, wait_gone, wait_present};
 
 #[tokio::test]
 async fn initialize_and_list_tools() {
@@ -990,30 +990,21 @@ async fn calls_beyond_max_calls_per_session_are_refused_at_once() {
 /// saying `why`; once it ends, calls run again.
 async fn one_call_held_refuses_another(flag: &str, why: &str) {
     let mut client = StdioClient::start(&[flag, "1"]).await;
-    let gate = toolhost_e2e::shared_tempdir();
-    let (started, release) = (gate.path().join("started"), gate.path().join("release"));
-    let held_command = format!(
-        "touch '{}'; while [ ! -e '{}' ]; do sleep 0.02; done; echo released",
-        started.display(),
-        release.display()
-    );
+    let gate = Gate::new();
     let (_, held) = client
         .start_request(
             "tools/call",
-            json!({"name": "execute", "arguments": {"command": held_command, "timeout": "60s"}}),
+            json!({"name": "execute", "arguments": {"command": gate.command(), "timeout": "60s"}}),
         )
         .await;
     // The one call allowed is in progress once its command runs.
     assert!(
-        toolhost_e2e::eventually(Duration::from_secs(20), || started.exists()).await,
+        gate.started().await,
         "the first call's command did not start"
     );
     let refused = tool_error(
         &client
-            .call_tool(
-                "execute",
-                json!({"command": format!("touch '{}'", release.display())}),
-            )
+            .call_tool("execute", json!({"command": gate.opening_command()}))
             .await,
     );
     assert!(
@@ -1022,8 +1013,8 @@ async fn one_call_held_refuses_another(flag: &str, why: &str) {
             && refused.contains("not run"),
         "{refused}"
     );
-    assert!(!release.exists(), "the refused call ran its command");
-    std::fs::write(&release, "").expect("release the first call");
+    assert!(!gate.is_open(), "the refused call ran its command");
+    gate.open();
     let held = await_response(held).await;
     let held = structured(&held["result"]);
     assert_eq!(held["output"], "released\n", "{held}");
@@ -1037,17 +1028,11 @@ async fn one_call_held_refuses_another(flag: &str, why: &str) {
 #[tokio::test]
 async fn a_task_beyond_max_calls_is_refused_at_once_instead_of_created() {
     let mut client = StdioClient::spawn(&["--max-calls", "1"]);
-    let gate = toolhost_e2e::shared_tempdir();
-    let (started, release) = (gate.path().join("started"), gate.path().join("release"));
-    let held_command = format!(
-        "touch '{}'; while [ ! -e '{}' ]; do sleep 0.02; done; echo released",
-        started.display(),
-        release.display()
-    );
+    let gate = Gate::new();
     let created = client
         .request(
             "tools/call",
-            json!({"name": "execute", "arguments": {"command": held_command}, "_meta": meta_2026(true)}),
+            json!({"name": "execute", "arguments": {"command": gate.command()}, "_meta": meta_2026(true)}),
         )
         .await;
     assert_eq!(created["result"]["resultType"], "task", "{created}");
@@ -1055,10 +1040,7 @@ async fn a_task_beyond_max_calls_is_refused_at_once_instead_of_created() {
         .as_str()
         .expect("taskId")
         .to_owned();
-    assert!(
-        toolhost_e2e::eventually(Duration::from_secs(20), || started.exists()).await,
-        "the task's command did not start"
-    );
+    assert!(gate.started().await, "the task's command did not start");
     let refused = client
         .request(
             "tools/call",
@@ -1071,7 +1053,7 @@ async fn a_task_beyond_max_calls_is_refused_at_once_instead_of_created() {
         text.contains("--max-calls") && text.contains("not run"),
         "{text}"
     );
-    std::fs::write(&release, "").expect("release the task");
+    gate.open();
     let (task, _) = poll_task(&mut client, &task_id, Duration::from_secs(30)).await;
     assert_eq!(task["status"], "completed", "{task}");
     assert_eq!(

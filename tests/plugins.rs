@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 use toolhost::testing::{FakeProcesses, Script};
 use toolhost::{CallError, ToolHost, bundled};
-use toolhost_e2e::{json, test_cache_dir};
+use toolhost_e2e::{Gate, json, test_cache_dir};
 
 const GRANT: &str = "[grants]\nprocess = true\n";
 
@@ -585,17 +585,9 @@ async fn a_host_takes_a_plugins_tool_list_from_the_cache_and_checks_it() {
 async fn calls_beyond_the_hosts_limit_are_refused_and_a_cancelled_call_gives_its_place_back() {
     let (host, _state) = toolhost_e2e::real_host_with(ToolHost::builder().max_calls(1)).await;
     let host = std::sync::Arc::new(host);
-    let gate = toolhost_e2e::shared_tempdir();
-    let started = gate.path().join("started");
-    let marker = toolhost_e2e::marker();
-    let held_command = format!("touch '{}'; sleep 300 # {marker}", started.display());
-    let held = tokio::spawn({
-        let host = host.clone();
-        let arguments = serde_json::json!({"command": held_command, "timeout": "10m"}).to_string();
-        async move { host.call("a", "execute", &arguments).await }
-    });
+    let gate = Gate::new();
     // The one place is taken once the held call's command runs.
-    assert!(toolhost_e2e::eventually(Duration::from_secs(20), || started.exists()).await);
+    let held = hold_a_call(&host, &gate).await;
     let refused = host
         .call("b", "process_list", "{}")
         .await
@@ -615,7 +607,25 @@ async fn calls_beyond_the_hosts_limit_are_refused_and_a_cancelled_call_gives_its
     let listed = host.call("b", "process_list", "{}").await;
     assert!(listed.is_ok(), "{listed:?}");
     host.shutdown().await;
-    assert!(toolhost_e2e::wait_gone(&marker, Duration::from_secs(10)).await);
+    assert!(toolhost_e2e::wait_gone(gate.marker(), Duration::from_secs(10)).await);
+}
+
+/// An `execute` in scope `a` held at `gate`, once its command runs (so the call holds its
+/// place); aborting the task cancels the call.
+async fn hold_a_call(
+    host: &std::sync::Arc<ToolHost>,
+    gate: &Gate,
+) -> tokio::task::JoinHandle<Result<String, CallError>> {
+    let held = tokio::spawn({
+        let host = host.clone();
+        let arguments = serde_json::json!({"command": gate.command(), "timeout": "10m"});
+        async move { host.call("a", "execute", &arguments.to_string()).await }
+    });
+    assert!(
+        gate.started().await,
+        "the held call's command did not start"
+    );
+    held
 }
 
 #[tokio::test]
@@ -623,16 +633,8 @@ async fn a_session_at_its_limit_is_refused_while_others_go_on() {
     let (host, _state) =
         toolhost_e2e::real_host_with(ToolHost::builder().max_calls_per_session(1)).await;
     let host = std::sync::Arc::new(host);
-    let gate = toolhost_e2e::shared_tempdir();
-    let started = gate.path().join("started");
-    let marker = toolhost_e2e::marker();
-    let held_command = format!("touch '{}'; sleep 300 # {marker}", started.display());
-    let held = tokio::spawn({
-        let host = host.clone();
-        let arguments = serde_json::json!({"command": held_command, "timeout": "10m"}).to_string();
-        async move { host.call("a", "execute", &arguments).await }
-    });
-    assert!(toolhost_e2e::eventually(Duration::from_secs(20), || started.exists()).await);
+    let gate = Gate::new();
+    let held = hold_a_call(&host, &gate).await;
     let refused = host
         .call("a", "process_list", "{}")
         .await
@@ -650,5 +652,5 @@ async fn a_session_at_its_limit_is_refused_while_others_go_on() {
     let again = host.call("a", "process_list", "{}").await;
     assert!(again.is_ok(), "{again:?}");
     host.shutdown().await;
-    assert!(toolhost_e2e::wait_gone(&marker, Duration::from_secs(10)).await);
+    assert!(toolhost_e2e::wait_gone(gate.marker(), Duration::from_secs(10)).await);
 }

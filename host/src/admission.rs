@@ -5,8 +5,9 @@
 //! session from taking every place.
 
 use crate::guest::CallError;
+use crate::lock;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -110,10 +111,6 @@ impl Drop for Admission {
             }
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Log a refusal: a warning at most every 10 s with how many were refused since (under

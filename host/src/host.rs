@@ -323,9 +323,9 @@ impl ToolHost {
         options: CallOptions,
     ) -> Result<CallOutput, CallError> {
         // An unknown tool is that, whatever the load.
-        self.check_tool(tool)?;
+        let plugin = self.plugin_for(tool)?;
         let admission = self.admit(scope)?;
-        self.call_admitted(admission, tool, arguments, options)
+        self.run(&plugin, &admission, tool, arguments, options)
             .await
     }
 
@@ -351,8 +351,21 @@ impl ToolHost {
             self.admissions.issued(&admission),
             "an admission of another host"
         );
-        let scope = admission.scope();
         let plugin = self.plugin_for(tool)?;
+        self.run(&plugin, &admission, tool, arguments, options)
+            .await
+    }
+
+    /// Call `tool` of `plugin` in the place `admission` holds, and log how it failed.
+    async fn run(
+        &self,
+        plugin: &Plugin,
+        admission: &Admission,
+        tool: &str,
+        arguments: &str,
+        options: CallOptions,
+    ) -> Result<CallOutput, CallError> {
+        let scope = admission.scope();
         let outcome = plugin.call(scope, tool, arguments, options).await;
         // The session's log (an MCP client that set a level sees these).
         match &outcome {

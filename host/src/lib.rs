@@ -39,3 +39,11 @@ pub use plugins::bundled;
 pub use plugins::manifest::ManifestError;
 pub use plugins::scaffold;
 pub use tokio_util::sync::CancellationToken;
+
+/// Lock, recovering from poisoning: every lock of the host guards a few plain assignments, so
+/// the data stays consistent when a holder panicked.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

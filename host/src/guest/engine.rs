@@ -86,7 +86,7 @@ struct TickerShared {
 
 impl TickerShared {
     fn state(&self) -> std::sync::MutexGuard<'_, TickerState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::lock(&self.state)
     }
 }
 

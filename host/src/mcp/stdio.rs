@@ -15,6 +15,7 @@
 //! - a line longer than [`MAX_LINE`] is skipped and refused, without ever holding it whole.
 
 use super::jsonrpc::{self, INVALID_REQUEST, Parsed, error_answer, find_id, id_key, trim};
+use crate::lock;
 use rmcp::RoleServer;
 use rmcp::model::ServerResult;
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
@@ -275,12 +276,6 @@ async fn write_lines<W: AsyncWrite + Unpin>(
     };
     write.write_all(&text).await?;
     write.flush().await
-}
-
-fn lock(state: &SyncMutex<State>) -> std::sync::MutexGuard<'_, State> {
-    state
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Remember the negotiated revision: batches exist up to 2025-03-26.

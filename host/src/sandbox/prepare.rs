@@ -1,11 +1,12 @@
 //! What a scope's confined commands share: the layers built once per scope and profile
 //! ([`Prepared`]), and the scope's private temporary directory ([`ScopeSandbox`]).
 
+use crate::lock;
 use std::collections::HashMap;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::landlock::{self, LandlockError, Plan};
@@ -257,7 +258,7 @@ impl ScopeSandbox {
 
     /// The scope's private temporary directory, made on first use.
     fn temp_dir(&self) -> Result<PathBuf, PrepareError> {
-        let mut temp = self.temp.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut temp = lock(&self.temp);
         if let Some(dir) = temp.as_ref() {
             return Ok(dir.path().to_path_buf());
         }
@@ -275,10 +276,6 @@ impl ScopeSandbox {
 
 /// The turn to build a scope's layers ([`ScopeSandbox::build_turn`]).
 pub(crate) type BuildTurn = tokio::sync::OwnedMutexGuard<()>;
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// Private temporary directories are `toolhost-PID-XXXXXX` in the system's temporary directory,
 /// PID being the host's.
@@ -488,18 +485,27 @@ fn make_namespaces(
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_profile_that_failed_to_build_is_not_tried_again_at_once() {
-        // A workspace of `/` cannot be confined: the build fails.
-        let sandbox = ScopeSandbox::new(Arc::new(Context {
-            workdir: PathBuf::from("/"),
+    /// A scope's sandbox with the workspace `workdir`, and the default profile; `None` (said)
+    /// where this machine lacks a layer of that profile, so nothing can be built.
+    fn sandbox_with(workdir: &Path) -> Option<(Arc<ScopeSandbox>, Profile)> {
+        let sandbox = Arc::new(ScopeSandbox::new(Arc::new(Context {
+            workdir: workdir.to_path_buf(),
             ..Context::default()
-        }));
+        })));
         let profile = crate::sandbox::SandboxSettings::default().profile();
         if probe::support().missing_for(&profile).is_some() {
             eprintln!("this machine lacks a layer of the default profile: nothing is built");
-            return;
+            return None;
         }
+        Some((sandbox, profile))
+    }
+
+    #[test]
+    fn a_profile_that_failed_to_build_is_not_tried_again_at_once() {
+        // A workspace of `/` cannot be confined: the build fails.
+        let Some((sandbox, profile)) = sandbox_with(Path::new("/")) else {
+            return;
+        };
         let turn = sandbox.building.clone().blocking_lock_owned();
         let first = sandbox
             .prepare(&profile, &turn)
@@ -517,15 +523,9 @@ mod tests {
     #[test]
     fn asking_whether_a_profile_is_ready_never_waits_for_a_build() {
         let workdir = tempfile::tempdir().expect("workdir");
-        let sandbox = Arc::new(ScopeSandbox::new(Arc::new(Context {
-            workdir: workdir.path().to_path_buf(),
-            ..Context::default()
-        })));
-        let profile = crate::sandbox::SandboxSettings::default().profile();
-        if probe::support().missing_for(&profile).is_some() {
-            eprintln!("this machine lacks a layer of the default profile: nothing is built");
+        let Some((sandbox, profile)) = sandbox_with(workdir.path()) else {
             return;
-        }
+        };
         {
             let turn = sandbox.building.clone().blocking_lock_owned();
             sandbox.prepare(&profile, &turn).expect("built");

@@ -48,13 +48,27 @@ async fn start(manager: &ProcessManager, command: &str) -> String {
 }
 
 async fn run(manager: &ProcessManager, command: &str) -> OutputSnapshot {
-    let id = start(manager, command).await;
+    run_in(manager, SCOPE, command).await
+}
+
+/// Start `command` in `scope` and wait until it finished.
+async fn run_in(manager: &ProcessManager, scope: &str, command: &str) -> OutputSnapshot {
+    let id = manager.start(scope, request(command)).await.expect("start");
     let snapshot = manager
-        .wait(SCOPE, &id, LONG, ReadFrom::All)
+        .wait(scope, &id, LONG, ReadFrom::All)
         .await
         .expect("wait");
     assert!(!snapshot.running, "`{command}` still running: {snapshot:?}");
     snapshot
+}
+
+/// The commands `scope` lists, as `list` orders them.
+fn commands(manager: &ProcessManager, scope: &str) -> Vec<String> {
+    manager
+        .list(scope)
+        .into_iter()
+        .map(|info| info.command)
+        .collect()
 }
 
 /// Live (non-zombie) processes whose command line contains `marker`.
@@ -1066,24 +1080,6 @@ async fn finished_records_hold_no_descriptors() {
 async fn finished_records_beyond_the_hosts_cap_are_removed_oldest_first_across_scopes() {
     let marker = "300.2525";
     let (_dir, manager) = manager_with(|config| config.max_retained = 2);
-    let finish = |scope: &'static str, command: String| {
-        let manager = &manager;
-        async move {
-            let id = manager
-                .start(scope, request(&command))
-                .await
-                .expect("start");
-            let waited = manager.wait(scope, &id, LONG, ReadFrom::All).await;
-            assert!(!waited.expect("wait").running);
-        }
-    };
-    let commands = |scope| {
-        manager
-            .list(scope)
-            .into_iter()
-            .map(|info| info.command)
-            .collect::<Vec<_>>()
-    };
     // Running processes do not count.
     let running = manager
         .start("c", request("sleep 30"))
@@ -1091,21 +1087,25 @@ async fn finished_records_beyond_the_hosts_cap_are_removed_oldest_first_across_s
         .expect("start");
     // The oldest finished record, but its leftover still runs: kept.
     let leftover = format!("echo l; sleep {marker} >/dev/null 2>&1 &");
-    finish("l", leftover.clone()).await;
+    run_in(&manager, "l", &leftover).await;
     assert!(eventually(|| !live_processes_with(marker).is_empty()).await);
-    finish("a", "echo a1".to_owned()).await;
-    finish("b", "echo b1".to_owned()).await;
+    run_in(&manager, "a", "echo a1").await;
+    run_in(&manager, "b", "echo b1").await;
     // Over the cap: the host's oldest with nothing left running goes, from another scope.
-    assert!(commands("a").is_empty(), "{:?}", commands("a"));
-    assert_eq!(commands("b"), ["echo b1"]);
-    finish("b", "echo b2".to_owned()).await;
-    assert_eq!(commands("b"), ["echo b2"]);
-    assert_eq!(commands("l"), [leftover]);
+    assert!(
+        commands(&manager, "a").is_empty(),
+        "{:?}",
+        commands(&manager, "a")
+    );
+    assert_eq!(commands(&manager, "b"), ["echo b1"]);
+    run_in(&manager, "b", "echo b2").await;
+    assert_eq!(commands(&manager, "b"), ["echo b2"]);
+    assert_eq!(commands(&manager, "l"), [leftover]);
     assert!(
         !live_processes_with(marker).is_empty(),
         "the leftover was killed"
     );
-    assert_eq!(commands("c"), ["sleep 30"]);
+    assert_eq!(commands(&manager, "c"), ["sleep 30"]);
     manager.signal("c", &running, Signal::Kill).expect("kill");
     let id = manager.list("l")[0].id.clone();
     manager
@@ -1128,21 +1128,12 @@ async fn finished_records_beyond_the_cap_are_removed_oldest_first() {
     // Running processes and other scopes do not count.
     let running = start(&manager, "sleep 30").await;
     run(&manager, "echo 2").await;
-    let other = manager.start("b", request("echo b")).await.expect("start");
-    let waited = manager.wait("b", &other, LONG, ReadFrom::All).await;
-    assert!(!waited.expect("wait").running);
-    let commands = |scope| {
-        manager
-            .list(scope)
-            .into_iter()
-            .map(|info| info.command)
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(commands(SCOPE).len(), 3);
+    run_in(&manager, "b", "echo b").await;
+    assert_eq!(commands(&manager, SCOPE).len(), 3);
 
     run(&manager, "echo 3").await;
-    assert_eq!(commands(SCOPE), ["sleep 30", "echo 3", "echo 2"]);
-    assert_eq!(commands("b"), ["echo b"]);
+    assert_eq!(commands(&manager, SCOPE), ["sleep 30", "echo 3", "echo 2"]);
+    assert_eq!(commands(&manager, "b"), ["echo b"]);
     assert!(first_log.exists(), "logs stay for their retention");
     // The removed record's leftover was killed.
     assert!(eventually(|| live_processes_with(marker).is_empty()).await);
