@@ -213,6 +213,55 @@ pub fn target_dir() -> PathBuf {
         .to_path_buf()
 }
 
+/// The variable that names where the confinement tests put their fake machines.
+pub const MACHINES_VARIABLE: &str = "TOOLHOST_TEST_MACHINES";
+
+/// Where the confinement tests put their fake machines (a home with secrets, a workspace, an
+/// "outside" directory), one fresh directory each.
+///
+/// 1. `TOOLHOST_TEST_MACHINES` names the root; by default it is `confinement-tests` in the
+///    target directory.
+/// 2. A root under `/tmp`, `/dev/shm` or the temporary directory cannot hold a fake machine:
+///    a confined command sees a private `/tmp` there, or may write it when it runs without
+///    namespaces. Such a root is replaced by `/var/tmp/toolhost-test-machines-UID`, which no
+///    profile hides or makes writable. A clone under `/tmp` lands here.
+pub fn machines_root() -> PathBuf {
+    let chosen = std::env::var_os(MACHINES_VARIABLE)
+        .filter(|value| !value.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target_dir().join("confinement-tests"));
+    let chosen = std::path::absolute(&chosen).unwrap_or(chosen);
+    let root = if seen_differently_when_confined(&chosen) {
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        PathBuf::from(format!("/var/tmp/toolhost-test-machines-{uid}"))
+    } else {
+        chosen
+    };
+    std::fs::create_dir_all(&root).expect("the fake machines' root can be created");
+    root
+}
+
+/// Whether `path` lies where a confined command sees something else than the host does (a
+/// private `/tmp`), or may write (`/tmp` without namespaces, `/dev/shm`).
+pub fn seen_differently_when_confined(path: &Path) -> bool {
+    let resolved = path
+        .ancestors()
+        .find_map(|ancestor| {
+            let rest = path.strip_prefix(ancestor).ok()?;
+            Some(std::fs::canonicalize(ancestor).ok()?.join(rest))
+        })
+        .unwrap_or_else(|| path.to_path_buf());
+    let temporary = std::env::temp_dir();
+    [
+        Path::new("/tmp"),
+        Path::new("/dev/shm"),
+        temporary.as_path(),
+    ]
+    .iter()
+    .any(|shared| resolved.starts_with(shared))
+}
+
 /// The repository's root directory.
 pub fn repo_root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -32,7 +32,7 @@ pub use admission::{Admission, DEFAULT_MAX_CALLS, DEFAULT_MAX_CALLS_PER_SESSION}
 pub use error::HostError;
 pub use guest::{
     CallError, CallOptions, CallOutput, EngineError, LimitExceeded, LoadError, Progress,
-    ProgressSink,
+    ProgressSink, WIT_VERSIONS,
 };
 pub use host::{ToolHints, ToolHost, ToolHostBuilder, ToolInfo, default_cache_dir};
 pub use plugins::bundled;

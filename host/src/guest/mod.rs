@@ -33,3 +33,6 @@ pub use errors::{CallError, EngineError, LimitExceeded, LoadError};
 pub(crate) use limits::{CallLimits, Grants};
 pub(crate) use plugin::{Plugin, PluginSource};
 pub use state::{CallOptions, CallOutput, Progress, ProgressSink};
+
+/// The versions of the `toolhost:plugin` WIT package this host serves, newest first.
+pub const WIT_VERSIONS: &[&str] = &[bindings::WIT_VERSION, v0_1_0::WIT_VERSION];
