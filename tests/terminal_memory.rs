@@ -15,21 +15,42 @@ async fn call(host: &ToolHost, tool: &str, args: Value) -> Value {
     )
 }
 
-/// This process's resident memory in KiB (the host runs in it).
-fn rss_kib() -> u64 {
+/// One measurement at a time: the tests of this binary run on threads of one process, and
+/// each would count what another holds.
+static MEASURING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A field of this process's `/proc/self/status` in KiB (the host runs in this process).
+fn status_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|status| {
             status
                 .lines()
-                .find_map(|line| line.strip_prefix("VmRSS:"))
+                .find_map(|line| line.strip_prefix(field))
                 .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
         })
         .unwrap_or(0)
 }
 
+/// This process's resident memory in KiB.
+fn rss_kib() -> u64 {
+    status_kib("VmRSS:")
+}
+
+/// This process's peak resident memory in KiB since [`reset_peak`].
+fn peak_kib() -> u64 {
+    status_kib("VmHWM:")
+}
+
+/// Start the peak over from the resident memory now (Linux's `clear_refs`); `false` when the
+/// kernel refused, and the peak is then the process's whole life's.
+fn reset_peak() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_megabytes_through_a_terminal_stay_bounded() {
+    let _measuring = MEASURING.lock().await;
     let (host, _state) = real_host("default").await;
     // Warm up (the plugin's first instance, the session's confinement) before measuring.
     call(
@@ -61,4 +82,45 @@ async fn thirty_megabytes_through_a_terminal_stay_bounded() {
     );
     // Holding the output (or a screen's history) would take 30 MB or more.
     assert!(grown < 15 * 1024, "the host grew by {grown} KiB");
+}
+
+/// An escape string that never ends (an OSC here: a window title) is not kept: the parsers of
+/// both terminal views keep at most a small fixed part of any OSC, DCS or APC payload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unterminated_osc_of_two_hundred_megabytes_stays_bounded() {
+    let _measuring = MEASURING.lock().await;
+    let (host, _state) = real_host("default").await;
+    call(
+        &host,
+        "execute",
+        json!({"command": "echo warm", "tty": true}),
+    )
+    .await;
+    let before = rss_kib();
+    let peak_reset = reset_peak();
+    // `ESC ] 0 ;` opens a title and nothing closes it: the 200 MB after it are its payload.
+    let r = call(
+        &host,
+        "execute",
+        json!({"command": "printf '\\033]0;'; head -c 200000000 /dev/zero | tr '\\0' a", "tty": true, "timeout": "120s"}),
+    )
+    .await;
+    let grown = rss_kib().saturating_sub(before);
+    let peak = peak_kib().saturating_sub(before);
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let truncated = &r["truncated"];
+    // Every byte went through the terminal.
+    assert!(
+        truncated["original_bytes"].as_u64().unwrap_or(0) >= 200_000_000,
+        "{truncated}"
+    );
+    assert!(r["output"].as_str().unwrap_or("").len() < 100_000);
+    // Keeping the payload would take 200 MB or more, to the end of the session.
+    assert!(grown < 15 * 1024, "the host grew by {grown} KiB");
+    if peak_reset {
+        assert!(
+            peak < 15 * 1024,
+            "the host's peak was {peak} KiB above its start"
+        );
+    }
 }

@@ -102,4 +102,17 @@ mod tests {
         assert_eq!(emulator.screen().size, TerminalSize { rows: 3, cols: 10 });
         assert_eq!(emulator.screen().rows.len(), 3);
     }
+
+    #[test]
+    fn a_title_longer_than_the_parser_keeps_still_ends() {
+        let mut emulator = Emulator::new(TerminalSize { rows: 3, cols: 20 });
+        emulator.process(b"a\x1b]2;");
+        for _ in 0..100 {
+            emulator.process(&[b'x'; 10_000]);
+        }
+        emulator.process(b"\x07b\x1bP1q");
+        emulator.process(&[b'y'; 10_000]);
+        emulator.process(b"\x1b\\c");
+        assert_eq!(emulator.screen().rows, ["abc", "", ""]);
+    }
 }

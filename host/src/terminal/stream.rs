@@ -108,4 +108,41 @@ mod tests {
         assert_eq!(stream_view("ok\x1b[3"), "ok");
         assert_eq!(stream_view("héllo ✓\n"), "héllo ✓\n");
     }
+
+    #[test]
+    fn an_escape_string_longer_than_the_parser_keeps_still_ends() {
+        let long = "t;".repeat(5000);
+        for end in ["\x07", "\x1b\\", "\x18"] {
+            assert_eq!(
+                stream_view(&format!("a\x1b]0;{long}{end}b")),
+                "ab",
+                "{end:?}"
+            );
+        }
+        assert_eq!(stream_view(&format!("a\x1bP1q{long}\x1b\\b")), "ab");
+        assert_eq!(stream_view(&format!("a\x1b_{long}\x1b\\b")), "ab");
+    }
+
+    /// vte keeps an OSC payload in a fixed array only without its `std` feature (with it, in a
+    /// `Vec` that grows with whatever a program prints). `new_with_size` exists only then, so
+    /// this does not compile if something in the dependency tree turns `vte/std` on again
+    /// (`cargo tree -e features -i vte` tells what).
+    #[test]
+    fn vte_keeps_a_bounded_osc_buffer() {
+        /// The bytes of every OSC dispatched.
+        struct Kept(Vec<usize>);
+        impl Perform for Kept {
+            fn osc_dispatch(&mut self, params: &[&[u8]], _: bool) {
+                self.0.push(params.iter().map(|param| param.len()).sum());
+            }
+        }
+        let mut parser = vte::Parser::<16>::new_with_size();
+        let mut kept = Kept(Vec::new());
+        parser.advance(&mut kept, b"\x1b]0;");
+        for _ in 0..100 {
+            parser.advance(&mut kept, &[b'x'; 10_000]);
+        }
+        parser.advance(&mut kept, b"\x07");
+        assert_eq!(kept.0, [16]);
+    }
 }
