@@ -2,8 +2,10 @@
 //! host keeps serving. Each case runs a real `toolhost call execute` with a home directory of
 //! its own (holding fake secrets), so nothing of the machine's user is touched.
 //!
-//! The home directory, the workspace and the "outside" directory live in the target
-//! directory, not under `/tmp`, which `workspace-write` lets commands write.
+//! The home directory, the workspace and the "outside" directory live under
+//! [`machines_root`]: never under `/tmp`, which a confined command sees as its session's
+//! private directory (or may write, without namespaces). `TOOLHOST_TEST_MACHINES` moves them;
+//! CI runs these tests once with it under `/tmp` (a clone there).
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -11,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 use tempfile::TempDir;
 use toolhost_e2e::{
-    UnprivilegedHost, json, marker, processes_with, target_dir, toolhost_bin, wait_gone,
+    UnprivilegedHost, json, machines_root, marker, processes_with, toolhost_bin, wait_gone,
 };
 
 /// A fake user: home with secrets, a workspace, a state directory, a plugin directory.
@@ -21,9 +23,7 @@ struct Machine {
 
 impl Machine {
     fn new() -> Machine {
-        let base = target_dir().join("confinement-tests");
-        std::fs::create_dir_all(&base).expect("base dir");
-        let root = tempfile::tempdir_in(&base).expect("root");
+        let root = tempfile::tempdir_in(machines_root()).expect("root");
         let machine = Machine { root };
         for dir in [
             "home/.ssh",
@@ -795,4 +795,490 @@ fn a_0_1_0_policy_runs_its_commands_under_the_operators_confinement() {
     refused(&run("cat \"$HOME/.ssh/id_ed25519\""), "0.1.0: a secret");
     let result = run("echo ok > here && cat here");
     assert_eq!(output(&result), "ok\n", "{result}");
+}
+
+impl Machine {
+    /// `toolhost [ARGS]` in the workspace, as [`Machine::call`] runs it, not started yet.
+    fn toolhost(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(toolhost_bin());
+        command
+            .current_dir(self.path("workspace"))
+            .env("HOME", self.path("home"))
+            .env("XDG_CACHE_HOME", self.path("home/.cache"))
+            .env("XDG_STATE_HOME", self.path("home/.local/state"))
+            .env("XDG_RUNTIME_DIR", self.path("run"))
+            .arg("--state-dir")
+            .arg(self.path("state"))
+            .arg("--plugins")
+            .arg(self.path("plugins"))
+            .args(args)
+            .stdin(Stdio::null());
+        command
+    }
+}
+
+/// A seccomp program that makes every mount call fail with `EPERM` (the old `mount(2)` and the
+/// new mount API) and lets everything else through: under it `unshare(CLONE_NEWUSER)` works,
+/// but nothing can be mounted in the new namespace, as under Ubuntu 24.04's AppArmor
+/// restriction of unprivileged user namespaces. Built before any fork.
+fn no_mounts_program() -> seccompiler::BpfProgram {
+    let mount_calls = [
+        libc::SYS_mount,
+        libc::SYS_umount2,
+        libc::SYS_open_tree,
+        libc::SYS_move_mount,
+        libc::SYS_fsopen,
+        libc::SYS_fsmount,
+        libc::SYS_fsconfig,
+        libc::SYS_fspick,
+        libc::SYS_mount_setattr,
+    ];
+    let arch = seccompiler::TargetArch::try_from(std::env::consts::ARCH)
+        .expect("an architecture seccompiler knows");
+    let filter = seccompiler::SeccompFilter::new(
+        mount_calls.iter().map(|&call| (call, Vec::new())).collect(),
+        seccompiler::SeccompAction::Allow,
+        seccompiler::SeccompAction::Errno(libc::EPERM.cast_unsigned()),
+        arch,
+    )
+    .expect("the filter");
+    seccompiler::BpfProgram::try_from(filter).expect("the program")
+}
+
+/// Run `command` under `program`, installed in the child between fork and exec.
+fn without_mounts(command: &mut Command, program: &seccompiler::BpfProgram) {
+    // Copied now: the child must not allocate.
+    let program = program.clone();
+    let install = move || -> std::io::Result<()> {
+        let len = u16::try_from(program.len())
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::E2BIG))?;
+        let fprog = libc::sock_fprog {
+            len,
+            // seccompiler's `sock_filter` is `#[repr(C)]` with the kernel's layout.
+            filter: program.as_ptr().cast::<libc::sock_filter>().cast_mut(),
+        };
+        // SAFETY: integer arguments; sets this (child) process's no_new_privs bit, which an
+        // unprivileged process needs to install a filter.
+        if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fprog` is a valid sock_fprog pointing at `program`'s `len` instructions,
+        // which the closure owns for the duration of the call; the kernel copies them.
+        let installed = unsafe {
+            libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_SET_MODE_FILTER,
+                0,
+                &raw const fprog,
+            )
+        };
+        if installed != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    };
+    // SAFETY: between fork and exec the closure only reads memory it owns and makes two
+    // system calls (prctl, seccomp); it allocates nothing and takes no lock.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(command, install);
+    }
+}
+
+/// Ubuntu 24.04's restriction of unprivileged user namespaces (AppArmor's
+/// `unprivileged_userns` profile), simulated with a seccomp filter on the host: a user
+/// namespace is made, but nothing privileged works in it (mounting fails with `EPERM`). The
+/// namespaces layer is missing, as where user namespaces are refused outright: Landlock and
+/// seccomp confine commands alone, the host says so once, and `toolhost sandbox` does not
+/// report the layer as there.
+#[test]
+fn a_user_namespace_without_privileges_falls_back_to_landlock_and_seccomp() {
+    let machine = Machine::new();
+    let program = no_mounts_program();
+    // Where this machine makes the namespaces layer at all, the filter is what takes it away
+    // (elsewhere user namespaces are refused outright, which falls back the same way).
+    let namespaces_here = toolhost::process::namespaces_available().is_ok();
+    let execute = |command: &str| {
+        let args = serde_json::json!({ "command": command, "timeout": "60s" });
+        let mut toolhost = machine.toolhost(&["call", "execute", &args.to_string()]);
+        without_mounts(&mut toolhost, &program);
+        let ran = toolhost.output().expect("toolhost runs");
+        let stderr = String::from_utf8_lossy(&ran.stderr).into_owned();
+        // Refused, the command does not run: no result, and why on stderr.
+        let result: serde_json::Value = serde_json::from_slice(&ran.stdout)
+            .unwrap_or_else(|_| panic!("`{command}` did not run ({}): {stderr}", ran.status));
+        (result, stderr)
+    };
+    let (result, stderr) = execute("echo ok");
+    assert_eq!(result["exit_code"], 0, "{result}\n{stderr}");
+    assert_eq!(output(&result), "ok\n", "{result}\n{stderr}");
+    // Said once, with why.
+    let warning = "commands are confined without namespaces (Landlock and seccomp only)";
+    assert_eq!(stderr.matches(warning).count(), 1, "{stderr}");
+    if namespaces_here {
+        assert!(
+            stderr.contains("no privileges in a new user namespace: making / private"),
+            "{stderr}"
+        );
+    }
+    // Landlock and seccomp still enforce the profile.
+    let (result, _) = execute("echo x > ../outside/escape");
+    refused(&result, "a write outside the workspace");
+    assert!(!machine.path("outside/escape").exists());
+    let (result, _) = execute("cat \"$HOME/.ssh/id_ed25519\"");
+    refused(&result, "an SSH key");
+    assert!(!output(&result).contains("PRIVATE KEY"), "{result}");
+    let (result, _) = execute("unshare -U true");
+    refused(&result, "a new user namespace");
+    // `toolhost sandbox` under the same restriction: no namespaces layer, and the profiles
+    // enforced by the other layers (as the host does).
+    let mut sandbox = machine.toolhost(&["sandbox"]);
+    without_mounts(&mut sandbox, &program);
+    let ran = sandbox.output().expect("toolhost sandbox runs");
+    assert!(
+        ran.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    let report = String::from_utf8_lossy(&ran.stdout);
+    assert!(report.contains("  namespaces: NO ("), "{report}");
+    assert!(
+        report.contains("Landlock and seccomp confine commands alone"),
+        "{report}"
+    );
+    assert!(!report.contains("namespaces: user; mount"), "{report}");
+    if namespaces_here {
+        assert!(
+            report.contains(
+                "namespaces: NO (no privileges in a new user namespace: making / private"
+            ),
+            "{report}"
+        );
+    }
+    assert!(report.contains("workspace-write, network"), "{report}");
+    assert!(report.contains("-- enforced"), "{report}");
+    assert!(!report.contains("REFUSED"), "{report}");
+}
+
+/// The credential stores of common developer tools are hidden by default, with a note that says
+/// so; the operator adds paths with `--hide` and reveals a default one with `--reveal`, and
+/// `toolhost sandbox` prints the effective list.
+#[test]
+fn credential_stores_of_common_tools_are_hidden_and_the_operator_adjusts_the_list() {
+    let machine = Machine::new();
+    let stores = [
+        ".config/gh/hosts.yml",
+        ".git-credentials",
+        ".npmrc",
+        ".pypirc",
+        ".cargo/credentials.toml",
+        ".vault-token",
+        ".terraform.d/credentials.tfrc.json",
+        ".docker/contexts.json",
+        ".bash_history",
+        ".pgpass",
+    ];
+    for store in stores {
+        let path = machine.path(&format!("home/{store}"));
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("dir");
+        std::fs::write(&path, "PRIVATE TOKEN").expect("store");
+    }
+    std::fs::write(machine.path("home/notes.txt"), "ordinary").expect("notes");
+    for env in [&[][..], &[("TOOLHOST_SANDBOX_DISABLE", "namespaces")][..]] {
+        for store in stores {
+            let result = machine.execute_with(&[], &format!("cat \"$HOME/{store}\""), env);
+            assert_ne!(result["exit_code"], 0, "{store} was read: {result}");
+            assert!(
+                !output(&result).contains("PRIVATE TOKEN"),
+                "{store} leaked: {result}"
+            );
+            assert!(
+                output(&result).contains("hidden from confined commands by the operator's policy"),
+                "{store}: no note that it is hidden: {result}"
+            );
+        }
+    }
+    // --hide adds a path; --reveal lets a default one through (a private registry's ~/.npmrc).
+    let notes = machine.path("home/notes.txt").display().to_string();
+    let npmrc = machine.path("home/.npmrc").display().to_string();
+    let flags = ["--hide", notes.as_str(), "--reveal", npmrc.as_str()];
+    let result = machine.execute(&flags, "cat \"$HOME/notes.txt\"");
+    assert_ne!(result["exit_code"], 0, "{result}");
+    assert!(!output(&result).contains("ordinary"), "{result}");
+    let result = machine.execute(&flags, "cat \"$HOME/.npmrc\"");
+    assert_eq!(output(&result), "PRIVATE TOKEN", "{result}");
+    // A --reveal of a path that is not hidden by default is refused before anything runs.
+    let project = machine.path("workspace").display().to_string();
+    let refused = machine.run(&["--reveal", project.as_str()], "true", &[]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr)
+            .contains("is not one of the paths hidden by default"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    // `toolhost sandbox` prints the effective list.
+    let report = Command::new(toolhost_bin())
+        .env("HOME", machine.path("home"))
+        .args(["sandbox"])
+        .args(flags)
+        .output()
+        .expect("toolhost sandbox");
+    let report = String::from_utf8_lossy(&report.stdout);
+    let home = machine.path("home").canonicalize().expect("home");
+    assert!(
+        report.contains(&format!("  {}\n", home.join(".config/gh").display())),
+        "{report}"
+    );
+    assert!(
+        report.contains(&format!("  {}\n", home.join("notes.txt").display())),
+        "{report}"
+    );
+    assert!(
+        !report.contains(&format!("  {}\n", home.join(".npmrc").display())),
+        "{report}"
+    );
+}
+
+/// A host running as root hides the system's password hashes from its confined commands (a
+/// mount covers them in the namespaces layer; Landlock would have to freeze /etc).
+#[test]
+fn a_root_host_hides_the_password_hashes() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || toolhost::process::namespaces_available().is_err() {
+        eprintln!("not root, or no namespaces here: nothing to check");
+        return;
+    }
+    let machine = Machine::new();
+    for file in ["/etc/shadow", "/etc/gshadow"] {
+        if !std::path::Path::new(file).exists() {
+            continue;
+        }
+        let result = machine.execute(&[], &format!("wc -c < {file}; head -c 200 {file}"));
+        assert!(
+            !output(&result).contains("root:"),
+            "{file} leaked: {result}"
+        );
+        assert_ne!(result["exit_code"], 0, "{file} was read: {result}");
+    }
+    // The rest of /etc stays readable.
+    let result = machine.execute(&[], "cat /etc/passwd >/dev/null && echo ok");
+    assert_eq!(output(&result), "ok\n", "{result}");
+}
+
+/// Variables whose names or values hold secrets stay with the host, beyond the four old
+/// words; paths and the working directory's variables always pass.
+#[test]
+fn secret_variables_of_every_common_shape_are_withheld() {
+    let machine = Machine::new();
+    let withheld = [
+        ("MYSQL_PWD", "w1"),
+        ("GITHUB_PAT", "w2"),
+        ("DATABASE_URL", "postgres://u:pw@db.example.com/app"),
+        ("NPM_AUTH", "w4"),
+        ("SENTRY_DSN", "w5"),
+        ("PASSWD", "w6"),
+        ("CREDENTIALS", "w7"),
+        ("AUTH_HEADER", "w8"),
+    ];
+    let passed = [
+        ("LD_LIBRARY_PATH", "/opt/lib"),
+        ("SECRET_PATH", "/opt/secrets"),
+        ("GIT_AUTHOR_NAME", "Ada"),
+        ("PLAIN_URL", "https://example.com/x"),
+    ];
+    let env: Vec<(&str, &str)> = withheld.iter().chain(&passed).copied().collect();
+    let names: Vec<&str> = env.iter().map(|(name, _)| *name).collect();
+    let command = names
+        .iter()
+        .map(|name| format!("echo \"{name}=${name}\""))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let result = machine.execute_with(&[], &command, &env);
+    for (name, value) in withheld {
+        assert!(
+            output(&result).contains(&format!("{name}=\n")),
+            "{name} passed: {result}"
+        );
+        assert!(!output(&result).contains(value), "{name} leaked: {result}");
+    }
+    for (name, value) in passed {
+        assert!(
+            output(&result).contains(&format!("{name}={value}\n")),
+            "{name}: {result}"
+        );
+    }
+    let result = machine.execute_with(&[], "echo \"$PATH\" && pwd && echo \"$PWD\"", &env);
+    assert!(output(&result).contains("/bin"), "{result}");
+    // Unconfined, everything passes.
+    let result = machine.execute_with(&["--sandbox", "off"], &command, &env);
+    for (name, value) in withheld.iter().chain(&passed) {
+        assert!(
+            output(&result).contains(&format!("{name}={value}\n")),
+            "{name}: {result}"
+        );
+    }
+}
+
+/// The home of the user's passwd entry is hidden too, whatever `$HOME` says: unset, relative,
+/// `/` or another directory.
+#[test]
+fn the_passwd_home_is_hidden_whatever_home_says() {
+    let Some(home) = nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map(|user| user.dir)
+        .filter(|home| home.is_absolute() && home != std::path::Path::new("/"))
+    else {
+        eprintln!("this user has no passwd home: nothing to check");
+        return;
+    };
+    let home = home.canonicalize().unwrap_or(home);
+    let machine = Machine::new();
+    let elsewhere = machine.path("home").display().to_string();
+    for value in [None, Some("relative"), Some("/"), Some(elsewhere.as_str())] {
+        let mut command = Command::new(toolhost_bin());
+        command.args(["sandbox"]);
+        match value {
+            None => command.env_remove("HOME"),
+            Some(value) => command.env("HOME", value),
+        };
+        let report = command.output().expect("toolhost sandbox");
+        let report = String::from_utf8_lossy(&report.stdout);
+        assert!(
+            report.contains(&format!("  {}\n", home.join(".ssh").display())),
+            "HOME={value:?}: {report}"
+        );
+    }
+    // Where the real home holds an SSH directory, a confined command cannot read into it.
+    let ssh = home.join(".ssh");
+    if ssh.is_dir() {
+        let command = format!(
+            "ls {} >/dev/null 2>&1 && echo readable || echo hidden",
+            ssh.display()
+        );
+        for value in ["/", elsewhere.as_str()] {
+            let result = machine.execute_with(&[], &command, &[("HOME", value)]);
+            assert_eq!(output(&result), "hidden\n", "HOME={value}: {result}");
+        }
+    }
+}
+
+/// A user id without a passwd entry and `HOME=/` (a container's) leaves no home to hide under:
+/// the host says so, once, instead of running with less in silence.
+#[test]
+fn a_host_without_a_home_says_so() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("not root: cannot run the host as a user without a passwd entry");
+        return;
+    }
+    let dir = tempfile::tempdir_in("/var/tmp").expect("dir");
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    let binary = dir.path().join("toolhost");
+    std::fs::copy(toolhost_bin(), &binary).expect("copy");
+    let uid = "54321";
+    for name in ["state", "work"] {
+        std::fs::create_dir(dir.path().join(name)).expect("dir");
+        std::os::unix::fs::chown(dir.path().join(name), Some(54321), Some(54321)).expect("chown");
+    }
+    assert!(
+        nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(54321))
+            .ok()
+            .flatten()
+            .is_none()
+    );
+    let run = |args: &[&str]| {
+        Command::new("setpriv")
+            .args([
+                &format!("--reuid={uid}"),
+                &format!("--regid={uid}"),
+                "--clear-groups",
+                "--",
+            ])
+            .arg(&binary)
+            .arg("--no-cache")
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .arg("--workdir")
+            .arg(dir.path().join("work"))
+            .args(args)
+            .env("HOME", "/")
+            .env_remove("XDG_STATE_HOME")
+            .env_remove("XDG_CACHE_HOME")
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .output()
+            .expect("setpriv")
+    };
+    let output = run(&[
+        "--sandbox",
+        "read-only",
+        "call",
+        "execute",
+        r#"{"command":"echo ok"}"#,
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        stderr.matches("no home directory resolves").count(),
+        1,
+        "{stderr}"
+    );
+    let report = run(&["sandbox"]);
+    let report = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report.contains("WARNING: no home directory resolves"),
+        "{report}"
+    );
+}
+
+/// The host's check of a request's `workdir` answers the same for a hidden name that exists
+/// and one that does not: it tells nothing of what a hidden directory holds.
+#[test]
+fn the_workdir_check_tells_nothing_of_hidden_names() {
+    let machine = Machine::new();
+    let ask = |workdir: &str| {
+        let args = serde_json::json!({ "command": "true", "workdir": workdir });
+        let output = machine.call(&[], "execute", &args, &[]);
+        let text = String::from_utf8_lossy(&output.stderr).into_owned()
+            + &String::from_utf8_lossy(&output.stdout);
+        text.replace(workdir, "WORKDIR")
+    };
+    let home = machine.path("home");
+    let existing = ask(&home.join(".ssh/id_ed25519").display().to_string());
+    let missing = ask(&home.join(".ssh/id_nope").display().to_string());
+    let directory = ask(&home.join(".ssh").display().to_string());
+    assert_eq!(existing, missing);
+    assert_eq!(existing, directory);
+    assert!(
+        existing.contains("hidden from confined commands"),
+        "{existing}"
+    );
+}
+
+/// A cut output's note never sends a confined model to a file it cannot read: it names what
+/// works from there. Unconfined, the file can be read and the note says so.
+#[test]
+fn the_note_about_the_full_output_points_to_what_works() {
+    let machine = Machine::new();
+    let command = "seq 1 20000";
+    let result = machine.execute(&[], command);
+    let note = result["note"].as_str().unwrap_or_default();
+    assert!(result["truncated"].is_object(), "{result}");
+    assert!(!note.contains("grep or page"), "{result}");
+    assert!(
+        note.contains("Confined commands cannot read that file"),
+        "{result}"
+    );
+    assert!(note.contains("toolhost://process/"), "{result}");
+    // The file is indeed out of reach of a confined command.
+    let file = result["output_file"].as_str().expect("output_file");
+    let read = machine.execute(&[], &format!("tail -n 1 {file}"));
+    assert_ne!(read["exit_code"], 0, "{read}");
+    let result = machine.execute(&["--sandbox", "off"], command);
+    let note = result["note"].as_str().unwrap_or_default();
+    assert!(note.contains("grep or page"), "{result}");
 }

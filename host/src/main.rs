@@ -12,7 +12,14 @@ use toolhost::{ToolHost, bundled};
 #[command(
     name = "toolhost",
     version,
-    about = "Give an AI agent a shell: sandboxed WebAssembly tool policies over a native process host"
+    about = "Give an AI agent a shell: sandboxed WebAssembly tool policies over a native process host",
+    after_help = "Examples:
+  toolhost call execute '{\"command\":\"echo hello\"}'   run one command, print the result JSON
+  toolhost serve                                          serve the tools over MCP on stdio
+  toolhost --sandbox read-only call execute '{\"command\":\"ls\"}'
+  toolhost sandbox                                        what confinement this machine supports
+
+Every command and flag: docs/cli.md"
 )]
 struct Cli {
     /// Load every `*.wasm` component in DIR besides the bundled policy (repeatable). A
@@ -88,6 +95,16 @@ struct Cli {
     #[arg(long, value_name = "DIR", global = true)]
     writable: Vec<PathBuf>,
 
+    /// Hide PATH from confined commands besides the credential stores hidden by default
+    /// (repeatable; `toolhost sandbox` lists the effective list).
+    #[arg(long, value_name = "PATH", global = true)]
+    hide: Vec<PathBuf>,
+
+    /// Let confined commands read PATH although it is hidden by default, e.g. `~/.npmrc` for
+    /// a private registry (repeatable; only paths of the default list).
+    #[arg(long, value_name = "PATH", global = true)]
+    reveal: Vec<PathBuf>,
+
     /// Memory a confined command may use, everything it started included (a memory cgroup;
     /// where the host may not create one, per process with RLIMIT_DATA), e.g. `4GiB`
     /// (default: half the machine's memory).
@@ -106,12 +123,17 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Print the loaded tools as JSON.
+    #[command(after_help = "Example:\n  toolhost tools --format openai")]
     Tools {
         /// Shape of each tool definition.
         #[arg(long, value_enum, default_value_t = Format::Plain)]
         format: Format,
     },
     /// Call one tool and print its result JSON. Exit 1 on a tool error.
+    #[command(after_help = "Examples:
+  toolhost call execute '{\"command\":\"echo hello\"}'
+  toolhost --workdir ~/project call execute '{\"command\":\"cargo build\",\"timeout\":\"5m\"}'
+  toolhost call process_list")]
     Call {
         /// Tool name, e.g. `execute`.
         tool: String,
@@ -126,6 +148,9 @@ enum Command {
     /// component, on a fake process capability: no real command runs. Reports each scenario
     /// like a test runner; exits 1 when one fails, 2 when a file cannot be used. The scenario
     /// format is described in the policy guide (docs/writing-a-policy.md).
+    #[command(
+        after_help = "Example:\n  toolhost test target/wasm32-wasip2/release/my_policy.wasm scenarios/"
+    )]
     Test {
         /// The plugin component (`NAME.wasm`; its `NAME.toml` manifest beside it is used).
         plugin: PathBuf,
@@ -141,6 +166,7 @@ enum Command {
     /// The crate holds the standard tools written with the policy SDK (a copy of this
     /// version's SDK is inside), a manifest, and scenarios for `toolhost test`. An existing
     /// DIR/NAME is left alone. docs/writing-a-policy.md goes on from there.
+    #[command(after_help = "Example:\n  toolhost new-policy my-policy --dir ~/src")]
     NewPolicy {
         /// The crate's and the policy's name: lowercase letters, digits, `-` and `_`.
         name: String,
@@ -150,8 +176,14 @@ enum Command {
     },
     /// Print which confinement layers this machine supports and what each sandbox mode gets
     /// here with the given flags.
+    #[command(
+        after_help = "Examples:\n  toolhost sandbox\n  toolhost --sandbox read-only --network none sandbox"
+    )]
     Sandbox,
     /// Manage plugins.
+    #[command(
+        after_help = "Examples:\n  toolhost plugins list\n  toolhost plugins export ./policies"
+    )]
     Plugins {
         #[command(subcommand)]
         command: PluginsCommand,
@@ -159,6 +191,9 @@ enum Command {
     /// Serve the tools over the Model Context Protocol: on stdin/stdout, or with --http as
     /// streamable HTTP at http://ADDR/mcp. Each MCP session is its own scope; its processes
     /// are terminated when it ends.
+    #[command(after_help = "Examples:
+  toolhost serve
+  TOOLHOST_TOKEN=secret toolhost serve --http 127.0.0.1:8080")]
     Serve {
         /// Serve streamable HTTP on ADDR (e.g. 127.0.0.1:8080; port 0 picks one, announced on
         /// stderr) instead of stdio. Needs a bearer token (--token-file or TOOLHOST_TOKEN).
@@ -209,11 +244,13 @@ fn parse_memory(text: &str) -> Result<u64, String> {
 #[derive(Subcommand)]
 enum PluginsCommand {
     /// Write the bundled policy components to DIR, to start a policy of your own from.
+    #[command(after_help = "Example:\n  toolhost plugins export ./policies")]
     Export {
         /// Target directory (created if missing).
         dir: PathBuf,
     },
     /// List the loaded plugins and where they came from.
+    #[command(after_help = "Example:\n  toolhost --plugins ./policies plugins list")]
     List,
 }
 
@@ -280,7 +317,10 @@ fn main() -> ExitCode {
             .with(toolhost::mcp::logging::layer())
             .init();
     }
-    let cli = Cli::parse();
+    let cli = match parse_cli() {
+        Ok(cli) => cli,
+        Err(error) => error.exit(),
+    };
     // One call needs no worker threads (the guest, the process monitor and the answer take
     // turns on this one); a server does.
     let mut builder = match cli.command {
@@ -305,6 +345,20 @@ fn main() -> ExitCode {
     // still under way (a stopped call's sandbox being built: up to the helper's timeout).
     runtime.shutdown_background();
     code
+}
+
+/// The command line, with a version text that names the WIT versions this host serves.
+fn parse_cli() -> Result<Cli, clap::Error> {
+    use clap::{CommandFactory, FromArgMatches};
+    let version = format!(
+        "{} (serves WIT toolhost:plugin {})",
+        env!("CARGO_PKG_VERSION"),
+        toolhost::WIT_VERSIONS.join(", ")
+    );
+    // Parsed once per process: leaking the text keeps clap's `&'static str` without a feature.
+    let version: &'static str = Box::leak(version.into_boxed_str());
+    let matches = Cli::command().version(version).try_get_matches()?;
+    Cli::from_arg_matches(&matches)
 }
 
 async fn build_host(cli: &Cli) -> Result<ToolHost> {
@@ -372,6 +426,25 @@ fn sandbox_settings(cli: &Cli) -> Result<SandboxSettings> {
             })?;
         settings.writable.push(canonical);
     }
+    for path in &cli.hide {
+        settings
+            .hide
+            .push(std::path::absolute(path).with_context(|| {
+                format!("--hide {} cannot be made an absolute path", path.display())
+            })?);
+    }
+    for path in &cli.reveal {
+        settings
+            .reveal
+            .push(std::path::absolute(path).with_context(|| {
+                format!(
+                    "--reveal {} cannot be made an absolute path",
+                    path.display()
+                )
+            })?);
+    }
+    // A --reveal path that is not hidden by default is a mistake: said before anything runs.
+    toolhost::sandbox::HiddenPaths::of_this_user(&settings.hide, &settings.reveal)?;
     if let Some(bytes) = cli.memory_limit {
         settings.limits.memory_bytes = Some(bytes);
     }
@@ -439,10 +512,13 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             })
             .collect();
             let namespaces = toolhost::process::namespaces_available();
+            let hidden =
+                toolhost::sandbox::HiddenPaths::of_this_user(&settings.hide, &settings.reveal)?;
             out(format_args!(
-                "{}\nWith these flags commands get: {}",
+                "{}\nWith these flags commands get: {}\n{}",
                 probe::report(&probe::support(), &namespaces, &profiles),
-                settings.profile().summary()
+                settings.profile().summary(),
+                hidden.report(namespaces.is_ok())
             ));
             Ok(ExitCode::SUCCESS)
         }

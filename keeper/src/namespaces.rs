@@ -2,14 +2,16 @@
 //! run in a helper mode, and joined by every command of that profile (`--namespaces=...`, see
 //! `confine.rs`).
 //!
-//! `toolhost-keeper --make-namespaces [--net] [--pid] [--mask=DIR]... [--writable=PATH]...
-//! [--private-tmp=DIR]`:
+//! `toolhost-keeper --make-namespaces [--net] [--pid] [--mask=DIR]... [--mask-file=FILE]...
+//! [--writable=PATH]... [--private-tmp=DIR]`:
 //!
 //! - a user namespace (mapping only the caller's own user and group to themselves, so files
 //!   keep their owners and nothing gains privileges outside) and a mount namespace; with
 //!   `--net` a network namespace with only its own loopback (brought up);
 //! - in the mount namespace every `--mask` directory is covered by an empty, read-only,
-//!   mode-000 tmpfs, so that not even the names inside show; then the whole tree is made
+//!   mode-000 tmpfs, so that not even the names inside show; every `--mask-file` file is
+//!   covered by an empty mode-000 file (bound from a tmpfs mounted on the private `/tmp`
+//!   directory for a moment, so that no directory around the file is touched); then the whole tree is made
 //!   read-only, `--private-tmp` is bound over `/tmp`, and each `--writable` path is bound
 //!   back read-write (with what was mounted inside it, covers included);
 //! - with `--pid`, a PID namespace whose init is the *holder* below, with its own `/proc`.
@@ -21,12 +23,15 @@
 //!
 //! On success the helper prints `ready HOLDER_PID pid` (or `ready HOLDER_PID -REASON` when the
 //! PID namespace could not be made) and exits; the host opens `/proc/HOLDER_PID/ns/*`. On
-//! failure it prints `error: ...` and exits non-zero.
+//! failure it prints `error: ...` and exits non-zero; the message starts with [`REFUSED`] when
+//! the kernel refuses the user namespace, or with [`POWERLESS`] when it makes one but denies the
+//! first privileged operation in it. The host decides what either means.
 
 use std::ffi::{CString, OsString};
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// What to make, from the command line.
@@ -35,6 +40,7 @@ struct Plan {
     net: bool,
     pid: bool,
     masks: Vec<PathBuf>,
+    mask_files: Vec<PathBuf>,
     writable: Vec<PathBuf>,
     private_tmp: Option<PathBuf>,
 }
@@ -55,6 +61,8 @@ impl Plan {
                 plan.pid = true;
             } else if let Some(path) = path(b"--mask=") {
                 plan.masks.push(path);
+            } else if let Some(path) = path(b"--mask-file=") {
+                plan.mask_files.push(path);
             } else if let Some(path) = path(b"--writable=") {
                 plan.writable.push(path);
             } else if let Some(path) = path(b"--private-tmp=") {
@@ -69,6 +77,7 @@ impl Plan {
         for path in plan
             .masks
             .iter()
+            .chain(&plan.mask_files)
             .chain(&plan.writable)
             .chain(&plan.private_tmp)
         {
@@ -82,6 +91,22 @@ impl Plan {
 
 /// How the answer starts when the kernel refuses to make a user namespace.
 const REFUSED: &str = "user namespaces refused: ";
+
+/// How the answer starts when the kernel makes a user namespace but denies (`EPERM` or
+/// `EACCES`) the privileged operations the helper first tries in it: setting up its user and
+/// group maps, or changing the propagation of `/` in its new mount namespace. That is the mark
+/// of a Linux security module restricting unprivileged user namespaces, as Ubuntu 24.04's
+/// AppArmor `unprivileged_userns` profile does.
+const POWERLESS: &str = "no privileges in a new user namespace: ";
+
+/// `error` with `prefix` before its message when it is a denial (`EPERM` or `EACCES`).
+fn label_denial(prefix: &str, error: io::Error) -> io::Error {
+    if error.kind() == io::ErrorKind::PermissionDenied {
+        io::Error::new(error.kind(), format!("{prefix}{error}"))
+    } else {
+        error
+    }
+}
 
 /// Run the helper mode with the arguments after `--make-namespaces`.
 pub(crate) fn make(args: &[OsString]) -> io::Result<()> {
@@ -138,12 +163,14 @@ fn setup(plan: &Plan) -> io::Result<Holder> {
     // SAFETY: an integer argument; this helper is single-threaded, as unshare(CLONE_NEWUSER)
     // requires.
     let unshared = unsafe { libc::unshare(flags) } == 0;
+    // The host tells these (the kernel refuses user namespaces, or every privilege in them)
+    // from any other failure.
     step("unshare", unshared)
-        .and_then(|()| write_file("/proc/self/setgroups", "deny"))
+        .map_err(|error| io::Error::new(error.kind(), format!("{REFUSED}{error}")))?;
+    write_file("/proc/self/setgroups", "deny")
         .and_then(|()| write_file("/proc/self/uid_map", &format!("{uid} {uid} 1")))
         .and_then(|()| write_file("/proc/self/gid_map", &format!("{gid} {gid} 1")))
-        // The host tells this (the kernel refuses user namespaces) from any other failure.
-        .map_err(|error| io::Error::new(error.kind(), format!("{REFUSED}{error}")))?;
+        .map_err(|error| label_denial(POWERLESS, error))?;
     // Nothing mounted here propagates anywhere (it could not reach the host's namespace
     // anyway: a less privileged mount namespace only receives).
     // SAFETY: NUL-terminated strings and null pointers where mount(2) allows them.
@@ -156,10 +183,11 @@ fn setup(plan: &Plan) -> io::Result<Holder> {
             std::ptr::null(),
         )
     } == 0;
-    step("making / private", private)?;
+    step("making / private", private).map_err(|error| label_denial(POWERLESS, error))?;
     for path in &plan.masks {
         mask(path)?;
     }
+    cover_files(&plan.mask_files, plan.private_tmp.as_deref())?;
     read_only_view(plan)?;
     if plan.net {
         loopback_up()?;
@@ -256,6 +284,73 @@ fn mask(path: &Path) -> io::Result<()> {
         )
     } == 0;
     step(&format!("masking {}", path.display()), ok)
+}
+
+/// Cover each of `files` that is a regular file reached without following any symbolic link
+/// with an empty file of mode 000. A mount on a file leaves its directory live (a Landlock rule
+/// would fix the directory's entries at the session's start).
+///
+/// 1. A small tmpfs is mounted on `scratch` (the private `/tmp` directory, not yet bound over
+///    `/tmp`; this mount namespace only) and an empty mode-000 file is made in it.
+/// 2. That file is bound over each file to cover.
+/// 3. The tmpfs is detached from `scratch` again; the covers keep it alive.
+fn cover_files(files: &[PathBuf], scratch: Option<&Path>) -> io::Result<()> {
+    if files.is_empty() {
+        return Ok(());
+    }
+    let scratch = scratch.ok_or_else(|| invalid("--mask-file needs --private-tmp".to_owned()))?;
+    let scratch_c = c_path(scratch)?;
+    // SAFETY: NUL-terminated strings for source, target, type and data.
+    let mounted = unsafe {
+        libc::mount(
+            c"tmpfs".as_ptr(),
+            scratch_c.as_ptr(),
+            c"tmpfs".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            c"mode=700,size=4k".as_ptr().cast(),
+        )
+    } == 0;
+    step("mounting the tmpfs for covering files", mounted)?;
+    let empty = scratch.join("hidden");
+    let made = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o000)
+        .open(&empty)
+        .map_err(|error| io::Error::new(error.kind(), format!("making the cover file: {error}")));
+    let covered = made.and_then(|_| {
+        let source = c_path(&empty)?;
+        for path in files {
+            let Some(fd) = open_no_symlinks(path, 0)? else {
+                continue;
+            };
+            if !std::fs::metadata(fd_path_buf(&fd)).is_ok_and(|meta| meta.is_file()) {
+                continue;
+            }
+            let target = fd_path(&fd)?;
+            // SAFETY: NUL-terminated strings for source and target; no type or data for a bind.
+            let ok = unsafe {
+                libc::mount(
+                    source.as_ptr(),
+                    target.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND,
+                    std::ptr::null(),
+                )
+            } == 0;
+            step(&format!("covering {}", path.display()), ok)?;
+        }
+        Ok(())
+    });
+    // SAFETY: a NUL-terminated path and a flag.
+    let detached = unsafe { libc::umount2(scratch_c.as_ptr(), libc::MNT_DETACH) } == 0;
+    covered?;
+    step("detaching the tmpfs for covering files", detached)
+}
+
+/// The `/proc/self/fd/N` path of a descriptor, as a path.
+fn fd_path_buf(fd: &OwnedFd) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }
 
 /// `AT_RECURSIVE` of open_tree(2) and mount_setattr(2).
@@ -652,6 +747,16 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir");
         dir
+    }
+
+    #[test]
+    fn only_denials_are_labelled() {
+        let denied = label_denial(POWERLESS, io::Error::from_raw_os_error(libc::EPERM));
+        assert!(denied.to_string().starts_with(POWERLESS), "{denied}");
+        let denied = label_denial(POWERLESS, io::Error::from_raw_os_error(libc::EACCES));
+        assert!(denied.to_string().starts_with(POWERLESS), "{denied}");
+        let other = label_denial(POWERLESS, io::Error::from_raw_os_error(libc::ENOENT));
+        assert!(!other.to_string().starts_with(POWERLESS), "{other}");
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //!
 //! - `namespaces`: a user and a mount namespace (hidden paths covered) and, with network
 //!   `none`, a network namespace with only its own loopback; skipped (Landlock alone) where
-//!   user namespaces are refused;
+//!   user namespaces are refused, or made without privileges in them (Ubuntu 24.04);
 //! - `landlock`: the filesystem view (read everything but the hidden paths, write only the
 //!   writable roots) and the scoping of signals and abstract Unix sockets to the command's own
 //!   processes;
@@ -18,7 +18,9 @@
 //!   started) where the host may create cgroups, else `RLIMIT_DATA` (memory per process);
 //!   `RLIMIT_CPU` (CPU seconds per process).
 //!
-//! [`probe`] reports what this machine supports; a profile whose layer is missing is refused.
+//! [`secrets`] says what is hidden by default (the user's credential stores) and which host
+//! variables are withheld. [`probe`] reports what this machine supports; a profile whose layer
+//! is missing is refused.
 
 pub mod cgroup;
 mod landlock;
@@ -27,6 +29,7 @@ mod prepare;
 pub mod probe;
 mod profile;
 mod seccomp;
+pub mod secrets;
 
 pub(crate) use cgroup::CommandCgroups;
 
@@ -44,6 +47,8 @@ fn left_by_a_gone_host(name: &std::ffi::OsStr) -> bool {
         .is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
 }
 pub(crate) use prepare::{Context, Prepared, ScopeSandbox};
+
+pub use secrets::{HiddenPaths, Homes, NotHidden};
 
 pub use profile::{
     ConfinementRequest, Limits, LooserThanGrant, Network, Profile, SandboxGrant, SandboxMode,

@@ -14,9 +14,11 @@
 //! Landlock still carves every hidden path out and bounds writes underneath: a cover
 //! disappears when what it covers is replaced from outside, and the carving keeps the
 //! directories around a hidden path from being renamed. Landlock is the only filesystem layer
-//! where user namespaces are refused (some distributions restrict them); that fallback is
-//! logged and reported by `toolhost sandbox`, and `TOOLHOST_SANDBOX_DISABLE=namespaces` forces
-//! it (`TOOLHOST_SANDBOX_DISABLE=pid` leaves the PID namespace out alone).
+//! where user namespaces are refused (some distributions and containers do), or made without
+//! any privilege in them (Ubuntu 24.04's AppArmor `unprivileged_userns` profile: the user
+//! namespace is made, but mounting in it is denied); that fallback is logged and reported by
+//! `toolhost sandbox`, and `TOOLHOST_SANDBOX_DISABLE=namespaces` forces it
+//! (`TOOLHOST_SANDBOX_DISABLE=pid` leaves the PID namespace out alone).
 
 use nix::libc;
 use std::io::{BufRead, BufReader};
@@ -31,11 +33,24 @@ use std::sync::atomic::{AtomicU8, Ordering};
 #[error("cannot make the sandbox's namespaces: {0}")]
 pub(crate) struct NamespaceError(pub(crate) String);
 
+/// How the helper's answer starts when the kernel refuses to make a user namespace
+/// (`keeper/src/namespaces.rs`).
+const REFUSED: &str = "user namespaces refused: ";
+
+/// How the helper's answer starts when the kernel makes a user namespace but denies (`EPERM`
+/// or `EACCES`) the first privileged operations in it: its uid and gid maps, or making `/`
+/// private in its new mount namespace (`keeper/src/namespaces.rs`).
+pub(crate) const POWERLESS: &str = "no privileges in a new user namespace: ";
+
 impl NamespaceError {
-    /// The kernel refuses user namespaces (as some distributions configure it), or the helper
-    /// cannot run: the namespaces layer is missing here, not spoiled.
+    /// The kernel refuses user namespaces (as some distributions and containers configure
+    /// it), or makes them but denies every privileged operation in them (as Ubuntu 24.04's
+    /// AppArmor restriction does), or the helper cannot run: the namespaces layer is missing
+    /// here, not spoiled. Any other failure (a later step, another error) is not.
     pub(crate) fn missing_here(&self) -> bool {
-        self.0.starts_with("user namespaces refused: ") || self.0.starts_with("running the keeper")
+        [REFUSED, POWERLESS, "running the keeper"]
+            .iter()
+            .any(|start| self.0.starts_with(start))
     }
 }
 
@@ -51,6 +66,8 @@ static EVER_MADE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool:
 pub(crate) struct Request<'a> {
     /// Directories to cover (see [`masks`]).
     pub(crate) masks: &'a [PathBuf],
+    /// Files to cover with an empty mode-000 file (the system's password hashes).
+    pub(crate) mask_files: &'a [PathBuf],
     /// What stays writable in the read-only view of `/` (canonical paths).
     pub(crate) writable: &'a [PathBuf],
     /// The directory bound over `/tmp`.
@@ -193,6 +210,7 @@ pub(crate) fn make(
         .collect();
     let paths = [
         ("--mask=", request.masks),
+        ("--mask-file=", request.mask_files),
         ("--writable=", request.writable),
         ("--private-tmp=", private_tmp.as_slice()),
     ];
@@ -347,10 +365,29 @@ mod tests {
     }
 
     #[test]
-    fn only_a_refused_user_namespace_or_a_missing_helper_means_the_layer_is_missing() {
+    fn only_a_refused_or_powerless_user_namespace_or_a_missing_helper_means_the_layer_is_missing() {
         let error = |text: &str| NamespaceError(text.to_owned());
         assert!(error("user namespaces refused: unshare: Operation not permitted").missing_here());
         assert!(error("running the keeper: No such file").missing_here());
+        // A user namespace made without privileges in it (Ubuntu 24.04's AppArmor restriction).
+        assert!(
+            error(
+                "no privileges in a new user namespace: making / private: Operation not \
+                 permitted (os error 1)"
+            )
+            .missing_here()
+        );
+        assert!(
+            error(
+                "no privileges in a new user namespace: /proc/self/uid_map: Permission denied \
+                 (os error 13)"
+            )
+            .missing_here()
+        );
+        // The same step failing otherwise, or a later step denied, spoils the layer.
+        assert!(!error("making / private: Invalid argument (os error 22)").missing_here());
+        assert!(!error("/proc/self/uid_map: No such file or directory").missing_here());
+        assert!(!error("masking /home/u/.ssh: Operation not permitted").missing_here());
         assert!(!error("making / read-only: Operation not permitted").missing_here());
         assert!(!error("the private /tmp /tmp/x is missing").missing_here());
     }

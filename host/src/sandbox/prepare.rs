@@ -13,23 +13,11 @@ use super::landlock::{self, LandlockError, Plan};
 use super::namespaces::{self, NamespaceError, Namespaces};
 use super::probe;
 use super::seccomp::{self, SeccompError};
+use super::secrets::HiddenPaths;
 use super::{Network, Profile, SandboxMode};
 
 /// Most profiles one scope may use (each holds its namespaces and layers until the scope ends).
 const MAX_PROFILES: usize = 16;
-
-/// Paths under the home directory no confined command may reach.
-const HIDDEN_IN_HOME: &[&str] = &[
-    ".ssh",
-    ".aws",
-    ".gnupg",
-    ".config/gcloud",
-    ".kube",
-    ".docker/config.json",
-    ".netrc",
-    ".azure",
-    ".password-store",
-];
 
 /// Package managers' caches under the home directory, writable in `workspace-write` when they
 /// exist.
@@ -121,6 +109,8 @@ pub(crate) struct Context {
     pub(crate) writable: Vec<PathBuf>,
     /// The host's own files.
     pub(crate) protected: Vec<PathBuf>,
+    /// The user's credential stores and the operator's `--hide` paths (see `secrets.rs`).
+    pub(crate) hidden: Arc<HiddenPaths>,
     /// Loads the keeper's executable, which makes the namespaces (when first needed: a host
     /// that confines nothing does not wait for it); `None`: no namespaces layer.
     pub(crate) keeper: Option<fn() -> std::io::Result<BorrowedFd<'static>>>,
@@ -307,20 +297,6 @@ fn sweep(dir: &Path) {
     }
 }
 
-/// The user's runtime directories: `$XDG_RUNTIME_DIR` and `/run/user/UID`.
-fn runtime_dirs() -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::env::var_os("XDG_RUNTIME_DIR")
-        .map(PathBuf::from)
-        .filter(|dir| dir.is_absolute() && dir.as_path() != Path::new("/"))
-        .into_iter()
-        .collect();
-    dirs.push(PathBuf::from(format!(
-        "/run/user/{}",
-        rustix::process::getuid().as_raw()
-    )));
-    dirs
-}
-
 /// Build the layers of `profile`.
 fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, PrepareError> {
     let home = std::env::var_os("HOME")
@@ -329,18 +305,8 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
     let canonical = |path: &Path| path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
     let mut hidden: Vec<PathBuf> = context.protected.iter().map(|p| canonical(p)).collect();
     hidden.extend(profile.hidden.iter().map(|p| canonical(p)));
-    if let Some(home) = &home {
-        let home = canonical(home);
-        // Resolved: a `~/.ssh` that is a link hides where it points.
-        hidden.extend(
-            HIDDEN_IN_HOME
-                .iter()
-                .map(|name| canonical(&home.join(name))),
-        );
-    }
-    // The user's runtime directory holds the sockets of their session bus (`systemd-run
-    // --user` starts anything unconfined through it), agents (gpg, ssh) and desktop.
-    hidden.extend(runtime_dirs().iter().map(|dir| canonical(dir)));
+    // The user's credential stores under every home, the runtime directories, `--hide`.
+    hidden.extend(context.hidden.paths.iter().cloned());
     let mut writable = vec![canonical(temp)];
     if profile.mode == SandboxMode::WorkspaceWrite {
         writable.push(canonical(&context.workdir));
@@ -372,12 +338,28 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
         .collect();
     let request = namespaces::Request {
         masks: &masks,
+        mask_files: &context.hidden.system_files,
         writable: &view,
         private_tmp: Some(&temp),
         private_network: profile.network == Network::None,
         pid: !probe::disabled("pid"),
     };
     let namespaces = make_namespaces(context, &request)?;
+    if namespaces.is_none() && !context.hidden.system_files.is_empty() {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            tracing::warn!(
+                "without namespaces, confined commands can read {} (only a mount hides them)",
+                context
+                    .hidden
+                    .system_files
+                    .iter()
+                    .map(|path| path.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        });
+    }
     // With a network namespace of its own, `none` is enforced by it: the command may use its
     // private loopback (a test server on 127.0.0.1), and nothing else exists there. Seccomp
     // still allows only the socket families that stay inside it.

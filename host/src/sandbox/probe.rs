@@ -9,6 +9,7 @@ use std::fmt::Write;
 
 use nix::libc;
 
+use super::namespaces::{self, NamespaceError};
 use super::{Profile, SandboxMode};
 
 /// What the kernel offers.
@@ -93,8 +94,17 @@ impl Support {
     }
 }
 
+/// Whether making the namespaces failed with `error` in a way that makes the host refuse
+/// confined commands rather than fall back to Landlock and seccomp: they were tried
+/// (`made`, [`namespaces::made`]: not disabled, the keeper ran) and failed otherwise than for
+/// want of user namespaces or of privileges in them ([`NamespaceError::missing_here`]).
+fn namespaces_spoiled(made: Option<bool>, error: &str) -> bool {
+    made == Some(false) && !NamespaceError(error.to_owned()).missing_here()
+}
+
 /// The text `toolhost sandbox` prints; `namespaces` is the outcome of making them here
-/// ([`crate::process::namespaces_available`]).
+/// ([`crate::process::namespaces_available`], which runs the keeper's helper once: a user
+/// namespace and the privileged operations the host needs in it, as for a command).
 pub fn report(
     support: &Support,
     namespaces: &Result<Option<String>, String>,
@@ -102,6 +112,10 @@ pub fn report(
 ) -> String {
     let mut out = String::new();
     let yes = |ok: bool| if ok { "yes" } else { "NO" };
+    let spoiled = namespaces
+        .as_ref()
+        .err()
+        .filter(|error| namespaces_spoiled(namespaces::made(), error));
     let _ = writeln!(out, "Layers on this machine:");
     match namespaces {
         Ok(pid_missing) => {
@@ -128,11 +142,25 @@ pub fn report(
                 }
             }
         }
+        Err(error) if spoiled.is_some() => {
+            let _ = writeln!(
+                out,
+                "  namespaces: FAILING ({error}); confined commands are refused rather than run \
+                 with fewer layers (TOOLHOST_SANDBOX_DISABLE=namespaces does without them)"
+            );
+        }
         Err(error) => {
             let _ = writeln!(
                 out,
                 "  namespaces: NO ({error}); Landlock and seccomp confine commands alone"
             );
+            if error.starts_with(namespaces::POWERLESS) {
+                let _ = writeln!(
+                    out,
+                    "    a security module denies privileges in unprivileged user namespaces \
+                     (on Ubuntu 24.04: AppArmor, sysctl kernel.apparmor_restrict_unprivileged_userns)"
+                );
+            }
         }
     }
     if support.landlock_abi > 0 {
@@ -197,10 +225,11 @@ pub fn report(
     }
     let _ = writeln!(out, "\nProfiles:");
     for (name, profile) in profiles {
-        let state = match support.missing_for(profile) {
-            Some(missing) => format!("REFUSED: {missing}"),
-            None if profile.mode == SandboxMode::Off => "no confinement".to_owned(),
-            None => "enforced".to_owned(),
+        let state = match (support.missing_for(profile), spoiled) {
+            (Some(missing), _) => format!("REFUSED: {missing}"),
+            (None, _) if profile.mode == SandboxMode::Off => "no confinement".to_owned(),
+            (None, Some(error)) => format!("REFUSED: the namespaces cannot be made ({error})"),
+            (None, None) => "enforced".to_owned(),
         };
         let _ = writeln!(out, "  {name}: {} -- {state}", profile.summary());
     }
@@ -213,4 +242,52 @@ pub fn report(
          chown), and the names inside hidden directories (their contents stay out of reach)."
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_spoiled_namespaces_layer_refuses_the_profiles() {
+        let powerless = "no privileges in a new user namespace: making / private: Operation not \
+                         permitted (os error 1)";
+        assert!(!namespaces_spoiled(Some(false), powerless));
+        assert!(!namespaces_spoiled(
+            Some(false),
+            "user namespaces refused: unshare: EPERM"
+        ));
+        // Disabled, or no keeper to try with: not tried, the host does without.
+        assert!(!namespaces_spoiled(
+            None,
+            "disabled by TOOLHOST_SANDBOX_DISABLE"
+        ));
+        assert!(namespaces_spoiled(
+            Some(false),
+            "masking /home/u/.ssh: Operation not permitted"
+        ));
+    }
+
+    #[test]
+    fn a_user_namespace_without_privileges_is_reported_as_no_namespaces() {
+        let support = Support {
+            landlock_abi: 6,
+            seccomp: true,
+        };
+        let profile = crate::sandbox::SandboxSettings::default().profile();
+        let error = "no privileges in a new user namespace: making / private: Operation not \
+                     permitted (os error 1)";
+        let report = report(&support, &Err(error.to_owned()), &[("default", profile)]);
+        assert!(
+            report.contains(&format!(
+                "namespaces: NO ({error}); Landlock and seccomp confine commands alone"
+            )),
+            "{report}"
+        );
+        assert!(
+            report.contains("apparmor_restrict_unprivileged_userns"),
+            "{report}"
+        );
+        assert!(report.contains("-- enforced"), "{report}");
+    }
 }

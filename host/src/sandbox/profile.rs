@@ -142,6 +142,10 @@ pub struct SandboxSettings {
     pub network: Network,
     /// `--writable`: directories writable besides the workspace (absolute).
     pub writable: Vec<PathBuf>,
+    /// `--hide`: paths hidden besides the credential stores hidden by default (absolute).
+    pub hide: Vec<PathBuf>,
+    /// `--reveal`: paths hidden by default that commands may read all the same (absolute).
+    pub reveal: Vec<PathBuf>,
     /// `--memory-limit` and `--process-limit` (per command); `cpu_seconds` has no flag.
     pub limits: Limits,
 }
@@ -152,6 +156,8 @@ impl Default for SandboxSettings {
             mode: SandboxMode::WorkspaceWrite,
             network: Network::Full,
             writable: Vec::new(),
+            hide: Vec::new(),
+            reveal: Vec::new(),
             limits: Limits {
                 memory_bytes: default_memory_limit(),
                 processes: Some(1024),

@@ -431,7 +431,7 @@ pub(crate) fn run(
         }
     }
 
-    let file_note = crate::output_file_note(&out);
+    let file_note = crate::output_file_note(&id, &out);
     let (text, truncation) = bound_output(out.text, out.truncation, settings.output_cap_bytes);
     result
         .set("output", text)

@@ -499,14 +499,37 @@ fn restate_omission(text: &str, omitted: u64) -> String {
     )
 }
 
-/// What a result whose output was cut says about the complete output: where all of it is,
-/// how much of it the (capped) file holds, or that nothing more can be read.
-fn output_file_note(out: &toolhost::plugin::process::Output) -> String {
+/// What a result whose output was cut says about the complete output of process `id`: where
+/// all of it is, how much of it the (capped) file holds, or that nothing more can be read.
+///
+/// The file is on the host, hidden from confined commands: for a confined process the note
+/// names what works from there instead of the file.
+fn output_file_note(id: &str, out: &toolhost::plugin::process::Output) -> String {
+    let confined = || {
+        toolhost::plugin::process::list()
+            .iter()
+            .find(|process| process.id == id)
+            .is_none_or(|process| !process.profile.starts_with("off"))
+    };
+    let unreadable = "Confined commands cannot read that file";
+    let instead = format!(
+        "read the MCP resource toolhost://process/{id}/output (it takes byte or line ranges), or \
+         run the command again with its output filtered (grep, head, tail) or redirected to a \
+         file in the workspace."
+    );
     match (&out.log_path, out.log_bytes) {
+        (Some(_), Some(bytes)) if out.log_capped && confined() => format!(
+            "Output was cut in the middle; output_file on the host holds its first {bytes} bytes \
+             (the host caps the file; the end is in output above). {unreadable}: {instead}"
+        ),
         (Some(_), Some(bytes)) if out.log_capped => format!(
             "Output was cut in the middle; output_file holds only its first {} bytes (the host \
              caps the file; the end is in output above).",
             bytes
+        ),
+        (Some(_), _) if confined() => format!(
+            "Output was cut in the middle; output_file on the host holds all of it. \
+             {unreadable}: {instead}"
         ),
         (Some(_), _) => {
             "Output was cut in the middle; output_file holds all of it (grep or page through it)."

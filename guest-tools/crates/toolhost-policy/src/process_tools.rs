@@ -223,7 +223,7 @@ pub(crate) fn describe_output(
     out: Output,
     notes: &mut Vec<String>,
 ) -> Map<String, Value> {
-    let file_note = crate::output_file_note(&out);
+    let file_note = crate::output_file_note(id, &out);
     let (text, truncation) = bound_output(out.text, out.truncation, settings.output_cap_bytes);
     let mut r = Obj::default();
     r.set("process_id", id)

@@ -20,7 +20,7 @@ use super::output_log::{LogIndex, OutputLog};
 use super::sys::{self, Exit};
 use crate::buffer::HeadTailBuffer;
 use crate::process::{OutputSnapshot, ProcessInfo, ReadFrom, Signal, Until};
-use crate::sandbox::{CommandCgroups, Network, Profile, SandboxMode};
+use crate::sandbox::{CommandCgroups, HiddenPaths, Network, Profile, SandboxMode};
 use crate::terminal::stream_view;
 
 /// How refusals of the confinement read in a command's output.
@@ -62,6 +62,8 @@ pub(super) struct Entry {
     pub(super) profile: Profile,
     /// `RLIMIT_NPROC` holds its process limit (see `sandbox::Prepared`).
     pub(super) nproc_rlimit: bool,
+    /// The paths hidden from it by the operator's settings, when it runs confined.
+    pub(super) hidden: Option<Arc<HiddenPaths>>,
     /// Its cgroups (limits on everything it started), if any.
     pub(super) cgroups: Mutex<Option<CommandCgroups>>,
     pub(super) started_ms: u64,
@@ -133,6 +135,8 @@ pub(super) struct EntrySpec {
     pub(super) profile: Profile,
     /// `RLIMIT_NPROC` holds its process limit (see `sandbox::Prepared`).
     pub(super) nproc_rlimit: bool,
+    /// The paths hidden from it by the operator's settings, when it runs confined.
+    pub(super) hidden: Option<Arc<HiddenPaths>>,
     /// Its cgroups (limits on everything it started), if any.
     pub(super) cgroups: Option<CommandCgroups>,
     pub(super) started_ms: u64,
@@ -159,6 +163,7 @@ impl Entry {
             background: spec.background,
             profile: spec.profile,
             nproc_rlimit: spec.nproc_rlimit,
+            hidden: spec.hidden,
             cgroups: Mutex::new(spec.cgroups),
             started_ms: spec.started_ms,
             started_at: spec.started_at,
@@ -206,7 +211,19 @@ impl Entry {
             let network_none = self.profile.network == Network::None;
             let denied = DENIALS.iter().any(|denial| text.contains(denial))
                 || (network_none && NETWORK_DENIALS.iter().any(|denial| text.contains(denial)));
-            if denied {
+            let hidden = self
+                .hidden
+                .as_ref()
+                .and_then(|hidden| hidden.named_in(&text));
+            if let Some(path) = hidden.filter(|_| denied || text.contains("No such file")) {
+                // A covered directory shows empty: a file in it reads "No such file".
+                note.push_str(&format!(
+                    "\n[toolhost: {} is hidden from confined commands by the operator's policy \
+                     (it holds credentials); it cannot be read or listed from here, so do not \
+                     retry: ask the user if you need what it holds]",
+                    path.display()
+                ));
+            } else if denied {
                 let network = if network_none { ", network access" } else { "" };
                 let writes = if self.profile.mode == SandboxMode::ReadOnly {
                     "Writing anywhere but $TMPDIR"

@@ -116,6 +116,24 @@ pub fn namespaces_available() -> Result<Option<String>, String> {
         .map_err(|e| e.0)
 }
 
+/// The paths hidden from this host's confined commands (see `sandbox/secrets.rs`), said once
+/// where no home directory resolves or a `--reveal` path is not hidden by default.
+fn hidden_paths(settings: &sandbox::SandboxSettings) -> sandbox::HiddenPaths {
+    let hidden = sandbox::HiddenPaths::of_this_user(&settings.hide, &settings.reveal)
+        .unwrap_or_else(|error| {
+            tracing::warn!("{error}: ignored, nothing is revealed");
+            sandbox::HiddenPaths::of_this_user(&settings.hide, &[]).unwrap_or_default()
+        });
+    if hidden.homes.is_empty() && settings.mode != sandbox::SandboxMode::Off {
+        tracing::warn!(
+            "no home directory resolves ($HOME is unset, relative or /, and the user has no \
+             passwd entry with one): the credential stores under a home (~/.ssh, ~/.aws, ...) \
+             are not hidden from confined commands; set HOME or pass --hide"
+        );
+    }
+    hidden
+}
+
 /// A command's stdio as the host sets it up.
 struct Io {
     /// What the host reads the output from.
@@ -289,6 +307,7 @@ impl ProcessManager {
                 .or_else(|| std::env::current_dir().ok())
                 .unwrap_or_else(|| PathBuf::from("/")),
             writable: config.sandbox.writable.clone(),
+            hidden: Arc::new(hidden_paths(&config.sandbox)),
             protected: config
                 .protected
                 .iter()
@@ -388,7 +407,7 @@ impl ProcessManager {
         if let Stdin::Terminal(size) = stdin {
             size.check().map_err(ProcessError::InvalidRequest)?;
         }
-        let workdir = self.resolve_workdir(workdir)?;
+        let workdir = self.resolve_workdir(workdir, &profile)?;
         let Some(spawner) = &self.spawner else {
             return Err(ProcessError::Failed(
                 "cannot start processes: the spawner thread could not be created".to_owned(),
@@ -498,6 +517,9 @@ impl ProcessManager {
             nproc_rlimit: confine
                 .as_ref()
                 .is_some_and(|prepared| prepared.nproc_rlimit),
+            hidden: confine
+                .is_some()
+                .then(|| self.sandbox_context.hidden.clone()),
             profile,
             cgroups,
             started_ms,
@@ -586,7 +608,14 @@ impl ProcessManager {
         self.config.sandbox.profile()
     }
 
-    fn resolve_workdir(&self, requested: Option<PathBuf>) -> Result<PathBuf, ProcessError> {
+    /// The working directory of a request, checked to exist (as the host sees it). For a
+    /// confined command, a directory in a hidden path gets one answer, whether it exists or
+    /// not: the check must not tell which names a hidden directory holds.
+    fn resolve_workdir(
+        &self,
+        requested: Option<PathBuf>,
+        profile: &Profile,
+    ) -> Result<PathBuf, ProcessError> {
         let base = || match &self.config.default_workdir {
             Some(dir) => Ok(dir.clone()),
             None => std::env::current_dir().map_err(|error| {
@@ -600,6 +629,12 @@ impl ProcessManager {
             Some(path) => base()?.join(path),
             None => base()?,
         };
+        if profile.mode != sandbox::SandboxMode::Off && self.is_hidden(&dir, profile) {
+            return Err(ProcessError::InvalidRequest(format!(
+                "working directory `{}` lies in a path hidden from confined commands",
+                dir.display()
+            )));
+        }
         match std::fs::metadata(&dir) {
             Ok(meta) if meta.is_dir() => Ok(dir),
             Ok(_) => Err(ProcessError::InvalidRequest(format!(
@@ -617,6 +652,38 @@ impl ProcessManager {
                 dir.display()
             ))),
         }
+    }
+
+    /// Whether `path` lies in a path hidden from commands of `profile`: the user's credential
+    /// stores, the host's own files, the profile's own hidden paths. `path` is compared with
+    /// its longest existing ancestor resolved, so that a link or `..` does not get around it.
+    fn is_hidden(&self, path: &Path, profile: &Profile) -> bool {
+        let resolved = path
+            .ancestors()
+            .find_map(|ancestor| {
+                let rest = path.strip_prefix(ancestor).ok()?;
+                Some(ancestor.canonicalize().ok()?.join(rest))
+            })
+            .unwrap_or_else(|| path.to_path_buf());
+        let normal: PathBuf = resolved.components().fold(PathBuf::new(), |mut out, part| {
+            match part {
+                std::path::Component::ParentDir => {
+                    out.pop();
+                }
+                std::path::Component::CurDir => {}
+                other => out.push(other),
+            }
+            out
+        });
+        let context = &self.sandbox_context;
+        let canonical = |hidden: &PathBuf| hidden.canonicalize().unwrap_or_else(|_| hidden.clone());
+        context
+            .hidden
+            .paths
+            .iter()
+            .chain(&context.protected)
+            .chain(&profile.hidden)
+            .any(|hidden| normal.starts_with(canonical(hidden)) || normal.starts_with(hidden))
     }
 
     /// `SIGTERM` everything, wait up to `kill_grace` for the processes to finish, then
@@ -778,11 +845,17 @@ impl ProcessBackend for ProcessManager {
             }
             // Its logs stay (for the retention), but no longer readable through the host.
             self.logs.forget_scope(scope);
-            // Its temporary directory goes with it.
-            self.sandboxes
+            // Its temporary directory goes with it: taken out under the lock, deleted after it
+            // on a blocking thread. Deleting many files takes seconds, and every start of
+            // every scope needs that lock.
+            let sandbox = self
+                .sandboxes
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .remove(scope);
+            if let Some(sandbox) = sandbox {
+                let _ = tokio::task::spawn_blocking(move || drop(sandbox)).await;
+            }
         })
     }
 }

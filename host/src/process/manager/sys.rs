@@ -16,6 +16,7 @@ use nix::unistd::Pid;
 use rustix::process::{WaitId, WaitIdOptions, waitid};
 
 use super::keeper::KeeperEnds;
+use crate::sandbox::secrets::is_secret_variable;
 use crate::sandbox::{CommandCgroups, Prepared};
 
 /// How a process ended.
@@ -174,18 +175,14 @@ pub(super) struct ChildSpec {
     nice: i32,
 }
 
-/// Host variables a confined command does not inherit unless a grant names them: names
-/// containing one of these words (compared in upper case).
-const SECRET_WORDS: &[&str] = &["KEY", "SECRET", "TOKEN", "PASSWORD"];
-
 impl ChildSpec {
     /// `shell -c command` under a keeper, in `workdir`, with the host environment (only the
     /// `inherit` names, if given) plus `env` (which wins), stdout and stderr both `output`,
     /// stdin `/dev/null`. A `shell` without a `/` is looked up in `PATH`.
     ///
     /// With `confine`, the keeper confines the shell: its options and descriptors are added,
-    /// its variables (`TMPDIR`) set, and host variables named like secrets (see
-    /// [`SECRET_WORDS`]) left out unless `inherit` names them.
+    /// its variables (`TMPDIR`) set, and host variables that hold secrets (see
+    /// [`is_secret_variable`]) left out unless `inherit` names them.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         shell: &Path,
@@ -245,19 +242,16 @@ impl ChildSpec {
             cstring(b"-c")?,
             cstring(command.as_bytes())?,
         ]);
-        let secret = |key: &OsStr| {
-            let key = key.to_string_lossy().to_ascii_uppercase();
-            SECRET_WORDS.iter().any(|word| key.contains(word))
-        };
+
         let set_by_sandbox = |key: &OsStr| {
             confine.is_some_and(|prepared| {
                 prepared.env.iter().any(|(name, _)| OsStr::new(name) == key)
             })
         };
         let mut vars: Vec<(OsString, OsString)> = std::env::vars_os()
-            .filter(|(key, _)| match inherit {
+            .filter(|(key, value)| match inherit {
                 Some(names) => names.iter().any(|name| OsStr::new(name) == key),
-                None => confine.is_none() || !secret(key),
+                None => confine.is_none() || !is_secret_variable(key, value),
             })
             .filter(|(key, _)| !set_by_sandbox(key))
             .filter(|(key, _)| !env.iter().any(|(name, _)| OsStr::new(name) == key))

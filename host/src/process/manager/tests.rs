@@ -1414,3 +1414,55 @@ async fn a_confined_command_runs_in_its_own_cgroups() {
         );
     }
 }
+
+/// Ending a scope deletes its private temporary directory without holding the lock every start
+/// needs: another scope's command starts and ends while the deletion is still under way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ending_a_scope_with_many_temporary_files_holds_up_no_other_scope() {
+    // No shared /tmp: each scope's commands write their own temporary directory.
+    let (_dir, manager) = manager_with(|config| config.sandbox.writable.clear());
+    let id = manager
+        .start(
+            "a",
+            request("cd \"$TMPDIR\" && seq 100000 | xargs touch && ls | wc -l"),
+        )
+        .await
+        .expect("start");
+    // Making the files takes seconds on a loaded machine.
+    let made = manager
+        .wait("a", &id, Duration::from_secs(120), ReadFrom::All)
+        .await
+        .expect("wait");
+    assert_eq!(made.text.trim(), "100000", "{}", made.text);
+    // The other scope's sandbox is built before, so that its start only needs the lock.
+    run_in(&manager, "b", "true").await;
+    let teardown = tokio::spawn({
+        let manager = manager.clone();
+        async move {
+            manager.end_scope("a").await;
+            std::time::Instant::now()
+        }
+    });
+    // The teardown has taken the scope's sandbox out of the table.
+    while manager
+        .sandboxes
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .contains_key("a")
+    {
+        tokio::task::yield_now().await;
+    }
+    let started = std::time::Instant::now();
+    run_in(&manager, "b", "true").await;
+    let other_done = std::time::Instant::now();
+    let teardown_done = teardown.await.expect("teardown");
+    eprintln!(
+        "another scope's command took {:?} during the teardown (which took {:?} more)",
+        other_done - started,
+        teardown_done.saturating_duration_since(other_done)
+    );
+    assert!(
+        other_done < teardown_done,
+        "another scope's command waited for the teardown's deletion"
+    );
+}

@@ -1,0 +1,472 @@
+//! What confinement keeps from commands: the user's credential stores (hidden paths) and the
+//! host variables that hold secrets.
+//!
+//! The hidden paths of a host are worked out once, when its process manager starts:
+//!
+//! 1. The home directories are `$HOME` and the home of the host user's passwd entry. Either one
+//!    counts when it is absolute and not `/`. When neither does, the host says so once.
+//! 2. Under each home, the credential stores of [`HIDDEN_IN_HOME`] are hidden.
+//! 3. The user's runtime directories are hidden (`$XDG_RUNTIME_DIR`, `/run/user/UID`).
+//! 4. The operator's `--hide` paths are added; its `--reveal` paths are taken out.
+//!
+//! The system's password hashes ([`HIDDEN_SYSTEM_FILES`]) are hidden apart: only by a mount in
+//! the namespaces layer. A Landlock rule would have to freeze `/etc` at the session's start.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// Credential stores under a home directory, hidden from every confined command.
+pub const HIDDEN_IN_HOME: &[&str] = &[
+    // Keys and agents.
+    ".ssh",
+    ".gnupg",
+    ".password-store",
+    ".local/share/keyrings",
+    // Cloud and cluster tools.
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".kube",
+    ".oci",
+    ".boto",
+    ".s3cfg",
+    ".config/doctl",
+    ".config/hcloud",
+    ".config/openstack",
+    ".config/rclone",
+    ".vault-token",
+    ".terraform.d/credentials.tfrc.json",
+    ".terraformrc",
+    ".docker",
+    // Source hosting and package registries.
+    ".netrc",
+    ".git-credentials",
+    ".config/git/credentials",
+    ".config/gh",
+    ".config/hub",
+    ".config/glab-cli",
+    ".npmrc",
+    ".yarnrc",
+    ".yarnrc.yml",
+    ".pypirc",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".gem/credentials",
+    ".m2/settings-security.xml",
+    ".gradle/gradle.properties",
+    // Databases.
+    ".pgpass",
+    ".my.cnf",
+    // Password managers and AI agents' own logins.
+    ".config/op",
+    ".codex/auth.json",
+    ".claude/.credentials.json",
+    // Browsers and mail (cookies, saved passwords).
+    ".mozilla",
+    ".thunderbird",
+    ".config/google-chrome",
+    ".config/chromium",
+    ".config/BraveSoftware",
+    // Shell and REPL histories (commands typed with secrets in them).
+    ".bash_history",
+    ".zsh_history",
+    ".local/share/fish/fish_history",
+    ".python_history",
+    ".node_repl_history",
+    ".psql_history",
+    ".mysql_history",
+    ".rediscli_history",
+    ".sqlite_history",
+];
+
+/// The system's password hashes, hidden by a mount in the namespaces layer.
+pub const HIDDEN_SYSTEM_FILES: &[&str] = &[
+    "/etc/shadow",
+    "/etc/gshadow",
+    "/etc/shadow-",
+    "/etc/gshadow-",
+];
+
+/// Words that make a variable's name secret wherever they occur in it (in upper case).
+const SECRET_SUBSTRINGS: &[&str] = &[
+    "KEY",
+    "SECRET",
+    "TOKEN",
+    "PASSWORD",
+    "PASSPHRASE",
+    "CREDENTIAL",
+];
+
+/// Words that make a variable's name secret as a whole `_`-separated word (in upper case).
+const SECRET_WORDS: &[&str] = &[
+    "PWD",
+    "PASS",
+    "PASSWD",
+    "PAT",
+    "AUTH",
+    "AUTHORIZATION",
+    "CRED",
+    "CREDS",
+    "DSN",
+    "COOKIE",
+];
+
+/// Whether a host variable holds a secret, so that a confined command does not inherit it.
+///
+/// 1. `PATH`, every name ending in `PATH`, `PWD` and `OLDPWD` are never secret.
+/// 2. A name holding a word of [`SECRET_SUBSTRINGS`] anywhere is secret.
+/// 3. A name holding a word of [`SECRET_WORDS`] as a whole `_`-separated word is secret.
+/// 4. A value holding a URL with a password (`scheme://user:password@host`) is secret.
+pub fn is_secret_variable(name: &OsStr, value: &OsStr) -> bool {
+    let name = name.to_string_lossy().to_ascii_uppercase();
+    if name.ends_with("PATH") || name == "PWD" || name == "OLDPWD" {
+        return false;
+    }
+    SECRET_SUBSTRINGS.iter().any(|word| name.contains(word))
+        || name.split('_').any(|word| SECRET_WORDS.contains(&word))
+        || has_url_with_password(value.as_bytes())
+}
+
+/// Whether `text` holds a URL whose user information has a password (`://user:pw@`, also
+/// `://:pw@`).
+fn has_url_with_password(text: &[u8]) -> bool {
+    let mut rest = text;
+    while let Some(start) = find(rest, b"://") {
+        let after = &rest[start + 3..];
+        let authority_end = after
+            .iter()
+            .position(|byte| matches!(byte, b'/' | b'?' | b'#') || byte.is_ascii_whitespace())
+            .unwrap_or(after.len());
+        let authority = &after[..authority_end];
+        if let Some(at) = authority.iter().rposition(|&byte| byte == b'@') {
+            let user_info = &authority[..at];
+            if let Some(colon) = user_info.iter().position(|&byte| byte == b':')
+                && colon + 1 < user_info.len()
+            {
+                return true;
+            }
+        }
+        rest = after;
+    }
+    false
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack
+        .windows(needle.len())
+        .position(|window| window == needle)
+}
+
+/// The home directories whose credential stores are hidden.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Homes {
+    /// `$HOME`, when it is absolute and not `/`.
+    pub from_environment: Option<PathBuf>,
+    /// The home of the host user's passwd entry, when it is absolute and not `/`.
+    pub from_passwd: Option<PathBuf>,
+}
+
+impl Homes {
+    /// The homes of the host's user, from its environment and its passwd entry.
+    pub fn of_this_user() -> Homes {
+        let usable = |path: PathBuf| path.is_absolute() && path != Path::new("/");
+        let from_environment = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .filter(|home| usable(home.clone()));
+        let from_passwd = nix::unistd::User::from_uid(nix::unistd::getuid())
+            .ok()
+            .flatten()
+            .map(|user| user.dir)
+            .filter(|home| usable(home.clone()));
+        Homes {
+            from_environment,
+            from_passwd,
+        }
+    }
+
+    /// Each home once (a link resolved: the same home by two names counts once).
+    pub fn distinct(&self) -> Vec<PathBuf> {
+        let mut homes: Vec<PathBuf> = Vec::new();
+        for home in self.from_environment.iter().chain(&self.from_passwd) {
+            let home = canonical(home);
+            if !homes.contains(&home) {
+                homes.push(home);
+            }
+        }
+        homes
+    }
+}
+
+/// The paths no confined command of a host may reach, as the operator's flags make them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HiddenPaths {
+    /// Hidden by every layer (mount covers where they are directories, Landlock always).
+    pub paths: Vec<PathBuf>,
+    /// The system's password hashes that this user can read, hidden by a mount in the
+    /// namespaces layer only.
+    pub system_files: Vec<PathBuf>,
+    /// The home directories whose credential stores are hidden (none: nothing home-relative
+    /// is hidden).
+    pub homes: Vec<PathBuf>,
+}
+
+/// A `--reveal` path that is not hidden by default.
+#[derive(Debug, thiserror::Error)]
+#[error("--reveal {0} is not one of the paths hidden by default (`toolhost sandbox` lists them)")]
+pub struct NotHidden(pub PathBuf);
+
+impl HiddenPaths {
+    /// The hidden paths of this host's user, with the operator's `hide` and `reveal`.
+    pub fn of_this_user(hide: &[PathBuf], reveal: &[PathBuf]) -> Result<HiddenPaths, NotHidden> {
+        HiddenPaths::new(&Homes::of_this_user(), &runtime_dirs(), hide, reveal)
+    }
+
+    /// The defaults for `homes` and `runtime_dirs`, with `hide` added and `reveal` taken out.
+    ///
+    /// A `reveal` path must be one of the defaults (the host's own files are never among them).
+    pub fn new(
+        homes: &Homes,
+        runtime_dirs: &[PathBuf],
+        hide: &[PathBuf],
+        reveal: &[PathBuf],
+    ) -> Result<HiddenPaths, NotHidden> {
+        let homes = homes.distinct();
+        let mut paths: Vec<PathBuf> = Vec::new();
+        let push = |path: PathBuf, paths: &mut Vec<PathBuf>| {
+            if !paths.contains(&path) {
+                paths.push(path);
+            }
+        };
+        for home in &homes {
+            for name in HIDDEN_IN_HOME {
+                // Resolved: a `~/.ssh` that is a link hides where it points.
+                push(canonical(&home.join(name)), &mut paths);
+            }
+        }
+        for dir in runtime_dirs {
+            push(canonical(dir), &mut paths);
+        }
+        let mut system_files: Vec<PathBuf> = HIDDEN_SYSTEM_FILES
+            .iter()
+            .map(PathBuf::from)
+            // Only what this user can read needs hiding (a root host, or the `shadow` group).
+            .filter(|path| std::fs::File::open(path).is_ok())
+            .collect();
+        for path in reveal {
+            let path = canonical(path);
+            let before = paths.len() + system_files.len();
+            paths.retain(|hidden| *hidden != path);
+            system_files.retain(|hidden| *hidden != path);
+            if paths.len() + system_files.len() == before {
+                return Err(NotHidden(path));
+            }
+        }
+        for path in hide {
+            push(canonical(path), &mut paths);
+        }
+        Ok(HiddenPaths {
+            paths,
+            system_files,
+            homes,
+        })
+    }
+
+    /// What `toolhost sandbox` prints: every hidden path, and what hides the system files
+    /// (`namespaces`: whether the namespaces layer works here).
+    pub fn report(&self, namespaces: bool) -> String {
+        use std::fmt::Write;
+        let mut out = String::from(
+            "Hidden from confined commands (besides the host's own files; --hide adds, --reveal \
+             takes out):\n",
+        );
+        if self.homes.is_empty() {
+            out.push_str(
+                "  WARNING: no home directory resolves ($HOME unset, relative or /, and no passwd \
+                 entry with one): nothing under a home is hidden\n",
+            );
+        }
+        for path in &self.paths {
+            let _ = writeln!(out, "  {}", path.display());
+        }
+        for path in &self.system_files {
+            if namespaces {
+                let _ = writeln!(out, "  {} (covered in the mount namespace)", path.display());
+            } else {
+                let _ = writeln!(
+                    out,
+                    "  {} NOT hidden: without namespaces only a Landlock rule could, and it \
+                     would freeze /etc",
+                    path.display()
+                );
+            }
+        }
+        out
+    }
+
+    /// The hidden path that `text` names, if any: a failed command's output that names one
+    /// failed on it. Paths are looked for as written by the host (absolute) and, under a home,
+    /// as `~/NAME` and `$HOME/NAME`.
+    pub fn named_in(&self, text: &str) -> Option<PathBuf> {
+        self.paths
+            .iter()
+            .chain(&self.system_files)
+            .find(|path| {
+                let absolute = path.to_string_lossy();
+                text.contains(absolute.as_ref())
+                    || self.homes.iter().any(|home| {
+                        path.strip_prefix(home).is_ok_and(|relative| {
+                            let relative = relative.to_string_lossy();
+                            text.contains(&format!("~/{relative}"))
+                                || text.contains(&format!("$HOME/{relative}"))
+                        })
+                    })
+            })
+            .cloned()
+    }
+}
+
+/// The user's runtime directories: `$XDG_RUNTIME_DIR` and `/run/user/UID`. They hold the
+/// sockets of the session bus (`systemd-run --user` starts anything unconfined through it),
+/// agents (gpg, ssh) and the desktop.
+pub fn runtime_dirs() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|dir| dir.is_absolute() && dir.as_path() != Path::new("/"))
+        .into_iter()
+        .collect();
+    dirs.push(PathBuf::from(format!(
+        "/run/user/{}",
+        rustix::process::getuid().as_raw()
+    )));
+    dirs
+}
+
+/// `path` with its links resolved, or as it is when it does not exist.
+fn canonical(path: &Path) -> PathBuf {
+    path.canonicalize().unwrap_or_else(|_| path.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret(name: &str, value: &str) -> bool {
+        is_secret_variable(OsStr::new(name), OsStr::new(value))
+    }
+
+    #[test]
+    fn variables_named_like_secrets_or_holding_a_password_url_are_secret() {
+        for name in [
+            "API_KEY",
+            "AWS_SECRET_ACCESS_KEY",
+            "GITHUB_TOKEN",
+            "DB_PASSWORD",
+            "MYSQL_PWD",
+            "GITHUB_PAT",
+            "NPM_AUTH",
+            "SENTRY_DSN",
+            "PASSWD",
+            "PASS",
+            "CREDENTIALS",
+            "GOOGLE_APPLICATION_CREDENTIALS",
+            "AUTH_HEADER",
+            "HTTP_AUTHORIZATION",
+            "GPG_PASSPHRASE",
+            "REGISTRY_CREDS",
+            "session_cookie",
+        ] {
+            assert!(secret(name, "x"), "{name} passes");
+        }
+        for value in [
+            "postgres://u:pw@db.example.com/app",
+            "redis://:pw@localhost:6379",
+            "--url=https://me:hunter2@example.com",
+        ] {
+            assert!(secret("DATABASE_URL", value), "{value} passes");
+        }
+    }
+
+    #[test]
+    fn ordinary_variables_and_paths_are_not_secret() {
+        for name in [
+            "PATH",
+            "LD_LIBRARY_PATH",
+            "PYTHONPATH",
+            "MANPATH",
+            "SECRET_PATH",
+            "PWD",
+            "OLDPWD",
+            "HOME",
+            "USER",
+            "LANG",
+            "TERM",
+            "SHELL",
+            "GIT_AUTHOR_NAME",
+            "GIT_AUTHOR_EMAIL",
+            "COMPASS",
+            "PATTERN",
+            "CARGO_HOME",
+            "XDG_RUNTIME_DIR",
+            "EDITOR",
+        ] {
+            assert!(!secret(name, "x"), "{name} is withheld");
+        }
+        for value in [
+            "https://example.com/path",
+            "https://user@example.com/",
+            "postgres://db.example.com:5432/app",
+            "ssh://git@github.com:22/org/repo",
+            "a:b@c without a scheme",
+        ] {
+            assert!(!secret("SOME_URL", value), "{value} is withheld");
+        }
+    }
+
+    #[test]
+    fn homes_from_the_environment_and_passwd_count_once_each() {
+        let dir = tempfile::tempdir().expect("dir");
+        let home = dir.path().to_path_buf();
+        let both = Homes {
+            from_environment: Some(home.clone()),
+            from_passwd: Some(home.clone()),
+        };
+        assert_eq!(both.distinct().len(), 1);
+        let none = Homes::default();
+        let hidden = HiddenPaths::new(&none, &[], &[], &[]).expect("hidden");
+        assert!(hidden.homes.is_empty());
+        assert!(hidden.paths.is_empty());
+    }
+
+    #[test]
+    fn the_operator_adds_and_reveals_hidden_paths() {
+        let dir = tempfile::tempdir().expect("dir");
+        let home = dir.path().canonicalize().expect("home");
+        let homes = Homes {
+            from_environment: Some(home.clone()),
+            from_passwd: None,
+        };
+        let extra = home.join("private");
+        let hidden = HiddenPaths::new(
+            &homes,
+            &[],
+            std::slice::from_ref(&extra),
+            &[home.join(".npmrc")],
+        )
+        .expect("hidden");
+        assert!(hidden.paths.contains(&home.join(".ssh")));
+        assert!(hidden.paths.contains(&home.join(".config/gh")));
+        assert!(hidden.paths.contains(&extra));
+        assert!(!hidden.paths.contains(&home.join(".npmrc")));
+        assert_eq!(hidden.homes, std::slice::from_ref(&home));
+        let not_hidden = HiddenPaths::new(&homes, &[], &[], &[home.join("project")]);
+        assert!(not_hidden.is_err());
+        assert_eq!(
+            hidden.named_in("cat: ~/.ssh/id_rsa: Permission denied"),
+            Some(home.join(".ssh"))
+        );
+        let absolute = format!("cat: {}/.pgpass: Permission denied", home.display());
+        assert_eq!(hidden.named_in(&absolute), Some(home.join(".pgpass")));
+        assert_eq!(hidden.named_in("cat: notes.txt: Permission denied"), None);
+    }
+}
