@@ -825,3 +825,258 @@ async fn grant_max_timeout_is_as_the_guide_says(wasm: &Path) {
         "{result}"
     );
 }
+
+/// Every relative link of the documentation (`README.md`, `ARCHITECTURE.md`, `CHANGELOG.md` and
+/// `docs/*.md`) leads somewhere: its file exists, relative to the linking file's directory, and
+/// its `#anchor`, on its own or after a Markdown file, names a heading of that file as GitHub
+/// makes anchors of headings. Links in fenced code blocks and code spans are not links; web and
+/// mail links are not checked.
+#[test]
+fn every_relative_link_and_anchor_in_the_docs_resolves() {
+    /// Whether `line` opens or closes a fenced code block: its fence character and length.
+    fn fence(line: &str) -> Option<(char, usize)> {
+        let trimmed = line.trim_start();
+        let c = trimmed.chars().next().filter(|c| *c == '`' || *c == '~')?;
+        let len = trimmed.chars().take_while(|x| *x == c).count();
+        (len >= 3).then_some((c, len))
+    }
+
+    /// The lines of `text` outside fenced code blocks (a line inside one is empty).
+    fn prose_lines(text: &str) -> Vec<&str> {
+        let mut open: Option<(char, usize)> = None;
+        let mut lines = Vec::new();
+        for line in text.lines() {
+            match (open, fence(line)) {
+                (None, Some(opening)) => {
+                    open = Some(opening);
+                    lines.push("");
+                }
+                (Some((c, len)), Some((c2, len2)))
+                    if c == c2 && len2 >= len && line.trim().chars().all(|x| x == c) =>
+                {
+                    open = None;
+                    lines.push("");
+                }
+                (Some(_), _) => lines.push(""),
+                (None, None) => lines.push(line),
+            }
+        }
+        lines
+    }
+
+    /// `text` without its code spans (a run of backticks up to the next run of as many).
+    fn without_code_spans(text: &str) -> String {
+        let chars: Vec<char> = text.chars().collect();
+        let run = |at: usize| chars[at..].iter().take_while(|c| **c == '`').count();
+        let mut out = String::new();
+        let mut i = 0;
+        while i < chars.len() {
+            if chars[i] != '`' {
+                out.push(chars[i]);
+                i += 1;
+                continue;
+            }
+            let opening = run(i);
+            let mut j = i + opening;
+            let mut close = None;
+            while j < chars.len() {
+                if chars[j] == '`' {
+                    let n = run(j);
+                    if n == opening {
+                        close = Some(j + n);
+                        break;
+                    }
+                    j += n;
+                } else {
+                    j += 1;
+                }
+            }
+            match close {
+                // A code span reads as one word.
+                Some(end) => {
+                    out.push_str("code");
+                    i = end;
+                }
+                // No closing run: the backticks are literal.
+                None => {
+                    out.extend(&chars[i..i + opening]);
+                    i += opening;
+                }
+            }
+        }
+        out
+    }
+
+    /// The targets of the inline links `[text](target)` (and images) and of the link
+    /// definitions `[label]: target` in `text`, outside code.
+    fn link_targets(text: &str) -> Vec<String> {
+        let mut targets = Vec::new();
+        let lines = prose_lines(text);
+        // Paragraphs: a link or a code span may wrap, but never crosses a blank line.
+        for paragraph in lines.split(|line| line.trim().is_empty()) {
+            let paragraph = without_code_spans(&paragraph.join("\n"));
+            for line in paragraph.lines() {
+                let line = line.trim_start();
+                if let Some(rest) = line.strip_prefix('[')
+                    && let Some((label, target)) = rest.split_once("]:")
+                    && !label.contains(']')
+                {
+                    let target = target.split_whitespace().next().unwrap_or_default();
+                    targets.push(
+                        target
+                            .trim_start_matches('<')
+                            .trim_end_matches('>')
+                            .to_owned(),
+                    );
+                }
+            }
+            let chars: Vec<char> = paragraph.chars().collect();
+            let mut opened = 0usize;
+            let mut i = 0;
+            while i < chars.len() {
+                match chars[i] {
+                    '\\' => i += 1,
+                    '[' => opened += 1,
+                    ']' if opened > 0 => {
+                        opened -= 1;
+                        if chars.get(i + 1) == Some(&'(') {
+                            // The target ends at the parenthesis that balances the opening one.
+                            let mut depth = 0usize;
+                            let Some(end) = (i + 1..chars.len()).find(|&k| {
+                                match chars[k] {
+                                    '(' => depth += 1,
+                                    ')' => depth -= 1,
+                                    _ => {}
+                                }
+                                depth == 0
+                            }) else {
+                                break;
+                            };
+                            let inside: String = chars[i + 2..end].iter().collect();
+                            let inside = inside.trim();
+                            let target = match inside.strip_prefix('<') {
+                                Some(rest) => rest.split('>').next().unwrap_or_default(),
+                                None => inside.split_whitespace().next().unwrap_or_default(),
+                            };
+                            targets.push(target.to_owned());
+                            i = end;
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+        }
+        targets
+    }
+
+    /// GitHub's anchor of a heading: lower case, every character but letters, digits, spaces,
+    /// `-` and `_` removed, spaces made `-`.
+    fn slug(heading: &str) -> String {
+        heading
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect()
+    }
+
+    /// The anchors of the headings of `text`: a heading repeated gets `-1`, `-2`, ...
+    fn anchors(text: &str) -> BTreeSet<String> {
+        let mut anchors = BTreeSet::new();
+        let mut counts = std::collections::HashMap::<String, usize>::new();
+        for line in prose_lines(text) {
+            let indent = line.len() - line.trim_start_matches(' ').len();
+            let hashes = line.trim_start().chars().take_while(|c| *c == '#').count();
+            let rest = &line.trim_start()[hashes..];
+            if indent > 3
+                || !(1..=6).contains(&hashes)
+                || !(rest.is_empty() || rest.starts_with(' '))
+            {
+                continue;
+            }
+            // The heading's text as rendered: no closing hashes, no code or link markup.
+            let mut text = rest.trim().trim_end_matches('#').trim_end().to_owned();
+            text = text.replace('`', "");
+            while let Some(open) = text.find("](") {
+                let Some(close) = text[open..].find(')') else {
+                    break;
+                };
+                text.replace_range(open..open + close + 1, "");
+            }
+            let base = slug(&text);
+            let mut anchor = base.clone();
+            while anchors.contains(&anchor) {
+                let count = counts.entry(base.clone()).or_insert(0);
+                *count += 1;
+                anchor = format!("{base}-{count}");
+            }
+            anchors.insert(anchor);
+        }
+        anchors
+    }
+
+    let root = repo_root();
+    let read = |path: &Path| {
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+    };
+    let mut files: Vec<PathBuf> = ["README.md", "ARCHITECTURE.md", "CHANGELOG.md"]
+        .iter()
+        .map(|name| root.join(name))
+        .collect();
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
+        .expect("read docs/")
+        .map(|entry| entry.expect("a docs/ entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "md"))
+        .collect();
+    docs.sort();
+    assert!(!docs.is_empty(), "docs/ holds Markdown files");
+    files.extend(docs);
+
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for file in &files {
+        let shown = file
+            .strip_prefix(root)
+            .unwrap_or(file)
+            .display()
+            .to_string();
+        for target in link_targets(&read(file)) {
+            if ["http://", "https://", "mailto:"]
+                .iter()
+                .any(|scheme| target.starts_with(scheme))
+            {
+                continue;
+            }
+            checked += 1;
+            let (path, anchor) = match target.split_once('#') {
+                Some((path, anchor)) => (path, Some(anchor)),
+                None => (target.as_str(), None),
+            };
+            let dest = if path.is_empty() {
+                file.clone()
+            } else {
+                file.parent().expect("a directory").join(path)
+            };
+            if (path.is_empty() && anchor.is_none()) || !dest.exists() {
+                broken.push(format!("{shown} -> {target}: no such file"));
+                continue;
+            }
+            let Some(anchor) = anchor else { continue };
+            if dest.extension().is_some_and(|ext| ext == "md") {
+                if !anchors(&read(&dest)).contains(anchor) {
+                    broken.push(format!("{shown} -> {target}: no such heading"));
+                }
+            } else if dest.is_dir() {
+                broken.push(format!("{shown} -> {target}: an anchor in a directory"));
+            }
+        }
+    }
+    assert!(checked > 0, "no relative link found in {files:?}");
+    assert!(
+        broken.is_empty(),
+        "{} broken link(s) in the documentation:\n{}",
+        broken.len(),
+        broken.join("\n")
+    );
+}
