@@ -676,14 +676,27 @@ impl ProcessManager {
             out
         });
         let context = &self.sandbox_context;
-        let canonical = |hidden: &PathBuf| hidden.canonicalize().unwrap_or_else(|_| hidden.clone());
+        let canonical = |path: &PathBuf| path.canonicalize().unwrap_or_else(|_| path.clone());
+        let within = |path: &Path, root: &PathBuf| {
+            path.starts_with(canonical(root)) || path.starts_with(root)
+        };
+        // A workspace or writable directory inside a hidden path stays visible there (the
+        // sandbox does not cover a hidden directory that holds one).
+        let visible: Vec<&PathBuf> = std::iter::once(&context.workdir)
+            .chain(&context.writable)
+            .collect();
         context
             .hidden
             .paths
             .iter()
             .chain(&context.protected)
             .chain(&profile.hidden)
-            .any(|hidden| normal.starts_with(canonical(hidden)) || normal.starts_with(hidden))
+            .any(|hidden| {
+                within(&normal, hidden)
+                    && !visible
+                        .iter()
+                        .any(|root| within(root, hidden) && within(&normal, root))
+            })
     }
 
     /// `SIGTERM` everything, wait up to `kill_grace` for the processes to finish, then
