@@ -1,48 +1,50 @@
 //! Bounded head/tail capture of a process's output.
 //!
 //! A command run for an agent may print anything from nothing to gigabytes. The agent needs
-//! the beginning (what the command was doing) and the end (how it finished), never the
-//! middle of a huge log, and the host must not grow without bound while capturing it.
+//! the beginning of it, which shows what the command was doing. It needs the end, which
+//! shows how the command finished. It never needs the middle of a huge log. The host must not
+//! grow without bound while it captures the output.
 //!
-//! [`HeadTailBuffer`] keeps:
+//! [`HeadTailBuffer`] keeps three things:
 //!
-//! * the **head**: the first `head_bytes` bytes ever written, and
+//! * the **head**: the first `head_bytes` bytes ever written;
 //! * the **tail**: the last `tail_bytes` bytes written after the head filled, in a ring
-//!   buffer,
+//!   buffer;
+//! * the total number of bytes written.
 //!
-//! plus the total number of bytes written. Memory is bounded by `head_bytes + tail_bytes`
-//! whatever the volume, and writing is a couple of slice copies (a write larger than the tail
-//! only copies its last `tail_bytes`).
+//! Its memory is bounded by `head_bytes + tail_bytes`, whatever the volume. A write is at most
+//! two slice copies. A write larger than the tail copies only its last `tail_bytes`.
 //!
 //! # Stream positions
 //!
-//! Every byte has a position in the stream (0 for the first byte written). The head covers
-//! `[0, min(total, head_bytes))`, the tail covers `[max(head_bytes, total - tail_bytes), total)`
-//! and the positions in between, if any, are omitted (dropped for good).
+//! Every byte has a position in the stream: 0 for the first byte written. The head covers
+//! `[0, min(total, head_bytes))`. The tail covers `[max(head_bytes, total - tail_bytes),
+//! total)`. The positions in between, if any, are omitted: they are dropped for good.
 //!
 //! # Rendering
 //!
 //! [`HeadTailBuffer::render_from`] turns the retained bytes at positions `>= cursor` into text
-//! for the agent (cursors make incremental "output since my last read" possible):
+//! for the agent. A cursor lets a caller read only the output since its last read. The flow:
 //!
-//! * When nothing is omitted the retained bytes are simply concatenated.
-//! * When the range crosses the omitted gap, the head part is followed by a marker line
-//!   `[... N bytes omitted ...]` (on its own line) and then the tail part, on a new line.
-//!   `N` counts every stream byte between the last byte shown before the marker (or the
-//!   cursor) and the first byte shown after it, including partial characters dropped there.
-//! * A line longer than [`MAX_LINE_BYTES`] is cut to at most that many bytes followed by
-//!   `[... line truncated: N bytes]`, where `N` is the number of bytes of that line removed.
-//!   Head and tail are treated separately, so a line crossing the gap is two pieces.
-//! * The text is always valid UTF-8. A multi-byte character is never split at a cut (head
-//!   end, tail start, line cut, cursor): an incomplete sequence at the head end is dropped,
-//!   continuation bytes at the tail start or at the cursor are skipped. Other invalid UTF-8
-//!   is rendered lossily as U+FFFD. The end of the stream is not a cut: a character the
-//!   process has only half written yet renders as U+FFFD, and a later read starting at that
-//!   position skips its remaining continuation bytes (counting them as omitted).
+//! 1. When nothing in the range is omitted, the retained bytes are concatenated.
+//! 2. When the range crosses the omitted gap, the head part comes first. A marker line
+//!    `[... N bytes omitted ...]` follows on its own line, then the tail part on a new line.
+//!    `N` counts every stream byte between the last byte shown before the marker (or the
+//!    cursor) and the first byte shown after it. Partial characters dropped there count too.
+//! 3. A line longer than [`MAX_LINE_BYTES`] is cut to at most that many bytes. A marker
+//!    `[... line truncated: N bytes]` follows, where `N` is the number of bytes removed from
+//!    that line. Head and tail are cut separately, so a line crossing the gap is two pieces.
+//! 4. The text is made valid UTF-8. A multi-byte character is never split at a cut: the head
+//!    end, the tail start, a line cut or the cursor. An incomplete sequence at the head end is
+//!    dropped. Continuation bytes at the tail start or at the cursor are skipped. Other
+//!    invalid UTF-8 is rendered lossily as U+FFFD.
+//! 5. The end of the stream is not a cut. A character the process has only half written yet
+//!    renders as U+FFFD. A later read starting at that position skips its remaining
+//!    continuation bytes and counts them as omitted.
 //!
-//! Whenever any byte of the requested range is missing from the text (the gap, cut lines or
-//! bytes dropped at a character boundary) the [`Rendered::truncation`] metadata says exactly
-//! how many, so `retained_bytes + omitted_bytes == original_bytes` always holds.
+//! [`Rendered::truncation`] says how many bytes of the requested range are missing from the
+//! text, whenever any are: the gap, cut lines, or bytes dropped at a character boundary. So
+//! `retained_bytes + omitted_bytes == original_bytes` always holds.
 
 use std::fmt;
 use std::io;
