@@ -444,7 +444,9 @@ fn sandbox_settings(cli: &Cli) -> Result<SandboxSettings> {
             })?);
     }
     // A --reveal path that is not hidden by default is a mistake: said before anything runs.
-    toolhost::sandbox::HiddenPaths::of_this_user(&settings.hide, &settings.reveal)?;
+    if !settings.reveal.is_empty() {
+        toolhost::sandbox::HiddenPaths::of_this_user(&settings.hide, &settings.reveal)?;
+    }
     if let Some(bytes) = cli.memory_limit {
         settings.limits.memory_bytes = Some(bytes);
     }
