@@ -1,19 +1,33 @@
 //! toolhost: a native host that gives AI agents a shell through sandboxed WebAssembly guests.
 //!
-//! The host owns the dangerous, stateful parts, offered to guests as WIT imports
-//! (`wit/toolhost.wit`): a [process manager](process::ProcessManager) and a bounded head/tail
-//! output buffer. Guest components hold the tool logic, the *policy*: the bundled ones provide
-//! `execute`, `process_output`, `process_list` and `process_signal`. [`ToolHost`] is the
-//! embeddable entry point: build one, list its tools, call them within a scope (an agent
-//! session), shut it down.
+//! The host owns the dangerous, stateful parts.
+//! It offers them to guests as WIT imports (`wit/toolhost.wit`): a
+//! [process manager](process::ProcessManager) and a bounded head/tail output buffer.
+//! Guest components hold the tool logic, the *policy*.
+//! The bundled policies provide `execute`, `process_output`, `process_input`, `process_list`
+//! and `process_signal`.
 //!
-//! The tree follows the design: `process/` (the process manager), `buffer/` (the head/tail
-//! buffer), `guest/` (the guest runtime: bindings, limits, the WIT imports' host side),
-//! `plugins/` (the plugin registry: manifests, bundled policies, hot swap), `sandbox/` (what
-//! a command may touch: profiles and the kernel layers that enforce them), `terminal/`
-//! (pseudo-terminal views: keys, the stream view, the screen emulator), `host.rs` (the
-//! embeddable host), `admission.rs` (how many calls may run at once), `mcp/` (the MCP
-//! server), `testing.rs` (a fake process capability).
+//! [`ToolHost`] is the embeddable entry point.
+//! Build one with [`ToolHost::builder`], list its tools, call them within a scope (an agent
+//! session) with [`ToolHost::call`], and shut it down.
+//! [`testing`] holds a fake process capability for testing policies without real processes.
+//! [`mcp`] serves a host over the Model Context Protocol, on stdio or streamable HTTP.
+//!
+//! The tree follows the design:
+//!
+//! - `host.rs`: the embeddable host and its builder;
+//! - `admission.rs`: how many calls may be in progress at once;
+//! - `process/`: the process capability and the real process manager;
+//! - `buffer/`: the bounded head/tail output buffer;
+//! - `guest/`: the guest runtime: bindings, limits, the host side of the WIT imports;
+//! - `plugins/`: the plugin registry: manifests, bundled policies, hot swap;
+//! - `sandbox/`: what a command may touch: profiles, and the kernel layers that enforce them;
+//! - `terminal/`: pseudo-terminal views: keys, the stream view, the screen emulator;
+//! - `mcp/`: the MCP server;
+//! - `testing.rs`: the fake process capability.
+//!
+//! The `toolhost` binary (`main.rs`) adds its own commands in `cli/`, outside the library:
+//! `toolhost new-policy` and `toolhost test`.
 
 mod admission;
 mod buffer;
@@ -24,20 +38,21 @@ pub mod mcp;
 mod plugins;
 pub mod process;
 pub mod sandbox;
-pub mod scenarios;
 pub mod terminal;
 pub mod testing;
 
-pub use admission::{Admission, DEFAULT_MAX_CALLS, DEFAULT_MAX_CALLS_PER_SESSION};
+pub use admission::{CallPermit, DEFAULT_MAX_CALLS_PER_SESSION, DEFAULT_MAX_CALLS_TOTAL};
 pub use error::HostError;
+pub use error::ManifestError;
 pub use guest::{
     CallError, CallOptions, CallOutput, EngineError, LimitExceeded, LoadError, Progress,
     ProgressSink, WIT_VERSIONS,
 };
-pub use host::{ToolHints, ToolHost, ToolHostBuilder, ToolInfo, default_cache_dir};
+pub use host::{
+    Call, PluginInfo, PluginOrigin, ToolHints, ToolHost, ToolHostBuilder, ToolInfo,
+    default_cache_dir,
+};
 pub use plugins::bundled;
-pub use plugins::manifest::ManifestError;
-pub use plugins::scaffold;
 pub use tokio_util::sync::CancellationToken;
 
 /// Lock, recovering from poisoning: every lock of the host guards a few plain assignments, so

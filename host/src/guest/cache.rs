@@ -13,7 +13,7 @@
 //! clock, randomness, files or environment at load), and the list read back passes the same
 //! checks as a fresh one.
 
-use super::bindings::{ToolAnnotations, ToolDefinition};
+use super::wit::latest::{ToolAnnotations, ToolDefinition};
 use sha2::{Digest, Sha256};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};

@@ -3,11 +3,11 @@
 //! interfaces), the epoch ticker that lets CPU limits interrupt a running guest, the process
 //! backend granted to plugins and the compiled-component cache.
 
-use super::bindings::ShellTools;
 use super::cache::ComponentCache;
 use super::errors::EngineError;
 use super::state::CallState;
-use super::v0_1_0;
+use super::wit::latest::ShellTools;
+use super::wit::v0_1_0;
 use crate::process::ProcessBackend;
 use crate::sandbox::SandboxSettings;
 use std::sync::atomic::{AtomicU64, Ordering};

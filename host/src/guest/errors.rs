@@ -1,8 +1,9 @@
 //! Why a plugin could not be loaded ([`LoadError`]) or a call failed ([`CallError`]), with the
 //! limits a guest can run into typed ([`LimitExceeded`]) rather than described in text.
 
-use super::bindings::{WIT_PACKAGE, WIT_VERSION};
-use super::v0_1_0::WIT_VERSION as OLD_WIT_VERSION;
+use super::wit::WIT_PACKAGE;
+use super::wit::latest::WIT_VERSION;
+use super::wit::v0_1_0::WIT_VERSION as OLD_WIT_VERSION;
 use std::time::Duration;
 
 /// Why a component could not be loaded.

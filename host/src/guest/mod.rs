@@ -1,38 +1,35 @@
 //! The guest runtime: how one plugin component is compiled, checked, pre-linked and run.
 //!
-//! - `bindings`: the Rust side of `wit/toolhost.wit` (0.2.0), and conversions to the host's
-//!   types; `v0_1_0`: the frozen 0.1.0 contract, served by delegating to the current one.
+//! - `wit`: the served WIT versions (0.2.0, and the frozen 0.1.0 served by delegating to
+//!   it), each with its bindings, and the host impls of the WIT imports, one file per
+//!   interface.
 //! - `engine`: the engine, the linker with every import, the epoch ticker ([`Loader`]).
 //! - `cache`: compiling, through the private on-disk cache of compiled components (and of
 //!   each component's tool list).
 //! - `plugin`: a loaded [`Plugin`]: its checks at load, a fresh limited store per call.
 //! - `state`: the store data of one call; `limits`: grants, limits and the memory limiter.
-//! - `process`, `output_buffer`: the host impls of the WIT imports, one file per interface.
 //! - `log`: a guest's bounded stdout and stderr.
 //! - `errors`: why a load or a call failed, limits typed.
 //!
 //! Nothing here knows where components come from: the plugin registry (`crate::plugins`)
 //! reads files and manifests and hands each component in as a [`PluginSource`].
 
-mod bindings;
 mod cache;
 mod engine;
 mod errors;
 mod limits;
 mod log;
-mod output_buffer;
 mod plugin;
-mod process;
 mod state;
-mod v0_1_0;
+mod wit;
 
-pub(crate) use bindings::ToolDefinition;
 pub(crate) use cache::{ComponentCache, hex, parse_digest};
 pub(crate) use engine::Loader;
 pub use errors::{CallError, EngineError, LimitExceeded, LoadError};
 pub(crate) use limits::{CallLimits, Grants};
 pub(crate) use plugin::{Plugin, PluginSource};
 pub use state::{CallOptions, CallOutput, Progress, ProgressSink};
+pub(crate) use wit::latest::ToolDefinition;
 
 /// The versions of the `toolhost:plugin` WIT package this host serves, newest first.
-pub const WIT_VERSIONS: &[&str] = &[bindings::WIT_VERSION, v0_1_0::WIT_VERSION];
+pub const WIT_VERSIONS: &[&str] = &[wit::v0_2_0::WIT_VERSION, wit::v0_1_0::WIT_VERSION];

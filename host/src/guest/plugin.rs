@@ -3,16 +3,15 @@
 //! [`Store`] for every call. Components of the current contract (0.2.0) and of the frozen
 //! 0.1.0 are served side by side ([`Pre`]).
 
-use super::bindings::{
-    self, CallContext, ShellTools, ShellToolsPre, ToolDefinition, WIT_PACKAGE, WIT_VERSION,
-    wit_sandbox,
-};
 use super::cache;
 use super::engine::{EpochTicker, Loader};
 use super::errors::{CallError, LimitExceeded, LoadError};
 use super::limits::{CallLimits, Grants};
 use super::state::{CallOptions, CallOutput, CallState, Metered, ProcessGrant};
-use super::v0_1_0;
+use super::wit::latest::{
+    CallContext, ShellTools, ShellToolsPre, ToolDefinition, WIT_VERSION, wit_sandbox,
+};
+use super::wit::{self, WIT_PACKAGE, v0_1_0};
 use crate::sandbox;
 use std::pin::Pin;
 use std::time::Duration;
@@ -253,7 +252,7 @@ impl Plugin {
             Pre::V0_1_0(v0_1_0::ShellToolsPre::new(pre).map_err(link_error)?)
         };
         let profile = sandbox::bound(&loader.sandbox, &grants.sandbox);
-        let settings = bindings::settings(&profile, &loader.sandbox.writable);
+        let settings = wit::settings(&profile, &loader.sandbox.writable);
         let grant = needs_process.then(|| ProcessGrant {
             backend: loader.backend.clone(),
             workdir_root: grants.workdir_root.clone(),

@@ -11,6 +11,8 @@ pub mod http;
 mod jsonrpc;
 pub mod logging;
 mod resources;
+mod results;
+mod scope;
 mod server;
 mod stdio;
 mod tasks;

@@ -5,17 +5,18 @@
 //! start are invisible to every other session, and they are terminated when the session ends
 //! (the last clone of the server is dropped, or the caller ends the scope explicitly).
 
-use super::http::scopes::{HttpScopes, Lease, Principal, SCOPE_KEY};
 use super::logging::SessionLog;
+use super::results::call_result;
+use super::scope::{NamedScopes, ScopeRef};
 use super::{resources, tasks};
-use crate::{CallError, CallOptions, CallOutput, Progress, ProgressSink, ToolHost, ToolInfo};
+use crate::{CallOptions, Progress, ProgressSink, ToolHost, ToolInfo};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
-    CustomResult, ErrorCode, Implementation, InitializeRequestParams, JsonObject,
-    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ProgressNotificationParam, ProgressToken, ProtocolVersion, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, ServerCapabilities, ServerConfig, SubscriptionFilter,
-    Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CustomRequest, CustomResult, ErrorCode,
+    Implementation, InitializeRequestParams, JsonObject, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ProgressToken, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
+    ToolAnnotations,
 };
 use rmcp::model::{CancelTaskParams, GetTaskParams, GetTaskResult, UpdateTaskParams};
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
@@ -44,28 +45,7 @@ const INSTRUCTIONS: &str = "Shell tools for this machine. Run commands with `exe
 pub struct ToolServer {
     session: Arc<Session>,
     /// Over HTTP: the scopes 2026-07-28 requests name (that revision has no sessions).
-    http_scopes: Option<Arc<HttpScopes>>,
-}
-
-/// The scope a request runs in, and that scope's tasks; holds an HTTP scope in use while it
-/// lives.
-pub struct ScopeRef {
-    /// The scope's id in the host.
-    pub name: String,
-    /// Its tasks.
-    pub tasks: TaskManager,
-    _lease: Option<Lease>,
-}
-
-impl ScopeRef {
-    /// A reference to an HTTP scope that keeps it in use while it lives.
-    pub(super) fn leased(name: String, tasks: TaskManager, lease: Lease) -> Self {
-        ScopeRef {
-            name,
-            tasks,
-            _lease: Some(lease),
-        }
-    }
+    named_scopes: Option<Arc<dyn NamedScopes>>,
 }
 
 /// The state shared by the clones of one [`ToolServer`].
@@ -123,20 +103,20 @@ impl ToolServer {
                 tasks: TaskManager::new(),
                 log: Arc::default(),
             }),
-            http_scopes: None,
+            named_scopes: None,
         }
     }
 
     /// A handler for one request or session over HTTP: a 2026-07-28 request runs in the
-    /// scope it names in `_meta` (see [`HttpScopes`]), an older session in its own.
-    pub(super) fn for_http(host: Arc<ToolHost>, scopes: Arc<HttpScopes>) -> Self {
+    /// scope it names, found in `scopes`; an older session runs in its own.
+    pub(super) fn with_named_scopes(host: Arc<ToolHost>, scopes: Arc<dyn NamedScopes>) -> Self {
         let mut server = Self::new(host);
-        server.http_scopes = Some(scopes);
+        server.named_scopes = Some(scopes);
         server
     }
 
     /// The scope `context`'s request runs in: the session's, or, for a 2026-07-28 request
-    /// over HTTP, the one it names in `_meta` for its bearer token.
+    /// over HTTP, the one it names.
     fn scope_of(&self, context: &RequestContext<RoleServer>) -> Result<ScopeRef, ErrorData> {
         self.resolve_scope(context, true)?
             .ok_or_else(|| ErrorData::internal_error("a scope that was just made is missing", None))
@@ -170,43 +150,14 @@ impl ToolServer {
         let sessionless = context
             .protocol_version()
             .is_some_and(|version| !version.has_initialize());
-        if let (Some(scopes), true) = (&self.http_scopes, sessionless) {
-            let principal = context
-                .extensions
-                .get::<axum::http::request::Parts>()
-                .and_then(|parts| parts.extensions.get::<Principal>())
-                .ok_or_else(|| {
-                    ErrorData::internal_error("the request's bearer token was not checked", None)
-                })?;
-            let Some(id) = context.meta.get(SCOPE_KEY) else {
-                return Err(ErrorData::invalid_params(
-                    format!(
-                        "protocol 2026-07-28 has no sessions: over HTTP, name the scope your \
-                         processes belong to in the request's `_meta` as `{SCOPE_KEY}` (an id \
-                         of your choice; the same id in later requests reaches the same \
-                         processes)"
-                    ),
-                    None,
-                ));
-            };
-            let Some(id) = id.as_str() else {
-                return Err(ErrorData::invalid_params(
-                    format!("`_meta.{SCOPE_KEY}` must be a string"),
-                    None,
-                ));
-            };
-            return if create {
-                scopes.lease(principal, id).map(Some)
-            } else {
-                scopes.find(principal, id)
-            };
+        if let (Some(scopes), true) = (&self.named_scopes, sessionless) {
+            return Arc::clone(scopes).resolve(context, create);
         }
         self.session.used.store(true, Ordering::Release);
-        Ok(Some(ScopeRef {
-            name: self.session.scope.clone(),
-            tasks: self.session.tasks.clone(),
-            _lease: None,
-        }))
+        Ok(Some(ScopeRef::session(
+            self.session.scope.clone(),
+            self.session.tasks.clone(),
+        )))
     }
 
     /// The scope every call of this session runs in.
@@ -269,7 +220,9 @@ impl ToolServer {
         let outcome = self
             .session
             .host
-            .call_with(&scope.name, &request.name, &arguments, options)
+            .call(&scope.name, &request.name, &arguments)
+            .options(options)
+            .output()
             .await;
         if let Some(forwarder) = forwarder {
             // The sink went away with the call options; let the last updates go out first
@@ -277,43 +230,6 @@ impl ToolServer {
             let _ = tokio::time::timeout(PROGRESS_FLUSH, forwarder).await;
         }
         call_result(&self.session.host, &scope.name, outcome).map(Into::into)
-    }
-}
-
-/// The MCP result of a call in `scope`: the result with a `resource_link` to the full output
-/// of each process whose text it cut (only the scope's, only logs that exist), a tool error as
-/// an `isError` result (so is a call refused by the host's call limit), an unknown tool as
-/// invalid params.
-pub(super) fn call_result(
-    host: &ToolHost,
-    scope: &str,
-    outcome: Result<CallOutput, CallError>,
-) -> Result<CallToolResult, ErrorData> {
-    match outcome {
-        Ok(output) => {
-            let mut result = tool_result(output.text);
-            for id in &output.full_output {
-                if let Some(path) = host.output_log(scope, id) {
-                    result
-                        .content
-                        .push(ContentBlock::resource_link(resources::describe(id, &path)));
-                }
-            }
-            Ok(result)
-        }
-        Err(CallError::UnknownTool { name, available }) => Err(ErrorData::invalid_params(
-            format!("unknown tool `{name}`; available tools: {available}"),
-            Some(serde_json::json!({ "tool": name })),
-        )),
-        Err(
-            error @ (CallError::Tool(_)
-            | CallError::Limit { .. }
-            | CallError::Plugin { .. }
-            | CallError::Busy { .. }
-            | CallError::SessionBusy { .. }),
-        ) => Ok(CallToolResult::error(vec![ContentBlock::text(
-            error.to_string(),
-        )])),
     }
 }
 
@@ -351,19 +267,6 @@ fn custom_request_error(method: &str, params: Option<serde_json::Value>) -> Erro
         format!("invalid params for {method}: {why}"),
         Some(serde_json::json!({ "method": method })),
     )
-}
-
-/// A successful call's result: the JSON text as text content and, when it is a JSON object,
-/// also as structured content.
-fn tool_result(text: String) -> CallToolResult {
-    match serde_json::from_str::<serde_json::Value>(&text) {
-        Ok(value @ serde_json::Value::Object(_)) => {
-            let mut result = CallToolResult::structured(value);
-            result.content = vec![ContentBlock::text(text)];
-            result
-        }
-        _ => CallToolResult::success(vec![ContentBlock::text(text)]),
-    }
 }
 
 /// A progress sink that forwards updates, in order, as `notifications/progress` for `token`,
@@ -537,7 +440,7 @@ impl ServerHandler for ToolServer {
         logs.sort();
         Ok(ListResourcesResult::with_all_items(
             logs.iter()
-                .map(|(id, path)| resources::describe(id, path))
+                .map(|log| resources::describe(&log.process_id, &log.path))
                 .collect(),
         ))
     }

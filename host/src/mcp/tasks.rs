@@ -13,8 +13,9 @@
 //!
 //! The extension is not defined under 2025-11-25 and earlier: their clients get plain results.
 
-use super::server::{ScopeRef, call_result};
-use crate::{Admission, CallOptions, Progress, ProgressSink, ToolHost};
+use super::results::call_result;
+use super::scope::ScopeRef;
+use crate::{CallOptions, CallPermit, Progress, ProgressSink, ToolHost};
 use rmcp::model::{CallToolResult, CreateTaskResult};
 use rmcp::service::RequestContext;
 use rmcp::task_manager::{TaskExit, TaskOptions};
@@ -49,7 +50,7 @@ pub(super) fn wanted(tool: &str, context: &RequestContext<RoleServer>) -> bool {
 /// task of `scope` and return what the client is told.
 pub(super) fn spawn(
     host: Arc<ToolHost>,
-    admission: Admission,
+    admission: CallPermit,
     scope: ScopeRef,
     tool: String,
     arguments: String,
@@ -81,7 +82,10 @@ pub(super) fn spawn(
                 waits_for_exit: true,
             };
             let outcome = host
-                .call_admitted(admission, &tool, &arguments, options)
+                .call(&scope.name, &tool, &arguments)
+                .permit(admission)
+                .options(options)
+                .output()
                 .await;
             watcher.abort();
             let result: Result<CallToolResult, ErrorData> =

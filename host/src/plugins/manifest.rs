@@ -33,25 +33,12 @@
 //! Confinement section): a plugin can confine its commands more than the operator does, never
 //! less. `workdir_root` bounds where the guest may start commands, not what they may read.
 
+use crate::error::ManifestError;
 use crate::guest::{CallLimits, Grants};
 use crate::sandbox::{self, Limits, Network, SandboxGrant, SandboxMode};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-/// Why a manifest could not be used.
-#[derive(Debug, thiserror::Error)]
-pub enum ManifestError {
-    /// The file could not be read.
-    #[error("cannot read manifest {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    /// The file is not valid TOML or has unknown keys / wrong types.
-    #[error("invalid manifest {path}: {message}")]
-    Invalid { path: PathBuf, message: String },
-}
 
 /// A plugin's manifest.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -3,8 +3,9 @@
 //! plugin version it started with, while a reload builds and swaps in a new one.
 
 use super::bundled::{self, BundledPlugin};
-use super::manifest::{Manifest, ManifestError};
-use crate::error::HostError;
+use super::manifest::Manifest;
+use crate::PluginOrigin;
+use crate::error::{HostError, ManifestError};
 use crate::guest::{Loader, Plugin, PluginSource, hex, parse_digest};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -21,6 +22,26 @@ pub(crate) struct Snapshot {
     /// Plugins loaded from files, with the fingerprint of the component and manifest they
     /// were loaded from, so a reload recompiles only what changed.
     files: BTreeMap<PathBuf, (String, Arc<Plugin>)>,
+}
+
+impl Snapshot {
+    /// Where `plugin`, one of [`Self::plugins`], was loaded from: a plugin that was not loaded
+    /// from a file is the bundled policy.
+    pub(crate) fn origin(&self, plugin: &Arc<Plugin>) -> PluginOrigin {
+        self.files
+            .iter()
+            .find(|(_, (_, loaded))| Arc::ptr_eq(loaded, plugin))
+            .map_or(PluginOrigin::Bundled, |(path, _)| {
+                PluginOrigin::File(path.clone())
+            })
+    }
+
+    /// The bundled policy, when one is loaded.
+    fn bundled(&self) -> Option<&Arc<Plugin>> {
+        self.plugins
+            .iter()
+            .find(|plugin| self.origin(plugin) == PluginOrigin::Bundled)
+    }
 }
 
 /// Where plugins come from and what is loaded now.
@@ -80,7 +101,7 @@ impl Registry {
         let previous = self.snapshot();
         let mut plugins = Vec::new();
         if let Some(policy) = &self.policy {
-            let bundled_plugin = match previous.plugins.iter().find(|p| p.origin() == "bundled") {
+            let bundled_plugin = match previous.bundled() {
                 Some(p) => p.clone(),
                 None => {
                     let bundled = bundled::find(policy).ok_or_else(|| {

@@ -154,13 +154,6 @@ pub fn parse_duration(what: &str, text: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// Render a duration for people and models: `10s`, `2m 30s`, `250ms`.
-pub fn format_duration(d: Duration) -> String {
-    // Whole milliseconds are plenty; humantime would print nanoseconds too.
-    let ms = Duration::from_millis(d.as_millis().min(u64::MAX as u128) as u64);
-    humantime::format_duration(ms).to_string()
-}
-
 /// Describe a JSON value in an error message: its type and a short rendering.
 fn describe(v: &Value) -> String {
     let kind = match v {

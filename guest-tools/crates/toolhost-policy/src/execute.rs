@@ -1,13 +1,15 @@
 //! The `execute` tool: run a shell command in the foreground (bounded by a timeout) or in the
 //! background, and report its outcome in a shape a model can act on.
 
-use crate::args::{Args, format_duration};
+use crate::args::Args;
+use crate::render::{
+    Obj, bound_output, format_duration, millis, output_file_note, process_error, tool_definition,
+    truncation_json, truncation_schema,
+};
 use crate::settings::{OnTimeout, Settings};
 use crate::texts::fill;
 use crate::toolhost::plugin::process::{self as host, ReadFrom, Signal, StartRequest};
-use crate::{
-    Obj, Policy, bound_output, deny, millis, process_error, tool_definition, truncation_json,
-};
+use crate::{Policy, deny};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -218,7 +220,7 @@ pub fn definition(
             "wall_duration_ms": {"type": "integer"},
             "error": {"type": "string", "description": "Why it failed: exit code, signal or timeout."},
             "signal": {"type": "string", "description": "The signal that killed it, e.g. SIGKILL."},
-            "truncated": crate::truncation_schema(),
+            "truncated": truncation_schema(),
             "output_file": {"type": "string", "description": "The complete output, when the text was cut."},
             "background_process_id": {"type": "string", "description": "Follow it with process_output, stop it with process_signal."},
             "waiting_for_input": {"type": "boolean", "description": "true when a tty or open-stdin command is still running and its output has gone quiet: answer it with process_input."},
@@ -431,7 +433,7 @@ pub(crate) fn run(
         }
     }
 
-    let file_note = crate::output_file_note(&id, &out);
+    let file_note = output_file_note(&id, &out);
     let (text, truncation) = bound_output(out.text, out.truncation, settings.output_cap_bytes);
     result
         .set("output", text)

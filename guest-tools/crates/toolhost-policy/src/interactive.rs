@@ -2,11 +2,13 @@
 //! `execute` returns for a command on a terminal or with an open stdin (as soon as it exits
 //! or waits for input).
 
-use crate::args::{Args, format_duration};
+use crate::args::Args;
 use crate::exports::toolhost::plugin::tool::ToolDefinition;
+use crate::render::{
+    describe_output, format_duration, millis, process_error, tool_definition, truncation_schema,
+};
 use crate::settings::Settings;
-use crate::toolhost::plugin::process::{self as host, Key, Output, ReadFrom, Screen, Until};
-use crate::{Obj, millis, process_error, tool_definition, truncation_schema};
+use crate::toolhost::plugin::process::{self as host, Key, Output, ReadFrom, Until};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -239,7 +241,7 @@ pub(crate) fn input(settings: &Settings, args: &str) -> Result<crate::Reply, Str
     let out = host::wait_until(id, &condition, millis(wait), ReadFrom::Cursor(start))
         .map_err(process_error)?;
     let found = until.map(|u| out.text.contains(u));
-    let mut result = crate::process_tools::describe_output(settings, id, out, &mut notes);
+    let mut result = describe_output(settings, id, out, &mut notes);
     if let Some(found) = found {
         result.insert("until_found".into(), Value::Bool(found));
         if !found && result.get("running") == Some(&Value::Bool(true)) {
@@ -256,27 +258,6 @@ pub(crate) fn input(settings: &Settings, args: &str) -> Result<crate::Reply, Str
         result.insert("note".into(), Value::String(notes.join(" ")));
     }
     Ok(crate::Reply::linking(result, id))
-}
-
-/// The screen of a terminal as result fields: `output` (the rows as text, trailing blank
-/// rows left out), `cursor` and `size`.
-pub fn screen_fields(result: &mut Obj, screen: Screen) {
-    let last = screen
-        .rows
-        .iter()
-        .rposition(|row| !row.is_empty())
-        .map_or(0, |i| i + 1);
-    result
-        .set("output", screen.rows[..last].join("\n"))
-        .set(
-            "cursor",
-            json!({"row": screen.cursor_row, "col": screen.cursor_col, "hidden": screen.cursor_hidden}),
-        )
-        .set(
-            "size",
-            json!({"rows": screen.size.rows, "cols": screen.size.cols}),
-        )
-        .set("full_screen", screen.alternate);
 }
 
 #[cfg(test)]

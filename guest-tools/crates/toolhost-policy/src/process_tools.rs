@@ -1,13 +1,14 @@
 //! The tools that follow processes after `execute` started them: `process_output`,
 //! `process_list` and `process_signal`.
 
-use crate::args::{Args, format_duration};
+use crate::args::Args;
 use crate::exports::toolhost::plugin::tool::ToolDefinition;
-use crate::settings::Settings;
-use crate::toolhost::plugin::process::{self as host, Output, ReadFrom, Signal};
-use crate::{
-    Obj, bound_output, millis, process_error, tool_definition, truncation_json, truncation_schema,
+use crate::render::{
+    Obj, describe_output, format_duration, millis, process_error, screen_fields, tool_definition,
+    truncation_schema,
 };
+use crate::settings::Settings;
+use crate::toolhost::plugin::process::{self as host, ReadFrom, Signal};
 use serde_json::{Map, Value, json};
 use std::time::Duration;
 
@@ -191,7 +192,7 @@ pub(crate) fn output(settings: &Settings, args: &str) -> Result<crate::Reply, St
             .opt("exit_code", out.exit_code)
             .opt("signal", out.signal)
             .set("duration_ms", out.duration_ms);
-        crate::interactive::screen_fields(&mut r, view);
+        screen_fields(&mut r, view);
         r.build()
     } else {
         describe_output(settings, id, out, &mut notes)
@@ -213,31 +214,6 @@ pub(crate) fn output(settings: &Settings, args: &str) -> Result<crate::Reply, St
         result.insert("note".into(), Value::String(notes.join(" ")));
     }
     Ok(crate::Reply::linking(result, id))
-}
-
-/// A process's output as result fields; when the text was cut, a note about the complete
-/// output goes to `notes`.
-pub(crate) fn describe_output(
-    settings: &Settings,
-    id: &str,
-    out: Output,
-    notes: &mut Vec<String>,
-) -> Map<String, Value> {
-    let file_note = crate::output_file_note(id, &out);
-    let (text, truncation) = bound_output(out.text, out.truncation, settings.output_cap_bytes);
-    let mut r = Obj::default();
-    r.set("process_id", id)
-        .set("running", out.running)
-        .opt("exit_code", out.exit_code)
-        .opt("signal", out.signal)
-        .set("output", text)
-        .set("duration_ms", out.duration_ms);
-    if let Some(t) = &truncation {
-        r.set("truncated", truncation_json(t))
-            .opt("output_file", out.log_path);
-        notes.push(file_note);
-    }
-    r.build()
 }
 
 pub fn list(settings: &Settings, args: &str) -> Result<Map<String, Value>, String> {

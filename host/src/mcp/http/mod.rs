@@ -5,7 +5,7 @@
 //! processes, and a session's processes are terminated when it ends. The listener binds
 //! loopback addresses only unless remote access is allowed explicitly.
 
-pub(super) mod scopes;
+mod scopes;
 mod sessions;
 
 use super::{ServeError, ToolServer};
@@ -238,7 +238,12 @@ pub async fn serve_http(host: Arc<ToolHost>, options: HttpOptions) -> Result<(),
     let scope_reaper = tokio::spawn(scopes.clone().reap_idle(stop.clone()));
     let factory_host = host.clone();
     let service = StreamableHttpService::new(
-        move || Ok(ToolServer::for_http(factory_host.clone(), scopes.clone())),
+        move || {
+            Ok(ToolServer::with_named_scopes(
+                factory_host.clone(),
+                scopes.clone(),
+            ))
+        },
         manager,
         config,
     );

@@ -5,10 +5,11 @@
 //! its processes, once it was idle for the idle timeout (or the server stops).
 
 use crate::ToolHost;
-use crate::mcp::server::ScopeRef;
-use rmcp::ErrorData;
+use crate::mcp::scope::{NamedScopes, ScopeRef};
 use rmcp::model::ErrorCode;
+use rmcp::service::RequestContext;
 use rmcp::task_manager::TaskManager;
+use rmcp::{ErrorData, RoleServer};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -180,6 +181,46 @@ impl HttpScopes {
         for (name, tasks) in all {
             tasks.shutdown();
             self.host.end_scope(&name).await;
+        }
+    }
+}
+
+/// A 2026-07-28 request over HTTP names its scope in `_meta` as [`SCOPE_KEY`], for the
+/// bearer token it came with.
+impl NamedScopes for HttpScopes {
+    fn resolve(
+        self: Arc<Self>,
+        context: &RequestContext<RoleServer>,
+        create: bool,
+    ) -> Result<Option<ScopeRef>, ErrorData> {
+        let principal = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Principal>())
+            .ok_or_else(|| {
+                ErrorData::internal_error("the request's bearer token was not checked", None)
+            })?;
+        let Some(id) = context.meta.get(SCOPE_KEY) else {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "protocol 2026-07-28 has no sessions: over HTTP, name the scope your \
+                     processes belong to in the request's `_meta` as `{SCOPE_KEY}` (an id \
+                     of your choice; the same id in later requests reaches the same \
+                     processes)"
+                ),
+                None,
+            ));
+        };
+        let Some(id) = id.as_str() else {
+            return Err(ErrorData::invalid_params(
+                format!("`_meta.{SCOPE_KEY}` must be a string"),
+                None,
+            ));
+        };
+        if create {
+            self.lease(principal, id).map(Some)
+        } else {
+            self.find(principal, id)
         }
     }
 }

@@ -3,9 +3,12 @@
 //! grant traps; workdirs must lie under the plugin's granted root; waits are capped by its
 //! `max_timeout`; processes inherit only the host variables it was granted. While the guest
 //! waits, progress reaches the caller and a cancelled call ends the wait.
+//!
+//! The 0.1.0 interface, at the end, delegates to the current one.
 
-use super::bindings::{wit_process, wit_sandbox};
-use super::state::{CallOptions, CallState, ProcessGrant, Progress};
+use super::latest::{wit_process, wit_sandbox};
+use super::v0_1_0::{old_process, output, process_error, read_from};
+use crate::guest::state::{CallOptions, CallState, ProcessGrant, Progress};
 use crate::process::{OutputSnapshot, ProcessBackend, ProcessError, ReadFrom, StartRequest, Until};
 use crate::sandbox::{self, ConfinementRequest, Profile};
 use crate::terminal::Key;
@@ -402,4 +405,77 @@ async fn wait_with_options(
         }
     }
     backend.read(scope, id, from)
+}
+
+// The 0.1.0 interface. A 0.1.0 start request is a 0.2.0 request without a confinement, so its
+// commands get the plugin's bound (the operator's settings narrowed by the manifest). A 0.1.0
+// listing is a 0.2.0 listing without the profile.
+
+impl old_process::Host for CallState {
+    async fn start(
+        &mut self,
+        request: old_process::StartRequest,
+    ) -> wasmtime::Result<Result<String, old_process::ProcessError>> {
+        let request = wit_process::StartRequest {
+            command: request.command,
+            workdir: request.workdir,
+            env: request.env,
+            background: request.background,
+            confinement: None,
+            stdin: wit_process::StdinMode::Closed,
+        };
+        let result = wit_process::Host::start(self, request).await?;
+        Ok(result.map_err(process_error))
+    }
+
+    async fn wait(
+        &mut self,
+        id: String,
+        timeout_ms: u64,
+        from: old_process::ReadFrom,
+    ) -> wasmtime::Result<Result<old_process::Output, old_process::ProcessError>> {
+        let result = wit_process::Host::wait(self, id, timeout_ms, read_from(from)).await?;
+        Ok(result.map(output).map_err(process_error))
+    }
+
+    async fn read(
+        &mut self,
+        id: String,
+        from: old_process::ReadFrom,
+    ) -> wasmtime::Result<Result<old_process::Output, old_process::ProcessError>> {
+        let result = wit_process::Host::read(self, id, read_from(from)).await?;
+        Ok(result.map(output).map_err(process_error))
+    }
+
+    async fn list(&mut self) -> wasmtime::Result<Vec<old_process::ProcessInfo>> {
+        let list = wit_process::Host::list(self).await?;
+        Ok(list
+            .into_iter()
+            .map(|p| old_process::ProcessInfo {
+                id: p.id,
+                command: p.command,
+                workdir: p.workdir,
+                background: p.background,
+                running: p.running,
+                started_ms: p.started_ms,
+                exited_ms: p.exited_ms,
+                exit_code: p.exit_code,
+                signal: p.signal,
+            })
+            .collect())
+    }
+
+    async fn send_signal(
+        &mut self,
+        id: String,
+        signal: old_process::Signal,
+    ) -> wasmtime::Result<Result<(), old_process::ProcessError>> {
+        let signal = match signal {
+            old_process::Signal::Terminate => wit_process::Signal::Terminate,
+            old_process::Signal::Kill => wit_process::Signal::Kill,
+            old_process::Signal::Interrupt => wit_process::Signal::Interrupt,
+        };
+        let result = wit_process::Host::send_signal(self, id, signal).await?;
+        Ok(result.map_err(process_error))
+    }
 }

@@ -1,0 +1,327 @@
+//! The crate's own tests: the extension points, with what runs without a host (definitions,
+//! refusals and tools that start no process).
+//! The standard tools are tested end to end through the bundled policies, inside the real
+//! host (tests/policies_fake.rs, tests/tools_real.rs).
+
+use super::*;
+use serde_json::{Value, json};
+use std::time::Duration;
+use toolhost::plugin::sandbox::Limits;
+
+fn sandbox() -> SandboxSettings {
+    SandboxSettings {
+        mode: Mode::WorkspaceWrite,
+        network: Network::Full,
+        writable: Vec::new(),
+        limits: Limits {
+            memory_bytes: None,
+            processes: None,
+            cpu_seconds: None,
+        },
+        summary: "confined to the workspace".into(),
+    }
+}
+
+fn cx(config: &str) -> CallContext {
+    CallContext {
+        scope: "test".into(),
+        config: config.into(),
+    }
+}
+
+fn echo(call: &ToolCall) -> Result<Reply, String> {
+    let args = call.args(&["text"])?;
+    let text = args.required_string("text")?;
+    Ok(Reply::new(json!({
+        "tool": call.name,
+        "policy": call.policy.name,
+        "scope": call.context.scope,
+        "echo": text,
+        "max_timeout": format_duration(call.settings.max_timeout),
+    }))
+    .with_full_output("p1"))
+}
+
+const ECHO: Tool = Tool {
+    name: "echo",
+    title: "Echo",
+    description: "Echo text ({policy} policy, {sandbox}, up to {max_timeout}, {unknown}).",
+    input_schema: r#"{"type":"object","properties":{"text":{"type":"string"}}}"#,
+    output_schema: Some(r#"{"type":"object"}"#),
+    hints: Hints {
+        read_only: true,
+        destructive: false,
+        idempotent: true,
+        open_world: false,
+    },
+    run: echo,
+};
+
+fn quiet_list(_call: &ToolCall) -> Result<Reply, String> {
+    Ok(json!({"processes": []}).into())
+}
+
+/// Replaces the standard `process_list`.
+const QUIET_LIST: Tool = Tool {
+    name: "process_list",
+    title: "List nothing",
+    description: "Lists nothing.",
+    input_schema: "{}",
+    output_schema: None,
+    hints: Hints {
+        read_only: true,
+        destructive: false,
+        idempotent: true,
+        open_world: false,
+    },
+    run: quiet_list,
+};
+
+fn names(list: &[ToolDefinition]) -> Vec<&str> {
+    list.iter().map(|t| t.name.as_str()).collect()
+}
+
+#[test]
+fn a_new_policy_has_the_standard_tools_and_wording() {
+    let policy = Policy::new("plain");
+    let list = tools(&policy, "{}", &sandbox()).unwrap();
+    assert_eq!(names(&list), STANDARD_TOOLS);
+    assert_eq!(policy.settings, Settings::DEFAULT);
+    assert_eq!(policy.texts, Texts::STANDARD);
+    assert!(policy.deny.is_empty() && policy.tools.is_empty());
+    assert!(policy.confinement.request().is_none());
+    let unknown = call(&policy, "nope", "{}", &cx("")).err().unwrap();
+    assert_eq!(
+        unknown,
+        "unknown tool `nope`; this plugin provides execute, process_output, process_input, \
+         process_list, process_signal"
+    );
+}
+
+#[test]
+fn tools_of_its_own_are_listed_and_called() {
+    const POLICY: Policy = Policy {
+        tools: &[ECHO, QUIET_LIST],
+        ..Policy::new("mine")
+    };
+    let list = tools(&POLICY, r#"{"max_timeout": "2m"}"#, &sandbox()).unwrap();
+    assert_eq!(
+        names(&list),
+        [
+            "execute",
+            "process_output",
+            "process_input",
+            "process_signal",
+            "echo",
+            "process_list"
+        ]
+    );
+    let echo = &list[4];
+    assert_eq!(
+        echo.description,
+        "Echo text (mine policy, confined to the workspace, up to 2m, {unknown})."
+    );
+    assert_eq!(echo.title.as_deref(), Some("Echo"));
+    assert_eq!(echo.annotations.read_only, Some(true));
+    assert_eq!(echo.output_schema.as_deref(), Some(r#"{"type":"object"}"#));
+
+    let result = call(
+        &POLICY,
+        "echo",
+        r#"{"text": "hi"}"#,
+        &cx(r#"{"max_timeout": "2m"}"#),
+    )
+    .unwrap();
+    let output: Value = serde_json::from_str(&result.output).unwrap();
+    assert_eq!(
+        output,
+        json!({"tool": "echo", "policy": "mine", "scope": "test", "echo": "hi", "max_timeout": "2m"})
+    );
+    assert_eq!(result.full_output, ["p1"]);
+    let bad = call(&POLICY, "echo", r#"{"txt": "hi"}"#, &cx("")).err();
+    assert_eq!(
+        bad.as_deref(),
+        Some("unknown argument `txt`; accepted: `text`")
+    );
+
+    // The replacement answers for the standard tool.
+    let listed = call(&POLICY, "process_list", "", &cx("")).unwrap();
+    assert_eq!(listed.output, r#"{"processes":[]}"#);
+    let unknown = call(&POLICY, "nope", "{}", &cx("")).err().unwrap();
+    assert!(
+        unknown.ends_with(
+            "execute, process_output, process_input, process_signal, echo, process_list"
+        ),
+        "{unknown}"
+    );
+}
+
+#[test]
+fn unusable_tools_refuse_the_load() {
+    let refused = |tools: &'static [Tool]| {
+        let policy = Policy {
+            tools,
+            ..Policy::new("mine")
+        };
+        super::tools(&policy, "{}", &sandbox()).err().unwrap()
+    };
+    assert_eq!(
+        refused(&[ECHO, ECHO]),
+        "the mine policy has two tools named `echo`"
+    );
+    const NOT_JSON: Tool = Tool {
+        input_schema: "{type: object}",
+        ..ECHO
+    };
+    assert!(
+        refused(&[NOT_JSON]).starts_with("tool `echo`: input_schema is not valid JSON"),
+        "{}",
+        refused(&[NOT_JSON])
+    );
+    const BAD_NAME: Tool = Tool {
+        name: "echo it",
+        ..ECHO
+    };
+    assert_eq!(
+        refused(&[BAD_NAME]),
+        "tool name `echo it` must be letters, digits, `_` and `-`"
+    );
+}
+
+fn git_push(c: &Command) -> bool {
+    c.invocations("git")
+        .any(|args| args.iter().any(|a| a == "push"))
+}
+
+const NO_PUSH: DenyRule = DenyRule {
+    name: "git-push",
+    reason: "pushing is for the user",
+    matches: git_push,
+};
+
+#[test]
+fn deny_rules_refuse_before_anything_runs_in_the_policy_s_words() {
+    const STANDARD: Policy = Policy {
+        deny: &[NO_PUSH, deny::FORK_BOMB],
+        ..Policy::new("mine")
+    };
+    let execute = |policy: &Policy, command: &str| {
+        let args = json!({ "command": command }).to_string();
+        call(policy, "execute", &args, &cx("")).err().unwrap()
+    };
+    assert_eq!(
+        execute(&STANDARD, "cd repo && sudo git -C . push --force"),
+        "refused by the mine policy, rule `git-push`: pushing is for the user. Nothing was run."
+    );
+    assert_eq!(
+        execute(&STANDARD, ":(){ :|:& };:"),
+        "refused by the mine policy, rule `fork-bomb`: a fork bomb exhausts the machine's \
+         processes. Nothing was run."
+    );
+    let described = &tools(&STANDARD, "", &sandbox()).unwrap()[0].description;
+    assert!(
+        described.ends_with(
+            " This policy refuses some commands: pushing is for the user; a fork bomb \
+             exhausts the machine's processes."
+        ),
+        "{described}"
+    );
+
+    const WORDED: Policy = Policy {
+        texts: Texts {
+            refusal: "{policy} won't run that ({rule}: {reason})",
+            deny_summary: "Never {reasons}.",
+            execute_extra: "Ask the user to push for you ({policy}).",
+            ..Texts::STANDARD
+        },
+        ..STANDARD
+    };
+    assert_eq!(
+        execute(&WORDED, "git push"),
+        "mine won't run that (git-push: pushing is for the user)"
+    );
+    let described = &tools(&WORDED, "", &sandbox()).unwrap()[0].description;
+    assert!(
+        described.ends_with(
+            " Never pushing is for the user; a fork bomb exhausts the machine's processes. \
+             Ask the user to push for you (mine)."
+        ),
+        "{described}"
+    );
+}
+
+#[test]
+fn settings_come_from_the_policy_and_the_manifest_config() {
+    const KILLING: Policy = Policy {
+        settings: Settings {
+            default_timeout: Duration::from_secs(30),
+            on_timeout: OnTimeout::Kill,
+            ..Settings::DEFAULT
+        },
+        ..Policy::new("mine")
+    };
+    let described = |config: &str| {
+        tools(&KILLING, config, &sandbox()).unwrap()[0]
+            .description
+            .clone()
+    };
+    let own = described("");
+    assert!(
+        own.contains("time out after 30s by default (at most 30m)"),
+        "{own}"
+    );
+    assert!(
+        own.contains("it and everything it started are killed"),
+        "{own}"
+    );
+    let configured = described(r#"{"default_timeout": "5s", "on_timeout": "handover"}"#);
+    assert!(
+        configured.contains("time out after 5s by default"),
+        "{configured}"
+    );
+    assert!(configured.contains("it is NOT killed"), "{configured}");
+    let typo = tools(&KILLING, r#"{"default_timout": "5s"}"#, &sandbox())
+        .err()
+        .unwrap();
+    assert!(
+        typo.starts_with("unknown plugin config key `default_timout`"),
+        "{typo}"
+    );
+}
+
+#[test]
+fn notes_match_the_command() {
+    fn installs(c: &Command) -> bool {
+        c.invocations("npm").next().is_some()
+    }
+    const NOTES: &[CommandNote] = &[
+        FILE_DUMP_NOTE,
+        CommandNote {
+            text: "Prefer npm ci.",
+            matches: installs,
+        },
+    ];
+    assert_eq!(
+        notes::for_command(NOTES, "sudo npm install"),
+        ["Prefer npm ci."]
+    );
+    assert_eq!(
+        notes::for_command(NOTES, "cat package.json && npm i"),
+        [FILE_DUMP_NOTE.text, "Prefer npm ci."]
+    );
+    assert!(notes::for_command(&[], "cat x").is_empty());
+}
+
+#[test]
+fn confinement_requests_only_what_is_asked() {
+    let asked = Confinement {
+        mode: Some(Mode::ReadOnly),
+        network: None,
+    };
+    let request = asked.request().unwrap();
+    assert_eq!(
+        (request.mode, request.network),
+        (Some(Mode::ReadOnly), None)
+    );
+    assert_eq!(asked.applied(&sandbox()), (Mode::ReadOnly, Network::Full));
+}

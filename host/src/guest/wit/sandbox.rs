@@ -1,0 +1,26 @@
+//! The host side of the `toolhost:plugin/sandbox` import.
+//! The interface holds types only, so the host implements no function of it.
+//! What the host hands a policy through it is the sandbox settings that `tool.tools` gets.
+//! The 0.1.0 contract has no such interface.
+
+use super::latest::wit_sandbox;
+use crate::guest::state::CallState;
+use crate::sandbox;
+
+/// The `sandbox` interface holds types only.
+impl wit_sandbox::Host for CallState {}
+
+/// The `settings` handed to `tool.tools`: `profile` (the plugin's bound) and the operator's
+/// extra writable directories.
+pub(crate) fn settings(
+    profile: &sandbox::Profile,
+    writable: &[std::path::PathBuf],
+) -> wit_sandbox::Settings {
+    wit_sandbox::Settings {
+        mode: profile.mode.into(),
+        network: profile.network.into(),
+        writable: writable.iter().map(|p| p.display().to_string()).collect(),
+        limits: profile.limits.into(),
+        summary: profile.summary(),
+    }
+}

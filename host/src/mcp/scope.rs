@@ -1,0 +1,60 @@
+//! The scope a request runs in ([`ScopeRef`]), and where the scopes that requests name come
+//! from ([`NamedScopes`]).
+//!
+//! A session's requests run in the session's own scope.
+//! Requests of protocol 2026-07-28 have no session: they name their scope.
+//! The transport that serves them resolves those names through [`NamedScopes`].
+
+use rmcp::service::RequestContext;
+use rmcp::task_manager::TaskManager;
+use rmcp::{ErrorData, RoleServer};
+use std::sync::Arc;
+
+/// The scope a request runs in, and that scope's tasks; holds a named scope in use while it
+/// lives.
+pub struct ScopeRef {
+    /// The scope's id in the host.
+    pub name: String,
+    /// Its tasks.
+    pub tasks: TaskManager,
+    /// What keeps a named scope in use, dropped with this reference.
+    _lease: Option<Box<dyn Send + Sync>>,
+}
+
+impl ScopeRef {
+    /// A reference to a session's own scope.
+    pub(super) fn session(name: String, tasks: TaskManager) -> Self {
+        ScopeRef {
+            name,
+            tasks,
+            _lease: None,
+        }
+    }
+
+    /// A reference to a named scope that keeps it in use while it lives: `lease` is dropped
+    /// with it.
+    pub(super) fn leased(
+        name: String,
+        tasks: TaskManager,
+        lease: impl Send + Sync + 'static,
+    ) -> Self {
+        ScopeRef {
+            name,
+            tasks,
+            _lease: Some(Box::new(lease)),
+        }
+    }
+}
+
+/// The scopes that sessionless requests (protocol 2026-07-28) name, as the transport that
+/// serves them keeps them.
+pub(super) trait NamedScopes: Send + Sync {
+    /// The scope `context`'s request names.
+    /// With `create`, a scope that does not exist yet is made.
+    /// Without it, such a scope is `None` (so reads cannot fill the table of scopes).
+    fn resolve(
+        self: Arc<Self>,
+        context: &RequestContext<RoleServer>,
+        create: bool,
+    ) -> Result<Option<ScopeRef>, ErrorData>;
+}
