@@ -6,11 +6,12 @@
 //!   `TOOLHOST_GUEST_<NAME>` (upper case, `-` -> `_`) to the built file's path;
 //!   `src/plugins/bundled.rs` embeds the bundled policies with `include_bytes!` and the test
 //!   fixtures are found by path;
-//! - the process keeper in `keeper/`, for the host's own target: `TOOLHOST_KEEPER` is its path,
-//!   and the process manager embeds it, so that every program linking the library (the
-//!   binary, its tests, an embedder) can run it;
+//! - the process keeper in `keeper/` (with the protocol crate it shares with the host,
+//!   `keeper/protocol/`), for the host's own target: `TOOLHOST_KEEPER` is its path, and the
+//!   process manager embeds it, so that every program linking the library (the binary, its
+//!   tests, an embedder) can run it;
 //! - the list of the policy SDK's files (`guest-tools/crates/toolhost-policy`), each embedded
-//!   with `include_bytes!` in `$OUT_DIR/sdk_files.rs`, which `src/plugins/scaffold.rs`
+//!   with `include_bytes!` in `$OUT_DIR/sdk_files.rs`, which `src/cli/scaffold.rs`
 //!   includes: `toolhost new-policy` writes a copy of the SDK of the binary's own version.
 
 use sha2::Digest;
@@ -212,6 +213,12 @@ fn isolate(cmd: &mut Command) {
 fn build_keeper(root: &Path, out_dir: &Path) {
     let keeper = root.join("keeper");
     println!("cargo:rerun-if-changed={}", keeper.display());
+    // The protocol crate the keeper shares with the host. It lies inside `keeper/`, and is
+    // named here so that moving it out does not lose the rebuild.
+    println!(
+        "cargo:rerun-if-changed={}",
+        keeper.join("protocol").display()
+    );
     let host_target = env::var("TARGET").expect("cargo sets it");
     let musl = host_target
         .strip_suffix("-linux-gnu")

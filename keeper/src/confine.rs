@@ -2,46 +2,42 @@
 //! itself stays outside it (a confined command cannot signal or trace its keeper).
 //!
 //! The host prepares the layers once per scope and profile and passes them as descriptors:
-//! 6, a Landlock ruleset; 7, a sealed file of seccomp programs (each a native-endian `u32`
-//! instruction count followed by 8-byte `sock_filter` instructions). Options on the command
-//! line: `--confine` (descriptors 6 and 7 are given), `--rlimit-cpu=SECONDS`,
-//! `--rlimit-data=BYTES`, `--rlimit-nproc=N` (counted per user namespace: set only with
-//! namespaces, where it bounds the processes of the scope's namespace).
+//! [`fd::RULESET`], a Landlock ruleset; [`fd::SECCOMP`], a sealed file of seccomp programs.
+//! Options on the command line ([`option`]): `--confine` (both descriptors are given),
+//! `--rlimit-cpu=SECONDS`, `--rlimit-data=BYTES`, `--rlimit-nproc=N` (counted per user
+//! namespace: set only with namespaces, where it bounds the processes of the scope's
+//! namespace).
 //!
-//! `--namespaces=KIND,...` (`user`, `mnt`, `net`, `pid`): descriptors 8 and up are the scope's
-//! namespaces of those kinds, in that order (see `namespaces.rs`). The keeper joins them
-//! itself, before it starts the command ([`Confinement::join`]): a command's descendants must
-//! stay the keeper's descendants, and orphans are re-parented to the nearest subreaper *in
-//! their own PID namespace* only.
+//! `--namespaces=KIND,...` (the names of [`NamespaceKind`]): the descriptors from
+//! [`fd::FIRST_NAMESPACE`] on are the scope's namespaces of those kinds, in that order (see
+//! `namespaces.rs`). The keeper joins them itself, before it starts the command
+//! ([`Confinement::join`]): a command's descendants must stay the keeper's descendants, and
+//! orphans are re-parented to the nearest subreaper *in their own PID namespace* only.
 
 use std::io;
-use std::os::fd::RawFd;
 
-/// The Landlock ruleset, as the host passes it.
-const RULESET_FD: RawFd = 6;
-/// The seccomp programs, as the host passes them.
-const SECCOMP_FD: RawFd = 7;
-/// The first namespace descriptor.
-const NAMESPACE_FD: RawFd = 8;
-/// The namespaces the keeper knows: name on the command line, kind for setns(2). The user
-/// namespace comes first (it gives the right to join the others).
-const NAMESPACES: [(&str, libc::c_int); 4] = [
-    ("user", libc::CLONE_NEWUSER),
-    ("mnt", libc::CLONE_NEWNS),
-    ("net", libc::CLONE_NEWNET),
-    ("pid", libc::CLONE_NEWPID),
-];
+use toolhost_keeper_protocol::{NamespaceKind, fd, option};
+
+/// The `setns(2)` type of a namespace kind.
+fn clone_flag(kind: NamespaceKind) -> libc::c_int {
+    match kind {
+        NamespaceKind::User => libc::CLONE_NEWUSER,
+        NamespaceKind::Mount => libc::CLONE_NEWNS,
+        NamespaceKind::Network => libc::CLONE_NEWNET,
+        NamespaceKind::Pid => libc::CLONE_NEWPID,
+    }
+}
 
 /// What to apply to the command.
 #[derive(Debug, Default)]
 pub(crate) struct Confinement {
-    /// Landlock and seccomp (descriptors 6 and 7).
+    /// Landlock and seccomp ([`fd::RULESET`] and [`fd::SECCOMP`]).
     layers: Option<Vec<Vec<libc::sock_filter>>>,
     cpu_seconds: Option<u64>,
     data_bytes: Option<u64>,
     processes: Option<u64>,
-    /// The namespaces to join, in descriptor order from [`NAMESPACE_FD`].
-    namespaces: Vec<(&'static str, libc::c_int)>,
+    /// The namespaces to join, in descriptor order from [`fd::FIRST_NAMESPACE`].
+    namespaces: Vec<NamespaceKind>,
 }
 
 impl Confinement {
@@ -50,7 +46,7 @@ impl Confinement {
         let mut confinement = Confinement::default();
         let mut used = 0;
         for arg in args {
-            let Some(arg) = arg.to_str().filter(|arg| arg.starts_with("--")) else {
+            let Some(arg) = arg.to_str().filter(|arg| arg.starts_with(option::PREFIX)) else {
                 break;
             };
             used += 1;
@@ -59,19 +55,18 @@ impl Confinement {
                     io::Error::new(io::ErrorKind::InvalidInput, format!("bad option `{arg}`"))
                 })
             };
-            if arg == "--confine" {
+            if arg == option::CONFINE {
                 confinement.layers = Some(Vec::new());
-            } else if let Some(value) = arg.strip_prefix("--rlimit-cpu=") {
+            } else if let Some(value) = arg.strip_prefix(option::RLIMIT_CPU) {
                 confinement.cpu_seconds = Some(number(value)?);
-            } else if let Some(value) = arg.strip_prefix("--rlimit-data=") {
+            } else if let Some(value) = arg.strip_prefix(option::RLIMIT_DATA) {
                 confinement.data_bytes = Some(number(value)?);
-            } else if let Some(value) = arg.strip_prefix("--rlimit-nproc=") {
+            } else if let Some(value) = arg.strip_prefix(option::RLIMIT_NPROC) {
                 confinement.processes = Some(number(value)?);
-            } else if let Some(value) = arg.strip_prefix("--namespaces=") {
-                for name in value.split(',') {
-                    let known = NAMESPACES.iter().find(|(known, _)| *known == name);
-                    match known {
-                        Some(&kind) if !confinement.namespaces.contains(&kind) => {
+            } else if let Some(value) = arg.strip_prefix(option::NAMESPACES) {
+                for name in value.split(option::NAMESPACE_SEPARATOR) {
+                    match NamespaceKind::from_name(name) {
+                        Some(kind) if !confinement.namespaces.contains(&kind) => {
                             confinement.namespaces.push(kind);
                         }
                         _ => {
@@ -90,12 +85,12 @@ impl Confinement {
             }
         }
         if confinement.layers.is_some() {
-            for fd in [RULESET_FD, SECCOMP_FD] {
+            for fd in [fd::RULESET, fd::SECCOMP] {
                 crate::set_cloexec(fd)?;
             }
             confinement.layers = Some(read_programs()?);
         }
-        for fd in (NAMESPACE_FD..).take(confinement.namespaces.len()) {
+        for fd in (fd::FIRST_NAMESPACE..).take(confinement.namespaces.len()) {
             crate::set_cloexec(fd)?;
         }
         Ok((confinement, used))
@@ -110,10 +105,11 @@ impl Confinement {
             return Ok(false);
         }
         let workdir = std::env::current_dir()?;
-        for (fd, (name, kind)) in (NAMESPACE_FD..).zip(&self.namespaces) {
+        for (fd, kind) in (fd::FIRST_NAMESPACE..).zip(&self.namespaces) {
             // SAFETY: integer arguments; `fd` is a namespace descriptor the host passed.
-            if unsafe { libc::setns(fd, *kind) } != 0 {
+            if unsafe { libc::setns(fd, clone_flag(*kind)) } != 0 {
                 let error = io::Error::last_os_error();
+                let name = kind.name();
                 eprintln!("toolhost: cannot confine the command: setns({name}): {error}");
                 return Err(error);
             }
@@ -127,10 +123,7 @@ impl Confinement {
             );
             return Err(error);
         }
-        Ok(self
-            .namespaces
-            .iter()
-            .any(|(_, kind)| *kind == libc::CLONE_NEWPID))
+        Ok(self.namespaces.contains(&NamespaceKind::Pid))
     }
 
     /// Apply everything else, in the forked child just before `exec`. The keeper is single-threaded,
@@ -170,9 +163,9 @@ impl Confinement {
         // SAFETY: integer arguments; sets a flag of this process only.
         let nnp = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } == 0;
         step("prctl(PR_SET_NO_NEW_PRIVS)", nnp)?;
-        // SAFETY: descriptor 6 is the ruleset the host passed; flags 0.
+        // SAFETY: `fd::RULESET` is the ruleset the host passed; flags 0.
         let landlock =
-            unsafe { libc::syscall(libc::SYS_landlock_restrict_self, RULESET_FD, 0u32) } == 0;
+            unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd::RULESET, 0u32) } == 0;
         step("landlock_restrict_self", landlock)?;
         for program in programs {
             let filter = libc::sock_fprog {
@@ -266,7 +259,7 @@ fn drop_capabilities() {
     unsafe { libc::syscall(libc::SYS_capset, &raw const header, data.as_ptr()) };
 }
 
-/// Read the seccomp programs from descriptor 7 (with `pread`: the file is shared by every
+/// Read the seccomp programs from [`fd::SECCOMP`] (with `pread`: the file is shared by every
 /// keeper of the profile, so its offset is not ours to move).
 fn read_programs() -> io::Result<Vec<Vec<libc::sock_filter>>> {
     let mut bytes = Vec::new();
@@ -275,7 +268,7 @@ fn read_programs() -> io::Result<Vec<Vec<libc::sock_filter>>> {
         let offset = libc::off_t::try_from(bytes.len()).map_err(io::Error::other)?;
         // SAFETY: `chunk` is a valid, writable buffer of its length.
         let read =
-            unsafe { libc::pread(SECCOMP_FD, chunk.as_mut_ptr().cast(), chunk.len(), offset) };
+            unsafe { libc::pread(fd::SECCOMP, chunk.as_mut_ptr().cast(), chunk.len(), offset) };
         match read {
             0 => break,
             n if n > 0 => bytes.extend_from_slice(&chunk[..n.cast_unsigned()]),
@@ -322,7 +315,8 @@ mod tests {
         let parse = |arg: &str| {
             Confinement::from_args(&[std::ffi::OsString::from(arg)]).map(|(c, _)| c.namespaces)
         };
-        // Descriptors 8.. are not open in the test process: the names are checked first.
+        // The namespace descriptors are not open in the test process: the names are checked
+        // first.
         for bad in [
             "--namespaces=user,user",
             "--namespaces=uts",

@@ -7,26 +7,28 @@
 //! whatever it did to its session or group.
 //!
 //! Usage (the host runs it; not meant for people): `toolhost-keeper [--tty]
-//! [--join-cgroup=FD]... [OPTIONS] PROGRAM ARGV0 [ARG...]`, with descriptor 3 the write end of
-//! the *status* pipe and descriptor 4 the keeper's end of the *control* socket; each
-//! `--join-cgroup` descriptor is an open `cgroup.procs` of one of the command's cgroups, which
-//! the keeper moves itself into before anything else (a descriptor that is not a cgroup file,
-//! or a failed move, and the command does not run); the options and descriptors 6 and up
-//! confine the command (see `confine.rs`). When they include a PID namespace, the keeper forks once after
-//! joining it and carries on in the child, inside the namespace; the first process only waits
-//! for it. `toolhost-keeper --make-namespaces ...` is the other mode: it
-//! makes a scope's namespaces for the host (see `namespaces.rs`).
+//! [--join-cgroup=FD]... [OPTIONS] PROGRAM ARGV0 [ARG...]`. The protocol crate
+//! (`keeper/protocol/`, [`toolhost_keeper_protocol`]) defines the arguments, the descriptors
+//! the keeper gets and the bytes it exchanges with the host, and lists the steps in order.
+//! Each `--join-cgroup` descriptor is an open `cgroup.procs` of one of the command's cgroups,
+//! which the keeper moves itself into before anything else (a descriptor that is not a cgroup
+//! file, or a failed move, and the command does not run). The other options and the
+//! descriptors from [`fd::RULESET`] on confine the command (see `confine.rs`). When they
+//! include a PID namespace, the keeper forks once after joining it and carries on in the
+//! child, inside the namespace; the first process only waits for it. `toolhost-keeper
+//! --make-namespaces ...` is the other mode: it makes a scope's namespaces for the host (see
+//! `namespaces.rs`).
 //!
-//! - It starts `PROGRAM` (argv[0] `ARGV0`) in a new session, with the keeper's stdio,
+//! - It starts `PROGRAM` (argv\[0\] `ARGV0`) in a new session, with the keeper's stdio,
 //!   environment and working directory, then lets go of its stdio. With `--tty` first among
 //!   the options, stdin is a terminal and becomes the session's controlling terminal.
-//! - When that process exits it writes 5 bytes to the status pipe: `C` and the exit code, or
-//!   `S` and the signal number (little-endian `i32`); in lower case (`c`, `s`) when nothing
-//!   else of the command is left at that moment.
+//! - When that process exits it writes one status message to the status pipe: a [`Status`]
+//!   byte (in lower case when nothing else of the command is left at that moment) and the
+//!   exit code or signal number.
 //! - It reaps every descendant, and exits once the command has exited and no descendant is
 //!   left; the status pipe reaching end-of-file tells the host exactly that.
-//! - A byte on the control socket signals every descendant: `T` `SIGTERM`, `I` `SIGINT`, `K`
-//!   `SIGKILL` (repeated until none is left).
+//! - A [`Control`] byte on the control socket signals every descendant: `SIGTERM`, `SIGINT`,
+//!   or `SIGKILL` (repeated until none is left).
 //! - End-of-file on the control socket (the host closed it, or died: the kernel closes it
 //!   then), `SIGTERM` or `SIGHUP` (the host sets `SIGTERM` as the keeper's parent-death
 //!   signal): it kills every descendant, waits for them, and exits.
@@ -36,6 +38,7 @@ mod namespaces;
 mod tree;
 
 use confine::Confinement;
+use toolhost_keeper_protocol::{CANNOT_RUN, Control, Status, fd, helper, option};
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -45,13 +48,6 @@ use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitCode};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-
-/// The status pipe's write end, as the host passes it.
-const STATUS_FD: RawFd = 3;
-/// The control socket, as the host passes it.
-const CONTROL_FD: RawFd = 4;
-/// The keeper's own executable (a memfd), left open by the host for `execveat`.
-const SELF_FD: RawFd = 5;
 
 /// The keeper carrying on inside a PID namespace, in the process that only waits for it.
 static INNER: AtomicI32 = AtomicI32::new(0);
@@ -108,18 +104,21 @@ fn main() -> ExitCode {
 
 fn run() -> io::Result<()> {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
-    if args.first().is_some_and(|arg| arg == "--make-namespaces") {
+    if args
+        .first()
+        .is_some_and(|arg| arg == helper::MAKE_NAMESPACES)
+    {
         return namespaces::make(&args[1..]);
     }
     // `--tty`: stdin is a terminal, to become the command's controlling terminal.
-    let terminal = args.first().is_some_and(|arg| arg == "--tty");
+    let terminal = args.first().is_some_and(|arg| arg == option::TTY);
     let args = &args[usize::from(terminal)..];
     // `--join-cgroup=FD`: the `cgroup.procs` of one of the command's cgroups.
     let cgroups: Vec<RawFd> = args
         .iter()
         .map_while(|arg| {
             arg.to_str()?
-                .strip_prefix("--join-cgroup=")
+                .strip_prefix(option::JOIN_CGROUP)
                 .map(|fd| fd.parse::<RawFd>().map_err(|_| arg.clone()))
         })
         .collect::<Result<_, _>>()
@@ -137,23 +136,23 @@ fn run() -> io::Result<()> {
             "usage: toolhost-keeper [OPTIONS] PROGRAM ARGV0 [ARG...] (run by the toolhost host)",
         ));
     };
-    for fd in [STATUS_FD, CONTROL_FD] {
+    for fd in [fd::STATUS, fd::CONTROL] {
         set_cloexec(fd)?;
     }
-    // SAFETY: descriptors 3 and 4 are ours, given by the host for exactly this; nothing else
-    // in this process owns them.
-    let mut status = unsafe { File::from_raw_fd(STATUS_FD) };
+    // SAFETY: the status and control descriptors are ours, given by the host for exactly
+    // this; nothing else in this process owns them.
+    let mut status = unsafe { File::from_raw_fd(fd::STATUS) };
     // SAFETY: as above.
-    let mut control = unsafe { UnixStream::from_raw_fd(CONTROL_FD) };
+    let mut control = unsafe { UnixStream::from_raw_fd(fd::CONTROL) };
     // SAFETY: closing our own executable's descriptor, owned by nothing else here; EBADF
     // (not passed) is harmless.
-    unsafe { libc::close(SELF_FD) };
+    unsafe { libc::close(fd::EXECUTABLE) };
 
     // Into the command's cgroups first, so that the keeper and everything it starts are
     // counted; a command that cannot be limited does not run.
     if let Err(error) = join_cgroups(&cgroups) {
         eprintln!("toolhost: cannot move the command into its cgroups: {error}");
-        write_status(&mut status, b'C', 127);
+        write_status(&mut status, Status::Exited, CANNOT_RUN);
         return Ok(());
     }
 
@@ -179,14 +178,14 @@ fn run() -> io::Result<()> {
                 Ok(None) => {}
                 Err(error) => {
                     eprintln!("toolhost: cannot start the command in its PID namespace: {error}");
-                    write_status(&mut status, b'C', 127);
+                    write_status(&mut status, Status::Exited, CANNOT_RUN);
                     return Ok(());
                 }
             }
         }
         Err(_) => {
             // Said on the command's output; reported like a command that cannot run.
-            write_status(&mut status, b'C', 127);
+            write_status(&mut status, Status::Exited, CANNOT_RUN);
             return Ok(());
         }
     }
@@ -223,7 +222,7 @@ fn run() -> io::Result<()> {
         Ok(child) => child,
         Err(error) => {
             eprintln!("toolhost-keeper: cannot run {}: {error}", program.display());
-            write_status(&mut status, b'C', 127);
+            write_status(&mut status, Status::Exited, CANNOT_RUN);
             return Ok(());
         }
     };
@@ -232,7 +231,7 @@ fn run() -> io::Result<()> {
     release_stdio()?;
 
     // The command's end, once reaped; reported when it is known whether anything is left.
-    let mut ended: Option<(u8, i32)> = None;
+    let mut ended: Option<(Status, i32)> = None;
     let mut reported = false;
     let mut stopping = false;
     loop {
@@ -244,9 +243,9 @@ fn run() -> io::Result<()> {
             if pid > 0 {
                 if pid == leader {
                     ended = Some(if libc::WIFSIGNALED(raw) {
-                        (b'S', libc::WTERMSIG(raw))
+                        (Status::Signalled, libc::WTERMSIG(raw))
                     } else {
-                        (b'C', libc::WEXITSTATUS(raw))
+                        (Status::Exited, libc::WEXITSTATUS(raw))
                     });
                 }
                 continue;
@@ -262,17 +261,17 @@ fn run() -> io::Result<()> {
                 _ => return Err(error),
             }
         };
-        if let Some((tag, value)) = ended
+        if let Some((end, value)) = ended
             && !reported
         {
             reported = true;
-            // Lower case: and nothing of it is left (the keeper exits next).
-            let tag = if nothing_left {
-                tag.to_ascii_lowercase()
+            // And nothing of it is left (the keeper exits next).
+            let end = if nothing_left {
+                end.with_nothing_left()
             } else {
-                tag
+                end
             };
-            write_status(&mut status, tag, value);
+            write_status(&mut status, end, value);
         }
         if nothing_left {
             return Ok(());
@@ -289,11 +288,11 @@ fn run() -> io::Result<()> {
                 let mut byte = [0u8; 1];
                 match control.read(&mut byte) {
                     Ok(0) => stopping = true,
-                    Ok(_) => match byte[0] {
-                        b'T' => tree::signal_all(libc::SIGTERM),
-                        b'I' => tree::signal_all(libc::SIGINT),
-                        b'K' => tree::kill_all(),
-                        _ => {}
+                    Ok(_) => match Control::from_u8(byte[0]) {
+                        Some(Control::Terminate) => tree::signal_all(libc::SIGTERM),
+                        Some(Control::Interrupt) => tree::signal_all(libc::SIGINT),
+                        Some(Control::Kill) => tree::kill_all(),
+                        None => {}
                     },
                     Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
                     Err(_) => stopping = true,
@@ -382,11 +381,8 @@ fn wait_for_event(control: &UnixStream, wake: RawFd) -> io::Result<Event> {
 
 /// Write the command's end to the host. Failure means the host is gone; the control socket
 /// says so too, so it is not an error here.
-fn write_status(status: &mut File, tag: u8, value: i32) {
-    let mut message = [0u8; 5];
-    message[0] = tag;
-    message[1..].copy_from_slice(&value.to_le_bytes());
-    let _ = status.write_all(&message);
+fn write_status(status: &mut File, end: Status, value: i32) {
+    let _ = status.write_all(&end.message(value));
 }
 
 /// Let go of the command's stdio: the output pipe reaches end-of-file when the command and its

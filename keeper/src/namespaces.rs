@@ -25,7 +25,8 @@
 //! PID namespace could not be made) and exits; the host opens `/proc/HOLDER_PID/ns/*`. On
 //! failure it prints `error: ...` and exits non-zero; the message starts with [`REFUSED`] when
 //! the kernel refuses the user namespace, or with [`POWERLESS`] when it makes one but denies the
-//! first privileged operation in it. The host decides what either means.
+//! first privileged operation in it. The host decides what either means. The options and the
+//! answer are the protocol's [`helper`](toolhost_keeper_protocol::helper) module.
 
 use std::ffi::{CString, OsString};
 use std::io::{self, Write};
@@ -33,6 +34,11 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+
+use toolhost_keeper_protocol::helper::{
+    ERROR, MASK, MASK_FILE, NET, NO_PID_NAMESPACE, PID, PID_NAMESPACE, POWERLESS, PRIVATE_TMP,
+    READY, REFUSED, SEPARATOR, WRITABLE,
+};
 
 /// What to make, from the command line.
 #[derive(Debug, Default)]
@@ -55,17 +61,17 @@ impl Plan {
                     .strip_prefix(prefix)
                     .map(|path| PathBuf::from(std::ffi::OsStr::from_bytes(path)))
             };
-            if bytes == b"--net" {
+            if bytes == NET.as_bytes() {
                 plan.net = true;
-            } else if bytes == b"--pid" {
+            } else if bytes == PID.as_bytes() {
                 plan.pid = true;
-            } else if let Some(path) = path(b"--mask=") {
+            } else if let Some(path) = path(MASK.as_bytes()) {
                 plan.masks.push(path);
-            } else if let Some(path) = path(b"--mask-file=") {
+            } else if let Some(path) = path(MASK_FILE.as_bytes()) {
                 plan.mask_files.push(path);
-            } else if let Some(path) = path(b"--writable=") {
+            } else if let Some(path) = path(WRITABLE.as_bytes()) {
                 plan.writable.push(path);
-            } else if let Some(path) = path(b"--private-tmp=") {
+            } else if let Some(path) = path(PRIVATE_TMP.as_bytes()) {
                 plan.private_tmp = Some(path);
             } else {
                 return Err(invalid(format!(
@@ -89,16 +95,6 @@ impl Plan {
     }
 }
 
-/// How the answer starts when the kernel refuses to make a user namespace.
-const REFUSED: &str = "user namespaces refused: ";
-
-/// How the answer starts when the kernel makes a user namespace but denies (`EPERM` or
-/// `EACCES`) the privileged operations the helper first tries in it: setting up its user and
-/// group maps, or changing the propagation of `/` in its new mount namespace. That is the mark
-/// of a Linux security module restricting unprivileged user namespaces, as Ubuntu 24.04's
-/// AppArmor `unprivileged_userns` profile does.
-const POWERLESS: &str = "no privileges in a new user namespace: ";
-
 /// `error` with `prefix` before its message when it is a denial (`EPERM` or `EACCES`).
 fn label_denial(prefix: &str, error: io::Error) -> io::Error {
     if error.kind() == io::ErrorKind::PermissionDenied {
@@ -115,15 +111,15 @@ pub(crate) fn make(args: &[OsString]) -> io::Result<()> {
     match result {
         Ok((_, Holder { pid, pid_namespace })) => {
             let pid_namespace = match pid_namespace {
-                Ok(true) => "pid".to_owned(),
-                Ok(false) => "-".to_owned(),
-                Err(reason) => format!("-{reason}"),
+                Ok(true) => PID_NAMESPACE.to_owned(),
+                Ok(false) => NO_PID_NAMESPACE.to_owned(),
+                Err(reason) => format!("{NO_PID_NAMESPACE}{reason}"),
             };
-            writeln!(stdout, "ready {pid} {pid_namespace}")?;
+            writeln!(stdout, "{READY}{pid}{SEPARATOR}{pid_namespace}")?;
             stdout.flush()
         }
         Err(error) => {
-            writeln!(stdout, "error: {error}")?;
+            writeln!(stdout, "{ERROR}{error}")?;
             stdout.flush()?;
             Err(error)
         }
@@ -298,7 +294,8 @@ fn cover_files(files: &[PathBuf], scratch: Option<&Path>) -> io::Result<()> {
     if files.is_empty() {
         return Ok(());
     }
-    let scratch = scratch.ok_or_else(|| invalid("--mask-file needs --private-tmp".to_owned()))?;
+    let scratch =
+        scratch.ok_or_else(|| invalid(format!("{MASK_FILE}FILE needs {PRIVATE_TMP}DIR")))?;
     let scratch_c = c_path(scratch)?;
     // SAFETY: NUL-terminated strings for source, target, type and data.
     let mounted = unsafe {

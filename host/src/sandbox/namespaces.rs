@@ -28,19 +28,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU8, Ordering};
 
+pub(crate) use toolhost_keeper_protocol::NamespaceKind;
+pub(crate) use toolhost_keeper_protocol::helper::POWERLESS;
+use toolhost_keeper_protocol::helper::{self, REFUSED};
+use toolhost_keeper_protocol::option;
+
 /// Why the namespaces could not be made.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("cannot make the sandbox's namespaces: {0}")]
 pub(crate) struct NamespaceError(pub(crate) String);
-
-/// How the helper's answer starts when the kernel refuses to make a user namespace
-/// (`keeper/src/namespaces.rs`).
-const REFUSED: &str = "user namespaces refused: ";
-
-/// How the helper's answer starts when the kernel makes a user namespace but denies (`EPERM`
-/// or `EACCES`) the first privileged operations in it: its uid and gid maps, or making `/`
-/// private in its new mount namespace (`keeper/src/namespaces.rs`).
-pub(crate) const POWERLESS: &str = "no privileges in a new user namespace: ";
 
 impl NamespaceError {
     /// The kernel refuses user namespaces (as some distributions and containers configure
@@ -82,9 +78,9 @@ pub(crate) struct Request<'a> {
 /// (the PID namespace's init), which ends when this is dropped.
 #[derive(Debug)]
 pub(crate) struct Namespaces {
-    /// Kind (`user`, `mnt`, `net`, `pid`) and descriptor, in the order the keeper joins them
-    /// (its descriptors 8 and up).
-    pub(crate) fds: Vec<(&'static str, OwnedFd)>,
+    /// Kind and descriptor, in the order the keeper joins them (its descriptors from
+    /// [`FIRST_NAMESPACE`](toolhost_keeper_protocol::fd::FIRST_NAMESPACE) on).
+    pub(crate) fds: Vec<(NamespaceKind, OwnedFd)>,
     /// Why the PID namespace asked for could not be made (commands then share the host's).
     pub(crate) pid_missing: Option<String>,
     /// The holder's stdin: end-of-file ends it.
@@ -109,8 +105,8 @@ fn exiting(pid: libc::pid_t) -> bool {
 
 impl Namespaces {
     /// Whether a namespace of `kind` is among them.
-    pub(crate) fn has(&self, kind: &str) -> bool {
-        self.fds.iter().any(|(name, _)| *name == kind)
+    pub(crate) fn has(&self, kind: NamespaceKind) -> bool {
+        self.fds.iter().any(|(made, _)| *made == kind)
     }
 
     /// Whether the holder still runs (killed, its namespaces are gone: a PID namespace whose
@@ -135,14 +131,18 @@ impl Namespaces {
     /// The PID namespace's own `/proc`, as the host reaches it (through the holder's root);
     /// `None` without a PID namespace.
     pub(crate) fn proc_root(&self) -> Option<PathBuf> {
-        self.has("pid")
+        self.has(NamespaceKind::Pid)
             .then(|| PathBuf::from(format!("/proc/{}/root/proc", self.holder)))
     }
 
     /// The keeper's option naming them: `--namespaces=user,mnt,...`.
     pub(crate) fn keeper_arg(&self) -> String {
-        let kinds: Vec<&str> = self.fds.iter().map(|(kind, _)| *kind).collect();
-        format!("--namespaces={}", kinds.join(","))
+        let kinds: Vec<&str> = self.fds.iter().map(|(kind, _)| kind.name()).collect();
+        format!(
+            "{}{}",
+            option::NAMESPACES,
+            kinds.join(option::NAMESPACE_SEPARATOR)
+        )
     }
 }
 
@@ -196,12 +196,12 @@ pub(crate) fn make(
     let failed = |what: &str, error: std::io::Error| NamespaceError(format!("{what}: {error}"));
     let mut command = Command::new(format!("/proc/self/fd/{}", keeper.as_raw_fd()));
     // Shown as the keeper in `ps`.
-    command.arg0("toolhost-keeper").arg("--make-namespaces");
+    command.arg0("toolhost-keeper").arg(helper::MAKE_NAMESPACES);
     if request.private_network {
-        command.arg("--net");
+        command.arg(helper::NET);
     }
     if request.pid {
-        command.arg("--pid");
+        command.arg(helper::PID);
     }
     let private_tmp: Vec<PathBuf> = request
         .private_tmp
@@ -209,10 +209,10 @@ pub(crate) fn make(
         .into_iter()
         .collect();
     let paths = [
-        ("--mask=", request.masks),
-        ("--mask-file=", request.mask_files),
-        ("--writable=", request.writable),
-        ("--private-tmp=", private_tmp.as_slice()),
+        (helper::MASK, request.masks),
+        (helper::MASK_FILE, request.mask_files),
+        (helper::WRITABLE, request.writable),
+        (helper::PRIVATE_TMP, private_tmp.as_slice()),
     ];
     for (option, list) in paths {
         for path in list {
@@ -241,11 +241,11 @@ pub(crate) fn make(
     });
     let stdin = child.stdin.take().map(OwnedFd::from);
     let result = match read {
-        Some(Ok(_)) => match line.trim_end().strip_prefix("ready ") {
+        Some(Ok(_)) => match line.trim_end().strip_prefix(helper::READY) {
             Some(ready) => open_all(ready, request, stdin),
             None => Err(NamespaceError(
                 line.trim_end()
-                    .strip_prefix("error: ")
+                    .strip_prefix(helper::ERROR)
                     .unwrap_or("the helper ended without a word")
                     .to_owned(),
             )),
@@ -289,7 +289,9 @@ fn open_all(
     request: &Request<'_>,
     stdin: Option<OwnedFd>,
 ) -> Result<Namespaces, NamespaceError> {
-    let (pid, pid_namespace) = ready.split_once(' ').unwrap_or((ready, "-"));
+    let (pid, pid_namespace) = ready
+        .split_once(helper::SEPARATOR)
+        .unwrap_or((ready, helper::NO_PID_NAMESPACE));
     let holder = pid
         .parse::<libc::pid_t>()
         .ok()
@@ -301,14 +303,16 @@ fn open_all(
         holder_stdin: stdin,
         holder,
     };
-    let mut kinds = vec!["user", "mnt"];
+    let mut kinds = vec![NamespaceKind::User, NamespaceKind::Mount];
     if request.private_network {
-        kinds.push("net");
+        kinds.push(NamespaceKind::Network);
     }
     match pid_namespace {
-        "pid" => kinds.push("pid"),
+        helper::PID_NAMESPACE => kinds.push(NamespaceKind::Pid),
         _ if request.pid => {
-            let reason = pid_namespace.strip_prefix('-').unwrap_or_default();
+            let reason = pid_namespace
+                .strip_prefix(helper::NO_PID_NAMESPACE)
+                .unwrap_or_default();
             namespaces.pid_missing = Some(if reason.is_empty() {
                 "not made".to_owned()
             } else {
@@ -318,7 +322,7 @@ fn open_all(
         _ => {}
     }
     for kind in kinds {
-        let path = format!("/proc/{holder}/ns/{kind}");
+        let path = format!("/proc/{holder}/ns/{}", kind.name());
         let fd = std::fs::File::open(&path)
             .map(OwnedFd::from)
             .map_err(|e| NamespaceError(format!("{path}: {e}")))?;

@@ -17,8 +17,9 @@ use tokio::time::Instant;
 use super::input::InputSide;
 use super::keeper;
 use super::output_log::{LogIndex, OutputLog};
-use super::sys::{self, Exit};
+use super::reap::{self, Exit};
 use crate::buffer::HeadTailBuffer;
+use crate::lock;
 use crate::process::{OutputSnapshot, ProcessInfo, ReadFrom, Signal, Until};
 use crate::sandbox::{CommandCgroups, HiddenPaths, Network, Profile, SandboxMode};
 use crate::terminal::stream_view;
@@ -533,7 +534,7 @@ impl Entry {
         if let Some(pid) = self.release_keeper() {
             // Forgotten under the lock, so nobody signals the keeper after this; the pid
             // cannot be reused before `stop_and_reap` reaps it.
-            sys::stop_and_reap(pid);
+            reap::stop_and_reap(pid);
         }
         self.removed.send_replace(true);
         self.close_log();
@@ -545,7 +546,7 @@ impl Entry {
     /// finds nothing to signal, as it should.
     pub(super) fn release_when_gone(&self) {
         if let Some(pid) = self.release_keeper() {
-            sys::stop_and_reap(pid);
+            reap::stop_and_reap(pid);
         }
         let cgroups = lock(&self.cgroups).take();
         drop(cgroups);
@@ -583,8 +584,6 @@ async fn wait_until(flag: &watch::Sender<bool>, deadline: Option<Instant>) -> bo
         None => done.await.is_ok(),
     }
 }
-
-pub(super) use crate::lock;
 
 pub(super) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)

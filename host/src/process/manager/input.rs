@@ -10,8 +10,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe;
 use tokio::time::Instant;
 
-use super::entry::lock;
 use super::pty;
+use crate::lock;
 use crate::process::{MAX_INPUT_BYTES, ProcessError, Stdin, no_input, no_terminal};
 use crate::terminal::{Emulator, Key, Screen, TerminalSize};
 

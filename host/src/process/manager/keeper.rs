@@ -6,11 +6,17 @@
 //! whatever the command starts stays its descendant, even after `setsid`, `setpgid` or a
 //! double fork. The host talks to it over two channels, set up here:
 //!
-//! - the *status* pipe (keeper to host): the command's exit as one 5-byte message, then
-//!   end-of-file once the keeper exits, which it does only when no descendant is left;
-//! - the *control* socket (host to keeper): one byte per request (`T` terminate, `I`
-//!   interrupt, `K` kill, each for every descendant); closing it (also the kernel's doing
-//!   when the host dies, however it dies) makes the keeper kill every descendant and exit.
+//! - the *status* pipe (keeper to host): the command's exit as one status message
+//!   ([`Status`]), then end-of-file once the keeper exits, which it does only when no
+//!   descendant is left;
+//! - the *control* socket (host to keeper): one [`Control`] byte per request (terminate,
+//!   interrupt or kill, each for every descendant); closing it (also the kernel's doing when
+//!   the host dies, however it dies) makes the keeper kill every descendant and exit.
+//!
+//! The protocol crate (`keeper/protocol/`) names every number, byte and option of it, and
+//! lists a command's steps in order. The keeper gets its descriptors at fixed numbers below
+//! [`fd::FIRST_FREE`]; the host keeps every descriptor it is about to give at or above it
+//! ([`above_reserved`]).
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -22,7 +28,9 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncReadExt, Interest};
 use tokio::net::unix::pipe;
 
-use super::sys::{Exit, above_reserved};
+use toolhost_keeper_protocol::{Control, STATUS_MESSAGE_LEN, Status, fd};
+
+use super::reap::Exit;
 use crate::process::Signal;
 
 /// The keeper executable, built by `build.rs` for the target this library is built for.
@@ -63,7 +71,22 @@ fn load() -> io::Result<OwnedFd> {
     above_reserved(OwnedFd::from(file))
 }
 
-/// The keeper's ends of its two channels, passed to it as descriptors 3 and 4.
+/// Move a descriptor to [`fd::FIRST_FREE`] or above (close-on-exec), so that installing the
+/// keeper's descriptors (all below it) with `dup2` cannot clobber it.
+pub(super) fn above_reserved(fd: OwnedFd) -> io::Result<OwnedFd> {
+    if fd.as_raw_fd() >= fd::FIRST_FREE {
+        return Ok(fd);
+    }
+    // SAFETY: F_DUPFD_CLOEXEC on a descriptor we own returns a new one that nothing else owns.
+    let moved = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, fd::FIRST_FREE) };
+    if moved < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above, the new descriptor is ours alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(moved) })
+}
+
+/// The keeper's ends of its two channels, passed to it as [`fd::STATUS`] and [`fd::CONTROL`].
 pub(super) struct KeeperEnds {
     pub(super) status: OwnedFd,
     pub(super) control: OwnedFd,
@@ -94,11 +117,12 @@ pub(super) fn channels() -> io::Result<(HostEnds, KeeperEnds)> {
 /// Ask the keeper to send `signal` to every descendant. `Err` when the keeper is gone (or
 /// cannot take requests).
 pub(super) fn request(control: &OwnedFd, signal: Signal) -> io::Result<()> {
-    let byte: u8 = match signal {
-        Signal::Terminate => b'T',
-        Signal::Interrupt => b'I',
-        Signal::Kill => b'K',
-    };
+    let byte = match signal {
+        Signal::Terminate => Control::Terminate,
+        Signal::Interrupt => Control::Interrupt,
+        Signal::Kill => Control::Kill,
+    }
+    .as_u8();
     // SAFETY: a valid one-byte buffer on our own socket. MSG_NOSIGNAL: a keeper that has
     // exited gives EPIPE, never SIGPIPE; MSG_DONTWAIT: a keeper that stopped reading cannot
     // block the host.
@@ -129,7 +153,7 @@ pub(super) struct Report {
 
 /// Read the command's exit from the status pipe.
 pub(super) async fn read_exit(status: &mut pipe::Receiver) -> Report {
-    let mut message = [0u8; 5];
+    let mut message = [0u8; STATUS_MESSAGE_LEN];
     match status.read_exact(&mut message).await {
         Ok(_) => parse(message),
         Err(_) => Report {
@@ -157,18 +181,19 @@ pub(super) async fn wait_gone(mut status: pipe::Receiver, pidfd: Option<OwnedFd>
     }
 }
 
-/// A status message: `C` and the exit code, or `S` and the signal number; lower case when
-/// nothing else is left.
-fn parse(message: [u8; 5]) -> Report {
-    let value = i32::from_le_bytes([message[1], message[2], message[3], message[4]]);
-    let exit = match message[0].to_ascii_uppercase() {
-        b'C' => Some(Exit::Code(value)),
-        b'S' => Some(Exit::Signal(value)),
-        _ => None,
-    };
+/// A status message: the exit code or the signal's number, and whether nothing else is left.
+fn parse(message: [u8; STATUS_MESSAGE_LEN]) -> Report {
+    let (status, value) = Status::parse(message);
+    let exit = status.map(|status| {
+        if status.signalled() {
+            Exit::Signal(value)
+        } else {
+            Exit::Code(value)
+        }
+    });
     Report {
         exit,
-        nothing_left: message[0].is_ascii_lowercase(),
+        nothing_left: status.is_some_and(Status::nothing_left),
     }
 }
 
@@ -180,11 +205,11 @@ mod tests {
     fn status_messages_parse() {
         let report = |exit, nothing_left| Report { exit, nothing_left };
         assert_eq!(
-            parse([b'C', 3, 0, 0, 0]),
+            parse(Status::Exited.message(3)),
             report(Some(Exit::Code(3)), false)
         );
         assert_eq!(
-            parse([b's', 9, 0, 0, 0]),
+            parse(Status::SignalledNothingLeft.message(9)),
             report(Some(Exit::Signal(9)), true)
         );
         assert_eq!(parse([b'?', 0, 0, 0, 0]), report(None, false));

@@ -17,7 +17,9 @@ use std::sync::mpsc;
 use nix::unistd::Pid;
 use tokio::sync::oneshot;
 
-use super::sys::{self, ChildSpec, Forker, SpawnError, SpawnStep};
+use super::child::{Forker, SpawnError, SpawnStep};
+use super::reap;
+use super::spec::ChildSpec;
 
 /// A started keeper.
 ///
@@ -34,7 +36,7 @@ pub(super) struct Spawned {
 impl Spawned {
     fn new(pid: Pid) -> Self {
         // Opened while the keeper is our unreaped child, so it is the keeper's.
-        let pidfd = sys::pidfd_open(pid).ok();
+        let pidfd = reap::pidfd_open(pid).ok();
         Self {
             pid,
             pidfd,
@@ -62,7 +64,7 @@ impl Spawned {
 impl Drop for Spawned {
     fn drop(&mut self) {
         if self.armed {
-            sys::stop_and_reap(self.pid);
+            reap::stop_and_reap(self.pid);
         }
     }
 }

@@ -1,373 +1,22 @@
-//! The Linux process calls the manager needs beyond what `nix` wraps: a `posix_spawn`-like
-//! spawn of a command's keeper that also sets up a session, the parent-death signal and the
-//! keeper's channels, and a `waitid` that reads any exit (including real-time signals).
+//! Starting a child: the `posix_spawn`-like start of a command's keeper, which also makes the
+//! keeper a session leader, sets its parent-death signal and installs its descriptors.
+//!
+//! This file holds all the code that runs between `clone` and `exec`, and the `unsafe` it
+//! takes. There the child shares the parent's memory: it makes async-signal-safe calls only,
+//! and allocates nothing. What the child runs, and with what, is prepared beforehand in safe
+//! code (`spec.rs`).
 
-use std::ffi::{CString, OsStr, OsString};
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use nix::libc;
-use nix::sys::signal::Signal;
 use nix::unistd::Pid;
-use rustix::process::{WaitId, WaitIdOptions, waitid};
+use toolhost_keeper_protocol::fd;
 
-use super::keeper::KeeperEnds;
-use crate::sandbox::secrets::is_secret_variable;
-use crate::sandbox::{CommandCgroups, Prepared};
-
-/// How a process ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Exit {
-    /// `exit(code)`.
-    Code(i32),
-    /// Killed by signal number N.
-    Signal(i32),
-}
-
-impl Exit {
-    /// The shell convention: the code, or 128+N for signal N.
-    pub(super) fn exit_code(self) -> i32 {
-        match self {
-            Exit::Code(code) => code,
-            Exit::Signal(signal) => 128 + signal,
-        }
-    }
-
-    /// The terminating signal's name, e.g. `SIGKILL`.
-    pub(super) fn signal_name(self) -> Option<String> {
-        match self {
-            Exit::Code(_) => None,
-            Exit::Signal(signal) => Some(signal_name(signal)),
-        }
-    }
-}
-
-/// `SIGTERM` for 15 and so on; `SIGRTMIN+N` for real-time signals.
-pub(super) fn signal_name(signal: i32) -> String {
-    match Signal::try_from(signal) {
-        Ok(known) => known.as_str().to_owned(),
-        Err(_) => {
-            let rtmin = libc::SIGRTMIN();
-            if (rtmin..=libc::SIGRTMAX()).contains(&signal) {
-                format!("SIGRTMIN+{}", signal - rtmin)
-            } else {
-                format!("SIG{signal}")
-            }
-        }
-    }
-}
-
-/// `waitid(WEXITED)` on our child `pid`, reaping it. `Ok(None)` when `nohang` and it has not
-/// exited yet. Only sound while `pid` is unreaped (the pid cannot be reused until then).
-pub(super) fn wait_exited(pid: Pid, nohang: bool) -> io::Result<Option<Exit>> {
-    let id = WaitId::Pid(rustix_pid(pid)?);
-    let mut options = WaitIdOptions::EXITED;
-    if nohang {
-        options |= WaitIdOptions::NOHANG;
-    }
-    loop {
-        let status = match waitid(id.clone(), options) {
-            Ok(status) => status,
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(errno) => return Err(errno.into()),
-        };
-        let Some(status) = status else {
-            return Ok(None);
-        };
-        return Ok(Some(match status.terminating_signal() {
-            Some(signal) => Exit::Signal(signal),
-            None => Exit::Code(status.exit_status().unwrap_or_default()),
-        }));
-    }
-}
-
-/// The same pid as rustix sees it.
-fn rustix_pid(pid: Pid) -> io::Result<rustix::process::Pid> {
-    rustix::process::Pid::from_raw(pid.as_raw())
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a process id"))
-}
-
-/// Stop keeper `pid` (our unreaped child) and everything under it: `SIGTERM` makes a keeper kill
-/// every descendant and exit (and one that has not yet set up kills nothing, having started
-/// nothing). Reap it at once if it is already dead, else from a short-lived thread, so that
-/// the caller never blocks on it. The caller must own `pid` (nobody else may signal or reap it
-/// afterwards).
-pub(super) fn stop_and_reap(pid: Pid) {
-    let _ = nix::sys::signal::kill(pid, Signal::SIGTERM);
-    reap_soon(pid);
-}
-
-/// Reap our child `pid`, which has exited or been told to: at once if it is already
-/// a zombie, else from a short-lived thread (inline if no thread can be started).
-pub(super) fn reap_soon(pid: Pid) {
-    if !matches!(wait_exited(pid, true), Ok(None)) {
-        // Reaped now, or not ours to reap.
-        return;
-    }
-    let spawned = std::thread::Builder::new()
-        .name("toolhost-reaper".to_owned())
-        .spawn(move || {
-            let _ = wait_exited(pid, false);
-        });
-    if spawned.is_err() {
-        let _ = wait_exited(pid, false);
-    }
-}
-
-/// Reap our children `pids`, which have exited or been told to: those already
-/// zombies at once, the rest from one short-lived thread, so that the caller never waits.
-/// If no thread can be started, the rest are left unreaped (zombies until the host exits)
-/// rather than waited for. The caller must own every pid (nobody else may signal or reap it
-/// afterwards).
-pub(super) fn reap_all_soon(mut pids: Vec<Pid>) {
-    pids.retain(|&pid| matches!(wait_exited(pid, true), Ok(None)));
-    if pids.is_empty() {
-        return;
-    }
-    let count = pids.len();
-    let spawned = std::thread::Builder::new()
-        .name("toolhost-reaper".to_owned())
-        .spawn(move || {
-            for pid in pids {
-                let _ = wait_exited(pid, false);
-            }
-        });
-    if let Err(error) = spawned {
-        tracing::warn!(count, %error, "cannot start a thread to reap killed processes; left unreaped");
-    }
-}
-
-/// `pidfd_open(pid, 0)` (Linux 5.3+). The descriptor is close-on-exec and becomes readable
-/// once the process has exited (is a zombie or reaped).
-pub(super) fn pidfd_open(pid: Pid) -> io::Result<OwnedFd> {
-    Ok(rustix::process::pidfd_open(
-        rustix_pid(pid)?,
-        rustix::process::PidfdFlags::empty(),
-    )?)
-}
-
-/// Everything a child needs, prepared by the parent: between `clone` and `exec` the child
-/// shares the parent's memory and must not allocate or take locks.
-///
-/// The child executed is the command's keeper (see `keeper.rs`), which runs the shell.
-pub(super) struct ChildSpec {
-    argv: Vec<CString>,
-    envp: Vec<CString>,
-    workdir: CString,
-    /// Becomes the child's stdout and stderr.
-    output: OwnedFd,
-    /// Becomes the child's stdin; `None`: `/dev/null`.
-    stdin: Option<OwnedFd>,
-    /// Become the keeper's descriptors 3 and 4.
-    keeper: KeeperEnds,
-    /// The confinement layers (Landlock ruleset, seccomp programs), for the keeper's
-    /// descriptors 6 and 7.
-    layers: Option<(OwnedFd, OwnedFd)>,
-    /// The scope's namespaces (user, mount, and maybe network and PID), for descriptors 8 and up.
-    namespaces: Vec<OwnedFd>,
-    /// `cgroup.procs` of the command's cgroups (at most two), for the descriptors after the
-    /// others; the keeper moves itself in (`--join-cgroup=FD`).
-    cgroups: Vec<OwnedFd>,
-    nice: i32,
-}
-
-impl ChildSpec {
-    /// `shell -c command` under a keeper, in `workdir`, with the host environment (only the
-    /// `inherit` names, if given) plus `env` (which wins), stdout and stderr both `output`,
-    /// stdin `/dev/null`. A `shell` without a `/` is looked up in `PATH`.
-    ///
-    /// With `confine`, the keeper confines the shell: its options and descriptors are added,
-    /// its variables (`TMPDIR`) set, and host variables that hold secrets (see
-    /// [`is_secret_variable`]) left out unless `inherit` names them.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn new(
-        shell: &Path,
-        command: &str,
-        env: &[(String, String)],
-        inherit: Option<&[String]>,
-        workdir: &Path,
-        output: OwnedFd,
-        keeper: KeeperEnds,
-        confine: Option<&Prepared>,
-        cgroups: Option<&CommandCgroups>,
-        nice: i32,
-    ) -> io::Result<Self> {
-        let namespaces: Vec<OwnedFd> = confine
-            .and_then(|prepared| prepared.namespaces.as_ref())
-            .map(|namespaces| {
-                namespaces
-                    .fds
-                    .iter()
-                    .take(4)
-                    .map(|(_, fd)| above_reserved(fd.try_clone()?))
-                    .collect::<io::Result<Vec<_>>>()
-            })
-            .transpose()?
-            .unwrap_or_default();
-        let cgroups: Vec<OwnedFd> = cgroups
-            .map(|cgroups| {
-                cgroups
-                    .procs()
-                    .iter()
-                    .take(2)
-                    .map(|file| above_reserved(OwnedFd::from(file.try_clone()?)))
-                    .collect::<io::Result<Vec<_>>>()
-            })
-            .transpose()?
-            .unwrap_or_default();
-        let mut argv = vec![cstring(b"toolhost-keeper")?];
-        // The cgroups' `cgroup.procs` follow the other descriptors the keeper gets; it moves
-        // itself in before anything else (see `child_main` for why not here).
-        let first_cgroup = if confine.is_some() {
-            8 + namespaces.len()
-        } else {
-            6
-        };
-        for slot in first_cgroup..first_cgroup + cgroups.len() {
-            argv.push(cstring(format!("--join-cgroup={slot}").as_bytes())?);
-        }
-        if let Some(prepared) = confine {
-            argv.push(cstring(b"--confine")?);
-            for option in &prepared.keeper_args {
-                argv.push(cstring(option.as_bytes())?);
-            }
-        }
-        argv.extend([
-            cstring(find_program(shell)?.as_os_str().as_bytes())?,
-            cstring(shell.as_os_str().as_bytes())?,
-            cstring(b"-c")?,
-            cstring(command.as_bytes())?,
-        ]);
-
-        let set_by_sandbox = |key: &OsStr| {
-            confine.is_some_and(|prepared| {
-                prepared.env.iter().any(|(name, _)| OsStr::new(name) == key)
-            })
-        };
-        let mut vars: Vec<(OsString, OsString)> = std::env::vars_os()
-            .filter(|(key, value)| match inherit {
-                Some(names) => names.iter().any(|name| OsStr::new(name) == key),
-                None => confine.is_none() || !is_secret_variable(key, value),
-            })
-            .filter(|(key, _)| !set_by_sandbox(key))
-            .filter(|(key, _)| !env.iter().any(|(name, _)| OsStr::new(name) == key))
-            .collect();
-        if let Some(prepared) = confine {
-            vars.extend(
-                prepared
-                    .env
-                    .iter()
-                    .filter(|(name, _)| !env.iter().any(|(set, _)| set == name))
-                    .map(|(k, v)| (OsString::from(k), OsString::from(v))),
-            );
-        }
-        vars.extend(
-            env.iter()
-                .map(|(k, v)| (OsString::from(k), OsString::from(v))),
-        );
-        let envp = vars
-            .iter()
-            .map(|(key, value)| {
-                let mut pair = Vec::with_capacity(key.len() + value.len() + 1);
-                pair.extend_from_slice(key.as_bytes());
-                pair.push(b'=');
-                pair.extend_from_slice(value.as_bytes());
-                cstring(&pair)
-            })
-            .collect::<io::Result<_>>()?;
-        Ok(Self {
-            argv,
-            envp,
-            workdir: cstring(workdir.as_os_str().as_bytes())?,
-            output: above_reserved(output)?,
-            stdin: None,
-            keeper,
-            layers: match confine {
-                Some(prepared) => Some((
-                    above_reserved(prepared.ruleset.try_clone()?)?,
-                    above_reserved(prepared.seccomp.try_clone()?)?,
-                )),
-                None => None,
-            },
-            namespaces,
-            cgroups,
-            nice,
-        })
-    }
-}
-
-impl ChildSpec {
-    /// Give the command `stdin` as its input; with `terminal`, the keeper makes it the
-    /// command's controlling terminal (it is then the output descriptor too).
-    pub(super) fn input(&mut self, stdin: OwnedFd, terminal: bool) -> io::Result<()> {
-        self.stdin = Some(above_reserved(stdin)?);
-        if terminal {
-            self.argv.insert(1, cstring(b"--tty")?);
-        }
-        Ok(())
-    }
-}
-
-fn cstring(bytes: &[u8]) -> io::Result<CString> {
-    CString::new(bytes).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL byte"))
-}
-
-/// `program` itself if it contains a `/`, else the first executable file of that name in
-/// `PATH`; made absolute (against the host's working directory), since the child changes
-/// directory before `exec`.
-fn find_program(program: &Path) -> io::Result<PathBuf> {
-    let found = if program.as_os_str().as_bytes().contains(&b'/') {
-        if !is_executable(program) {
-            return Err(io::Error::new(
-                io::ErrorKind::NotFound,
-                "no such executable file",
-            ));
-        }
-        program.to_owned()
-    } else {
-        let path = std::env::var_os("PATH").unwrap_or_default();
-        std::env::split_paths(&path)
-            .map(|dir| dir.join(program))
-            .find(|candidate| is_executable(candidate))
-            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "not found in PATH"))?
-    };
-    if found.is_absolute() {
-        Ok(found)
-    } else {
-        Ok(std::env::current_dir()?.join(found))
-    }
-}
-
-/// The descriptors a child gets: stdio, then the keeper's status pipe (3), control socket (4),
-/// its own executable (5), and when confined the Landlock ruleset (6), seccomp programs (7),
-/// the scope's namespaces (8 to 11 at most: user, mount, network, PID) and the command's
-/// `cgroup.procs` (at most two, after the others: 12 and 13 at most).
-const RESERVED_FDS: RawFd = 14;
-
-/// Whether `path` is a file with an execute bit set.
-fn is_executable(path: &Path) -> bool {
-    std::fs::metadata(path)
-        .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
-}
-
-/// Move a descriptor to number 14 or above (close-on-exec), so that installing the child's
-/// descriptors 0-13 with `dup2` cannot clobber it.
-pub(super) fn above_reserved(fd: OwnedFd) -> io::Result<OwnedFd> {
-    if fd.as_raw_fd() >= RESERVED_FDS {
-        return Ok(fd);
-    }
-    // SAFETY: F_DUPFD_CLOEXEC on a descriptor we own returns a new one that nothing else owns.
-    let moved = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, RESERVED_FDS) };
-    if moved < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: as above, the new descriptor is ours alone.
-    Ok(unsafe { OwnedFd::from_raw_fd(moved) })
-}
+use super::keeper::{self, above_reserved};
+use super::reap::wait_exited;
+use super::spec::ChildSpec;
 
 /// The machinery the spawner thread keeps between spawns: a stack for the child and
 /// `/dev/null`. Only used from that thread.
@@ -397,7 +46,7 @@ impl Forker {
         Ok(Self {
             stack: ChildStack::new()?,
             dev_null: above_reserved(OwnedFd::from(dev_null))?,
-            keeper: super::keeper::executable()?,
+            keeper: keeper::executable()?,
         })
     }
 
@@ -438,7 +87,7 @@ impl Forker {
             output: spec.output.as_raw_fd(),
             status: spec.keeper.status.as_raw_fd(),
             control: spec.keeper.control.as_raw_fd(),
-            cgroups: [0, 1].map(|index| {
+            cgroups: std::array::from_fn(|index| {
                 spec.cgroups
                     .get(index)
                     .map_or(-1, |procs| procs.as_raw_fd())
@@ -446,8 +95,11 @@ impl Forker {
             layers: spec.layers.as_ref().map_or((-1, -1), |(ruleset, seccomp)| {
                 (ruleset.as_raw_fd(), seccomp.as_raw_fd())
             }),
-            namespaces: [0, 1, 2, 3]
-                .map(|index| spec.namespaces.get(index).map_or(-1, |fd| fd.as_raw_fd())),
+            namespaces: std::array::from_fn(|index| {
+                spec.namespaces
+                    .get(index)
+                    .map_or(-1, |namespace| namespace.as_raw_fd())
+            }),
             nice: spec.nice,
             parent: nix::unistd::getpid().as_raw(),
             rtmax: libc::SIGRTMAX(),
@@ -558,12 +210,13 @@ struct ChildContext {
     /// The keeper's status pipe and control socket.
     status: RawFd,
     control: RawFd,
-    /// The confinement layers for descriptors 6 and 7; `(-1, -1)` when unconfined.
+    /// The confinement layers for [`fd::RULESET`] and [`fd::SECCOMP`]; `(-1, -1)` when
+    /// unconfined.
     layers: (RawFd, RawFd),
-    /// The namespaces for descriptors 8 to 11; -1 for none.
-    namespaces: [RawFd; 4],
+    /// The namespaces for the descriptors from [`fd::FIRST_NAMESPACE`] on; -1 for none.
+    namespaces: [RawFd; fd::MAX_NAMESPACES],
     /// `cgroup.procs` files to join; -1 for none.
-    cgroups: [RawFd; 2],
+    cgroups: [RawFd; fd::MAX_CGROUPS],
     nice: i32,
     parent: libc::pid_t,
     rtmax: libc::c_int,
@@ -608,34 +261,40 @@ extern "C" fn child_main(context: *mut libc::c_void) -> libc::c_int {
     }
     // SAFETY: the descriptors were opened by the parent and stay open until `clone` returns
     // there (CLONE_VFORK); dup2 only changes this child's descriptor table.
-    // Every source descriptor is 14 or above (`above_reserved`), so none is overwritten
-    // before it is copied.
+    // Every source descriptor is at or above `fd::FIRST_FREE` (`above_reserved`), so none is
+    // overwritten before it is copied.
     let stdio = unsafe {
         libc::dup2(context.stdin, 0) != -1
             && libc::dup2(context.output, 1) != -1
             && libc::dup2(context.output, 2) != -1
-            && libc::dup2(context.status, 3) != -1
-            && libc::dup2(context.control, 4) != -1
-            && libc::dup2(context.keeper, 5) != -1
+            && libc::dup2(context.status, fd::STATUS) != -1
+            && libc::dup2(context.control, fd::CONTROL) != -1
+            && libc::dup2(context.keeper, fd::EXECUTABLE) != -1
             && (context.layers.0 < 0
-                || (libc::dup2(context.layers.0, 6) != -1 && libc::dup2(context.layers.1, 7) != -1))
-            && (8..)
+                || (libc::dup2(context.layers.0, fd::RULESET) != -1
+                    && libc::dup2(context.layers.1, fd::SECCOMP) != -1))
+            && (fd::FIRST_NAMESPACE..)
                 .zip(context.namespaces)
-                .all(|(target, fd)| fd < 0 || libc::dup2(fd, target) != -1)
+                .all(|(target, source)| source < 0 || libc::dup2(source, target) != -1)
     };
-    let namespaces = context.namespaces.iter().filter(|fd| **fd >= 0).count();
-    let first_cgroup: libc::c_uint = match (context.layers.0 < 0, namespaces) {
-        (true, _) => 6,
-        (false, n) => 8 + n as libc::c_uint,
-    };
+    let namespaces = context
+        .namespaces
+        .iter()
+        .filter(|source| **source >= 0)
+        .count();
+    let first_cgroup = fd::first_cgroup(context.layers.0 >= 0, namespaces);
     // SAFETY: as above; the targets follow every other descriptor the keeper gets, and the
-    // sources are 14 or above, so none is overwritten before it is copied.
+    // sources are at or above `fd::FIRST_FREE`, so none is overwritten before it is copied.
     let stdio = stdio
         && (first_cgroup..)
             .zip(context.cgroups)
-            .all(|(target, fd)| fd < 0 || unsafe { libc::dup2(fd, target as RawFd) } != -1);
-    let cgroups = context.cgroups.iter().filter(|fd| **fd >= 0).count();
-    let first_closed = first_cgroup + cgroups as libc::c_uint;
+            .all(|(target, source)| source < 0 || unsafe { libc::dup2(source, target) } != -1);
+    let cgroups = context
+        .cgroups
+        .iter()
+        .filter(|source| **source >= 0)
+        .count();
+    let first_closed = first_cgroup + cgroups as RawFd;
     if !stdio {
         return fail(STAGE_STDIO, errno());
     }
@@ -647,7 +306,7 @@ extern "C" fn child_main(context: *mut libc::c_void) -> libc::c_int {
     unsafe {
         libc::syscall(
             libc::SYS_close_range,
-            first_closed,
+            first_closed as libc::c_uint,
             libc::c_uint::MAX,
             0 as libc::c_uint,
         )
@@ -659,12 +318,12 @@ extern "C" fn child_main(context: *mut libc::c_void) -> libc::c_int {
     }
     reset_signals(context.rtmax);
     // SAFETY: argv and envp are NULL-terminated arrays of NUL-terminated strings built by the
-    // parent's ChildSpec, alive while the parent is suspended; descriptor 5 is the keeper's
-    // executable. On success this never returns.
+    // parent's ChildSpec, alive while the parent is suspended; `fd::EXECUTABLE` is the
+    // keeper's executable. On success this never returns.
     unsafe {
         libc::syscall(
             libc::SYS_execveat,
-            5 as libc::c_int,
+            fd::EXECUTABLE,
             c"".as_ptr(),
             context.argv,
             context.envp,
@@ -766,19 +425,12 @@ impl Drop for ChildStack {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::super::keeper::{HostEnds, channels, read_exit, request, wait_gone};
+    use super::super::reap::{Exit, stop_and_reap};
     use super::*;
     use tokio::net::unix::pipe::Receiver;
-
-    #[test]
-    fn exit_codes_and_signal_names() {
-        assert_eq!(Exit::Code(3).exit_code(), 3);
-        assert_eq!(Exit::Code(3).signal_name(), None);
-        assert_eq!(Exit::Signal(9).exit_code(), 137);
-        assert_eq!(Exit::Signal(9).signal_name().as_deref(), Some("SIGKILL"));
-        assert_eq!(signal_name(15), "SIGTERM");
-        assert_eq!(signal_name(libc::SIGRTMIN() + 2), "SIGRTMIN+2");
-    }
 
     fn spec(command: &str, workdir: &Path) -> (std::io::PipeReader, HostEnds, ChildSpec) {
         let (reader, writer) = io::pipe().expect("pipe");
@@ -864,22 +516,6 @@ mod tests {
         let error = forker.spawn(&bad_dir).expect_err("chdir");
         assert_eq!(error.step, SpawnStep::Chdir);
         assert!(error.to_string().starts_with("chdir: "), "{error}");
-        let (_reader, writer) = io::pipe().expect("pipe");
-        let (_host, keeper) = channels().expect("channels");
-        let no_shell = ChildSpec::new(
-            Path::new("/nonexistent/sh"),
-            "true",
-            &[],
-            None,
-            Path::new("/"),
-            writer.into(),
-            keeper,
-            None,
-            None,
-            0,
-        );
-        let error = no_shell.err().expect("no shell");
-        assert_eq!(error.kind(), io::ErrorKind::NotFound);
     }
 
     #[tokio::test]

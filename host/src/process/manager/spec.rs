@@ -1,0 +1,245 @@
+//! The child's specification, which the parent builds before the spawn (`child.rs` starts
+//! the child). It holds the keeper's arguments: its options, then the shell (found in `PATH`)
+//! and the command. It holds the environment, without the host variables that hold secrets
+//! when the command is confined. It holds the descriptors the keeper gets, each kept at or
+//! above [`fd::FIRST_FREE`] until the child installs it.
+
+use std::ffi::{CString, OsStr, OsString};
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use toolhost_keeper_protocol::{fd, option};
+
+use super::keeper::{KeeperEnds, above_reserved};
+use crate::sandbox::secrets::is_secret_variable;
+use crate::sandbox::{CommandCgroups, Prepared};
+
+/// Everything a child needs, prepared by the parent: between `clone` and `exec` the child
+/// shares the parent's memory and must not allocate or take locks.
+///
+/// The child executed is the command's keeper (see `keeper.rs`), which runs the shell.
+/// Every descriptor here is at or above [`fd::FIRST_FREE`] (see [`above_reserved`]).
+/// The fields are read by `child.rs` only.
+pub(super) struct ChildSpec {
+    /// The keeper's arguments, argv\[0\] first.
+    pub(super) argv: Vec<CString>,
+    /// The environment, as `NAME=VALUE` strings.
+    pub(super) envp: Vec<CString>,
+    pub(super) workdir: CString,
+    /// Becomes the child's stdout and stderr.
+    pub(super) output: OwnedFd,
+    /// Becomes the child's stdin; `None`: `/dev/null`.
+    pub(super) stdin: Option<OwnedFd>,
+    /// Become the keeper's [`fd::STATUS`] and [`fd::CONTROL`].
+    pub(super) keeper: KeeperEnds,
+    /// The confinement layers (Landlock ruleset, seccomp programs), for the keeper's
+    /// [`fd::RULESET`] and [`fd::SECCOMP`].
+    pub(super) layers: Option<(OwnedFd, OwnedFd)>,
+    /// The scope's namespaces (user, mount, and maybe network and PID), for the keeper's
+    /// descriptors from [`fd::FIRST_NAMESPACE`] on.
+    pub(super) namespaces: Vec<OwnedFd>,
+    /// `cgroup.procs` of the command's cgroups, for the descriptors after the others
+    /// ([`fd::first_cgroup`]); the keeper moves itself in (`--join-cgroup=FD`).
+    pub(super) cgroups: Vec<OwnedFd>,
+    pub(super) nice: i32,
+}
+
+impl ChildSpec {
+    /// `shell -c command` under a keeper, in `workdir`, with the host environment (only the
+    /// `inherit` names, if given) plus `env` (which wins), stdout and stderr both `output`,
+    /// stdin `/dev/null`. A `shell` without a `/` is looked up in `PATH`.
+    ///
+    /// With `confine`, the keeper confines the shell: its options and descriptors are added,
+    /// its variables (`TMPDIR`) set, and host variables that hold secrets (see
+    /// [`is_secret_variable`]) left out unless `inherit` names them.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        shell: &Path,
+        command: &str,
+        env: &[(String, String)],
+        inherit: Option<&[String]>,
+        workdir: &Path,
+        output: OwnedFd,
+        keeper: KeeperEnds,
+        confine: Option<&Prepared>,
+        cgroups: Option<&CommandCgroups>,
+        nice: i32,
+    ) -> io::Result<Self> {
+        let namespaces: Vec<OwnedFd> = confine
+            .and_then(|prepared| prepared.namespaces.as_ref())
+            .map(|namespaces| {
+                namespaces
+                    .fds
+                    .iter()
+                    .take(fd::MAX_NAMESPACES)
+                    .map(|(_, fd)| above_reserved(fd.try_clone()?))
+                    .collect::<io::Result<Vec<_>>>()
+            })
+            .transpose()?
+            .unwrap_or_default();
+        let cgroups: Vec<OwnedFd> = cgroups
+            .map(|cgroups| {
+                cgroups
+                    .procs()
+                    .iter()
+                    .take(fd::MAX_CGROUPS)
+                    .map(|file| above_reserved(OwnedFd::from(file.try_clone()?)))
+                    .collect::<io::Result<Vec<_>>>()
+            })
+            .transpose()?
+            .unwrap_or_default();
+        let mut argv = vec![cstring(b"toolhost-keeper")?];
+        // The cgroups' `cgroup.procs` follow the other descriptors the keeper gets; it moves
+        // itself in before anything else (see `child_main` for why not here).
+        let first_cgroup = fd::first_cgroup(confine.is_some(), namespaces.len());
+        for slot in (first_cgroup..).take(cgroups.len()) {
+            argv.push(cstring(
+                format!("{}{slot}", option::JOIN_CGROUP).as_bytes(),
+            )?);
+        }
+        if let Some(prepared) = confine {
+            argv.push(cstring(option::CONFINE.as_bytes())?);
+            for option in &prepared.keeper_args {
+                argv.push(cstring(option.as_bytes())?);
+            }
+        }
+        argv.extend([
+            cstring(find_program(shell)?.as_os_str().as_bytes())?,
+            cstring(shell.as_os_str().as_bytes())?,
+            cstring(b"-c")?,
+            cstring(command.as_bytes())?,
+        ]);
+
+        let set_by_sandbox = |key: &OsStr| {
+            confine.is_some_and(|prepared| {
+                prepared.env.iter().any(|(name, _)| OsStr::new(name) == key)
+            })
+        };
+        let mut vars: Vec<(OsString, OsString)> = std::env::vars_os()
+            .filter(|(key, value)| match inherit {
+                Some(names) => names.iter().any(|name| OsStr::new(name) == key),
+                None => confine.is_none() || !is_secret_variable(key, value),
+            })
+            .filter(|(key, _)| !set_by_sandbox(key))
+            .filter(|(key, _)| !env.iter().any(|(name, _)| OsStr::new(name) == key))
+            .collect();
+        if let Some(prepared) = confine {
+            vars.extend(
+                prepared
+                    .env
+                    .iter()
+                    .filter(|(name, _)| !env.iter().any(|(set, _)| set == name))
+                    .map(|(k, v)| (OsString::from(k), OsString::from(v))),
+            );
+        }
+        vars.extend(
+            env.iter()
+                .map(|(k, v)| (OsString::from(k), OsString::from(v))),
+        );
+        let envp = vars
+            .iter()
+            .map(|(key, value)| {
+                let mut pair = Vec::with_capacity(key.len() + value.len() + 1);
+                pair.extend_from_slice(key.as_bytes());
+                pair.push(b'=');
+                pair.extend_from_slice(value.as_bytes());
+                cstring(&pair)
+            })
+            .collect::<io::Result<_>>()?;
+        Ok(Self {
+            argv,
+            envp,
+            workdir: cstring(workdir.as_os_str().as_bytes())?,
+            output: above_reserved(output)?,
+            stdin: None,
+            keeper,
+            layers: match confine {
+                Some(prepared) => Some((
+                    above_reserved(prepared.ruleset.try_clone()?)?,
+                    above_reserved(prepared.seccomp.try_clone()?)?,
+                )),
+                None => None,
+            },
+            namespaces,
+            cgroups,
+            nice,
+        })
+    }
+}
+
+impl ChildSpec {
+    /// Give the command `stdin` as its input; with `terminal`, the keeper makes it the
+    /// command's controlling terminal (it is then the output descriptor too).
+    pub(super) fn input(&mut self, stdin: OwnedFd, terminal: bool) -> io::Result<()> {
+        self.stdin = Some(above_reserved(stdin)?);
+        if terminal {
+            self.argv.insert(1, cstring(option::TTY.as_bytes())?);
+        }
+        Ok(())
+    }
+}
+
+fn cstring(bytes: &[u8]) -> io::Result<CString> {
+    CString::new(bytes).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL byte"))
+}
+
+/// `program` itself if it contains a `/`, else the first executable file of that name in
+/// `PATH`; made absolute (against the host's working directory), since the child changes
+/// directory before `exec`.
+fn find_program(program: &Path) -> io::Result<PathBuf> {
+    let found = if program.as_os_str().as_bytes().contains(&b'/') {
+        if !is_executable(program) {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                "no such executable file",
+            ));
+        }
+        program.to_owned()
+    } else {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(program))
+            .find(|candidate| is_executable(candidate))
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "not found in PATH"))?
+    };
+    if found.is_absolute() {
+        Ok(found)
+    } else {
+        Ok(std::env::current_dir()?.join(found))
+    }
+}
+
+/// Whether `path` is a file with an execute bit set.
+fn is_executable(path: &Path) -> bool {
+    std::fs::metadata(path)
+        .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::keeper::channels;
+    use super::*;
+
+    #[test]
+    fn a_shell_that_is_not_there_is_not_found() {
+        let (_reader, writer) = io::pipe().expect("pipe");
+        let (_host, keeper) = channels().expect("channels");
+        let no_shell = ChildSpec::new(
+            Path::new("/nonexistent/sh"),
+            "true",
+            &[],
+            None,
+            Path::new("/"),
+            writer.into(),
+            keeper,
+            None,
+            None,
+            0,
+        );
+        let error = no_shell.err().expect("no shell");
+        assert_eq!(error.kind(), io::ErrorKind::NotFound);
+    }
+}

@@ -1,0 +1,391 @@
+//! The protocol between the toolhost host and `toolhost-keeper`, its per-command keeper.
+//!
+//! Both sides use these names: the host (`host/src/process/manager/` and
+//! `host/src/sandbox/namespaces.rs`) and the keeper (`keeper/src/`). No number, byte or option
+//! of the protocol is spelt out anywhere else.
+//!
+//! # A command's life, at a glance
+//!
+//! 1. The host makes the keeper's two channels.
+//!    The *status* pipe carries the command's end from the keeper to the host.
+//!    The *control* socket (a connected pair of Unix stream sockets) carries requests from the
+//!    host to the keeper.
+//! 2. The host starts the keeper from its sealed in-memory executable, in a session of its own,
+//!    with `SIGTERM` as its parent-death signal.
+//!    Its arguments are `[--tty] [--join-cgroup=FD]... [--confine] [CONFINEMENT]... PROGRAM
+//!    ARGV0 [ARG...]` (see [`option`]).
+//!    Its descriptors are its stdio, then those of [`fd`]: the status pipe's write end, its
+//!    end of the control socket, its own executable, and with `--confine` the Landlock
+//!    ruleset, the seccomp programs and the scope's namespaces, then the `cgroup.procs` of the
+//!    command's cgroups.
+//!    Every other descriptor is closed.
+//! 3. The keeper closes its own executable, moves itself into the cgroups and joins the
+//!    namespaces.
+//!    With a PID namespace it forks once and carries on in the child, inside the namespace.
+//! 4. The keeper starts `PROGRAM` (argv\[0\] `ARGV0`) in a new session, confined between `fork`
+//!    and `exec`, and lets go of the command's stdio.
+//!    A failure in step 3 or 4 is reported as [`Status::Exited`] with [`CANNOT_RUN`], and the
+//!    keeper exits.
+//! 5. At any time the host may write one [`Control`] byte per request to the control socket.
+//!    The keeper sends the signal it names to every descendant.
+//! 6. When `PROGRAM` exits, the keeper writes one status message (see [`Status::message`]).
+//!    The message says whether anything else of the command was left at that moment.
+//!    A keeper that ends without writing one (bad arguments, or killed) leaves the host
+//!    without the command's exit.
+//! 7. The keeper exits once the command has exited and no descendant is left.
+//!    The status pipe then reaches end-of-file: the host learns that nothing of the command is
+//!    left.
+//! 8. End-of-file on the control socket makes the keeper kill every descendant, wait for them
+//!    and exit.
+//!    The host closes the socket when it lets go of the command; the kernel closes it when the
+//!    host dies.
+//!    `SIGTERM` (the parent-death signal) and `SIGHUP` do the same.
+//!
+//! # A scope's namespaces, at a glance
+//!
+//! The keeper has a second mode, the namespace *helper* (see [`helper`]).
+//!
+//! 1. The host runs `toolhost-keeper --make-namespaces [--net] [--pid] [--mask=DIR]...
+//!    [--mask-file=FILE]... [--writable=PATH]... [--private-tmp=DIR]` with its stdin and stdout
+//!    piped.
+//! 2. The helper makes the namespaces and forks their *holder* as the host's own child.
+//! 3. The helper writes one line to its stdout and exits.
+//!    The line is [`helper::READY`] and the holder's pid and the PID namespace's outcome, or
+//!    [`helper::ERROR`] and why not.
+//! 4. The host opens `/proc/HOLDER_PID/ns/KIND` for each [`NamespaceKind`] made.
+//!    It passes them to every keeper of the scope's confined commands (step 2 above).
+//! 5. The host keeps the holder's stdin open for the scope's life.
+//!    End-of-file on it ends the holder.
+//!    When the holder is a PID namespace's init, every process left in that namespace ends
+//!    with it.
+
+#![no_std]
+
+pub mod fd {
+    //! The descriptor numbers the keeper gets, above its stdio (0, 1 and 2).
+    //!
+    //! The host installs them between `clone` and `exec`; the keeper takes them over at its
+    //! start.
+
+    use crate::NamespaceKind;
+
+    /// The status pipe's write end (see [`Status`](crate::Status)).
+    pub const STATUS: i32 = 3;
+    /// The keeper's end of the control socket (see [`Control`](crate::Control)).
+    pub const CONTROL: i32 = 4;
+    /// The keeper's own executable, a sealed memfd.
+    /// The host executes it with `execveat`; the keeper closes it at its start.
+    pub const EXECUTABLE: i32 = 5;
+    /// The Landlock ruleset the keeper applies to the command; given with `--confine` only.
+    pub const RULESET: i32 = 6;
+    /// A sealed file of seccomp programs the keeper applies to the command; given with
+    /// `--confine` only.
+    /// Each program is a native-endian `u32` instruction count followed by that many 8-byte
+    /// `sock_filter` instructions.
+    pub const SECCOMP: i32 = 7;
+    /// The first of the scope's namespaces, in the order `--namespaces=` names them.
+    pub const FIRST_NAMESPACE: i32 = 8;
+    /// Most namespaces a keeper joins: one of each [`NamespaceKind`].
+    pub const MAX_NAMESPACES: usize = NamespaceKind::ALL.len();
+    /// Most cgroups a keeper joins: one per controller (`pids` and `memory`).
+    /// One cgroup v2 serves both.
+    pub const MAX_CGROUPS: usize = 2;
+    /// The lowest descriptor number never given to a keeper.
+    /// The host keeps the descriptors it is about to give at or above it, so that installing
+    /// them cannot clobber one another.
+    pub const FIRST_FREE: i32 = FIRST_NAMESPACE + MAX_NAMESPACES as i32 + MAX_CGROUPS as i32;
+
+    /// The first `cgroup.procs` descriptor: the one after every other descriptor the keeper
+    /// gets.
+    /// `confined`: `--confine` is given; `namespaces`: how many namespaces are given.
+    pub const fn first_cgroup(confined: bool, namespaces: usize) -> i32 {
+        if confined {
+            FIRST_NAMESPACE + namespaces as i32
+        } else {
+            RULESET
+        }
+    }
+}
+
+/// The first byte of the status message: how the command ended, and whether anything else of
+/// it was left then.
+///
+/// The keeper sends it on the status pipe once, when the command (`PROGRAM`) exits.
+/// An upper-case byte says that something else of the command may still run.
+/// A lower-case byte says that nothing else of the command is left, and the keeper exits next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Status {
+    /// The command exited; the value is its exit code.
+    Exited = b'C',
+    /// A signal killed the command; the value is the signal's number.
+    Signalled = b'S',
+    /// [`Status::Exited`], and nothing else of the command is left.
+    ExitedNothingLeft = b'c',
+    /// [`Status::Signalled`], and nothing else of the command is left.
+    SignalledNothingLeft = b's',
+}
+
+/// The length of a status message: the [`Status`] byte and a little-endian `i32`.
+pub const STATUS_MESSAGE_LEN: usize = 5;
+
+/// The exit code the keeper reports (as [`Status::Exited`]) when the command cannot run: the
+/// keeper could not join its cgroups or namespaces, or could not start `PROGRAM`.
+/// It is the shell's code for a command that cannot be found.
+pub const CANNOT_RUN: i32 = 127;
+
+impl Status {
+    /// The byte on the status pipe.
+    pub const fn as_u8(self) -> u8 {
+        self as u8
+    }
+
+    /// The status a byte stands for; `None` for a byte that is not one.
+    pub const fn from_u8(byte: u8) -> Option<Self> {
+        match byte {
+            b'C' => Some(Status::Exited),
+            b'S' => Some(Status::Signalled),
+            b'c' => Some(Status::ExitedNothingLeft),
+            b's' => Some(Status::SignalledNothingLeft),
+            _ => None,
+        }
+    }
+
+    /// Whether a signal killed the command (else it exited).
+    pub const fn signalled(self) -> bool {
+        matches!(self, Status::Signalled | Status::SignalledNothingLeft)
+    }
+
+    /// Whether nothing else of the command was left when it ended.
+    pub const fn nothing_left(self) -> bool {
+        matches!(
+            self,
+            Status::ExitedNothingLeft | Status::SignalledNothingLeft
+        )
+    }
+
+    /// The same end, with nothing else of the command left.
+    pub const fn with_nothing_left(self) -> Self {
+        match self {
+            Status::Exited | Status::ExitedNothingLeft => Status::ExitedNothingLeft,
+            Status::Signalled | Status::SignalledNothingLeft => Status::SignalledNothingLeft,
+        }
+    }
+
+    /// The status message the keeper writes: this byte, then `value` (the exit code or the
+    /// signal's number) as a little-endian `i32`.
+    pub const fn message(self, value: i32) -> [u8; STATUS_MESSAGE_LEN] {
+        let [a, b, c, d] = value.to_le_bytes();
+        [self.as_u8(), a, b, c, d]
+    }
+
+    /// A status message as the host reads it: its status (`None` for a byte that is not one)
+    /// and its value.
+    pub const fn parse(message: [u8; STATUS_MESSAGE_LEN]) -> (Option<Self>, i32) {
+        let [byte, a, b, c, d] = message;
+        (Status::from_u8(byte), i32::from_le_bytes([a, b, c, d]))
+    }
+}
+
+/// A request on the control socket: one byte, which the host sends and the keeper reads.
+///
+/// The keeper sends the signal it names to every descendant of the command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Control {
+    /// `SIGTERM` to every descendant.
+    Terminate = b'T',
+    /// `SIGINT` to every descendant.
+    Interrupt = b'I',
+    /// `SIGKILL` to every descendant, repeated until none is left.
+    Kill = b'K',
+}
+
+impl Control {
+    /// The byte on the control socket.
+    pub const fn as_u8(self) -> u8 {
+        self as u8
+    }
+
+    /// The request a byte stands for; `None` for a byte that is not one (the keeper ignores
+    /// it).
+    pub const fn from_u8(byte: u8) -> Option<Self> {
+        match byte {
+            b'T' => Some(Control::Terminate),
+            b'I' => Some(Control::Interrupt),
+            b'K' => Some(Control::Kill),
+            _ => None,
+        }
+    }
+}
+
+/// A kind of namespace the helper makes and the keeper joins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NamespaceKind {
+    /// The user namespace: the host's own user and group only.
+    User,
+    /// The mount namespace: a read-only view of `/` with the hidden paths covered.
+    Mount,
+    /// The network namespace: only its own loopback.
+    Network,
+    /// The PID namespace, whose init is the helper's holder.
+    Pid,
+}
+
+impl NamespaceKind {
+    /// Every kind, in the order the host passes them and the keeper joins them.
+    /// The user namespace comes first: it gives the right to join the others.
+    pub const ALL: [NamespaceKind; 4] = [
+        NamespaceKind::User,
+        NamespaceKind::Mount,
+        NamespaceKind::Network,
+        NamespaceKind::Pid,
+    ];
+
+    /// The kind's name in `--namespaces=`, which is also its file's name in `/proc/PID/ns/`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            NamespaceKind::User => "user",
+            NamespaceKind::Mount => "mnt",
+            NamespaceKind::Network => "net",
+            NamespaceKind::Pid => "pid",
+        }
+    }
+
+    /// The kind named `name`; `None` for a name that is not one.
+    pub fn from_name(name: &str) -> Option<Self> {
+        NamespaceKind::ALL
+            .into_iter()
+            .find(|kind| kind.name() == name)
+    }
+}
+
+pub mod option {
+    //! The keeper's command-line options for running a command.
+    //!
+    //! The host sends them; the keeper reads them in this order: [`TTY`], then every
+    //! [`JOIN_CGROUP`], then the confinement options ([`CONFINE`], [`RLIMIT_CPU`],
+    //! [`RLIMIT_DATA`], [`RLIMIT_NPROC`], [`NAMESPACES`]) in any order.
+    //! The first argument that does not start with [`PREFIX`] is `PROGRAM`, followed by `ARGV0`
+    //! and the command's arguments.
+
+    /// How every option starts.
+    pub const PREFIX: &str = "--";
+    /// The command's stdin is a terminal, which the keeper makes the command's controlling
+    /// terminal.
+    /// Only as the first option.
+    pub const TTY: &str = "--tty";
+    /// `--join-cgroup=FD`: descriptor `FD` is the open `cgroup.procs` of one of the command's
+    /// cgroups.
+    /// The keeper moves itself in before anything else.
+    /// A descriptor that is not a cgroup file, or a failed move, and the command does not run.
+    pub const JOIN_CGROUP: &str = "--join-cgroup=";
+    /// The Landlock ruleset and the seccomp programs are given (descriptors
+    /// [`fd::RULESET`](crate::fd::RULESET) and [`fd::SECCOMP`](crate::fd::SECCOMP)).
+    pub const CONFINE: &str = "--confine";
+    /// `--rlimit-cpu=SECONDS`: the command's `RLIMIT_CPU`.
+    pub const RLIMIT_CPU: &str = "--rlimit-cpu=";
+    /// `--rlimit-data=BYTES`: the command's `RLIMIT_DATA`.
+    pub const RLIMIT_DATA: &str = "--rlimit-data=";
+    /// `--rlimit-nproc=N`: the command's `RLIMIT_NPROC`.
+    /// The kernel counts it per user, so the host sets it only in the scope's user namespace.
+    pub const RLIMIT_NPROC: &str = "--rlimit-nproc=";
+    /// `--namespaces=KIND,...`: the scope's namespaces are given from descriptor
+    /// [`fd::FIRST_NAMESPACE`](crate::fd::FIRST_NAMESPACE), in this order.
+    /// Each `KIND` is a [`NamespaceKind::name`](crate::NamespaceKind::name), at most once.
+    pub const NAMESPACES: &str = "--namespaces=";
+    /// What separates the kinds in [`NAMESPACES`].
+    pub const NAMESPACE_SEPARATOR: &str = ",";
+}
+
+pub mod helper {
+    //! The keeper's helper mode, which makes a scope's namespaces: its options and its answer.
+    //!
+    //! The host sends the options (the first of them [`MAKE_NAMESPACES`]); the helper answers one
+    //! line on its stdout.
+
+    /// Run as the helper; only as the first argument.
+    pub const MAKE_NAMESPACES: &str = "--make-namespaces";
+    /// Make a network namespace with only its own loopback (brought up).
+    pub const NET: &str = "--net";
+    /// Make a PID namespace whose init is the holder, with its own `/proc`.
+    pub const PID: &str = "--pid";
+    /// `--mask=DIR`: cover directory `DIR` with an empty, read-only, mode-000 tmpfs.
+    pub const MASK: &str = "--mask=";
+    /// `--mask-file=FILE`: cover file `FILE` with an empty mode-000 file.
+    /// It needs [`PRIVATE_TMP`].
+    pub const MASK_FILE: &str = "--mask-file=";
+    /// `--writable=PATH`: `PATH` stays writable in the read-only view of `/`.
+    pub const WRITABLE: &str = "--writable=";
+    /// `--private-tmp=DIR`: `DIR` is bound over `/tmp`.
+    pub const PRIVATE_TMP: &str = "--private-tmp=";
+
+    /// How the answer starts on success: `ready HOLDER_PID PID_NAMESPACE`.
+    /// `HOLDER_PID` is the holder's pid in the host's PID namespace.
+    /// `PID_NAMESPACE` is [`PID_NAMESPACE`] or starts with [`NO_PID_NAMESPACE`].
+    pub const READY: &str = "ready ";
+    /// What separates `HOLDER_PID` from `PID_NAMESPACE` in the [`READY`] answer.
+    pub const SEPARATOR: &str = " ";
+    /// The holder is the init of a new PID namespace.
+    pub const PID_NAMESPACE: &str = "pid";
+    /// The holder is not in a PID namespace of its own.
+    /// When [`PID`] was asked for, why not follows it.
+    pub const NO_PID_NAMESPACE: &str = "-";
+    /// How the answer starts on failure: `error: MESSAGE`.
+    /// The helper then exits non-zero.
+    pub const ERROR: &str = "error: ";
+    /// How `MESSAGE` starts when the kernel refuses to make a user namespace.
+    pub const REFUSED: &str = "user namespaces refused: ";
+    /// How `MESSAGE` starts when the kernel makes a user namespace but denies (`EPERM` or
+    /// `EACCES`) the first privileged operations in it.
+    /// Those are setting up its user and group maps, and changing the propagation of `/` in
+    /// its new mount namespace.
+    /// It is the mark of a Linux security module restricting unprivileged user namespaces, as
+    /// Ubuntu 24.04's AppArmor `unprivileged_userns` profile does.
+    pub const POWERLESS: &str = "no privileges in a new user namespace: ";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_messages_round_trip() {
+        for status in [
+            Status::Exited,
+            Status::Signalled,
+            Status::ExitedNothingLeft,
+            Status::SignalledNothingLeft,
+        ] {
+            assert_eq!(Status::from_u8(status.as_u8()), Some(status));
+            assert_eq!(Status::parse(status.message(-3)), (Some(status), -3));
+            assert!(status.with_nothing_left().nothing_left());
+            assert_eq!(status.with_nothing_left().signalled(), status.signalled());
+        }
+        assert_eq!(Status::Exited.message(3), [b'C', 3, 0, 0, 0]);
+        assert_eq!(Status::parse([b'?', 0, 0, 0, 0]), (None, 0));
+    }
+
+    #[test]
+    fn control_bytes_and_namespace_names_round_trip() {
+        for control in [Control::Terminate, Control::Interrupt, Control::Kill] {
+            assert_eq!(Control::from_u8(control.as_u8()), Some(control));
+        }
+        assert_eq!(Control::from_u8(b'x'), None);
+        for kind in NamespaceKind::ALL {
+            assert_eq!(NamespaceKind::from_name(kind.name()), Some(kind));
+        }
+        assert_eq!(NamespaceKind::from_name("uts"), None);
+    }
+
+    #[test]
+    fn descriptors_follow_one_another() {
+        assert_eq!(fd::first_cgroup(false, 0), fd::RULESET);
+        assert_eq!(fd::first_cgroup(true, 0), fd::FIRST_NAMESPACE);
+        assert_eq!(
+            fd::first_cgroup(true, fd::MAX_NAMESPACES) + fd::MAX_CGROUPS as i32,
+            fd::FIRST_FREE
+        );
+        assert_eq!(fd::FIRST_FREE, 14);
+    }
+}
