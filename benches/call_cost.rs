@@ -20,11 +20,7 @@
 //!
 //! Run with `cargo bench -p toolhost-e2e --bench call_cost`.
 
-#[path = "stats.rs"]
-mod stats;
-
 use serde_json::{Value, json};
-use stats::{met, native_once, ratio};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -36,6 +32,7 @@ use toolhost::process::{
 use toolhost::sandbox::SandboxMode;
 use toolhost::testing::FakeProcesses;
 use toolhost_e2e::mcp_client::{StdioClient, structured};
+use toolhost_e2e::stats::{self, met, native_once, ratio};
 
 const WARMUP: usize = 20;
 const SAMPLES: usize = 200;

@@ -21,18 +21,13 @@
 //! Run with `cargo bench -p toolhost-e2e --bench http_load` (`TOOLHOST_LOAD_N=1,10` for other
 //! session counts, `TOOLHOST_LOAD_SECS` for the length of each load phase, default 3).
 
-#[path = "../tests/http_session.rs"]
-mod http_session;
-#[path = "stats.rs"]
-mod stats;
-
-use http_session::{HttpServer, Session};
 use serde_json::{Value, json};
-use stats::{percentile, ratio};
 use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use toolhost_e2e::http_session::{self, HttpServer, Session};
+use toolhost_e2e::stats::{percentile, ratio};
 
 /// What each session's background process runs (and each native streamer).
 const STREAMER: &str = "while :; do echo tick; sleep 0.1; done";

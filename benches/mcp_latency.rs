@@ -6,12 +6,9 @@
 //!
 //! Run with `cargo bench -p toolhost-e2e --bench mcp_latency`.
 
-#[path = "stats.rs"]
-mod stats;
-
 use serde_json::json;
-use stats::{median, native_once, percentile, ratio};
 use std::time::{Duration, Instant};
+use toolhost_e2e::stats::{median, native_once, percentile, ratio};
 
 const WARMUP: usize = 20;
 const SAMPLES: usize = 200;

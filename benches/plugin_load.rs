@@ -5,13 +5,10 @@
 //!
 //! Run: `cargo bench -p toolhost-e2e --bench plugin_load`
 
-#[path = "stats.rs"]
-mod stats;
-
-use stats::{median, ratio};
 use std::time::{Duration, Instant};
 use toolhost::ToolHost;
 use toolhost::testing::FakeProcesses;
+use toolhost_e2e::stats::{median, ratio};
 
 const ROUNDS: usize = 7;
 

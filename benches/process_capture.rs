@@ -10,14 +10,11 @@
 //!
 //! Run: `cargo bench -p toolhost-e2e --bench process_capture`
 
-#[path = "stats.rs"]
-mod stats;
-
-use stats::{median, native_once, ratio};
 use std::time::{Duration, Instant};
 use toolhost::process::{
     ProcessBackend, ProcessManager, ProcessManagerConfig, ReadFrom, StartRequest,
 };
+use toolhost_e2e::stats::{median, native_once, ratio};
 
 const GIB: u64 = 1 << 30;
 const LATENCY_ROUNDS: usize = 200;

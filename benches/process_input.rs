@@ -6,13 +6,10 @@
 //!
 //! Run with `cargo bench -p toolhost-e2e --bench process_input`.
 
-#[path = "stats.rs"]
-mod stats;
-
 use serde_json::json;
-use stats::{median, percentile, ratio};
 use std::time::{Duration, Instant};
 use toolhost_e2e::mcp_client::{StdioClient, structured};
+use toolhost_e2e::stats::{median, percentile, ratio};
 
 const WARMUP: usize = 20;
 const SAMPLES: usize = 300;

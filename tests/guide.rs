@@ -409,10 +409,8 @@ async fn the_guide_works_as_written() {
     assert_eq!(client.wait_exit(Duration::from_secs(20)).await, Some(0));
 }
 
-// The checks of `examples/test_policy.rs` (its `main` is for `cargo run --example`).
-#[allow(dead_code)]
-#[path = "../examples/test_policy.rs"]
-mod test_policy;
+// The checks of `examples/test_policy.rs`, a module of this test binary's root.
+use crate::test_policy;
 
 /// `cargo run --example test_policy PATH.wasm`, which the guide points to, passes on the
 /// guide's policy (loaded with its manifest, as the example does when it lies beside it).

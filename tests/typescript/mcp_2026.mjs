@@ -4,7 +4,7 @@
 // `server/discover` at connect and then puts the revision, its client info and capabilities in
 // every request's `_meta`.
 //
-// Run by tests/mcp_typescript.rs like mcp_client.mjs (the 1.x SDK's script):
+// Run by tests/sdk_clients/mcp_typescript.rs like mcp_client.mjs (the 1.x SDK's script):
 //
 //     node mcp_2026.mjs TOOLHOST_BINARY GROUP
 //

@@ -3,8 +3,8 @@
 // protocol revisions up to 2025-11-25 (`initialize`, sessions). mcp_2026.mjs drives the 2.x SDK
 // in the 2026-07-28 era; both share common.mjs.
 //
-// Run by tests/mcp_typescript.rs, which installs the SDKs with `npm ci --ignore-scripts` into
-// `<target>/mcp-ts/`, copies the scripts there and runs
+// Run by tests/sdk_clients/mcp_typescript.rs, which installs the SDKs with
+// `npm ci --ignore-scripts` into `<target>/mcp-ts/`, copies the scripts there and runs
 //
 //     node mcp_client.mjs TOOLHOST_BINARY GROUP
 //

@@ -153,7 +153,7 @@ pub(crate) fn output_file_note(id: &str, out: &toolhost::plugin::process::Output
     );
     match (&out.log_path, out.log_bytes) {
         (Some(_), Some(bytes)) if out.log_capped && confined() => format!(
-            "Output was cut in the middle; output_file on the host holds its first {bytes} bytes \
+            "Output was cut in the middle; output_file on the host holds only its first {bytes} bytes \
              (the host caps the file; the end is in output above). {unreadable}: {instead}"
         ),
         (Some(_), Some(bytes)) if out.log_capped => format!(

@@ -1,6 +1,4 @@
-//! Statistics and report helpers shared by the benchmarks, each of which includes this file with
-//! `#[path = "stats.rs"] mod stats;` and uses only some of it.
-#![allow(dead_code)]
+//! Statistics and report helpers shared by the benchmarks (`benches/`).
 
 use std::time::{Duration, Instant};
 

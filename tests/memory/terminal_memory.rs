@@ -1,6 +1,6 @@
 //! Host memory while a lot of output goes through a terminal: the host keeps a bounded
-//! buffer and a screen, never the stream. In a test binary of its own, so that no other test
-//! runs in this process while its memory is measured.
+//! buffer and a screen, never the stream. In a test binary of its own (`memory`), so that no
+//! other test runs in this process while its memory is measured.
 
 use serde_json::{Value, json};
 use toolhost::ToolHost;

@@ -774,7 +774,7 @@ fn the_guarded_policy_confines_its_own_commands() {
 #[test]
 fn a_0_1_0_policy_runs_its_commands_under_the_operators_confinement() {
     let machine = Machine::new();
-    let legacy = std::fs::read(toolhost::bundled::fixtures::LEGACY_POLICY).expect("fixture");
+    let legacy = std::fs::read(toolhost_e2e::legacy_policy_component()).expect("fixture");
     std::fs::write(machine.path("plugins/legacy.wasm"), legacy).expect("install");
     std::fs::write(
         machine.path("plugins/legacy.toml"),

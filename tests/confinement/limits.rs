@@ -2,16 +2,19 @@
 //! keeps serving; a memory hog is killed by the memory limit and the result says so; with the
 //! cgroups forced away, memory falls back to a per-process limit.
 //!
-//! A test binary of its own, niced, so that the fork bomb cannot starve timing-sensitive tests
-//! running at the same time on a small machine.
+//! Each test lowers the priority of its own thread (see [`nice`]), so that the fork bomb cannot
+//! starve timing-sensitive tests running at the same time on a small machine.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use toolhost_e2e::{UnprivilegedHost, json, marker, processes_with, toolhost_bin, wait_gone};
 
+/// Lower the priority of the calling thread and of the processes it starts from now on. Linux
+/// keeps a nice value per thread: the other tests of this binary, each on a thread of its own,
+/// keep theirs.
 fn nice() {
-    // SAFETY: an integer argument; lowers this process's priority (and its children's).
+    // SAFETY: an integer argument; nice(2) only changes the calling thread's priority.
     unsafe { libc::nice(10) };
 }
 

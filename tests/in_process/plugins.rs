@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 use toolhost::testing::{FakeProcesses, Script};
 use toolhost::{CallError, ToolHost, bundled};
-use toolhost_e2e::{Gate, json, test_cache_dir};
+use toolhost_e2e::{Gate, future_version_component, json, legacy_policy_component, test_cache_dir};
 
 const GRANT: &str = "[grants]\nprocess = true\n";
 
@@ -226,7 +226,7 @@ async fn workdir_root_is_enforced_by_the_host() {
 #[tokio::test]
 async fn a_component_of_another_wit_version_is_refused_naming_both() {
     let dir = tempfile::tempdir().expect("dir");
-    let bytes = std::fs::read(bundled::fixtures::FUTURE_VERSION).expect("fixture");
+    let bytes = std::fs::read(future_version_component()).expect("fixture");
     install(dir.path(), "future", &bytes, None);
     let err = toolhost_e2e::fake_host_error(dir.path()).await;
     let message = err.to_string();
@@ -357,7 +357,7 @@ async fn host_with(
 #[tokio::test]
 async fn a_0_1_0_component_works_beside_0_2_0_ones_and_gets_the_operators_confinement() {
     let dir = tempfile::tempdir().expect("dir");
-    let bytes = std::fs::read(bundled::fixtures::LEGACY_POLICY).expect("fixture");
+    let bytes = std::fs::read(legacy_policy_component()).expect("fixture");
     install(dir.path(), "legacy", &bytes, Some(GRANT));
     let fake = FakeProcesses::new();
     fake.push(Script::exits(0).output("from the old contract\n"));
@@ -583,7 +583,7 @@ async fn a_host_takes_a_plugins_tool_list_from_the_cache_and_checks_it() {
 
 #[tokio::test]
 async fn calls_beyond_the_hosts_limit_are_refused_and_a_cancelled_call_gives_its_place_back() {
-    let (host, _state) = toolhost_e2e::real_host_with(ToolHost::builder().max_calls(1)).await;
+    let (host, _state) = toolhost_e2e::real_host_with(ToolHost::builder().max_calls_total(1)).await;
     let host = std::sync::Arc::new(host);
     let gate = Gate::new();
     // The one place is taken once the held call's command runs.

@@ -3,11 +3,7 @@
 //! against both bundled policies loaded as plugin files. (`cargo test` also compiles every
 //! example, `agent_loop` included.)
 
-// The example's own `main` is for `cargo run --example test_policy`.
-#[allow(dead_code)]
-#[path = "../examples/test_policy.rs"]
-mod test_policy;
-
+use crate::test_policy;
 use toolhost::bundled;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,8 +1,8 @@
-//! A `toolhost serve --http` child and plain-HTTP MCP sessions with it: shared by the HTTP
-//! tests (`mcp_http.rs`) and the load benchmark (`benches/http_load.rs`), each of which uses
-//! only some of it.
-#![allow(dead_code)]
+//! A `toolhost serve --http` child and plain-HTTP MCP sessions with it, for the HTTP tests
+//! (`cli_and_mcp/mcp_http.rs`) and the load benchmark (`benches/http_load.rs`).
 
+use crate::mcp_client::{ANSWER_TIMEOUT, PROTOCOL_VERSION};
+use crate::paths::{cache_env, shared_writable, toolhost_bin};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::process::Stdio;
@@ -10,9 +10,6 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
-use toolhost_e2e::cache_env;
-use toolhost_e2e::mcp_client::{ANSWER_TIMEOUT, PROTOCOL_VERSION};
-use toolhost_e2e::toolhost_bin;
 
 pub const TOKEN: &str = "test-token-0123456789";
 
@@ -30,7 +27,7 @@ impl HttpServer {
     pub async fn start_on(addr: &str, extra: &[&str]) -> HttpServer {
         let (cache_key, cache_value) = cache_env();
         let mut child = Command::new(toolhost_bin())
-            .args(toolhost_e2e::shared_writable())
+            .args(shared_writable())
             .args(["serve", "--http", addr])
             .args(extra)
             .env("TOOLHOST_TOKEN", TOKEN)

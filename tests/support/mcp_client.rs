@@ -1,7 +1,7 @@
 //! A hand-written MCP (JSON-RPC) client over a `toolhost serve` child's stdio, for the MCP
 //! end-to-end tests and the MCP latency benchmark.
 
-use crate::{cache_env, toolhost_bin};
+use crate::paths::{cache_env, shared_writable, toolhost_bin};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -35,7 +35,7 @@ impl StdioClient {
     pub fn spawn(global_args: &[&str]) -> StdioClient {
         let (cache_key, cache_value) = cache_env();
         let mut child = Command::new(toolhost_bin())
-            .args(crate::shared_writable())
+            .args(shared_writable())
             .args(global_args)
             .arg("serve")
             .env(cache_key, cache_value)

@@ -10,14 +10,11 @@ use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
+use toolhost_e2e::http_session::*;
 use toolhost_e2e::mcp_client::*;
 use toolhost_e2e::{
     Stoppable, cache_env, marker, processes_with, toolhost_bin, wait_gone, wait_present,
 };
-
-#[path = "http_session.rs"]
-mod http_session;
-use http_session::*;
 
 #[tokio::test]
 async fn requests_need_the_right_bearer_token() {

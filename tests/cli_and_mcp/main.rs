@@ -1,0 +1,12 @@
+//! Tests that run the `toolhost` binary as subprocesses of the test process: the CLI, and the
+//! MCP servers driven by the hand-written clients of the support library.
+//!
+//! - `cli`: `toolhost tools`, `call`, `plugins export`, exit codes and streams;
+//! - `mcp_stdio`: `toolhost serve` over stdio;
+//! - `mcp_http`: `toolhost serve --http` over plain HTTP;
+//! - `scenarios`: `toolhost test` on scenario files.
+
+mod cli;
+mod mcp_http;
+mod mcp_stdio;
+mod scenarios;

@@ -1,0 +1,14 @@
+//! Tests of real confinement and resource limits, each through a `toolhost` subprocess: what a
+//! confined command cannot reach, and what a fork bomb or a memory hog runs into.
+//!
+//! - `confinement`: escape attempts on fake machines under [`toolhost_e2e::machines_root`]
+//!   (CI runs this module a second time with the machines' root under `/tmp`);
+//! - `limits`: the process and memory limits of commands.
+//!
+//! The `limits` tests lower the priority of their own threads, and the fork bombs they start
+//! inherit it: the bombs cannot starve the tests running beside them on a small machine. Linux
+//! keeps a nice value per thread, and the test harness runs each test on a thread of its own,
+//! so the other tests keep their priority.
+
+mod confinement;
+mod limits;

@@ -1,0 +1,19 @@
+//! Tests that build hosts inside the test process: it runs the guests in its own wasmtime
+//! engine, on the fake process capability or on the real process manager (whose commands'
+//! keepers it starts). Nothing here changes the test process's limits or measures its memory.
+//!
+//! - `policies_fake`: the bundled policies, deterministically, on the fake process capability;
+//! - `plugins`: plugin directories, manifests, grants and hot swap;
+//! - `hostile_guests`: guests that spin, allocate without end, panic or hang, within their
+//!   plugin's limits;
+//! - `tools_real`: every bundled tool on the real process manager;
+//! - `interactive`: terminals, stdin pipes and `process_input` on the real process manager;
+//! - `escapes`: nothing a command starts escapes the host's bookkeeping (one test runs the
+//!   `toolhost` binary instead, to kill it with `SIGKILL`).
+
+mod escapes;
+mod hostile_guests;
+mod interactive;
+mod plugins;
+mod policies_fake;
+mod tools_real;
