@@ -1,8 +1,15 @@
-//! Admission control: how many tool calls may be in progress at once, across the host and
-//! within one scope (session). A call beyond either limit is refused before anything of it
-//! runs, instead of queueing: each call in progress holds a guest instance (up to its plugin's
-//! memory limit) and often a process start, so the limits bound the host's memory and keep one
-//! session from taking every place.
+//! Admission control: how many tool calls may be in progress at once.
+//!
+//! There are two limits: one for the whole host (`max_calls_total`) and one per scope, that
+//! is per session (`max_calls_per_scope`).
+//! A call beyond either limit is refused before anything of it runs, instead of queueing.
+//! Each call in progress holds a guest instance, up to its plugin's memory limit.
+//! It often starts a process too.
+//! So the host-wide limit bounds the host's memory.
+//! The per-scope limit keeps one session from taking every place.
+//!
+//! A call runs while it holds a [`CallPermit`].
+//! The permit is given back when it is dropped.
 
 use crate::guest::CallError;
 use crate::lock;
@@ -11,8 +18,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// The default of [`crate::ToolHostBuilder::max_calls`].
-pub const DEFAULT_MAX_CALLS: usize = 256;
+/// The default of [`crate::ToolHostBuilder::max_calls_total`].
+pub const DEFAULT_MAX_CALLS_TOTAL: usize = 256;
 
 /// The default of [`crate::ToolHostBuilder::max_calls_per_session`]: as many as the processes
 /// a session may run at once.
@@ -20,42 +27,48 @@ pub const DEFAULT_MAX_CALLS_PER_SESSION: usize = 64;
 
 /// The places of a host's calls.
 pub(crate) struct Admissions {
-    /// One permit per call in progress, host-wide.
+    /// One semaphore permit per call in progress, host-wide.
     host: Arc<Semaphore>,
-    max_calls: usize,
+    /// Calls in progress at once on the whole host, at most.
+    max_calls_total: usize,
     /// Calls in progress per scope (scopes with none are not kept).
     scopes: Arc<Mutex<HashMap<String, usize>>>,
-    max_per_scope: usize,
+    /// Calls in progress at once in one scope, at most.
+    max_calls_per_scope: usize,
 }
 
-/// A place for one call of a scope, from [`crate::ToolHost::admit`]: held while the call runs,
-/// given back when dropped.
-pub struct Admission {
+/// A place for one call of a scope among the calls in progress.
+///
+/// [`crate::ToolHost::admit`] gives one out.
+/// A call holds it while it runs ([`crate::Call::permit`]).
+/// Dropping it gives the place back.
+pub struct CallPermit {
     _permit: OwnedSemaphorePermit,
     scope: String,
     scopes: Arc<Mutex<HashMap<String, usize>>>,
 }
 
 impl Admissions {
-    /// At most `max_calls` calls at once, `max_per_scope` of them in one scope (each at least 1).
-    pub(crate) fn new(max_calls: usize, max_per_scope: usize) -> Self {
-        let max_calls = max_calls.clamp(1, Semaphore::MAX_PERMITS);
+    /// At most `max_calls_total` calls at once, `max_calls_per_scope` of them in one scope
+    /// (each at least 1).
+    pub(crate) fn new(max_calls_total: usize, max_calls_per_scope: usize) -> Self {
+        let max_calls_total = max_calls_total.clamp(1, Semaphore::MAX_PERMITS);
         Admissions {
-            host: Arc::new(Semaphore::new(max_calls)),
-            max_calls,
+            host: Arc::new(Semaphore::new(max_calls_total)),
+            max_calls_total,
             scopes: Arc::new(Mutex::new(HashMap::new())),
-            max_per_scope: max_per_scope.max(1),
+            max_calls_per_scope: max_calls_per_scope.max(1),
         }
     }
 
     /// A place for a call of `scope`, or why there is none.
-    pub(crate) fn admit(&self, scope: &str) -> Result<Admission, CallError> {
+    pub(crate) fn admit(&self, scope: &str) -> Result<CallPermit, CallError> {
         let refusal = {
             let mut scopes = lock(&self.scopes);
             let running = scopes.get(scope).copied().unwrap_or(0);
-            if running >= self.max_per_scope {
+            if running >= self.max_calls_per_scope {
                 CallError::SessionBusy {
-                    max_calls: self.max_per_scope,
+                    max_calls: self.max_calls_per_scope,
                 }
             } else if let Ok(permit) = self.host.clone().try_acquire_owned() {
                 match scopes.get_mut(scope) {
@@ -64,14 +77,14 @@ impl Admissions {
                         scopes.insert(scope.to_owned(), 1);
                     }
                 }
-                return Ok(Admission {
+                return Ok(CallPermit {
                     _permit: permit,
                     scope: scope.to_owned(),
                     scopes: self.scopes.clone(),
                 });
             } else {
                 CallError::Busy {
-                    max_calls: self.max_calls,
+                    max_calls: self.max_calls_total,
                 }
             }
         };
@@ -80,28 +93,28 @@ impl Admissions {
         Err(refusal)
     }
 
-    /// Whether `admission` is one of these places.
-    pub(crate) fn issued(&self, admission: &Admission) -> bool {
-        Arc::ptr_eq(&self.scopes, &admission.scopes)
+    /// Whether `permit` is one of these places.
+    pub(crate) fn issued(&self, permit: &CallPermit) -> bool {
+        Arc::ptr_eq(&self.scopes, &permit.scopes)
     }
 }
 
-impl std::fmt::Debug for Admission {
+impl std::fmt::Debug for CallPermit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Admission")
+        f.debug_struct("CallPermit")
             .field("scope", &self.scope)
             .finish_non_exhaustive()
     }
 }
 
-impl Admission {
+impl CallPermit {
     /// The scope the place is for.
     pub fn scope(&self) -> &str {
         &self.scope
     }
 }
 
-impl Drop for Admission {
+impl Drop for CallPermit {
     fn drop(&mut self) {
         let mut scopes = lock(&self.scopes);
         if let Some(running) = scopes.get_mut(&self.scope) {
@@ -164,7 +177,7 @@ mod tests {
             lock(&admissions.scopes).is_empty(),
             "scopes with no call go"
         );
-        let _again: Vec<Admission> = (0..2)
+        let _again: Vec<CallPermit> = (0..2)
             .map(|_| admissions.admit("a").expect("a again"))
             .collect();
     }

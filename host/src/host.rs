@@ -1,15 +1,48 @@
-//! [`ToolHost`]: the embeddable host. It owns the process backend, the guest runtime and the
-//! plugin registry, and routes each tool call to the plugin that provides the tool.
+//! [`ToolHost`]: the embeddable host.
+//!
+//! A `ToolHost` owns the process backend, the guest runtime and the plugin registry.
+//! It routes each tool call to the plugin that provides the tool.
+//! [`ToolHostBuilder`] configures a host.
+//! [`Call`] is one tool call, made with [`ToolHost::call`].
+//!
+//! ## Flow at a glance
+//!
+//! Building a host ([`ToolHostBuilder::build`]):
+//!
+//! 1. The process backend is the one given, or else a new [`ProcessManager`].
+//!    The manager keeps confined commands away from the host's own files: the component
+//!    cache and the plugin directories.
+//! 2. The guest runtime is set up on that backend, with the cache of compiled components.
+//! 3. The plugin registry loads the bundled policy and every plugin directory.
+//!    Any plugin that fails to load makes the build fail.
+//! 4. With [`ToolHostBuilder::watch_plugins`], a watcher reloads the registry after each burst
+//!    of changes in the plugin directories.
+//!
+//! Making a call (`.await` on a [`Call`], or [`Call::output`]):
+//!
+//! 1. The registry's current snapshot names the plugin that provides the tool.
+//!    An unknown tool is refused.
+//! 2. The call takes a place among the calls in progress ([`ToolHost::admit`]), unless it
+//!    holds a [`CallPermit`] already.
+//!    A call beyond the host's or its scope's limit is refused, and nothing of it runs.
+//! 3. The plugin runs the call in a fresh guest instance, in the caller's scope.
+//! 4. A call that ran into its plugin's limit, or failed in its plugin, is logged with its
+//!    scope.
+//! 5. The place is given back when the call ends.
 
-use crate::admission::{Admission, Admissions, DEFAULT_MAX_CALLS, DEFAULT_MAX_CALLS_PER_SESSION};
+use crate::admission::{
+    Admissions, CallPermit, DEFAULT_MAX_CALLS_PER_SESSION, DEFAULT_MAX_CALLS_TOTAL,
+};
 use crate::error::HostError;
 use crate::guest::{
     CallError, CallOptions, CallOutput, ComponentCache, Loader, Plugin, ToolDefinition,
 };
 use crate::plugins::registry::{Registry, Snapshot};
 use crate::plugins::watcher;
-use crate::process::{ProcessBackend, ProcessManager, ProcessManagerConfig};
+use crate::process::{OutputLog, ProcessBackend, ProcessManager, ProcessManagerConfig};
+use std::future::{Future, IntoFuture};
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,8 +69,11 @@ pub struct ToolInfo {
     pub plugin: String,
 }
 
-/// Hints about a tool's behaviour for clients deciding what needs approval, as the plugin
-/// states them (not checked by the host); `None`: not stated. Serialized with MCP's names.
+/// Hints about a tool's behaviour, for clients deciding what needs approval.
+///
+/// The plugin states them; the host does not check them.
+/// `None` means not stated.
+/// They serialize with MCP's names.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ToolHints {
     /// Changes nothing in its environment.
@@ -61,6 +97,34 @@ impl ToolHints {
     }
 }
 
+/// A loaded plugin, as [`ToolHost::plugins`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginInfo {
+    /// The plugin's name: the bundled policy's, or its component's file name without `.wasm`.
+    pub name: String,
+    /// Where it was loaded from.
+    pub origin: PluginOrigin,
+}
+
+/// Where a loaded plugin comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PluginOrigin {
+    /// A policy compiled into the binary ([`crate::bundled`]).
+    Bundled,
+    /// A component file in a plugin directory.
+    File(PathBuf),
+}
+
+/// `bundled`, or the component file's path.
+impl std::fmt::Display for PluginOrigin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PluginOrigin::Bundled => f.write_str("bundled"),
+            PluginOrigin::File(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
 /// Configures a [`ToolHost`].
 pub struct ToolHostBuilder {
     policy: Option<String>,
@@ -69,7 +133,7 @@ pub struct ToolHostBuilder {
     process_config: ProcessManagerConfig,
     cache_dir: Option<PathBuf>,
     watch: bool,
-    max_calls: usize,
+    max_calls_total: usize,
     max_calls_per_session: usize,
 }
 
@@ -82,7 +146,7 @@ impl Default for ToolHostBuilder {
             process_config: ProcessManagerConfig::default(),
             cache_dir: default_cache_dir(),
             watch: false,
-            max_calls: DEFAULT_MAX_CALLS,
+            max_calls_total: DEFAULT_MAX_CALLS_TOTAL,
             max_calls_per_session: DEFAULT_MAX_CALLS_PER_SESSION,
         }
     }
@@ -95,8 +159,8 @@ impl ToolHostBuilder {
         self
     }
 
-    /// Also load every `*.wasm` component in `dir` (with its `NAME.toml` manifest). A plugin's
-    /// tool replaces a bundled tool of the same name.
+    /// Also load every `*.wasm` component in `dir`, each with its `NAME.toml` manifest.
+    /// A plugin's tool replaces a bundled tool of the same name.
     pub fn plugin_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.plugin_dirs.push(dir.into());
         self
@@ -117,44 +181,55 @@ impl ToolHostBuilder {
 
     /// Where compiled components are cached; `None` disables the cache.
     ///
-    /// Compiled code from this directory is loaded and run natively, so it must be as
-    /// trusted as the `toolhost` binary: whoever can write it can run code inside the host.
-    /// The host creates it private (0700) and does not use it (logging why, and compiling
-    /// afresh) when another user owns it or group or others may write it. When the agent's
-    /// commands run as the same user as the host, disable the cache (or point it at a
-    /// directory that user cannot write) if a policy must hold against them.
+    /// Compiled code from this directory is loaded and run natively.
+    /// So the directory must be as trusted as the `toolhost` binary: whoever can write it can
+    /// run code inside the host.
+    /// The host creates it private (0700).
+    /// The host does not use it when another user owns it, or when group or others may write
+    /// it: it logs why and compiles afresh.
+    /// The agent's commands may run as the same user as the host.
+    /// Then, if a policy must hold against them, disable the cache, or point it at a
+    /// directory that user cannot write.
     pub fn cache_dir(mut self, dir: Option<PathBuf>) -> Self {
         self.cache_dir = dir;
         self
     }
 
-    /// Watch the plugin directories and reload when a component or manifest is added,
-    /// replaced or removed (see [`ToolHost::changes`]).
+    /// Watch the plugin directories.
+    /// The host reloads when a component or manifest is added, replaced or removed (see
+    /// [`ToolHost::changes`]).
     pub fn watch_plugins(mut self, watch: bool) -> Self {
         self.watch = watch;
         self
     }
 
-    /// The most tool calls in progress at once across all scopes (MCP tasks included); a call
-    /// beyond is refused at once with [`CallError::Busy`], before anything of it runs.
-    /// Default [`DEFAULT_MAX_CALLS`]; at least 1. It bounds the guest instances alive for
-    /// calls, and so their memory: at most this many times the largest memory limit of a
-    /// plugin (guests that list a plugin's tools while it loads are not counted).
-    pub fn max_calls(mut self, max: usize) -> Self {
-        self.max_calls = max.max(1);
+    /// The most tool calls in progress at once on the whole host, all scopes together.
+    ///
+    /// MCP tasks count too.
+    /// The CLI sets it with `--max-calls-total`.
+    /// A call beyond is refused at once with [`CallError::Busy`], before anything of it runs.
+    /// The default is [`DEFAULT_MAX_CALLS_TOTAL`]; the least is 1.
+    /// It bounds the guest instances alive for calls, and so their memory.
+    /// That memory is at most this many times the largest memory limit of a plugin.
+    /// Guests that list a plugin's tools while it loads are not counted.
+    pub fn max_calls_total(mut self, max: usize) -> Self {
+        self.max_calls_total = max.max(1);
         self
     }
 
-    /// The most tool calls in progress at once in one scope (session); a call beyond is
-    /// refused at once with [`CallError::SessionBusy`]. Default
-    /// [`DEFAULT_MAX_CALLS_PER_SESSION`]; at least 1. Keeps one session from taking every
-    /// place of [`Self::max_calls`].
+    /// The most tool calls in progress at once in one scope (a session).
+    ///
+    /// The CLI sets it with `--max-calls-per-session`.
+    /// A call beyond is refused at once with [`CallError::SessionBusy`].
+    /// The default is [`DEFAULT_MAX_CALLS_PER_SESSION`]; the least is 1.
+    /// It keeps one session from taking every place of [`Self::max_calls_total`].
     pub fn max_calls_per_session(mut self, max: usize) -> Self {
         self.max_calls_per_session = max.max(1);
         self
     }
 
-    /// Build the host and load the plugins. Must run inside a tokio runtime.
+    /// Build the host and load the plugins (see the module's flow at a glance).
+    /// It must run inside a tokio runtime.
     pub async fn build(self) -> Result<ToolHost, HostError> {
         let sandbox = self.process_config.sandbox.clone();
         let (backend, manager): (Arc<dyn ProcessBackend>, _) = match self.backend {
@@ -191,7 +266,7 @@ impl ToolHostBuilder {
         Ok(ToolHost {
             registry,
             manager,
-            admissions: Admissions::new(self.max_calls, self.max_calls_per_session),
+            admissions: Admissions::new(self.max_calls_total, self.max_calls_per_session),
             _watcher: watcher,
         })
     }
@@ -228,14 +303,15 @@ impl ToolHost {
         &self.registry.loader().backend
     }
 
-    /// Reload the plugin directories now (as the watcher does): changed plugins are loaded
-    /// afresh; one that fails to load is logged and its previous version keeps serving.
+    /// Reload the plugin directories now, as the watcher does.
+    /// Changed plugins are loaded afresh.
+    /// A plugin that fails to load is logged, and its previous version keeps serving.
     pub async fn reload(&self) -> Result<(), HostError> {
         self.registry.reload(false).await
     }
 
-    /// A receiver that sees a new value every time the set of tools changes: MCP servers turn
-    /// it into `notifications/tools/list_changed`.
+    /// A receiver that sees a new value every time the set of tools changes.
+    /// MCP servers turn it into `notifications/tools/list_changed`.
     pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.registry.changes()
     }
@@ -292,80 +368,90 @@ impl ToolHost {
             .unwrap_or_default()
     }
 
-    /// The loaded plugins' names and origins.
-    pub fn plugins(&self) -> Vec<(String, String)> {
-        self.snapshot()
+    /// The loaded plugins: the bundled policy first, then each plugin directory's in name
+    /// order.
+    pub fn plugins(&self) -> Vec<PluginInfo> {
+        let snapshot = self.snapshot();
+        snapshot
             .plugins
             .iter()
-            .map(|p| (p.name().to_string(), p.origin().to_string()))
+            .map(|plugin| PluginInfo {
+                name: plugin.name().to_string(),
+                origin: snapshot.origin(plugin),
+            })
             .collect()
     }
 
-    /// Call `tool` with `arguments` (a JSON object as text) on behalf of `scope`. Returns the
-    /// tool's result JSON text.
-    pub async fn call(
-        &self,
-        scope: &str,
-        tool: &str,
-        arguments: &str,
-    ) -> Result<String, CallError> {
-        self.call_with(scope, tool, arguments, CallOptions::default())
-            .await
-            .map(|output| output.text)
+    /// A call of `tool` with `arguments` (a JSON object as text) on behalf of `scope`.
+    ///
+    /// Nothing runs until the [`Call`] is awaited.
+    /// `.await` gives the tool's result JSON text.
+    /// [`Call::options`] adds progress reporting and cancellation.
+    /// [`Call::permit`] runs the call in a place taken before with [`Self::admit`].
+    /// [`Call::output`] gives the result with the processes whose full output it points to.
+    ///
+    /// ```no_run
+    /// # async fn demo(host: &toolhost::ToolHost) -> Result<(), toolhost::CallError> {
+    /// let text = host.call("my-session", "process_list", "{}").await?;
+    /// let cancel = toolhost::CancellationToken::new();
+    /// let options = toolhost::CallOptions {
+    ///     cancel: Some(cancel.clone()),
+    ///     ..Default::default()
+    /// };
+    /// let output = host
+    ///     .call("my-session", "execute", r#"{"command":"make"}"#)
+    ///     .options(options)
+    ///     .output()
+    ///     .await?;
+    /// # let _ = (text, output); Ok(()) }
+    /// ```
+    pub fn call<'a>(&'a self, scope: &'a str, tool: &'a str, arguments: &'a str) -> Call<'a> {
+        Call {
+            host: self,
+            scope,
+            tool,
+            arguments,
+            options: CallOptions::default(),
+            permit: None,
+        }
     }
 
-    /// [`Self::call`] with progress reporting and/or cancellation.
-    pub async fn call_with(
-        &self,
-        scope: &str,
-        tool: &str,
-        arguments: &str,
-        options: CallOptions,
-    ) -> Result<CallOutput, CallError> {
-        // An unknown tool is that, whatever the load.
-        let plugin = self.plugin_for(tool)?;
-        let admission = self.admit(scope)?;
-        self.run(&plugin, &admission, tool, arguments, options)
-            .await
-    }
-
-    /// A place for one call of `scope` among the calls in progress
-    /// ([`ToolHostBuilder::max_calls`], [`ToolHostBuilder::max_calls_per_session`]), or
-    /// [`CallError::Busy`] / [`CallError::SessionBusy`] when there is none: for a caller that
-    /// must know before it answers anything (an MCP task is created only for a call that will
-    /// run). Dropped unused, the place is given back.
-    pub fn admit(&self, scope: &str) -> Result<Admission, CallError> {
+    /// A place for one call of `scope` among the calls in progress, taken now.
+    ///
+    /// The limits are [`ToolHostBuilder::max_calls_total`] and
+    /// [`ToolHostBuilder::max_calls_per_session`].
+    /// When there is no place, the refusal is [`CallError::Busy`] or [`CallError::SessionBusy`].
+    /// A caller that must know before it answers anything takes the place first: an MCP task
+    /// is created only for a call that will run.
+    /// The call then runs in that place ([`Call::permit`]).
+    /// Dropped unused, the permit gives the place back.
+    pub fn admit(&self, scope: &str) -> Result<CallPermit, CallError> {
         self.admissions.admit(scope)
     }
 
-    /// [`Self::call_with`] in a place taken before with [`Self::admit`] (in its scope), held
-    /// until the call ends.
-    pub async fn call_admitted(
-        &self,
-        admission: Admission,
-        tool: &str,
-        arguments: &str,
-        options: CallOptions,
-    ) -> Result<CallOutput, CallError> {
-        debug_assert!(
-            self.admissions.issued(&admission),
-            "an admission of another host"
-        );
+    /// Run `call` as the module's flow at a glance says.
+    async fn run(&self, call: Call<'_>) -> Result<CallOutput, CallError> {
+        let Call {
+            scope,
+            tool,
+            arguments,
+            options,
+            permit,
+            ..
+        } = call;
+        // An unknown tool is that, whatever the load.
         let plugin = self.plugin_for(tool)?;
-        self.run(&plugin, &admission, tool, arguments, options)
-            .await
-    }
-
-    /// Call `tool` of `plugin` in the place `admission` holds, and log how it failed.
-    async fn run(
-        &self,
-        plugin: &Plugin,
-        admission: &Admission,
-        tool: &str,
-        arguments: &str,
-        options: CallOptions,
-    ) -> Result<CallOutput, CallError> {
-        let scope = admission.scope();
+        // Held until the call ends.
+        let _permit = match permit {
+            Some(permit) => {
+                debug_assert!(
+                    self.admissions.issued(&permit) && permit.scope() == scope,
+                    "a permit of another host or scope"
+                );
+                permit
+            }
+            None => self.admit(scope)?,
+        };
         let outcome = plugin.call(scope, tool, arguments, options).await;
         // The session's log (an MCP client that set a level sees these).
         match &outcome {
@@ -380,20 +466,22 @@ impl ToolHost {
         outcome
     }
 
-    /// The full output log of process `id` of `scope`, when it has one that still exists
-    /// (never another scope's process).
+    /// The full output log of process `id` of `scope`, when it has one that still exists.
+    /// A process of another scope has none.
     pub fn output_log(&self, scope: &str, id: &str) -> Option<PathBuf> {
         self.registry.loader().backend.output_log(scope, id)
     }
 
     /// The processes of `scope` with a full output log, and their files.
-    pub fn output_logs(&self, scope: &str) -> Vec<(String, PathBuf)> {
+    pub fn output_logs(&self, scope: &str) -> Vec<OutputLog> {
         self.registry.loader().backend.output_logs(scope)
     }
 
-    /// Keep deleting output logs past their retention or over the total while the host lives
-    /// (a server; a single call relies on the sweep when a host starts, at most once per
-    /// interval). Sweeps every [`ProcessManagerConfig::sweep_interval`].
+    /// Keep deleting output logs past their retention or over the total while the host lives.
+    ///
+    /// A server calls this.
+    /// A single call relies on the sweep when a host starts, at most once per interval.
+    /// The sweeps are [`ProcessManagerConfig::sweep_interval`] apart.
     ///
     /// [`ProcessManagerConfig::sweep_interval`]: crate::process::ProcessManagerConfig::sweep_interval
     pub fn sweep_logs_periodically(&self) {
@@ -420,11 +508,57 @@ impl ToolHost {
     }
 
     /// Stop: terminate every process the host started (SIGTERM, then SIGKILL after a short
-    /// grace). Dropping the host also kills them, without the grace.
+    /// grace).
+    /// Dropping the host also kills them, without the grace.
     pub async fn shutdown(&self) {
         if let Some(manager) = &self.manager {
             manager.shutdown().await;
         }
+    }
+}
+
+/// One tool call, made with [`ToolHost::call`]; nothing runs until it is awaited.
+///
+/// `.await` runs it and gives the tool's result JSON text.
+/// [`Call::output`] runs it and gives the whole [`CallOutput`].
+#[must_use = "a call does nothing until it is awaited"]
+pub struct Call<'a> {
+    host: &'a ToolHost,
+    scope: &'a str,
+    tool: &'a str,
+    arguments: &'a str,
+    options: CallOptions,
+    permit: Option<CallPermit>,
+}
+
+impl<'a> Call<'a> {
+    /// Report progress and take cancellation as `options` say.
+    pub fn options(mut self, options: CallOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Run in the place `permit` holds, taken before with [`ToolHost::admit`] for this call's
+    /// scope, instead of taking one now.
+    /// The permit is held until the call ends.
+    pub fn permit(mut self, permit: CallPermit) -> Self {
+        self.permit = Some(permit);
+        self
+    }
+
+    /// Run the call: its result, with the processes whose full output it points to.
+    pub async fn output(self) -> Result<CallOutput, CallError> {
+        self.host.run(self).await
+    }
+}
+
+impl<'a> IntoFuture for Call<'a> {
+    type Output = Result<String, CallError>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'a>>;
+
+    /// Run the call: the tool's result JSON text.
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move { self.output().await.map(|output| output.text) })
     }
 }
 

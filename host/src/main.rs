@@ -1,5 +1,9 @@
 //! The `toolhost` command line: list the tools, call one, export the bundled policies, serve
-//! them over MCP. Results go to stdout; logs go to stderr.
+//! them over MCP, test a plugin on scenarios, write a new policy crate.
+//! Results go to stdout; logs go to stderr.
+//! The commands that only the binary offers live in [`cli`], not in the library.
+
+mod cli;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -48,22 +52,23 @@ struct Cli {
     #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_memory, global = true)]
     log_max_total: u64,
 
-    /// Most processes running at once across all sessions (a finished command's leftovers
-    /// count while they run); a start beyond is refused with a message saying so (default:
-    /// half the host's descriptor limit, `ulimit -n`, at 12 descriptors a process, at most
-    /// 2048).
-    #[arg(long, value_name = "N", global = true, value_parser = clap::value_parser!(u32).range(1..))]
-    max_processes: Option<u32>,
+    /// Most processes running at once on the whole host, all sessions together (a finished
+    /// command's leftovers count while they run); a start beyond is refused with a message
+    /// saying so (default: half the host's descriptor limit, `ulimit -n`, at 12 descriptors a
+    /// process, at most 2048).
+    #[arg(long, alias = "max-processes", value_name = "N", global = true, value_parser = clap::value_parser!(u32).range(1..))]
+    max_processes_total: Option<u32>,
 
-    /// Most tool calls in progress at once across all sessions (MCP tasks included); a call
-    /// beyond is refused at once with a message saying so, nothing of it run. It also bounds
-    /// the memory of the guests running calls (at most this many times the largest memory
-    /// limit of a plugin).
-    #[arg(long, value_name = "N", default_value_t = toolhost::DEFAULT_MAX_CALLS as u32, global = true, value_parser = clap::value_parser!(u32).range(1..))]
-    max_calls: u32,
+    /// Most tool calls in progress at once on the whole host, all sessions together (MCP tasks
+    /// included); a call beyond is refused at once with a message saying so, nothing of it
+    /// run. It also bounds the memory of the guests running calls (at most this many times the
+    /// largest memory limit of a plugin).
+    #[arg(long, alias = "max-calls", value_name = "N", default_value_t = toolhost::DEFAULT_MAX_CALLS_TOTAL as u32, global = true, value_parser = clap::value_parser!(u32).range(1..))]
+    max_calls_total: u32,
 
     /// Most tool calls in progress at once in one session; a call beyond is refused at once
-    /// with a message saying so, nothing of it run, while other sessions go on.
+    /// with a message saying so, nothing of it run, while other sessions go on (see
+    /// --max-calls-total for the whole host).
     #[arg(long, value_name = "N", default_value_t = toolhost::DEFAULT_MAX_CALLS_PER_SESSION as u32, global = true, value_parser = clap::value_parser!(u32).range(1..))]
     max_calls_per_session: u32,
 
@@ -105,16 +110,17 @@ struct Cli {
     #[arg(long, value_name = "PATH", global = true)]
     reveal: Vec<PathBuf>,
 
-    /// Memory a confined command may use, everything it started included (a memory cgroup;
-    /// where the host may not create one, per process with RLIMIT_DATA), e.g. `4GiB`
-    /// (default: half the machine's memory).
-    #[arg(long, value_name = "SIZE", value_parser = parse_memory, global = true)]
-    memory_limit: Option<u64>,
+    /// Memory each confined command may use, everything it started included (a memory
+    /// cgroup per command; where the host may not create one, per process with RLIMIT_DATA),
+    /// e.g. `4GiB` (default: half the machine's memory).
+    #[arg(long, alias = "memory-limit", value_name = "SIZE", value_parser = parse_memory, global = true)]
+    memory_limit_per_command: Option<u64>,
 
-    /// Processes a confined command may have at once, everything it started included
-    /// (default 1024; needs a pids cgroup the host may create, see `toolhost sandbox`).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), global = true)]
-    process_limit: Option<u32>,
+    /// Processes each confined command may have at once, everything it started included
+    /// (default 1024; needs a pids cgroup the host may create, see `toolhost sandbox`; see
+    /// --max-processes-total for the whole host).
+    #[arg(long, alias = "process-limit", value_name = "N", value_parser = clap::value_parser!(u32).range(1..), global = true)]
+    process_limit_per_command: Option<u32>,
 
     #[command(subcommand)]
     command: Command,
@@ -271,7 +277,7 @@ enum Format {
 static ENV_TOKEN: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
 
 /// The soft descriptor limit the host raises itself to, if its hard limit allows: each running
-/// process costs the host about a dozen descriptors, and the default `--max-processes` follows
+/// process costs the host about a dozen descriptors, and the default `--max-processes-total` follows
 /// this limit. Not more: commands inherit it, and some programs walk every descriptor up to it.
 const DESCRIPTOR_LIMIT: u64 = 65_536;
 
@@ -378,8 +384,8 @@ async fn build_host(cli: &Cli) -> Result<ToolHost> {
     }
     config.log_retention = cli.log_retention.into();
     config.log_max_total = cli.log_max_total;
-    if let Some(max) = cli.max_processes {
-        config.max_processes = max as usize;
+    if let Some(max) = cli.max_processes_total {
+        config.max_running_total = max as usize;
     }
     if let Some(shell) = &cli.shell {
         config.shell = shell.clone();
@@ -402,7 +408,7 @@ async fn build_host(cli: &Cli) -> Result<ToolHost> {
     }
     builder = builder
         .process_config(config)
-        .max_calls(cli.max_calls as usize)
+        .max_calls_total(cli.max_calls_total as usize)
         .max_calls_per_session(cli.max_calls_per_session as usize);
     // A server runs long: pick up plugin changes (and tell MCP clients about them).
     builder = builder.watch_plugins(matches!(cli.command, Command::Serve { .. }));
@@ -447,10 +453,10 @@ fn sandbox_settings(cli: &Cli) -> Result<SandboxSettings> {
     if !settings.reveal.is_empty() {
         toolhost::sandbox::HiddenPaths::of_this_user(&settings.hide, &settings.reveal)?;
     }
-    if let Some(bytes) = cli.memory_limit {
+    if let Some(bytes) = cli.memory_limit_per_command {
         settings.limits.memory_bytes = Some(bytes);
     }
-    if let Some(processes) = cli.process_limit {
+    if let Some(processes) = cli.process_limit_per_command {
         settings.limits.processes = Some(processes);
     }
     Ok(settings)
@@ -472,29 +478,29 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 eprintln!("toolhost test: {error}");
                 Ok(ExitCode::from(2))
             };
-            let files = match toolhost::scenarios::collect(scenarios) {
+            let files = match crate::cli::scenarios::collect(scenarios) {
                 Ok(files) => files,
                 Err(error) => return unusable(&error),
             };
-            let runner = match toolhost::scenarios::Runner::new(plugin, manifest.as_deref(), cache)
-            {
-                Ok(runner) => runner,
-                Err(error) => return unusable(&error),
-            };
+            let runner =
+                match crate::cli::scenarios::Runner::new(plugin, manifest.as_deref(), cache) {
+                    Ok(runner) => runner,
+                    Err(error) => return unusable(&error),
+                };
             // The report goes out as scenarios finish (a reader that went away is ignored).
-            match toolhost::scenarios::run(&runner, &files, &mut std::io::stdout()).await {
+            match crate::cli::scenarios::run(&runner, &files, &mut std::io::stdout()).await {
                 Ok((_, 0)) => Ok(ExitCode::SUCCESS),
                 Ok(_) => Ok(ExitCode::FAILURE),
                 Err(error) => unusable(&error),
             }
         }
         Command::NewPolicy { name, dir } => {
-            let policy = toolhost::scaffold::PolicyCrate::new(name)?;
+            let policy = crate::cli::scaffold::PolicyCrate::new(name)?;
             let root = policy.write(dir)?;
             out(format_args!(
                 "Created the policy crate {} (a copy of the policy SDK is in {}/). Next:\n{}",
                 root.display(),
-                toolhost::scaffold::SDK,
+                crate::cli::scaffold::SDK,
                 policy.next_steps()
             ));
             Ok(ExitCode::SUCCESS)
@@ -541,7 +547,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             let plugins: Vec<_> = host
                 .plugins()
                 .into_iter()
-                .map(|(name, origin)| serde_json::json!({"name": name, "origin": origin}))
+                .map(|plugin| serde_json::json!({"name": plugin.name, "origin": plugin.origin.to_string()}))
                 .collect();
             out(serde_json::to_string_pretty(&plugins)?);
             Ok(ExitCode::SUCCESS)
@@ -727,5 +733,85 @@ fn out(text: impl std::fmt::Display) {
         && error.kind() != std::io::ErrorKind::BrokenPipe
     {
         eprintln!("toolhost: cannot write the result: {error}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn renamed_flags_keep_their_old_spelling_for_now() {
+        let parse = |args: &[&str]| {
+            let cli = Cli::try_parse_from(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+            (
+                cli.max_processes_total,
+                cli.max_calls_total,
+                cli.memory_limit_per_command,
+                cli.process_limit_per_command,
+            )
+        };
+        let new = parse(&[
+            "toolhost",
+            "--max-processes-total",
+            "3",
+            "--max-calls-total",
+            "4",
+            "--memory-limit-per-command",
+            "64MiB",
+            "--process-limit-per-command",
+            "5",
+            "tools",
+        ]);
+        assert_eq!(new, (Some(3), 4, Some(64 * 1024 * 1024), Some(5)));
+        let old = parse(&[
+            "toolhost",
+            "--max-processes",
+            "3",
+            "--max-calls",
+            "4",
+            "--memory-limit",
+            "64MiB",
+            "--process-limit",
+            "5",
+            "tools",
+        ]);
+        assert_eq!(old, new);
+        // After the subcommand too: the flags are global.
+        let after = parse(&[
+            "toolhost",
+            "tools",
+            "--max-processes",
+            "3",
+            "--max-calls",
+            "4",
+        ]);
+        assert_eq!((after.0, after.1), (Some(3), 4));
+        // The old spellings work, but the help shows only the new ones.
+        let help = Cli::command().render_long_help().to_string();
+        for new in [
+            "--max-processes-total <N>",
+            "--max-calls-total <N>",
+            "--max-calls-per-session <N>",
+            "--memory-limit-per-command <SIZE>",
+            "--process-limit-per-command <N>",
+        ] {
+            assert!(help.contains(new), "{new} in the help");
+        }
+        for old in [
+            "--max-processes <",
+            "--max-calls <",
+            "--memory-limit <",
+            "--process-limit <",
+            "[aliases",
+        ] {
+            assert!(!help.contains(old), "{old} in the help");
+        }
     }
 }

@@ -1,5 +1,7 @@
-//! The guest components built into the binary by `build.rs`: the bundled policies, so that
-//! `toolhost` works with zero configuration, and the test fixtures (found by path).
+//! The policies built into the binary by `build.rs`, so that `toolhost` works with zero
+//! configuration.
+//!
+//! The test fixture components are not embedded: the tests find them by path.
 
 /// A policy component compiled into the binary.
 #[derive(Debug, Clone, Copy)]
@@ -110,17 +112,6 @@ pub fn export(dir: &std::path::Path) -> std::io::Result<Vec<std::path::PathBuf>>
         written.extend([path, manifest]);
     }
     Ok(written)
-}
-
-/// Paths of the test fixture components (not embedded: tests load them from disk).
-#[doc(hidden)]
-pub mod fixtures {
-    /// A guest that spins, allocates without end, panics or hangs on purpose.
-    pub const HOSTILE: &str = env!("TOOLHOST_GUEST_HOSTILE");
-    /// A plugin built against a newer WIT package version than this host implements.
-    pub const FUTURE_VERSION: &str = env!("TOOLHOST_GUEST_FUTURE_VERSION");
-    /// A policy built against the frozen `toolhost:plugin@0.1.0`: `run`, `list`, `buffer`.
-    pub const LEGACY_POLICY: &str = env!("TOOLHOST_GUEST_LEGACY_POLICY");
 }
 
 #[cfg(test)]

@@ -153,6 +153,15 @@ pub struct ProcessInfo {
     pub stdin: Stdin,
 }
 
+/// A process's full output log file, as [`ProcessBackend::output_logs`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct OutputLog {
+    /// The id of the process that wrote it.
+    pub process_id: String,
+    /// The file.
+    pub path: PathBuf,
+}
+
 /// Why a process operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProcessError {
@@ -255,7 +264,7 @@ pub trait ProcessBackend: Send + Sync + 'static {
 
     /// The processes of `scope` that have a full output log, with their files. The default:
     /// none.
-    fn output_logs(&self, scope: &str) -> Vec<(String, PathBuf)> {
+    fn output_logs(&self, scope: &str) -> Vec<OutputLog> {
         let _ = scope;
         Vec::new()
     }

@@ -22,7 +22,7 @@
 //! variables are withheld. [`probe`] reports what this machine supports; a profile whose layer
 //! is missing is refused.
 
-pub mod cgroup;
+pub(crate) mod cgroup;
 mod landlock;
 pub(crate) mod namespaces;
 mod prepare;

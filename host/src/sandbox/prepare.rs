@@ -10,11 +10,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::landlock::{self, LandlockError, Plan};
-use super::namespaces::{self, NamespaceError, Namespaces};
+use super::namespaces::{self, NamespaceError, NamespaceKind, Namespaces};
 use super::probe;
 use super::seccomp::{self, SeccompError};
 use super::secrets::HiddenPaths;
 use super::{Network, Profile, SandboxMode};
+use toolhost_keeper_protocol::option;
 
 /// Most profiles one scope may use (each holds its namespaces and layers until the scope ends).
 const MAX_PROFILES: usize = 16;
@@ -363,7 +364,9 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
     // With a network namespace of its own, `none` is enforced by it: the command may use its
     // private loopback (a test server on 127.0.0.1), and nothing else exists there. Seccomp
     // still allows only the socket families that stay inside it.
-    let private_network = namespaces.as_ref().is_some_and(|ns| ns.has("net"));
+    let private_network = namespaces
+        .as_ref()
+        .is_some_and(|ns| ns.has(NamespaceKind::Network));
     // Landlock keeps carving every hidden path out even where the mount namespace covers it:
     // a cover goes away when what it covers is replaced from outside, and the carving keeps
     // the directories around a hidden path from being renamed.
@@ -384,13 +387,13 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
         keeper_args.push(namespaces.keeper_arg());
     }
     if let Some(seconds) = profile.limits.cpu_seconds {
-        keeper_args.push(format!("--rlimit-cpu={seconds}"));
+        keeper_args.push(format!("{}{seconds}", option::RLIMIT_CPU));
     }
     // Memory per process where no memory cgroup holds the whole command.
     if let Some(bytes) = profile.limits.memory_bytes
         && super::cgroup::hierarchies().memory.is_none()
     {
-        keeper_args.push(format!("--rlimit-data={bytes}"));
+        keeper_args.push(format!("{}{bytes}", option::RLIMIT_DATA));
     }
     // Processes where no pids cgroup holds the command: RLIMIT_NPROC, which the kernel counts
     // per user and user namespace, so in the scope's namespace it bounds the processes of the
@@ -400,7 +403,7 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
     if let Some(processes) = profile.limits.processes
         && nproc_rlimit
     {
-        keeper_args.push(format!("--rlimit-nproc={processes}"));
+        keeper_args.push(format!("{}{processes}", option::RLIMIT_NPROC));
     }
     Ok(Prepared {
         ruleset,

@@ -146,7 +146,7 @@ pub struct SandboxSettings {
     pub hide: Vec<PathBuf>,
     /// `--reveal`: paths hidden by default that commands may read all the same (absolute).
     pub reveal: Vec<PathBuf>,
-    /// `--memory-limit` and `--process-limit` (per command); `cpu_seconds` has no flag.
+    /// `--memory-limit-per-command` and `--process-limit-per-command`; `cpu_seconds` has no flag.
     pub limits: Limits,
 }
 

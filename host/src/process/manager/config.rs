@@ -23,23 +23,25 @@ pub struct ProcessManagerConfig {
     pub kill_grace: Duration,
     /// How long an exited process stays listed and readable. Default 5 min.
     pub retention: Duration,
-    /// Running processes allowed per scope. Default 64.
+    /// Processes running at once in one scope, at most. A start beyond is refused with a
+    /// message saying so. Default 64.
     pub max_running_per_scope: usize,
-    /// Most processes running at once across all scopes (the host's `--max-processes`);
-    /// a start beyond is refused with a clear message. Each running process holds about
-    /// [`DESCRIPTORS_PER_PROCESS`] of the host's file descriptors, so the default is what the
-    /// host's descriptor limit (`RLIMIT_NOFILE`) leaves room for, at most 2048: past it
-    /// starts would fail on `EMFILE` in every session at once.
-    pub max_processes: usize,
-    /// Finished processes kept listed per scope: past this, the oldest finished record is
-    /// removed before its retention ends. Default 256.
+    /// Processes running at once on the whole host, all scopes together, at most (the host's
+    /// `--max-processes-total`). A finished process whose leftovers still run counts while
+    /// they run. A start beyond is refused with a message saying so. Each running process
+    /// holds about [`DESCRIPTORS_PER_PROCESS`] of the host's file descriptors. So the default
+    /// is what the host's descriptor limit (`RLIMIT_NOFILE`) leaves room for, at most 2048.
+    /// Past it, starts would fail on `EMFILE` in every session at once.
+    pub max_running_total: usize,
+    /// Finished processes kept listed in one scope, at most. Past this, the scope's oldest
+    /// finished record is removed before its retention ends. Default 256.
     pub max_retained_per_scope: usize,
-    /// Finished processes kept listed across all scopes: past this, the host's oldest finished
-    /// record with nothing left running is removed before its retention ends (records whose
-    /// leftovers still run are kept; `max_processes` bounds them). Each holds up to
-    /// `head_bytes + tail_bytes` of output in memory. Default 4096 (128 MiB of output at most
-    /// with the default buffers).
-    pub max_retained: usize,
+    /// Finished processes kept listed on the whole host, all scopes together, at most. Past
+    /// this, the host's oldest finished record with nothing left running is removed before its
+    /// retention ends. Records whose leftovers still run are kept; `max_running_total` bounds
+    /// them. Each record holds up to `head_bytes + tail_bytes` of output in memory. Default
+    /// 4096 (128 MiB of output at most with the default buffers).
+    pub max_retained_total: usize,
     /// How long to keep reading output after the process exits, for grandchildren that still
     /// hold the pipe. Default 2 s.
     pub drain_timeout: Duration,
@@ -91,9 +93,9 @@ impl Default for ProcessManagerConfig {
             kill_grace: Duration::from_secs(5),
             retention: Duration::from_secs(5 * 60),
             max_running_per_scope: 64,
-            max_processes: default_max_processes(),
+            max_running_total: default_max_running_total(),
             max_retained_per_scope: 256,
-            max_retained: 4096,
+            max_retained_total: 4096,
             drain_timeout: Duration::from_secs(2),
             output_logs: true,
             state_dir: None,
@@ -119,11 +121,11 @@ impl ProcessManagerConfig {
 /// output pipes, cgroup files, pidfd) and per request waiting on it, with room to spare.
 pub const DESCRIPTORS_PER_PROCESS: u64 = 12;
 
-/// The default of [`ProcessManagerConfig::max_processes`]: as many as the descriptor limit
+/// The default of [`ProcessManagerConfig::max_running_total`]: as many as the descriptor limit
 /// leaves room for (half kept for everything else: connections, sessions, logs), between 16
 /// and 2048. Measured under overload (`benches/http_load.rs`): about 10 per process, and a
 /// connection per call waiting.
-pub fn default_max_processes() -> usize {
+pub fn default_max_running_total() -> usize {
     let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
         .current
         .unwrap_or(u64::MAX);

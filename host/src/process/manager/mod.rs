@@ -9,7 +9,7 @@
 //!   nothing escapes them by leaving the process group.
 //! * The keeper is created from the manager's own spawner thread (`spawner.rs` says why not
 //!   from the calling thread), the way `posix_spawn` does it (`clone(CLONE_VM | CLONE_VFORK)`,
-//!   so the host's memory is never copied or made copy-on-write; `sys.rs`). Before `exec` it
+//!   so the host's memory is never copied or made copy-on-write; `child.rs`). Before `exec` it
 //!   leads its own session, asks the kernel for `SIGTERM` when the spawner thread dies, and
 //!   closes every descriptor but its stdio and its two channels. A start abandoned half-way
 //!   (its future dropped) stops and reaps what it spawned.
@@ -31,7 +31,7 @@
 //! * The keeper stays our child (a zombie once it exits) until the record is removed, so its
 //!   pid cannot be reused while the record may signal it. `retention` after the exit the
 //!   record is removed, or earlier when its scope has more than `max_retained_per_scope`
-//!   finished records (oldest first), or the host more than `max_retained` (the oldest with
+//!   finished records (oldest first), or the host more than `max_retained_total` (the oldest with
 //!   nothing left running: another session's leftovers are not killed for it): the keeper's
 //!   control socket is closed, which makes it kill whatever is left (daemonised
 //!   grandchildren), and the keeper is reaped (the output log stays for `log_retention`). If
@@ -52,9 +52,14 @@
 //! The parts: `config.rs` (the settings), `table.rs` (the scope table: listed records,
 //! per-scope counts and limits, closing), `entry.rs` (one process's record), `monitor.rs`
 //! (the task that owns a running process: output, exit, drain, retention), `ids.rs`,
-//! `spawner.rs` and `sys.rs` (creating processes; the Linux calls), `output_log.rs` (the
+//! `input.rs` (a process's stdin pipe or terminal), `pty.rs` (opening a terminal),
+//! `keeper.rs` (the host's side of the keeper: its executable, its channels, its
+//! descriptors), creating processes in `spawner.rs` (the spawner thread), `spec.rs` (what the
+//! child runs, and with what: safe code) and `child.rs` (the child between `clone` and
+//! `exec`), `reap.rs` (waiting for and reaping the keepers), `output_log.rs` (the
 //! full-output files). Unit tests live in `tests.rs` and `*_tests.rs` beside them.
 
+mod child;
 mod config;
 mod entry;
 mod ids;
@@ -63,8 +68,9 @@ mod keeper;
 mod monitor;
 mod output_log;
 mod pty;
+mod reap;
 mod spawner;
-mod sys;
+mod spec;
 mod table;
 
 use std::collections::{HashMap, HashSet};
@@ -85,8 +91,10 @@ use super::{
     StartRequest, Stdin, Until,
 };
 use crate::buffer::HeadTailBuffer;
+use crate::sandbox::namespaces::NamespaceKind;
 use crate::sandbox::{self, CommandCgroups, Prepared, Profile, ScopeSandbox};
 use crate::terminal::{Key, Screen, TerminalSize};
+use child::SpawnStep;
 pub use config::ProcessManagerConfig;
 use entry::{Entry, EntrySpec, LogTarget, unix_ms};
 use ids::Ids;
@@ -94,7 +102,7 @@ use input::InputSide;
 use monitor::{FIRST_READ_CHUNK, LogSlot, Monitor, MonitorGuard, OutputReader};
 use output_log::LogIndex;
 use spawner::Spawner;
-use sys::{ChildSpec, SpawnStep};
+use spec::ChildSpec;
 use table::{Records, shut_down};
 
 /// Whether this machine lets the host make the namespaces layer of confined commands (user,
@@ -283,7 +291,7 @@ impl ProcessManager {
         let _ = sandbox::cgroup::hierarchies();
         let records = Arc::new(Records::new(
             config.max_retained_per_scope,
-            config.max_retained,
+            config.max_retained_total,
         ));
         let logs = Arc::new(LogIndex::default());
         if let Some(dir) = log_dir
@@ -418,7 +426,7 @@ impl ProcessManager {
         let reservation = self.records.reserve(
             scope,
             self.config.max_running_per_scope,
-            self.config.max_processes,
+            self.config.max_running_total,
         )?;
         let confine = self.confinement(scope, &profile).await?;
         // Building may have taken a while: a scope that ended meanwhile gets no command.
@@ -426,7 +434,7 @@ impl ProcessManager {
         // Limits on everything the command starts; more processes than asked for, the keeper
         // (two in a PID namespace: one waits outside, one keeps inside).
         let keepers = match confine.as_ref().and_then(|ready| ready.namespaces.as_ref()) {
-            Some(namespaces) if namespaces.has("pid") => 2,
+            Some(namespaces) if namespaces.has(NamespaceKind::Pid) => 2,
             _ => 1,
         };
         let cgroups = match confine {
@@ -754,8 +762,10 @@ impl ProcessBackend for ProcessManager {
         self.logs.get(scope, id)
     }
 
-    fn output_logs(&self, scope: &str) -> Vec<(String, PathBuf)> {
-        self.logs.list(scope)
+    fn output_logs(&self, scope: &str) -> Vec<super::OutputLog> {
+        let logs = self.logs.list(scope).into_iter();
+        logs.map(|(process_id, path)| super::OutputLog { process_id, path })
+            .collect()
     }
 
     fn start<'a>(
@@ -884,7 +894,7 @@ impl Drop for ProcessManager {
             .iter()
             .filter_map(|entry| entry.release_keeper())
             .collect();
-        sys::reap_all_soon(keepers);
+        reap::reap_all_soon(keepers);
         for entry in &entries {
             entry.close_log();
         }

@@ -1,7 +1,12 @@
 //! The scope table: every listed process record, what each scope has running, starting and
-//! retained, the per-scope limit on running processes, the cap on retained finished records,
-//! and whether the manager is closed. All of it sits behind one lock, held only for a few
-//! plain assignments (never across a file system call or an await).
+//! retained, and whether the manager is closed.
+//!
+//! The table enforces the limits on running processes (`max_running_per_scope`,
+//! `max_running_total`) and the caps on retained finished records (`max_retained_per_scope`,
+//! `max_retained_total`).
+//! All of it sits behind one lock.
+//! The lock is held only for a few plain assignments, never across a file system call or an
+//! await.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
@@ -9,15 +14,16 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
-use super::entry::{Ended, Entry, lock};
+use super::entry::{Ended, Entry};
+use crate::lock;
 use crate::process::{ProcessError, ProcessInfo};
 
 /// The records of a manager and their per-scope bookkeeping.
 pub(super) struct Records {
     table: Mutex<Table>,
-    /// Finished records kept listed per scope.
-    max_retained: usize,
-    /// Finished records kept listed across all scopes.
+    /// Finished records kept listed in one scope, at most.
+    max_retained_per_scope: usize,
+    /// Finished records kept listed on the whole host, all scopes together, at most.
     max_retained_total: usize,
     /// `true` once the manager shuts down: nothing more is admitted, monitors stop lingering.
     closed: watch::Sender<bool>,
@@ -112,11 +118,12 @@ impl Records {
             .collect()
     }
 
-    /// At most `max_retained` finished records kept per scope, `max_retained_total` in all.
-    pub(super) fn new(max_retained: usize, max_retained_total: usize) -> Self {
+    /// At most `max_retained_per_scope` finished records kept per scope, `max_retained_total`
+    /// in all.
+    pub(super) fn new(max_retained_per_scope: usize, max_retained_total: usize) -> Self {
         Self {
             table: Mutex::new(Table::default()),
-            max_retained,
+            max_retained_per_scope,
             max_retained_total,
             closed: watch::channel(false).0,
         }
@@ -145,38 +152,39 @@ impl Records {
         table.entries.drain().map(|(_, entry)| entry).collect()
     }
 
-    /// Count a start against `scope`'s limit of `max_running` running processes and the
-    /// host's of `max_total` across all scopes.
+    /// Count a start against `scope`'s limit of `max_running_per_scope` running processes and
+    /// the host's of `max_running_total` across all scopes.
     pub(super) fn reserve(
         &self,
         scope: &str,
-        max_running: usize,
-        max_total: usize,
+        max_running_per_scope: usize,
+        max_running_total: usize,
     ) -> Result<Reservation<'_>, ProcessError> {
         let mut table = lock(&self.table);
         let busy = table
             .scopes
             .get(scope)
             .map_or(0, |state| state.running + state.starting);
-        if busy >= max_running {
+        if busy >= max_running_per_scope {
             return Err(ProcessError::LimitReached(format!(
                 "too many running processes: this session already has {busy} (the limit is \
-                 {max_running}); wait for one to finish or stop one before starting another"
+                 {max_running_per_scope}); wait for one to finish or stop one before starting another"
             )));
         }
         // Every record that still holds a keeper counts, also a finished one whose leftovers
         // (`cmd &`) still run: they hold the host's descriptors just the same.
         let starting: usize = table.scopes.values().map(|state| state.starting).sum();
         let total = starting + table.holding;
-        if total >= max_total {
+        if total >= max_running_total {
             tracing::warn!(
                 scope,
                 total,
                 "refused a start: the host's process limit is reached"
             );
             return Err(ProcessError::LimitReached(format!(
-                "the host runs its maximum of {max_total} processes across all sessions \
-                 (--max-processes); wait for one to finish or stop one before starting another"
+                "the host runs its maximum of {max_running_total} processes across all \
+                 sessions (--max-processes-total); wait for one to finish or stop one before \
+                 starting another"
             )));
         }
         let state = table.scope(scope);
@@ -250,7 +258,7 @@ impl Records {
                 if listed {
                     state.finished.push_back((order, Arc::clone(entry)));
                     added += 1;
-                    if state.finished.len() > self.max_retained
+                    if state.finished.len() > self.max_retained_per_scope
                         && let Some((_, old)) = state.finished.pop_front()
                     {
                         added -= 1;

@@ -11,12 +11,6 @@
 //! `src/lib.rs` (the standard tools, with comments showing the extension points), the
 //! manifest `LIB.toml` (granting `process`, with the `[config]` keys commented) and
 //! `scenarios/basic.toml` (scenarios for `toolhost test` that pass).
-//!
-//! ```no_run
-//! let created = toolhost::scaffold::new_policy("my-policy", std::path::Path::new("."))?;
-//! assert!(created.ends_with("my-policy"));
-//! # Ok::<(), toolhost::scaffold::ScaffoldError>(())
-//! ```
 
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -193,11 +187,6 @@ impl PolicyCrate {
         })
     }
 
-    /// The crate's (and the policy's) name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
     /// The file name of the built component, `LIB.wasm` (the name with `-` as `_`), which is
     /// also the plugin's name.
     pub fn component_file(&self) -> String {
@@ -208,13 +197,6 @@ impl PolicyCrate {
     /// directory.
     pub fn manifest_file(&self) -> String {
         format!("{}.toml", self.lib_name)
-    }
-
-    /// The crate's files: paths relative to its directory, contents.
-    pub fn files(&self) -> impl Iterator<Item = (&Path, &[u8])> {
-        self.files
-            .iter()
-            .map(|(path, bytes)| (path.as_path(), bytes.as_slice()))
     }
 
     /// Write the crate into `parent/NAME` (`parent` is created if missing); returns that
@@ -264,12 +246,6 @@ impl PolicyCrate {
              The guide: docs/writing-a-policy.md in the toolhost repository."
         )
     }
-}
-
-/// Write a new policy crate `NAME` into `parent/NAME` (see [`PolicyCrate`]); returns its
-/// directory.
-pub fn new_policy(name: &str, parent: &Path) -> Result<PathBuf, ScaffoldError> {
-    PolicyCrate::new(name)?.write(parent)
 }
 
 /// Refuse a name that cannot name a crate and a plugin, or that would clash with a crate the
@@ -567,8 +543,29 @@ fn lock_file(sdk_lock: &[LockPackage], name: &str) -> String {
 }
 
 #[cfg(test)]
+impl PolicyCrate {
+    /// The crate's (and the policy's) name.
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The crate's files: paths relative to its directory, contents.
+    fn files(&self) -> impl Iterator<Item = (&Path, &[u8])> {
+        self.files
+            .iter()
+            .map(|(path, bytes)| (path.as_path(), bytes.as_slice()))
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::scenarios::{Runner, ScenarioFile};
+
+    /// Write a new policy crate `NAME` into `parent/NAME`, as `toolhost new-policy` does.
+    fn new_policy(name: &str, parent: &Path) -> Result<PathBuf, ScaffoldError> {
+        PolicyCrate::new(name)?.write(parent)
+    }
 
     fn text<'a>(policy: &'a PolicyCrate, path: &str) -> &'a str {
         let (_, bytes) = policy
@@ -783,16 +780,30 @@ mod tests {
         );
     }
 
-    #[test]
-    fn the_manifest_grants_process_and_changes_no_setting() {
+    #[tokio::test]
+    async fn the_manifest_grants_process_and_changes_no_setting() {
         let policy = PolicyCrate::new("my-policy").expect("a good name");
-        let manifest = crate::plugins::manifest::Manifest::parse(
-            text(&policy, "my_policy.toml"),
-            Path::new("my_policy.toml"),
-        )
-        .expect("the manifest parses");
-        assert!(manifest.grants.process);
-        assert_eq!(manifest.config_json(), "{}");
+        let manifest: toml::Table = text(&policy, "my_policy.toml").parse().expect("TOML");
+        assert_eq!(manifest["grants"]["process"].as_bool(), Some(true));
+        assert_eq!(
+            manifest["config"],
+            toml::Value::Table(toml::Table::new()),
+            "no setting is changed"
+        );
+        // The host loads the manifest, and its scenarios pass on a component with the
+        // standard tools (the bundled default policy's) under it.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let component = dir.path().join("my_policy.wasm");
+        std::fs::write(&component, toolhost::bundled::DEFAULT.bytes).expect("a component");
+        let manifest_path = dir.path().join("my_policy.toml");
+        std::fs::write(&manifest_path, text(&policy, "my_policy.toml")).expect("a manifest");
+        let runner = Runner::new(&component, Some(&manifest_path), None).expect("a runner");
+        let scenarios = ScenarioFile::parse(text(&policy, "scenarios/basic.toml"))
+            .expect("the scenarios parse");
+        assert!(!scenarios.scenarios.is_empty());
+        for outcome in runner.run_file(&scenarios).await {
+            assert!(outcome.passed(), "{}: {:?}", outcome.name, outcome.failures);
+        }
         // Its commented [config] keys are the policy settings, each shown once.
         let manifest_text = text(&policy, "my_policy.toml");
         let config = &manifest_text[manifest_text
@@ -807,10 +818,6 @@ mod tests {
         ] {
             assert_eq!(config.matches(&format!("# {key} = ")).count(), 1, "{key}");
         }
-        let scenarios =
-            crate::scenarios::ScenarioFile::parse(text(&policy, "scenarios/basic.toml"))
-                .expect("the scenarios parse");
-        assert!(!scenarios.scenarios.is_empty());
     }
 
     #[test]

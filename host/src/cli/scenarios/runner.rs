@@ -2,12 +2,12 @@
 
 use super::file::{Call, Process, Scenario, ScenarioFile, duration};
 use super::matching::{differences, text_matches};
-use crate::ToolHost;
-use crate::process::Stdin;
-use crate::testing::{FakeProcesses, Script};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use toolhost::ToolHost;
+use toolhost::process::Stdin;
+use toolhost::testing::{FakeProcesses, Script};
 
 /// The scope every call of a scenario runs in.
 const SCOPE: &str = "scenario";

@@ -1,11 +1,16 @@
-//! Scripted scenarios for testing a plugin component without real processes:
-//! `toolhost test PLUGIN.wasm SCENARIOS...` runs them, for a component written in any language.
+//! `toolhost test PLUGIN.wasm SCENARIOS...`: scripted scenarios that test a plugin component
+//! without real processes.
 //!
-//! A scenario file (TOML) holds one or more scenarios. Each runs against a fresh host with only
-//! the plugin loaded (its manifest beside it, or the one given), on the fake process
-//! capability ([`crate::testing`]): the processes the plugin starts play scripted output, exit
-//! status and timing (logical time: nothing really waits), and every start, signal and input
-//! is recorded. The calls run in order in one scope, and each may say what must hold:
+//! The component may be written in any language.
+//! A scenario file (TOML) holds one or more scenarios.
+//! Each scenario runs against a fresh host with only the plugin loaded.
+//! The plugin's manifest is the one given, else the `NAME.toml` beside the component.
+//! The host runs on the fake process capability (`toolhost::testing`).
+//! The processes the plugin starts play scripted output, exit status and timing.
+//! Time is logical: nothing really waits.
+//! Every start, signal and input is recorded.
+//! The calls of a scenario run in order, in one scope.
+//! Each call may say what must hold afterwards.
 //!
 //! ```toml
 //! config = { default_timeout = "30s" }   # over the manifest's [config], for every scenario
@@ -30,22 +35,44 @@
 //! expect.error = "re:refused"
 //! ```
 //!
-//! Expected values match as [`matching`] says: an object when it is a subset of the actual one,
-//! a string `re:PATTERN` as a regular expression. `expect.result` is the call's result (a
-//! JSON object, or its text), `expect.error` its tool error's message, `expect.starts` the
-//! start requests the call made (`command`, `workdir`, `env`, `background`, `stdin`: `closed`,
-//! `pipe` or `terminal`, and the `id` handed out), `expect.signals` the signals it sent
-//! (`process`, `signal`: `terminate`, `kill`, `interrupt`), `expect.inputs` the input it wrote
-//! (`process`, `text`). A scripted process may answer input: `[[scenario.process.reply]]` with
-//! `when` (a text the input must contain), `output` and an optional `exit`;
-//! `exits_at_eof = CODE` ends it when its stdin is closed.
+//! Expected values match as [`matching`] says.
+//! An expected object matches when it is a subset of the actual one.
+//! An expected string `re:PATTERN` is a regular expression.
+//! The expectations of a call:
+//!
+//! - `expect.result`: the call's result (a JSON object, or its text);
+//! - `expect.error`: the message of its tool error;
+//! - `expect.starts`: the start requests the call made (`command`, `workdir`, `env`,
+//!   `background`, `stdin` and the `id` handed out; `stdin` is `closed`, `pipe` or `terminal`);
+//! - `expect.signals`: the signals it sent (`process`, and `signal`: `terminate`, `kill` or
+//!   `interrupt`);
+//! - `expect.inputs`: the input it wrote (`process`, `text`).
+//!
+//! A scripted process may answer input with `[[scenario.process.reply]]`.
+//! A reply has `when` (a text the input must contain), `output` and an optional `exit`.
+//! `exits_at_eof = CODE` ends a scripted process when its stdin is closed.
+//!
+//! ## Flow at a glance
+//!
+//! 1. [`collect`] turns the paths on the command line into scenario files.
+//! 2. [`Runner::new`] reads the component and its manifest.
+//! 3. [`run`] parses every file first: a file that is not valid stops everything.
+//! 4. For each scenario, [`Runner::run_file`] stages the component in a temporary plugin
+//!    directory, with the scenario's `[config]` merged into the manifest.
+//! 5. It builds a host on a fresh fake process capability, scripted with the scenario's
+//!    processes.
+//! 6. It makes each call in order and checks the call's expectations.
+//! 7. [`run`] reports each scenario as it finishes, like a test runner, and counts passes and
+//!    failures.
 
 pub mod file;
 pub mod matching;
+#[cfg(test)]
+mod reference;
 mod runner;
 
 pub use file::{FileError, ScenarioFile};
-pub use runner::{Outcome, PluginError, Runner};
+pub use runner::Runner;
 
 use std::path::{Path, PathBuf};
 
