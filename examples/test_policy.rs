@@ -7,8 +7,8 @@
 //! The component is loaded with its manifest when `policy.toml` lies beside `policy.wasm`, else
 //! with a manifest granting the process capability alone. The checks fit any policy with an
 //! `execute` tool shaped like the bundled ones; a failed check ends the run with an error
-//! naming it. `tests/examples.rs` runs them against both bundled policies, `tests/guide.rs`
-//! against the policy of `docs/writing-a-policy.md` (whose "Testing in Rust" section sets up
+//! naming it. `tests/guests_and_docs/examples.rs` runs them against both bundled policies,
+//! `tests/guide.rs` against the policy of `docs/writing-a-policy.md` (whose "Testing in Rust" section sets up
 //! such a test outside this repository).
 
 use anyhow::{Context, Result, ensure};

@@ -27,11 +27,11 @@
 //!
 //! What the host enforces is what the *guest* may ask for: a plugin without `process` cannot
 //! run anything, a start request outside `workdir_root` is refused, and processes inherit only
-//! the `env` variables listed. The commands themselves run under the stricter of the operator's
-//! confinement flags (`--sandbox`, `--network`, `--memory-limit`, `--process-limit`) and the
-//! plugin's `sandbox`, `network` and `*_limit` grants, enforced by the host (see the README's
-//! Confinement section): a plugin can confine its commands more than the operator does, never
-//! less. `workdir_root` bounds where the guest may start commands, not what they may read.
+//! the `env` variables listed. The commands themselves run under the stricter of two: the
+//! operator's confinement flags (`--sandbox`, `--network`, `--memory-limit-per-command`,
+//! `--process-limit-per-command`) and the plugin's `sandbox`, `network` and `*_limit` grants.
+//! The host enforces both (see docs/confinement.md). A plugin can confine its commands more
+//! than the operator does, never less. `workdir_root` bounds where the guest may start commands, not what they may read.
 
 use crate::error::ManifestError;
 use crate::guest::{CallLimits, Grants};
