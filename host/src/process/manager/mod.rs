@@ -1,63 +1,79 @@
 //! [`ProcessManager`], the real [`ProcessBackend`]: runs `SHELL -c COMMAND` for guests.
 //!
-//! How a process is run:
+//! # A process's life at a glance
 //!
-//! * Every command runs under its own *keeper* (`keeper.rs`; the program is `keeper/` in the
-//!   repository): the host's direct child and the command's parent, a child subreaper, so
-//!   everything the command starts stays its descendant, even after `setsid`, `setpgid`,
-//!   GNU `timeout` or a double fork. Signals go through the keeper to every descendant;
-//!   nothing escapes them by leaving the process group.
-//! * The keeper is created from the manager's own spawner thread (`spawner.rs` says why not
-//!   from the calling thread), the way `posix_spawn` does it (`clone(CLONE_VM | CLONE_VFORK)`,
-//!   so the host's memory is never copied or made copy-on-write; `child.rs`). Before `exec` it
-//!   leads its own session, asks the kernel for `SIGTERM` when the spawner thread dies, and
-//!   closes every descriptor but its stdio and its two channels. A start abandoned half-way
-//!   (its future dropped) stops and reaps what it spawned.
-//! * Its stdout and stderr are the write end of one pipe, shared by the command, so output is
-//!   merged in the order it was written; stdin is `/dev/null`. One task (the process's
-//!   *monitor*) reads the pipe into a [`HeadTailBuffer`] and appends it to
-//!   `<state_dir>/<id>.log` (capped; the file is created at the first output, so silent
-//!   commands cost no file). The log file is created, written and deleted without holding any
-//!   lock, so a slow file system never holds up the calls that look at the records (`list`,
-//!   `read`, ...). At end-of-file the monitor closes the pipe and the log file and frees its
-//!   read buffer, so a retained record holds no descriptor.
-//! * The monitor learns of the command's exit from the keeper's status pipe, never by
-//!   polling. It then keeps draining the output until end-of-file or `drain_timeout`, so a
-//!   daemonised grandchild holding the pipe open cannot hang anyone, and then marks the
-//!   process finished, which wakes every waiter through a `watch` channel. Output that still
-//!   arrives afterwards keeps being recorded until end-of-file or until the record goes. The
-//!   status pipe ends when the keeper exits, which it does once nothing of the command is
-//!   left: until then the process can still be signalled (`SIGTERM` escalates to `SIGKILL`).
-//! * The keeper stays our child (a zombie once it exits) until the record is removed, so its
-//!   pid cannot be reused while the record may signal it. `retention` after the exit the
-//!   record is removed, or earlier when its scope has more than `max_retained_per_scope`
-//!   finished records (oldest first), or the host more than `max_retained_total` (the oldest with
-//!   nothing left running: another session's leftovers are not killed for it): the keeper's
-//!   control socket is closed, which makes it kill whatever is left (daemonised
-//!   grandchildren), and the keeper is reaped (the output log stays for `log_retention`). If
-//!   a monitor stops early (a panic, the runtime shutting down), it kills the process, gives
-//!   back the scope's slot and removes the record all the same.
-//! * What is guaranteed to end with the host: [`ProcessManager::shutdown`] stops every
-//!   process gracefully (`SIGTERM` to every descendant, then `SIGKILL` after `kill_grace`) and
-//!   waits until their keepers report nothing left; dropping the manager closes every control
-//!   socket before it returns (the keepers then kill everything under them, and are reaped
-//!   from a short-lived thread, so the drop never waits for them). If the host itself is
-//!   killed outright (`SIGKILL`, a crash), the kernel closes the control sockets and sends the
-//!   keepers their parent-death signal: they kill everything under them all the same. What a
-//!   keeper cannot stop: a command that kills its own keeper (it runs as the same user)
-//!   leaves its descendants to the next subreaper or `init`.
+//! 1. **Start.** The request is checked: the command, its variables, its working directory.
+//!    A slot is reserved in the scope and on the host before anything is built. The scope's
+//!    sandbox for the command's profile is built on first use, on a blocking thread.
+//! 2. **Spawn.** The manager's spawner thread creates the command's *keeper*
+//!    (`spawner.rs` says why that thread). It does so the way `posix_spawn` does, with
+//!    `clone(CLONE_VM | CLONE_VFORK)`, so the host's memory is never copied (`child.rs`).
+//!    Before `exec`, the child leads its own session and asks for `SIGTERM` when the spawner
+//!    thread dies. It closes every descriptor but its stdio and the keeper's channels. A start
+//!    abandoned half-way (its future dropped) stops and reaps what it spawned.
+//! 3. **Keep.** The keeper (`keeper.rs` here; the program is `keeper/`) is the host's direct
+//!    child and the command's parent. It is a child subreaper. So everything the command
+//!    starts stays its descendant, even after `setsid`, `setpgid`, GNU `timeout` or a double
+//!    fork. Signals go through the keeper to every descendant.
+//! 4. **Capture.** The command's stdout and stderr are the write end of one pipe, so output
+//!    keeps the order it was written in. Its stdin is `/dev/null` unless a pipe or a terminal
+//!    was asked for (`input.rs`, `pty.rs`). One task per process, its *monitor*
+//!    (`monitor.rs`), reads the pipe into a [`HeadTailBuffer`]. It also appends the output to
+//!    `<state_dir>/<id>.log` (`output_log.rs`), a capped file made at the first output. The
+//!    log file is made, written and deleted without holding any lock. So a slow file system
+//!    never holds up `list`, `read` and the other calls that look at the records.
+//! 5. **Exit.** The monitor learns of the command's exit from the keeper's status pipe, never
+//!    by polling. It then drains the output until end-of-file or `drain_timeout`. So a
+//!    daemonised grandchild holding the pipe open cannot hang anyone. Then it marks the
+//!    process finished, which wakes every waiter through a `watch` channel. At end-of-file it
+//!    closes the pipe and the log file, so a retained record holds no descriptor.
+//! 6. **Leftovers.** The status pipe ends when the keeper exits. The keeper exits once
+//!    nothing of the command is left. Until then the process can still be signalled, and
+//!    `SIGTERM` escalates to `SIGKILL`.
+//! 7. **Removal.** The record is removed `retention` after the exit. It goes earlier when its
+//!    scope holds more than `max_retained_per_scope` finished records (oldest first). It also
+//!    goes earlier when the host holds more than `max_retained_total`: then the host's oldest
+//!    record with nothing left running goes, so another session's leftovers are not killed.
+//!    Removal closes the keeper's control socket, which makes the keeper kill whatever is
+//!    left. Then the keeper is reaped (`reap.rs`). The keeper stays the host's child (a
+//!    zombie once it exits) until then, so its pid cannot be reused while the record may
+//!    signal it. The output log stays for `log_retention`.
 //!
-//! The host must not set `SIGCHLD` to `SIG_IGN` (children would be reaped behind our back).
+//! A monitor that stops early (a panic, the runtime shutting down) kills the process, gives
+//! back the scope's slot and removes the record all the same.
 //!
-//! The parts: `config.rs` (the settings), `table.rs` (the scope table: listed records,
-//! per-scope counts and limits, closing), `entry.rs` (one process's record), `monitor.rs`
-//! (the task that owns a running process: output, exit, drain, retention), `ids.rs`,
-//! `input.rs` (a process's stdin pipe or terminal), `pty.rs` (opening a terminal),
-//! `keeper.rs` (the host's side of the keeper: its executable, its channels, its
-//! descriptors), creating processes in `spawner.rs` (the spawner thread), `spec.rs` (what the
-//! child runs, and with what: safe code) and `child.rs` (the child between `clone` and
-//! `exec`), `reap.rs` (waiting for and reaping the keepers), `output_log.rs` (the
-//! full-output files). Unit tests live in `tests.rs` and `*_tests.rs` beside them.
+//! # What ends with the host
+//!
+//! * [`ProcessManager::shutdown`] sends `SIGTERM` to every descendant, then `SIGKILL` after
+//!   `kill_grace`. It waits until every keeper reports nothing left.
+//! * Dropping the manager closes every control socket before it returns. The keepers then kill
+//!   everything under them. They are reaped from a short-lived thread, so the drop never
+//!   waits for them.
+//! * When the host is killed outright (`SIGKILL`, a crash), the kernel closes the control
+//!   sockets and sends the keepers their parent-death signal. They kill everything under
+//!   them all the same.
+//! * A keeper cannot stop a command that kills its own keeper (it runs as the same user).
+//!   That command's descendants go to the next subreaper or `init`.
+//!
+//! The host must not set `SIGCHLD` to `SIG_IGN`: children would be reaped behind its back.
+//!
+//! # The parts
+//!
+//! * `config.rs`: the settings.
+//! * `table.rs`: the scope table: listed records, per-scope counts and limits, closing.
+//! * `entry.rs`: one process's record.
+//! * `monitor.rs`: the task that owns a running process: output, exit, drain, retention.
+//! * `ids.rs`: process ids.
+//! * `input.rs`: a process's stdin pipe or terminal; `pty.rs`: opening a terminal.
+//! * `keeper.rs`: the host's side of the keeper: its executable, its channels, its
+//!   descriptors.
+//! * `spawner.rs`: the spawner thread.
+//! * `spec.rs`: what the child runs, and with what (safe code).
+//! * `child.rs`: the child between `clone` and `exec`.
+//! * `reap.rs`: waiting for and reaping the keepers.
+//! * `output_log.rs`: the full-output files.
+//!
+//! Unit tests live in `tests.rs` and `*_tests.rs` beside them.
 
 mod child;
 mod config;
