@@ -115,8 +115,10 @@ const SECRET_WORDS: &[&str] = &[
 /// Whether a host variable holds a secret, so that a confined command does not inherit it.
 ///
 /// 1. `PATH`, every name ending in `PATH`, `PWD` and `OLDPWD` are never secret.
-/// 2. A name holding a word of [`SECRET_SUBSTRINGS`] anywhere is secret.
-/// 3. A name holding a word of [`SECRET_WORDS`] as a whole `_`-separated word is secret.
+/// 2. A name holding one of the words `KEY`, `SECRET`, `TOKEN`, `PASSWORD`, `PASSPHRASE` or
+///    `CREDENTIAL` anywhere is secret.
+/// 3. A name holding `PWD`, `PASS`, `PASSWD`, `PAT`, `AUTH`, `AUTHORIZATION`, `CRED`, `CREDS`,
+///    `DSN` or `COOKIE` as a whole `_`-separated word is secret.
 /// 4. A value holding a URL with a password (`scheme://user:password@host`) is secret.
 pub fn is_secret_variable(name: &OsStr, value: &OsStr) -> bool {
     let name = name.to_string_lossy().to_ascii_uppercase();
