@@ -443,12 +443,14 @@ impl ToolHost {
         let plugin = self.plugin_for(tool)?;
         // Held until the call ends.
         let _permit = match permit {
+            // A permit counts in the scope it was taken for: one of another scope or host
+            // would bypass this scope's limit.
+            Some(permit) if self.admissions.issued(&permit) && permit.scope() == scope => permit,
             Some(permit) => {
-                debug_assert!(
-                    self.admissions.issued(&permit) && permit.scope() == scope,
-                    "a permit of another host or scope"
-                );
-                permit
+                return Err(CallError::ForeignPermit {
+                    scope: scope.to_owned(),
+                    permit_scope: permit.scope().to_owned(),
+                });
             }
             None => self.admit(scope)?,
         };

@@ -318,11 +318,22 @@ fn cover_files(files: &[PathBuf], scratch: Option<&Path>) -> io::Result<()> {
     let covered = made.and_then(|_| {
         let source = c_path(&empty)?;
         for path in files {
+            // A file that is gone needs no cover. One reached through a link, or that is no
+            // regular file, cannot be covered safely: refused rather than left in view.
             let Some(fd) = open_no_symlinks(path, 0)? else {
-                continue;
+                if std::fs::symlink_metadata(path).is_err() {
+                    continue;
+                }
+                return Err(invalid(format!(
+                    "cannot cover {}: it is reached through a symbolic link",
+                    path.display()
+                )));
             };
             if !std::fs::metadata(fd_path_buf(&fd)).is_ok_and(|meta| meta.is_file()) {
-                continue;
+                return Err(invalid(format!(
+                    "cannot cover {}: it is not a regular file",
+                    path.display()
+                )));
             }
             let target = fd_path(&fd)?;
             // SAFETY: NUL-terminated strings for source and target; no type or data for a bind.

@@ -949,7 +949,7 @@ async fn a_2026_07_28_client_hears_of_tool_changes_on_its_listen_stream() {
 
 #[tokio::test]
 async fn starts_beyond_max_processes_are_refused_saying_so() {
-    let mut client = StdioClient::start(&["--max-processes", "1"]).await;
+    let mut client = StdioClient::start(&["--max-processes-total", "1"]).await;
     let marker = marker();
     let started = client
         .call_tool(
@@ -967,7 +967,7 @@ async fn starts_beyond_max_processes_are_refused_saying_so() {
             .await,
     );
     assert!(
-        refused.contains("maximum of 1") && refused.contains("--max-processes"),
+        refused.contains("maximum of 1") && refused.contains("--max-processes-total"),
         "{refused}"
     );
     client.close_stdin();
@@ -977,7 +977,11 @@ async fn starts_beyond_max_processes_are_refused_saying_so() {
 
 #[tokio::test]
 async fn calls_beyond_max_calls_are_refused_at_once_and_the_host_goes_on() {
-    one_call_held_refuses_another("--max-calls", "maximum of 1 tool calls at once across").await;
+    one_call_held_refuses_another(
+        "--max-calls-total",
+        "maximum of 1 tool calls at once across",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -1027,7 +1031,7 @@ async fn one_call_held_refuses_another(flag: &str, why: &str) {
 
 #[tokio::test]
 async fn a_task_beyond_max_calls_is_refused_at_once_instead_of_created() {
-    let mut client = StdioClient::spawn(&["--max-calls", "1"]);
+    let mut client = StdioClient::spawn(&["--max-calls-total", "1"]);
     let gate = Gate::new();
     let created = client
         .request(
@@ -1050,7 +1054,7 @@ async fn a_task_beyond_max_calls_is_refused_at_once_instead_of_created() {
     assert_ne!(refused["result"]["resultType"], "task", "{refused}");
     let text = tool_error(&refused["result"]);
     assert!(
-        text.contains("--max-calls") && text.contains("not run"),
+        text.contains("--max-calls-total") && text.contains("not run"),
         "{text}"
     );
     gate.open();

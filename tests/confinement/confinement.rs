@@ -85,22 +85,31 @@ impl Machine {
         args: &serde_json::Value,
         env: &[(&str, &str)],
     ) -> std::process::Output {
-        Command::new(toolhost_bin())
+        let arguments = args.to_string();
+        let mut words = flags.to_vec();
+        words.extend(["call", tool, &arguments]);
+        self.toolhost(&words)
+            .envs(env.iter().copied())
+            .output()
+            .expect("toolhost runs")
+    }
+
+    /// `toolhost [ARGS]` in the workspace, with the fake user's environment, not started yet.
+    fn toolhost(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(toolhost_bin());
+        command
             .current_dir(self.path("workspace"))
             .env("HOME", self.path("home"))
             .env("XDG_CACHE_HOME", self.path("home/.cache"))
             .env("XDG_STATE_HOME", self.path("home/.local/state"))
             .env("XDG_RUNTIME_DIR", self.path("run"))
-            .envs(env.iter().copied())
             .arg("--state-dir")
             .arg(self.path("state"))
             .arg("--plugins")
             .arg(self.path("plugins"))
-            .args(flags)
-            .args(["call", tool, &args.to_string()])
-            .stdin(Stdio::null())
-            .output()
-            .expect("toolhost runs")
+            .args(args)
+            .stdin(Stdio::null());
+        command
     }
 }
 
@@ -797,26 +806,6 @@ fn a_0_1_0_policy_runs_its_commands_under_the_operators_confinement() {
     assert_eq!(output(&result), "ok\n", "{result}");
 }
 
-impl Machine {
-    /// `toolhost [ARGS]` in the workspace, as [`Machine::call`] runs it, not started yet.
-    fn toolhost(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(toolhost_bin());
-        command
-            .current_dir(self.path("workspace"))
-            .env("HOME", self.path("home"))
-            .env("XDG_CACHE_HOME", self.path("home/.cache"))
-            .env("XDG_STATE_HOME", self.path("home/.local/state"))
-            .env("XDG_RUNTIME_DIR", self.path("run"))
-            .arg("--state-dir")
-            .arg(self.path("state"))
-            .arg("--plugins")
-            .arg(self.path("plugins"))
-            .args(args)
-            .stdin(Stdio::null());
-        command
-    }
-}
-
 /// A seccomp program that makes every mount call fail with `EPERM` (the old `mount(2)` and the
 /// new mount API) and lets everything else through: under it `unshare(CLONE_NEWUSER)` works,
 /// but nothing can be mounted in the new namespace, as under Ubuntu 24.04's AppArmor
@@ -1059,6 +1048,10 @@ fn a_root_host_hides_the_password_hashes() {
             "{file} leaked: {result}"
         );
         assert_ne!(result["exit_code"], 0, "{file} was read: {result}");
+        // What the command sees is the cover, an empty file of mode 000, whatever mode the
+        // real file has (mode 000 itself on some distributions).
+        let result = machine.execute(&[], &format!("stat -c '%s %a' {file}"));
+        assert_eq!(output(&result), "0 0\n", "{file} is not covered: {result}");
     }
     // The rest of /etc stays readable.
     let result = machine.execute(&[], "cat /etc/passwd >/dev/null && echo ok");

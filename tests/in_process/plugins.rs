@@ -593,7 +593,10 @@ async fn calls_beyond_the_hosts_limit_are_refused_and_a_cancelled_call_gives_its
         .await
         .expect_err("no place left");
     assert_eq!(refused, CallError::Busy { max_calls: 1 });
-    assert!(refused.to_string().contains("--max-calls"), "{refused}");
+    assert!(
+        refused.to_string().contains("--max-calls-total"),
+        "{refused}"
+    );
     assert!(host.admit("b").is_err());
     // An unknown tool is that, whatever the load.
     let unknown = host.call("b", "nope", "{}").await.expect_err("unknown");

@@ -48,11 +48,21 @@ fn reset_peak() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn thirty_megabytes_through_a_terminal_stay_bounded() {
+/// What one command on a terminal cost the host, measured alone in this process.
+struct Measured {
+    /// The `execute` result.
+    result: serde_json::Value,
+    /// How far the host's resident memory grew, in KiB, once the command ended.
+    grown_kib: u64,
+    /// How far it grew at its peak, in KiB; `None` where the kernel refused to reset the peak.
+    peak_kib: Option<u64>,
+}
+
+/// Run `command` on a terminal in a fresh real host, warmed up first (the plugin's first
+/// instance, the session's confinement), and measure the host's memory around it.
+async fn measure_on_a_terminal(command: &str) -> Measured {
     let _measuring = MEASURING.lock().await;
     let (host, _state) = real_host("default").await;
-    // Warm up (the plugin's first instance, the session's confinement) before measuring.
     call(
         &host,
         "execute",
@@ -60,13 +70,28 @@ async fn thirty_megabytes_through_a_terminal_stay_bounded() {
     )
     .await;
     let before = rss_kib();
-    let r = call(
+    let peak_reset = reset_peak();
+    let result = call(
         &host,
         "execute",
-        json!({"command": "head -c 30000000 /dev/zero | tr '\\0' 'x' | fold -w 100; echo end", "tty": true, "timeout": "120s"}),
+        json!({"command": command, "tty": true, "timeout": "120s"}),
     )
     .await;
-    let grown = rss_kib().saturating_sub(before);
+    Measured {
+        result,
+        grown_kib: rss_kib().saturating_sub(before),
+        peak_kib: peak_reset.then(|| peak_kib().saturating_sub(before)),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_megabytes_through_a_terminal_stay_bounded() {
+    let Measured {
+        result: r,
+        grown_kib: grown,
+        ..
+    } = measure_on_a_terminal("head -c 30000000 /dev/zero | tr '\\0' 'x' | fold -w 100; echo end")
+        .await;
     assert_eq!(r["exit_code"], 0, "{r}");
     let truncated = &r["truncated"];
     // Every byte counted (the terminal adds a carriage return per line), most of it cut.
@@ -88,25 +113,12 @@ async fn thirty_megabytes_through_a_terminal_stay_bounded() {
 /// both terminal views keep at most a small fixed part of any OSC, DCS or APC payload.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unterminated_osc_of_two_hundred_megabytes_stays_bounded() {
-    let _measuring = MEASURING.lock().await;
-    let (host, _state) = real_host("default").await;
-    call(
-        &host,
-        "execute",
-        json!({"command": "echo warm", "tty": true}),
-    )
-    .await;
-    let before = rss_kib();
-    let peak_reset = reset_peak();
     // `ESC ] 0 ;` opens a title and nothing closes it: the 200 MB after it are its payload.
-    let r = call(
-        &host,
-        "execute",
-        json!({"command": "printf '\\033]0;'; head -c 200000000 /dev/zero | tr '\\0' a", "tty": true, "timeout": "120s"}),
-    )
-    .await;
-    let grown = rss_kib().saturating_sub(before);
-    let peak = peak_kib().saturating_sub(before);
+    let Measured {
+        result: r,
+        grown_kib: grown,
+        peak_kib: peak,
+    } = measure_on_a_terminal("printf '\\033]0;'; head -c 200000000 /dev/zero | tr '\\0' a").await;
     assert_eq!(r["exit_code"], 0, "{r}");
     let truncated = &r["truncated"];
     // Every byte went through the terminal.
@@ -117,7 +129,7 @@ async fn an_unterminated_osc_of_two_hundred_megabytes_stays_bounded() {
     assert!(r["output"].as_str().unwrap_or("").len() < 100_000);
     // Keeping the payload would take 200 MB or more, to the end of the session.
     assert!(grown < 15 * 1024, "the host grew by {grown} KiB");
-    if peak_reset {
+    if let Some(peak) = peak {
         assert!(
             peak < 15 * 1024,
             "the host's peak was {peak} KiB above its start"

@@ -57,11 +57,11 @@ pub enum CallError {
     /// The guest misbehaved otherwise (trap, panic, bad import use); the host is unaffected.
     #[error("plugin `{plugin}` failed: {reason}")]
     Plugin { plugin: String, reason: String },
-    /// The host already runs as many calls as it may at once (its `--max-calls`): this one was
-    /// refused before it started, nothing of it ran.
+    /// The host already runs as many calls as it may at once (its `--max-calls-total`): this
+    /// one was refused before it started, nothing of it ran.
     #[error(
         "not run: the host is already running its maximum of {max_calls} tool calls at once \
-         across all sessions (--max-calls); try again when one has finished"
+         across all sessions (--max-calls-total); try again when one has finished"
     )]
     Busy {
         /// The host's limit of calls in progress.
@@ -76,6 +76,18 @@ pub enum CallError {
     SessionBusy {
         /// The limit of calls in progress per session.
         max_calls: usize,
+    },
+    /// The call was handed a permit that another host issued, or one taken for another scope:
+    /// a bug in the caller. Nothing of the call ran.
+    #[error(
+        "not run: the call permit was taken for scope `{permit_scope}` or by another host, not \
+         for this call's scope `{scope}`"
+    )]
+    ForeignPermit {
+        /// The call's scope.
+        scope: String,
+        /// The scope the permit was taken for.
+        permit_scope: String,
     },
 }
 

@@ -39,6 +39,10 @@ pub(super) fn call_result(
         ) => Ok(CallToolResult::error(vec![ContentBlock::text(
             error.to_string(),
         )])),
+        // A permit of another scope: the server's own mistake, not the client's.
+        Err(error @ CallError::ForeignPermit { .. }) => {
+            Err(ErrorData::internal_error(error.to_string(), None))
+        }
     }
 }
 

@@ -195,8 +195,12 @@ pub(crate) fn make(
 ) -> Result<Namespaces, NamespaceError> {
     let failed = |what: &str, error: std::io::Error| NamespaceError(format!("{what}: {error}"));
     let mut command = Command::new(format!("/proc/self/fd/{}", keeper.as_raw_fd()));
-    // Shown as the keeper in `ps`.
-    command.arg0("toolhost-keeper").arg(helper::MAKE_NAMESPACES);
+    // Shown as the keeper in `ps`. It needs no variable, and its holder is the init of the
+    // commands' PID namespace: the host's variables (secrets among them) stay with the host.
+    command
+        .arg0("toolhost-keeper")
+        .arg(helper::MAKE_NAMESPACES)
+        .env_clear();
     if request.private_network {
         command.arg(helper::NET);
     }

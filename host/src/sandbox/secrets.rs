@@ -213,10 +213,21 @@ pub struct HiddenPaths {
     pub homes: Vec<PathBuf>,
 }
 
-/// A `--reveal` path that is not hidden by default.
+/// A `--reveal` path that cannot be revealed.
 #[derive(Debug, thiserror::Error)]
-#[error("--reveal {0} is not one of the paths hidden by default (`toolhost sandbox` lists them)")]
-pub struct NotHidden(pub PathBuf);
+pub enum NotHidden {
+    /// The path is not hidden by default.
+    #[error(
+        "--reveal {0} is not one of the paths hidden by default (`toolhost sandbox` lists them)"
+    )]
+    NotByDefault(PathBuf),
+    /// The path is a runtime directory: its session bus starts anything unconfined.
+    #[error(
+        "--reveal {0} is refused: the user's runtime directory holds the session bus, through \
+         which a command could start anything unconfined (`systemd-run --user`)"
+    )]
+    Runtime(PathBuf),
+}
 
 impl HiddenPaths {
     /// The hidden paths of this host's user, with the operator's `hide` and `reveal`.
@@ -254,14 +265,20 @@ impl HiddenPaths {
             .map(PathBuf::from)
             // Only what this user can read needs hiding (a root host, or the `shadow` group).
             .filter(|path| std::fs::File::open(path).is_ok())
+            // Resolved: the mount covers the file itself, never a link to it.
+            .map(|path| canonical(&path))
             .collect();
         for path in reveal {
             let path = canonical(path);
+            // The session bus there starts anything unconfined (`systemd-run --user`).
+            if runtime_dirs.iter().any(|dir| canonical(dir) == path) {
+                return Err(NotHidden::Runtime(path));
+            }
             let before = paths.len() + system_files.len();
             paths.retain(|hidden| *hidden != path);
             system_files.retain(|hidden| *hidden != path);
             if paths.len() + system_files.len() == before {
-                return Err(NotHidden(path));
+                return Err(NotHidden::NotByDefault(path));
             }
         }
         for path in hide {
@@ -462,7 +479,15 @@ mod tests {
         assert!(!hidden.paths.contains(&home.join(".npmrc")));
         assert_eq!(hidden.homes, std::slice::from_ref(&home));
         let not_hidden = HiddenPaths::new(&homes, &[], &[], &[home.join("project")]);
-        assert!(not_hidden.is_err());
+        assert!(matches!(not_hidden, Err(NotHidden::NotByDefault(_))));
+        let runtime = home.join("run");
+        let bus = HiddenPaths::new(
+            &homes,
+            std::slice::from_ref(&runtime),
+            &[],
+            std::slice::from_ref(&runtime),
+        );
+        assert!(matches!(bus, Err(NotHidden::Runtime(_))));
         assert_eq!(
             hidden.named_in("cat: ~/.ssh/id_rsa: Permission denied"),
             Some(home.join(".ssh"))

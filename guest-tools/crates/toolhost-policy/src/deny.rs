@@ -375,7 +375,7 @@ pub const GUARDED_RULES: &[DenyRule] = &[
 ];
 
 // The rule table is tested end to end through the guarded policy component, inside the real
-// host: tests/policies_fake.rs (`guarded_rules_refuse_destructive_commands_only`).
+// host: tests/in_process/policies_fake.rs (`guarded_rules_refuse_destructive_commands_only`).
 
 #[cfg(test)]
 mod tests {

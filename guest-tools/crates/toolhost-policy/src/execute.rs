@@ -3,8 +3,8 @@
 
 use crate::args::Args;
 use crate::render::{
-    Obj, bound_output, format_duration, millis, output_file_note, process_error, tool_definition,
-    truncation_json, truncation_schema,
+    LogFile, Obj, bound_output, format_duration, millis, output_file_note, process_error,
+    tool_definition, truncation_json, truncation_schema,
 };
 use crate::settings::{OnTimeout, Settings};
 use crate::texts::fill;
@@ -433,15 +433,15 @@ pub(crate) fn run(
         }
     }
 
-    let file_note = output_file_note(&id, &out);
+    let log = LogFile::of(&out);
     let (text, truncation) = bound_output(out.text, out.truncation, settings.output_cap_bytes);
     result
         .set("output", text)
         .set("wall_duration_ms", millis(started.elapsed()));
     if let Some(t) = &truncation {
         result.set("truncated", truncation_json(t));
-        result.opt("output_file", out.log_path.clone());
-        notes.push(file_note);
+        result.opt("output_file", log.path.clone());
+        notes.push(output_file_note(&id, &log));
     }
 
     if waiting {

@@ -133,12 +133,35 @@ fn restate_omission(text: &str, omitted: u64) -> String {
     )
 }
 
+/// What the host says of a process's full-output file, kept apart from its text.
+pub(crate) struct LogFile {
+    /// The file's path on the host, when it keeps one.
+    pub(crate) path: Option<String>,
+    /// Bytes of output the file holds.
+    pub(crate) bytes: Option<u64>,
+    /// The file reached the host's cap.
+    pub(crate) capped: bool,
+}
+
+impl LogFile {
+    /// The log file of `out`.
+    pub(crate) fn of(out: &toolhost::plugin::process::Output) -> LogFile {
+        LogFile {
+            path: out.log_path.clone(),
+            bytes: out.log_bytes,
+            capped: out.log_capped,
+        }
+    }
+}
+
 /// What a result whose output was cut says about the complete output of process `id`: where
 /// all of it is, how much of it the (capped) file holds, or that nothing more can be read.
 ///
 /// The file is on the host, hidden from confined commands: for a confined process the note
 /// names what works from there instead of the file.
-pub(crate) fn output_file_note(id: &str, out: &toolhost::plugin::process::Output) -> String {
+///
+/// Called only for a cut output: finding whether the process is confined asks the host.
+pub(crate) fn output_file_note(id: &str, out: &LogFile) -> String {
     let confined = || {
         toolhost::plugin::process::list()
             .iter()
@@ -151,12 +174,12 @@ pub(crate) fn output_file_note(id: &str, out: &toolhost::plugin::process::Output
          run the command again with its output filtered (grep, head, tail) or redirected to a \
          file in the workspace."
     );
-    match (&out.log_path, out.log_bytes) {
-        (Some(_), Some(bytes)) if out.log_capped && confined() => format!(
+    match (&out.path, out.bytes) {
+        (Some(_), Some(bytes)) if out.capped && confined() => format!(
             "Output was cut in the middle; output_file on the host holds only its first {bytes} bytes \
              (the host caps the file; the end is in output above). {unreadable}: {instead}"
         ),
-        (Some(_), Some(bytes)) if out.log_capped => format!(
+        (Some(_), Some(bytes)) if out.capped => format!(
             "Output was cut in the middle; output_file holds only its first {} bytes (the host \
              caps the file; the end is in output above).",
             bytes
@@ -183,7 +206,7 @@ pub(crate) fn describe_output(
     out: Output,
     notes: &mut Vec<String>,
 ) -> Map<String, Value> {
-    let file_note = output_file_note(id, &out);
+    let log = LogFile::of(&out);
     let (text, truncation) = bound_output(out.text, out.truncation, settings.output_cap_bytes);
     let mut r = Obj::default();
     r.set("process_id", id)
@@ -194,8 +217,8 @@ pub(crate) fn describe_output(
         .set("duration_ms", out.duration_ms);
     if let Some(t) = &truncation {
         r.set("truncated", truncation_json(t))
-            .opt("output_file", out.log_path);
-        notes.push(file_note);
+            .opt("output_file", log.path.clone());
+        notes.push(output_file_note(id, &log));
     }
     r.build()
 }

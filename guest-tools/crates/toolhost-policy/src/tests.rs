@@ -1,7 +1,7 @@
 //! The crate's own tests: the extension points, with what runs without a host (definitions,
 //! refusals and tools that start no process).
 //! The standard tools are tested end to end through the bundled policies, inside the real
-//! host (tests/policies_fake.rs, tests/tools_real.rs).
+//! host (tests/in_process/policies_fake.rs, tests/in_process/tools_real.rs).
 
 use super::*;
 use serde_json::{Value, json};

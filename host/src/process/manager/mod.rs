@@ -253,6 +253,55 @@ pub struct ProcessManager {
     sandbox_context: Arc<sandbox::Context>,
     /// Per scope: its private temporary directory and the layers built for it so far.
     sandboxes: Mutex<HashMap<String, Arc<ScopeSandbox>>>,
+    /// The context's hidden and visible roots, resolved once for the `workdir` check.
+    path_roots: PathRoots,
+}
+
+/// The roots the `workdir` check compares a request's directory with, resolved once.
+#[derive(Debug)]
+struct PathRoots {
+    /// The user's credential stores, `--hide` paths and the host's own files.
+    hidden: Vec<PathBuf>,
+    /// The workspace and the `--writable` directories: visible even inside a hidden path (the
+    /// sandbox does not cover a hidden directory that holds one).
+    visible: Vec<PathBuf>,
+}
+
+impl PathRoots {
+    fn of(context: &sandbox::Context) -> PathRoots {
+        PathRoots {
+            hidden: context
+                .hidden
+                .paths
+                .iter()
+                .chain(&context.protected)
+                .map(|path| canonical(path))
+                .collect(),
+            visible: std::iter::once(&context.workdir)
+                .chain(&context.writable)
+                .map(|path| canonical(path))
+                .collect(),
+        }
+    }
+}
+
+/// `path` with its links resolved, or as it is when it does not exist.
+fn canonical(path: &Path) -> PathBuf {
+    path.canonicalize().unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// `path` with `.` and `..` taken out lexically.
+fn normalize(path: &Path) -> PathBuf {
+    path.components().fold(PathBuf::new(), |mut out, part| {
+        match part {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+        out
+    })
 }
 
 impl ProcessManager {
@@ -349,6 +398,7 @@ impl ProcessManager {
             ids: Ids::new(),
             records,
             log_warned: Arc::new(AtomicBool::new(log_warned)),
+            path_roots: PathRoots::of(&sandbox_context),
             sandbox_context,
             sandboxes: Mutex::new(HashMap::new()),
         })
@@ -682,6 +732,8 @@ impl ProcessManager {
     /// stores, the host's own files, the profile's own hidden paths. `path` is compared with
     /// its longest existing ancestor resolved, so that a link or `..` does not get around it.
     fn is_hidden(&self, path: &Path, profile: &Profile) -> bool {
+        // Lexically, and with the longest existing ancestor resolved: a link inside a hidden
+        // directory that points out of it gets the same answer as any other name there.
         let resolved = path
             .ancestors()
             .find_map(|ancestor| {
@@ -689,38 +741,18 @@ impl ProcessManager {
                 Some(ancestor.canonicalize().ok()?.join(rest))
             })
             .unwrap_or_else(|| path.to_path_buf());
-        let normal: PathBuf = resolved.components().fold(PathBuf::new(), |mut out, part| {
-            match part {
-                std::path::Component::ParentDir => {
-                    out.pop();
-                }
-                std::path::Component::CurDir => {}
-                other => out.push(other),
-            }
-            out
-        });
-        let context = &self.sandbox_context;
-        let canonical = |path: &PathBuf| path.canonicalize().unwrap_or_else(|_| path.clone());
-        let within = |path: &Path, root: &PathBuf| {
-            path.starts_with(canonical(root)) || path.starts_with(root)
-        };
-        // A workspace or writable directory inside a hidden path stays visible there (the
-        // sandbox does not cover a hidden directory that holds one).
-        let visible: Vec<&PathBuf> = std::iter::once(&context.workdir)
-            .chain(&context.writable)
-            .collect();
-        context
-            .hidden
-            .paths
-            .iter()
-            .chain(&context.protected)
-            .chain(&profile.hidden)
-            .any(|hidden| {
-                within(&normal, hidden)
-                    && !visible
+        let forms = [normalize(path), normalize(&resolved)];
+        let roots = &self.path_roots;
+        let requested: Vec<PathBuf> = profile.hidden.iter().map(|path| canonical(path)).collect();
+        roots.hidden.iter().chain(&requested).any(|hidden| {
+            forms.iter().any(|form| {
+                form.starts_with(hidden)
+                    && !roots
+                        .visible
                         .iter()
-                        .any(|root| within(root, hidden) && within(&normal, root))
+                        .any(|root| root.starts_with(hidden) && form.starts_with(root))
             })
+        })
     }
 
     /// `SIGTERM` everything, wait up to `kill_grace` for the processes to finish, then

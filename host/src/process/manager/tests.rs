@@ -679,7 +679,7 @@ async fn running_processes_are_capped_per_host() {
         panic!("not LimitReached: {error:?}");
     };
     assert!(
-        message.contains("maximum of 2") && message.contains("--max-processes"),
+        message.contains("maximum of 2") && message.contains("--max-processes-total"),
         "{message}"
     );
     manager.signal("a", &first, Signal::Kill).expect("kill");
