@@ -287,3 +287,33 @@ fn the_host_raises_its_descriptor_limit_within_the_hard_one() {
         "raised to the hard limit, at most 65536: {output}"
     );
 }
+
+/// A host started with SIGINT and SIGQUIT ignored (as a shell starts a background job:
+/// `toolhost serve &`) gives its commands the default dispositions: an interrupt sent to a
+/// command reaches it.
+#[test]
+fn commands_do_not_inherit_signals_the_host_ignores() {
+    use std::os::unix::process::CommandExt;
+    let args = serde_json::json!({ "command": "grep SigIgn /proc/self/status" });
+    let mut command = Command::new(toolhost_bin());
+    command
+        .args(shared_writable())
+        .args(["call", "execute", &args.to_string()]);
+    // SAFETY: only async-signal-safe calls (sigaction through `signal`) between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let out = command.output().expect("run toolhost");
+    let result = json(&String::from_utf8_lossy(&out.stdout));
+    let line = result["output"].as_str().unwrap_or_default().trim();
+    let ignored = line
+        .strip_prefix("SigIgn:")
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .unwrap_or_else(|| panic!("no signal mask in {result}"));
+    // SIGINT is bit 1, SIGQUIT bit 2, SIGPIPE bit 12 (signal N is bit N - 1).
+    assert_eq!(ignored & 0b1000_0000_0110, 0, "{line}");
+}

@@ -334,9 +334,12 @@ extern "C" fn child_main(context: *mut libc::c_void) -> libc::c_int {
 }
 
 /// In the child before exec: signal handlers must not run here (they would run on the
-/// parent's memory), and the signal mask survives exec. Reset every handled signal to the
-/// default, and SIGPIPE too (the Rust runtime ignores it; children expect the default), then
-/// unblock every signal. Async-signal-safe calls only.
+/// parent's memory), and the signal mask survives exec. Reset every handled or ignored signal
+/// to the default, then unblock every signal. Async-signal-safe calls only.
+///
+/// Ignored signals survive exec. The Rust runtime ignores SIGPIPE, and a shell ignores SIGINT
+/// and SIGQUIT in a host it starts in the background (`toolhost serve &`): commands would
+/// inherit them, and an interrupt sent to a command would do nothing.
 fn reset_signals(rtmax: libc::c_int) {
     for signal in 1..=rtmax {
         if signal == libc::SIGKILL || signal == libc::SIGSTOP {
@@ -351,7 +354,7 @@ fn reset_signals(rtmax: libc::c_int) {
         }
         let reset = match current.sa_sigaction {
             libc::SIG_DFL => false,
-            libc::SIG_IGN => signal == libc::SIGPIPE,
+            libc::SIG_IGN => true,
             _ => true,
         };
         if reset {
