@@ -122,6 +122,12 @@ struct Cli {
     #[arg(long, alias = "process-limit", value_name = "N", value_parser = clap::value_parser!(u32).range(1..), global = true)]
     process_limit_per_command: Option<u32>,
 
+    /// Size of the `/dev/shm` of a session's own (a tmpfs in its mount namespace, one per
+    /// session and profile), e.g. `1GiB` (default: 512MiB). Without namespaces, confined
+    /// commands cannot write `/dev/shm` at all.
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory, global = true)]
+    shm_size_per_session: Option<u64>,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -458,6 +464,10 @@ fn sandbox_settings(cli: &Cli) -> Result<SandboxSettings> {
     }
     if let Some(processes) = cli.process_limit_per_command {
         settings.limits.processes = Some(processes);
+    }
+    if let Some(bytes) = cli.shm_size_per_session {
+        anyhow::ensure!(bytes > 0, "--shm-size-per-session must be more than 0");
+        settings.shm_bytes = bytes;
     }
     Ok(settings)
 }

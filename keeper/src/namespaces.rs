@@ -3,18 +3,24 @@
 //! `confine.rs`).
 //!
 //! `toolhost-keeper --make-namespaces [--net] [--pid] [--mask=DIR]... [--mask-file=FILE]...
-//! [--writable=PATH]... [--private-tmp=DIR]`:
+//! [--writable=PATH]... [--private-tmp=DIR] [--private-shm=BYTES]`
 //!
-//! - a user namespace (mapping only the caller's own user and group to themselves, so files
-//!   keep their owners and nothing gains privileges outside) and a mount namespace; with
-//!   `--net` a network namespace with only its own loopback (brought up);
-//! - in the mount namespace every `--mask` directory is covered by an empty, read-only,
-//!   mode-000 tmpfs, so that not even the names inside show; every `--mask-file` file is
-//!   covered by an empty mode-000 file (bound from a tmpfs mounted on the private `/tmp`
-//!   directory for a moment, so that no directory around the file is touched); then the whole tree is made
-//!   read-only, `--private-tmp` is bound over `/tmp`, and each `--writable` path is bound
-//!   back read-write (with what was mounted inside it, covers included);
-//! - with `--pid`, a PID namespace whose init is the *holder* below, with its own `/proc`.
+//! What it makes, in order:
+//!
+//! 1. A user namespace. It maps only the caller's own user and group to themselves, so files
+//!    keep their owners and nothing gains privileges outside.
+//! 2. A mount namespace, and with `--net` a network namespace with only its own loopback
+//!    (brought up).
+//! 3. Every `--mask` directory is covered by an empty, read-only, mode-000 tmpfs, so that not
+//!    even the names inside show.
+//! 4. Every `--mask-file` file is covered by an empty mode-000 file. The file is bound from a
+//!    tmpfs mounted on the private `/tmp` directory for a moment, so no directory around the
+//!    covered file is touched.
+//! 5. The whole tree is made read-only. `--private-tmp` is bound over `/tmp`. Each
+//!    `--writable` path is bound back read-write, with what was mounted inside it (covers
+//!    included).
+//! 6. With `--private-shm`, a new tmpfs of that size is mounted on `/dev/shm`.
+//! 7. With `--pid`, a PID namespace whose init is the *holder* below, with its own `/proc`.
 //!
 //! The namespaces are held by a *holder* process forked at the end as the host's own child
 //! (with `--pid` it is the new PID namespace's init): it reaps what is re-parented to it and exits at end-of-file on
@@ -36,8 +42,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use toolhost_keeper_protocol::helper::{
-    ERROR, MASK, MASK_FILE, NET, NO_PID_NAMESPACE, PID, PID_NAMESPACE, POWERLESS, PRIVATE_TMP,
-    READY, REFUSED, SEPARATOR, WRITABLE,
+    ERROR, MASK, MASK_FILE, NET, NO_PID_NAMESPACE, PID, PID_NAMESPACE, POWERLESS, PRIVATE_SHM,
+    PRIVATE_TMP, READY, REFUSED, SEPARATOR, WRITABLE,
 };
 
 /// What to make, from the command line.
@@ -48,6 +54,8 @@ struct Plan {
     masks: Vec<PathBuf>,
     mask_files: Vec<PathBuf>,
     writable: Vec<PathBuf>,
+    /// The size of the namespaces' own `/dev/shm`, in bytes.
+    private_shm: Option<u64>,
     private_tmp: Option<PathBuf>,
 }
 
@@ -73,6 +81,15 @@ impl Plan {
                 plan.writable.push(path);
             } else if let Some(path) = path(PRIVATE_TMP.as_bytes()) {
                 plan.private_tmp = Some(path);
+            } else if let Some(size) = bytes.strip_prefix(PRIVATE_SHM.as_bytes()) {
+                let size = std::str::from_utf8(size)
+                    .ok()
+                    .and_then(|size| size.parse::<u64>().ok())
+                    .filter(|size| *size > 0)
+                    .ok_or_else(|| {
+                        invalid(format!("not a size in bytes: {}", arg.to_string_lossy()))
+                    })?;
+                plan.private_shm = Some(size);
             } else {
                 return Err(invalid(format!(
                     "unknown option `{}`",
@@ -185,6 +202,9 @@ fn setup(plan: &Plan) -> io::Result<Holder> {
     }
     cover_files(&plan.mask_files, plan.private_tmp.as_deref())?;
     read_only_view(plan)?;
+    if let Some(size) = plan.private_shm {
+        private_shm(size)?;
+    }
     if plan.net {
         loopback_up()?;
     }
@@ -354,6 +374,30 @@ fn cover_files(files: &[PathBuf], scratch: Option<&Path>) -> io::Result<()> {
     let detached = unsafe { libc::umount2(scratch_c.as_ptr(), libc::MNT_DETACH) } == 0;
     covered?;
     step("detaching the tmpfs for covering files", detached)
+}
+
+/// Mount a new tmpfs of at most `size` bytes on `/dev/shm`: the namespaces' own shared
+/// memory, writable by their commands, gone with the namespaces. The host's `/dev/shm`, with
+/// other sessions' files, is out of view.
+fn private_shm(size: u64) -> io::Result<()> {
+    let Some(place) = open_no_symlinks(Path::new("/dev/shm"), libc::O_DIRECTORY)? else {
+        // No /dev/shm on this machine (or a link): nothing to stand in for.
+        return Ok(());
+    };
+    let target = fd_path(&place)?;
+    let data = CString::new(format!("mode=1777,size={size}"))
+        .map_err(|_| invalid("a NUL byte in the tmpfs options".to_owned()))?;
+    // SAFETY: NUL-terminated strings for source, target, type and data.
+    let mounted = unsafe {
+        libc::mount(
+            c"tmpfs".as_ptr(),
+            target.as_ptr(),
+            c"tmpfs".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            data.as_ptr().cast(),
+        )
+    } == 0;
+    step("mounting the private /dev/shm", mounted)
 }
 
 /// The `/proc/self/fd/N` path of a descriptor, as a path.

@@ -1275,3 +1275,54 @@ fn the_note_about_the_full_output_points_to_what_works() {
     let note = result["note"].as_str().unwrap_or_default();
     assert!(note.contains("grep or page"), "{result}");
 }
+
+/// `/dev/shm` is a session's own: a size-bounded tmpfs in its mount namespace, gone with it,
+/// where other sessions' and the host's files are out of view. Without namespaces confined
+/// commands cannot write it at all, and read-only commands write it in no tier.
+#[test]
+fn dev_shm_is_the_sessions_own_and_bounded() {
+    if toolhost::process::namespaces_available().is_err() {
+        eprintln!("no namespaces here: /dev/shm is not writable confined, checked below");
+    }
+    let machine = Machine::new();
+    let mark = marker();
+    let host_file = std::path::Path::new("/dev/shm").join(format!("toolhost-host-{mark}"));
+    std::fs::write(&host_file, "the host's").expect("a file in the host's /dev/shm");
+    let ours = format!("/dev/shm/toolhost-session-{mark}");
+    if toolhost::process::namespaces_available().is_ok() {
+        let result = machine.execute(
+            &[],
+            &format!(
+                "echo session > {ours} && cat {ours} && ls /dev/shm | grep -c toolhost-host-{mark}"
+            ),
+        );
+        assert_eq!(output(&result), "session\n0\n", "{result}");
+        assert!(
+            !std::path::Path::new(&ours).exists(),
+            "the session wrote the host's /dev/shm"
+        );
+        // Bounded by --shm-size-per-session.
+        let result = machine.execute(
+            &["--shm-size-per-session", "1MiB"],
+            "head -c 2000000 /dev/zero > /dev/shm/big",
+        );
+        assert_ne!(result["exit_code"], 0, "{result}");
+        assert!(
+            output(&result).contains("No space left on device"),
+            "{result}"
+        );
+        refused(
+            &machine.execute(&["--sandbox", "read-only"], &format!("echo x > {ours}")),
+            "a read-only write to /dev/shm",
+        );
+    }
+    // Without namespaces, /dev/shm is the host's, shared with every session: not writable.
+    let result = machine.execute_with(
+        &[],
+        &format!("echo x > {ours}"),
+        &[("TOOLHOST_SANDBOX_DISABLE", "namespaces")],
+    );
+    refused(&result, "a write to the host's /dev/shm without namespaces");
+    assert!(!std::path::Path::new(&ours).exists());
+    let _ = std::fs::remove_file(&host_file);
+}

@@ -51,6 +51,6 @@ pub(crate) use prepare::{Context, Prepared, ScopeSandbox};
 pub use secrets::{HiddenPaths, Homes, NotHidden};
 
 pub use profile::{
-    ConfinementRequest, Limits, LooserThanGrant, Network, Profile, SandboxGrant, SandboxMode,
-    SandboxSettings, bound, parse_size, resolve,
+    ConfinementRequest, DEFAULT_SHM_BYTES, Limits, LooserThanGrant, Network, Profile, SandboxGrant,
+    SandboxMode, SandboxSettings, bound, parse_size, resolve,
 };

@@ -72,6 +72,8 @@ pub(crate) struct Request<'a> {
     pub(crate) private_network: bool,
     /// A PID namespace with its own `/proc`.
     pub(crate) pid: bool,
+    /// A `/dev/shm` of the namespaces' own, a tmpfs of at most this many bytes.
+    pub(crate) private_shm: Option<u64>,
 }
 
 /// A scope's namespaces for one profile, held open by descriptor and by their holder process
@@ -87,6 +89,8 @@ pub(crate) struct Namespaces {
     holder_stdin: Option<OwnedFd>,
     /// The holder, the host's child until reaped.
     holder: libc::pid_t,
+    /// The namespaces have a `/dev/shm` of their own.
+    private_shm: bool,
 }
 
 /// Whether process `pid` (ours) has begun to exit: `PF_EXITING` among the flags of
@@ -133,6 +137,13 @@ impl Namespaces {
     pub(crate) fn proc_root(&self) -> Option<PathBuf> {
         self.has(NamespaceKind::Pid)
             .then(|| PathBuf::from(format!("/proc/{}/root/proc", self.holder)))
+    }
+
+    /// The namespaces' own `/dev/shm`, as the host reaches it (through the holder's root);
+    /// `None` when they have none.
+    pub(crate) fn shm_root(&self) -> Option<PathBuf> {
+        self.private_shm
+            .then(|| PathBuf::from(format!("/proc/{}/root/dev/shm", self.holder)))
     }
 
     /// The keeper's option naming them: `--namespaces=user,mnt,...`.
@@ -206,6 +217,9 @@ pub(crate) fn make(
     }
     if request.pid {
         command.arg(helper::PID);
+    }
+    if let Some(bytes) = request.private_shm {
+        command.arg(format!("{}{bytes}", helper::PRIVATE_SHM));
     }
     let private_tmp: Vec<PathBuf> = request
         .private_tmp
@@ -306,6 +320,8 @@ fn open_all(
         pid_missing: None,
         holder_stdin: stdin,
         holder,
+        private_shm: request.private_shm.is_some()
+            && std::fs::symlink_metadata("/dev/shm").is_ok_and(|meta| meta.is_dir()),
     };
     let mut kinds = vec![NamespaceKind::User, NamespaceKind::Mount];
     if request.private_network {

@@ -112,6 +112,8 @@ pub(crate) struct Context {
     pub(crate) protected: Vec<PathBuf>,
     /// The user's credential stores and the operator's `--hide` paths (see `secrets.rs`).
     pub(crate) hidden: Arc<HiddenPaths>,
+    /// The size of a session's own `/dev/shm`, in bytes (`--shm-size-per-session`).
+    pub(crate) shm_bytes: u64,
     /// Loads the keeper's executable, which makes the namespaces (when first needed: a host
     /// that confines nothing does not wait for it); `None`: no namespaces layer.
     pub(crate) keeper: Option<fn() -> std::io::Result<BorrowedFd<'static>>>,
@@ -312,7 +314,6 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
     if profile.mode == SandboxMode::WorkspaceWrite {
         writable.push(canonical(&context.workdir));
         writable.extend(context.writable.iter().map(|p| canonical(p)));
-        writable.push(PathBuf::from("/dev/shm"));
         if let Some(home) = &home {
             let home = canonical(home);
             // Resolved: a cache that is a link is writable where it points.
@@ -344,6 +345,9 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
         private_tmp: Some(&temp),
         private_network: profile.network == Network::None,
         pid: !probe::disabled("pid"),
+        // Shared memory of the session's own: another session's files, and the host's, are
+        // out of view, and the size is bounded.
+        private_shm: (context.shm_bytes > 0).then_some(context.shm_bytes),
     };
     let namespaces = make_namespaces(context, &request)?;
     if namespaces.is_none() && !context.hidden.system_files.is_empty() {
@@ -377,6 +381,13 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
     let mut plan = Plan::new(&writable, &hidden);
     // The PID namespace's own `/proc` is a new mount, which no rule on the host's `/proc`
     // reaches (Landlock does not look at a mount point hidden by another mount).
+    // The namespaces' own `/dev/shm` is a new mount too. Without namespaces, `/dev/shm` is
+    // the host's, shared with every session: not writable.
+    if profile.mode == SandboxMode::WorkspaceWrite
+        && let Some(shm) = namespaces.as_ref().and_then(Namespaces::shm_root)
+    {
+        plan.write.insert(shm);
+    }
     if let Some(proc) = namespaces.as_ref().and_then(Namespaces::proc_root) {
         plan.read.insert(proc);
     }

@@ -146,6 +146,9 @@ pub struct SandboxSettings {
     pub hide: Vec<PathBuf>,
     /// `--reveal`: paths hidden by default that commands may read all the same (absolute).
     pub reveal: Vec<PathBuf>,
+    /// `--shm-size-per-session`: the size of the `/dev/shm` of a session's own, in bytes.
+    /// Default [`DEFAULT_SHM_BYTES`].
+    pub shm_bytes: u64,
     /// `--memory-limit-per-command` and `--process-limit-per-command`; `cpu_seconds` has no flag.
     pub limits: Limits,
 }
@@ -158,6 +161,7 @@ impl Default for SandboxSettings {
             writable: Vec::new(),
             hide: Vec::new(),
             reveal: Vec::new(),
+            shm_bytes: DEFAULT_SHM_BYTES,
             limits: Limits {
                 memory_bytes: default_memory_limit(),
                 processes: Some(1024),
@@ -178,6 +182,9 @@ impl SandboxSettings {
         }
     }
 }
+
+/// The default size of a session's own `/dev/shm`: 512 MiB.
+pub const DEFAULT_SHM_BYTES: u64 = 512 * 1024 * 1024;
 
 /// Half the machine's memory, or `None` when it cannot be read.
 fn default_memory_limit() -> Option<u64> {

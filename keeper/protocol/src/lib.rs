@@ -319,6 +319,9 @@ pub mod helper {
     pub const WRITABLE: &str = "--writable=";
     /// `--private-tmp=DIR`: `DIR` is bound over `/tmp`.
     pub const PRIVATE_TMP: &str = "--private-tmp=";
+    /// `--private-shm=BYTES`: a new tmpfs of at most `BYTES` bytes is mounted on `/dev/shm`,
+    /// the namespaces' own (the host's `/dev/shm` is out of view).
+    pub const PRIVATE_SHM: &str = "--private-shm=";
 
     /// How the answer starts on success: `ready HOLDER_PID PID_NAMESPACE`.
     /// `HOLDER_PID` is the holder's pid in the host's PID namespace.

@@ -381,6 +381,7 @@ impl ProcessManager {
                 .unwrap_or_else(|| PathBuf::from("/")),
             writable: config.sandbox.writable.clone(),
             hidden: Arc::new(hidden_paths(&config.sandbox)),
+            shm_bytes: config.sandbox.shm_bytes,
             protected: config
                 .protected
                 .iter()
