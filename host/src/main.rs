@@ -321,7 +321,11 @@ fn main() -> ExitCode {
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .with_filter(
                 tracing_subscriber::EnvFilter::try_from_env("TOOLHOST_LOG")
-                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                    // rmcp logs every error answer as a warning: an error answer is the
+                    // protocol working, not a problem of the server's.
+                    .unwrap_or_else(|_| {
+                        tracing_subscriber::EnvFilter::new("warn,rmcp::service=error")
+                    }),
             );
         tracing_subscriber::registry()
             .with(stderr)

@@ -1066,3 +1066,44 @@ async fn a_task_beyond_max_calls_is_refused_at_once_instead_of_created() {
         "{task}"
     );
 }
+
+/// An error answer is the protocol at work: with the default log filter, the server's stderr
+/// (a client's server log) gets no warning line for it.
+#[tokio::test]
+async fn error_answers_are_not_logged_as_warnings() {
+    use tokio::io::AsyncWriteExt;
+    let mut child = tokio::process::Command::new(toolhost_e2e::toolhost_bin())
+        .args(toolhost_e2e::shared_writable())
+        .arg("serve")
+        .env_remove("TOOLHOST_LOG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start toolhost serve");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let lines = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "toolhost-e2e", "version": "0"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "nope", "arguments": {}}}),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "resources/read",
+            "params": {"uri": "toolhost://process/unknown/output"}}),
+    ];
+    for line in lines {
+        stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .expect("write");
+    }
+    // End of input: the server answers what it has read, then exits.
+    drop(stdin);
+    let output = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("the server exits at end of input")
+        .expect("wait");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("WARN"), "{stderr}");
+}
