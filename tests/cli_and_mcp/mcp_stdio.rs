@@ -702,6 +702,15 @@ async fn cut_output_is_a_linked_resource_that_pages() {
         )
         .await;
     assert_eq!(missing["error"]["code"], -32002, "{missing}");
+    // A URI of another scheme is not found either, and the error names it too.
+    let elsewhere = client
+        .request("resources/read", json!({"uri": "file:///etc/hostname"}))
+        .await;
+    assert_eq!(elsewhere["error"]["code"], -32002, "{elsewhere}");
+    assert_eq!(
+        elsewhere["error"]["data"]["uri"], "file:///etc/hostname",
+        "{elsewhere}"
+    );
     let malformed = client
         .request("resources/read", json!({"uri": format!("{uri}?offset=x")}))
         .await;

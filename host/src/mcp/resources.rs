@@ -85,9 +85,12 @@ pub fn parse(uri: &str) -> Result<Request, ErrorData> {
             None,
         )
     };
-    let rest = uri
-        .strip_prefix(PREFIX)
-        .ok_or_else(|| ErrorData::resource_not_found(format!("no resource `{uri}`"), None))?;
+    let rest = uri.strip_prefix(PREFIX).ok_or_else(|| {
+        ErrorData::resource_not_found(
+            format!("no resource `{uri}`"),
+            Some(serde_json::json!({ "uri": uri })),
+        )
+    })?;
     let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
     let id = path
         .strip_suffix(SUFFIX)

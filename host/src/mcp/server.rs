@@ -35,7 +35,8 @@ const PROGRESS_FLUSH: Duration = Duration::from_secs(1);
 /// Instructions sent to clients in the `initialize` result.
 const INSTRUCTIONS: &str = "Shell tools for this machine. Run commands with `execute`; follow \
     background or long-running processes with `process_output`, `process_list` and \
-    `process_signal`. Processes belong to this MCP session and are terminated when it ends.";
+    `process_signal`. The processes you start are yours alone: they are terminated when your \
+    connection or session ends.";
 
 /// An MCP server handler for one session (scope) of a shared [`ToolHost`].
 ///
