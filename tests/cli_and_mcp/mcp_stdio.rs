@@ -157,6 +157,7 @@ async fn malformed_requests_get_their_proper_errors_and_the_session_goes_on() {
         (109, br#"{"jsonrpc":"2.0","id":109,"method":"ping"}{"jsonrpc":"2.0","id":110,"method":"ping"}"#.to_vec(), -32700),
         (111, br#"[{"jsonrpc":"2.0","id":111,"method":"ping"}]"#.to_vec(), -32600),
         (112, br#"{"jsonrpc":"2.0","id":112,"method":"no/such/method"}"#.to_vec(), -32601),
+        (113, br#"{"jsonrpc":"2.0","id":113,"method":"tools/call","params":"execute"}"#.to_vec(), -32602),
     ];
     // Line 109 holds two requests: both are answered, so wait for both before sending it.
     let second = client.expect_answer(110);

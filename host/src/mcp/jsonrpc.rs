@@ -16,6 +16,8 @@ use serde_json::{Value, json};
 pub const PARSE_ERROR: i32 = ErrorCode::PARSE_ERROR.0;
 /// JSON-RPC's `Invalid Request`.
 pub const INVALID_REQUEST: i32 = ErrorCode::INVALID_REQUEST.0;
+/// JSON-RPC's `Invalid params`.
+pub const INVALID_PARAMS: i32 = ErrorCode::INVALID_PARAMS.0;
 
 /// What a line or body holds.
 pub enum Parsed {
@@ -53,11 +55,31 @@ pub fn check(value: Value) -> Result<Option<RxJsonRpcMessage<RoleServer>>, Value
         .map(str::to_owned);
     let is_request = method.is_some() && object.contains_key("id");
     let reply = is_reply(object);
-    if object.contains_key("id") && id.is_none() && method.is_some() {
+    if let Some(bad) = object
+        .get("id")
+        .filter(|_| id.is_none() && method.is_some())
+    {
+        let why = if bad.is_number() {
+            "`id` is a number but not a 64-bit integer (a fraction, or too large)"
+        } else {
+            "`id` must be a string or an integer"
+        };
         return Err(error_answer(
             None,
             INVALID_REQUEST,
-            "Invalid Request: `id` must be a string or an integer".to_owned(),
+            format!("Invalid Request: {why}"),
+        ));
+    }
+    // A request of a method whose `params` are not an object: its params are malformed.
+    if is_request
+        && object
+            .get("params")
+            .is_some_and(|params| !params.is_object() && !params.is_null())
+    {
+        return Err(error_answer(
+            id,
+            INVALID_PARAMS,
+            "Invalid params: `params` must be an object".to_owned(),
         ));
     }
     match serde_json::from_value::<RxJsonRpcMessage<RoleServer>>(value) {

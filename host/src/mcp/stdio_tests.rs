@@ -135,6 +135,25 @@ async fn json_that_is_no_message_is_an_invalid_request() {
 }
 
 #[tokio::test]
+async fn an_id_too_large_for_64_bits_is_named_as_such() {
+    let answers =
+        answers_to(br#"{"jsonrpc":"2.0","id":100000000000000000000,"method":"ping"}"#).await;
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    assert_eq!(code(&answers[0]), -32600, "{answers:?}");
+    let message = answers[0]["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("not a 64-bit integer"), "{answers:?}");
+}
+
+#[tokio::test]
+async fn params_that_are_no_object_are_invalid_params_with_the_id() {
+    let answers =
+        answers_to(br#"{"jsonrpc":"2.0","id":12,"method":"tools/call","params":"x"}"#).await;
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    assert_eq!(code(&answers[0]), -32602, "{answers:?}");
+    assert_eq!(answers[0]["id"], 12);
+}
+
+#[tokio::test]
 async fn notifications_are_never_answered() {
     let (received, answers) = run(&with_ping(
         br#"{"jsonrpc":"2.0","method":"notifications/whatever","params":5}"#,
