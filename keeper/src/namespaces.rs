@@ -349,13 +349,14 @@ fn cover_files(files: &[PathBuf], scratch: Option<&Path>) -> io::Result<()> {
                     path.display()
                 )));
             };
-            if !std::fs::metadata(fd_path_buf(&fd)).is_ok_and(|meta| meta.is_file()) {
+            let target = fd_path(&fd)?;
+            let through_fd = Path::new(std::ffi::OsStr::from_bytes(target.to_bytes()));
+            if !std::fs::metadata(through_fd).is_ok_and(|meta| meta.is_file()) {
                 return Err(invalid(format!(
                     "cannot cover {}: it is not a regular file",
                     path.display()
                 )));
             }
-            let target = fd_path(&fd)?;
             // SAFETY: NUL-terminated strings for source and target; no type or data for a bind.
             let ok = unsafe {
                 libc::mount(
@@ -398,11 +399,6 @@ fn private_shm(size: u64) -> io::Result<()> {
         )
     } == 0;
     step("mounting the private /dev/shm", mounted)
-}
-
-/// The `/proc/self/fd/N` path of a descriptor, as a path.
-fn fd_path_buf(fd: &OwnedFd) -> PathBuf {
-    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }
 
 /// `AT_RECURSIVE` of open_tree(2) and mount_setattr(2).

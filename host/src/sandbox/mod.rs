@@ -33,6 +33,11 @@ pub mod secrets;
 
 pub(crate) use cgroup::CommandCgroups;
 
+/// `path` with its links resolved, or as it is when it does not exist.
+pub(crate) fn canonical(path: &std::path::Path) -> std::path::PathBuf {
+    path.canonicalize().unwrap_or_else(|_| path.to_path_buf())
+}
+
 /// Whether `name` is one of the `toolhost-PID-...` names a host gives what it makes per process
 /// (temporary directories, cgroups) and that host (PID) no longer runs, so that what it left
 /// may be removed.

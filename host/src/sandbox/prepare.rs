@@ -14,7 +14,7 @@ use super::namespaces::{self, NamespaceError, NamespaceKind, Namespaces};
 use super::probe;
 use super::seccomp::{self, SeccompError};
 use super::secrets::HiddenPaths;
-use super::{Network, Profile, SandboxMode};
+use super::{Network, Profile, SandboxMode, canonical};
 use toolhost_keeper_protocol::option;
 
 /// Most profiles one scope may use (each holds its namespaces and layers until the scope ends).
@@ -305,7 +305,6 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
     let home = std::env::var_os("HOME")
         .map(PathBuf::from)
         .filter(|home| home.is_absolute());
-    let canonical = |path: &Path| path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
     let mut hidden: Vec<PathBuf> = context.protected.iter().map(|p| canonical(p)).collect();
     hidden.extend(profile.hidden.iter().map(|p| canonical(p)));
     // The user's credential stores under every home, the runtime directories, `--hide`.
@@ -381,15 +380,15 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
     let mut plan = Plan::new(&writable, &hidden);
     // The PID namespace's own `/proc` is a new mount, which no rule on the host's `/proc`
     // reaches (Landlock does not look at a mount point hidden by another mount).
+    if let Some(proc) = namespaces.as_ref().and_then(Namespaces::proc_root) {
+        plan.read.insert(proc);
+    }
     // The namespaces' own `/dev/shm` is a new mount too. Without namespaces, `/dev/shm` is
     // the host's, shared with every session: not writable.
     if profile.mode == SandboxMode::WorkspaceWrite
         && let Some(shm) = namespaces.as_ref().and_then(Namespaces::shm_root)
     {
         plan.write.insert(shm);
-    }
-    if let Some(proc) = namespaces.as_ref().and_then(Namespaces::proc_root) {
-        plan.read.insert(proc);
     }
     let ruleset = landlock::build(&plan, profile.network, private_network)?;
     let seccomp = seccomp::programs(profile.network, private_network)?;

@@ -16,6 +16,8 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use super::canonical;
+
 /// Credential stores under a home directory, hidden from every confined command.
 pub const HIDDEN_IN_HOME: &[&str] = &[
     // Keys and agents.
@@ -172,15 +174,13 @@ pub struct Homes {
 impl Homes {
     /// The homes of the host's user, from its environment and its passwd entry.
     pub fn of_this_user() -> Homes {
-        let usable = |path: PathBuf| path.is_absolute() && path != Path::new("/");
-        let from_environment = std::env::var_os("HOME")
-            .map(PathBuf::from)
-            .filter(|home| usable(home.clone()));
+        let usable = |path: &PathBuf| path.is_absolute() && path != Path::new("/");
+        let from_environment = std::env::var_os("HOME").map(PathBuf::from).filter(usable);
         let from_passwd = nix::unistd::User::from_uid(nix::unistd::getuid())
             .ok()
             .flatten()
             .map(|user| user.dir)
-            .filter(|home| usable(home.clone()));
+            .filter(usable);
         Homes {
             from_environment,
             from_passwd,
@@ -359,11 +359,6 @@ pub fn runtime_dirs() -> Vec<PathBuf> {
         rustix::process::getuid().as_raw()
     )));
     dirs
-}
-
-/// `path` with its links resolved, or as it is when it does not exist.
-fn canonical(path: &Path) -> PathBuf {
-    path.canonicalize().unwrap_or_else(|_| path.to_path_buf())
 }
 
 #[cfg(test)]

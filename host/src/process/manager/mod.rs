@@ -108,7 +108,7 @@ use super::{
 };
 use crate::buffer::HeadTailBuffer;
 use crate::sandbox::namespaces::NamespaceKind;
-use crate::sandbox::{self, CommandCgroups, Prepared, Profile, ScopeSandbox};
+use crate::sandbox::{self, CommandCgroups, Prepared, Profile, ScopeSandbox, canonical};
 use crate::terminal::{Key, Screen, TerminalSize};
 use child::SpawnStep;
 pub use config::ProcessManagerConfig;
@@ -283,11 +283,6 @@ impl PathRoots {
                 .collect(),
         }
     }
-}
-
-/// `path` with its links resolved, or as it is when it does not exist.
-fn canonical(path: &Path) -> PathBuf {
-    path.canonicalize().unwrap_or_else(|_| path.to_path_buf())
 }
 
 /// `path` with `.` and `..` taken out lexically.
