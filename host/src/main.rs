@@ -128,6 +128,12 @@ struct Cli {
     #[arg(long, value_name = "SIZE", value_parser = parse_memory, global = true)]
     shm_size_per_session: Option<u64>,
 
+    /// Most bytes a session's own `/tmp` holds (its writes go to a tmpfs in its mount
+    /// namespace, above the host's `/tmp`), e.g. `4GiB` (default: 1GiB). Without namespaces,
+    /// confined commands write the host's `/tmp` and their own `$TMPDIR` instead, unbounded.
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory, global = true)]
+    tmp_size_per_session: Option<u64>,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -473,6 +479,10 @@ fn sandbox_settings(cli: &Cli) -> Result<SandboxSettings> {
         anyhow::ensure!(bytes > 0, "--shm-size-per-session must be more than 0");
         settings.shm_bytes = bytes;
     }
+    if let Some(bytes) = cli.tmp_size_per_session {
+        anyhow::ensure!(bytes > 0, "--tmp-size-per-session must be more than 0");
+        settings.tmp_bytes = bytes;
+    }
     Ok(settings)
 }
 
@@ -533,7 +543,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 (mode.name(), profile)
             })
             .collect();
-            let namespaces = toolhost::process::namespaces_available();
+            let namespaces = toolhost::process::namespaces_here();
             let hidden =
                 toolhost::sandbox::HiddenPaths::of_this_user(&settings.hide, &settings.reveal)?;
             out(format_args!(

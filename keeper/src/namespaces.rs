@@ -3,7 +3,8 @@
 //! `confine.rs`).
 //!
 //! `toolhost-keeper --make-namespaces [--net] [--pid] [--mask=DIR]... [--mask-file=FILE]...
-//! [--writable=PATH]... [--private-tmp=DIR] [--private-shm=BYTES]`
+//! [--writable=PATH]... [--read-only=PATH]... [--private-tmp=DIR [--tmp-size=BYTES]
+//! [--tmp-overlay]] [--private-shm=BYTES]`
 //!
 //! What it makes, in order:
 //!
@@ -11,24 +12,35 @@
 //!    keep their owners and nothing gains privileges outside.
 //! 2. A mount namespace, and with `--net` a network namespace with only its own loopback
 //!    (brought up).
-//! 3. Every `--mask` directory is covered by an empty, read-only, mode-000 tmpfs, so that not
+//! 3. With `--private-tmp`, the session's tmpfs (`--tmp-size` bytes at most) is mounted on
+//!    that directory for a moment. It holds the upper and work directories of the `/tmp`
+//!    overlay, and an empty mode-000 file to cover files with.
+//! 4. Every `--mask` directory is covered by an empty, read-only, mode-000 tmpfs, so that not
 //!    even the names inside show.
-//! 4. Every `--mask-file` file is covered by an empty mode-000 file. The file is bound from a
-//!    tmpfs mounted on the private `/tmp` directory for a moment, so no directory around the
-//!    covered file is touched.
-//! 5. The whole tree is made read-only. `--private-tmp` is bound over `/tmp`. Each
-//!    `--writable` path is bound back read-write, with what was mounted inside it (covers
-//!    included).
-//! 6. With `--private-shm`, a new tmpfs of that size is mounted on `/dev/shm`.
-//! 7. With `--pid`, a PID namespace whose init is the *holder* below, with its own `/proc`.
+//! 5. Every `--mask-file` file is covered by the empty mode-000 file, bound over it, so no
+//!    directory around the covered file is touched.
+//! 6. Copies of the `--writable` and `--read-only` paths are taken, with what is mounted
+//!    inside them (covers included). They are taken from the host's tree, before anything is
+//!    mounted on `/tmp`, so that a path under `/tmp` is the host's and not the session's.
+//! 7. `/tmp` becomes the session's own. With `--tmp-overlay` it is an overlay: the host's
+//!    `/tmp` beneath, the session's writes on the tmpfs above it. The overlay's lower layer
+//!    is the host's `/tmp` alone, so the covers under `/tmp` are mounted again on it. Where
+//!    the kernel refuses the overlay, or without `--tmp-overlay`, `/tmp` is the tmpfs alone.
+//!    The tmpfs is then detached from the `--private-tmp` directory.
+//! 8. The whole tree is made read-only. The private `/tmp` is put back read-write on top.
+//! 9. With `--private-shm`, a new tmpfs of that size is mounted on `/dev/shm`.
+//! 10. The copies are put in place, shortest path first: `--writable` ones read-write,
+//!     `--read-only` ones read-only. One under the private `/tmp` or `/dev/shm` gets a place
+//!     made there to mount it on.
+//! 11. With `--pid`, a PID namespace whose init is the *holder* below, with its own `/proc`.
 //!
 //! The namespaces are held by a *holder* process forked at the end as the host's own child
 //! (with `--pid` it is the new PID namespace's init): it reaps what is re-parented to it and exits at end-of-file on
 //! its stdin, which the host keeps open for the scope's life. The host dies, or ends the scope:
 //! the holder exits, and with it (as the init) every process left in the PID namespace.
 //!
-//! On success the helper prints `ready HOLDER_PID pid` (or `ready HOLDER_PID -REASON` when the
-//! PID namespace could not be made) and exits; the host opens `/proc/HOLDER_PID/ns/*`. On
+//! On success the helper prints `ready HOLDER_PID TMP pid` (or `ready HOLDER_PID TMP -REASON`
+//! when the PID namespace could not be made) and exits; `TMP` says what `/tmp` is; the host opens `/proc/HOLDER_PID/ns/*`. On
 //! failure it prints `error: ...` and exits non-zero; the message starts with [`REFUSED`] when
 //! the kernel refuses the user namespace, or with [`POWERLESS`] when it makes one but denies the
 //! first privileged operation in it. The host decides what either means. The options and the
@@ -38,12 +50,13 @@ use std::ffi::{CString, OsString};
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use toolhost_keeper_protocol::helper::{
     ERROR, MASK, MASK_FILE, NET, NO_PID_NAMESPACE, PID, PID_NAMESPACE, POWERLESS, PRIVATE_SHM,
-    PRIVATE_TMP, READY, REFUSED, SEPARATOR, WRITABLE,
+    PRIVATE_TMP, READ_ONLY, READY, REFUSED, SEPARATOR, TMP_HOST, TMP_OVERLAID, TMP_OVERLAY,
+    TMP_PRIVATE, TMP_SIZE, WRITABLE,
 };
 
 /// What to make, from the command line.
@@ -54,9 +67,13 @@ struct Plan {
     masks: Vec<PathBuf>,
     mask_files: Vec<PathBuf>,
     writable: Vec<PathBuf>,
+    read_only: Vec<PathBuf>,
     /// The size of the namespaces' own `/dev/shm`, in bytes.
     private_shm: Option<u64>,
     private_tmp: Option<PathBuf>,
+    /// The size of the session's tmpfs, in bytes.
+    tmp_size: Option<u64>,
+    tmp_overlay: bool,
 }
 
 impl Plan {
@@ -79,17 +96,16 @@ impl Plan {
                 plan.mask_files.push(path);
             } else if let Some(path) = path(WRITABLE.as_bytes()) {
                 plan.writable.push(path);
+            } else if let Some(path) = path(READ_ONLY.as_bytes()) {
+                plan.read_only.push(path);
             } else if let Some(path) = path(PRIVATE_TMP.as_bytes()) {
                 plan.private_tmp = Some(path);
+            } else if bytes == TMP_OVERLAY.as_bytes() {
+                plan.tmp_overlay = true;
+            } else if let Some(size) = bytes.strip_prefix(TMP_SIZE.as_bytes()) {
+                plan.tmp_size = Some(size_in_bytes(size, arg)?);
             } else if let Some(size) = bytes.strip_prefix(PRIVATE_SHM.as_bytes()) {
-                let size = std::str::from_utf8(size)
-                    .ok()
-                    .and_then(|size| size.parse::<u64>().ok())
-                    .filter(|size| *size > 0)
-                    .ok_or_else(|| {
-                        invalid(format!("not a size in bytes: {}", arg.to_string_lossy()))
-                    })?;
-                plan.private_shm = Some(size);
+                plan.private_shm = Some(size_in_bytes(size, arg)?);
             } else {
                 return Err(invalid(format!(
                     "unknown option `{}`",
@@ -102,6 +118,7 @@ impl Plan {
             .iter()
             .chain(&plan.mask_files)
             .chain(&plan.writable)
+            .chain(&plan.read_only)
             .chain(&plan.private_tmp)
         {
             if !path.is_absolute() {
@@ -110,6 +127,15 @@ impl Plan {
         }
         Ok(plan)
     }
+}
+
+/// A size in bytes, more than zero, from the option `arg`.
+fn size_in_bytes(size: &[u8], arg: &OsString) -> io::Result<u64> {
+    std::str::from_utf8(size)
+        .ok()
+        .and_then(|size| size.parse::<u64>().ok())
+        .filter(|size| *size > 0)
+        .ok_or_else(|| invalid(format!("not a size in bytes: {}", arg.to_string_lossy())))
 }
 
 /// `error` with `prefix` before its message when it is a denial (`EPERM` or `EACCES`).
@@ -126,13 +152,29 @@ pub(crate) fn make(args: &[OsString]) -> io::Result<()> {
     let result = Plan::parse(args).and_then(|plan| setup(&plan).map(|holder| (plan, holder)));
     let mut stdout = io::stdout().lock();
     match result {
-        Ok((_, Holder { pid, pid_namespace })) => {
+        Ok((
+            _,
+            Holder {
+                pid,
+                tmp,
+                pid_namespace,
+            },
+        )) => {
             let pid_namespace = match pid_namespace {
                 Ok(true) => PID_NAMESPACE.to_owned(),
                 Ok(false) => NO_PID_NAMESPACE.to_owned(),
                 Err(reason) => format!("{NO_PID_NAMESPACE}{reason}"),
             };
-            writeln!(stdout, "{READY}{pid}{SEPARATOR}{pid_namespace}")?;
+            let tmp = match tmp {
+                Tmp::Overlay => TMP_OVERLAID.to_owned(),
+                Tmp::Host => TMP_HOST.to_owned(),
+                Tmp::Private(None) => TMP_PRIVATE.to_owned(),
+                Tmp::Private(Some(errno)) => format!("{TMP_PRIVATE}:{errno}"),
+            };
+            writeln!(
+                stdout,
+                "{READY}{pid}{SEPARATOR}{tmp}{SEPARATOR}{pid_namespace}"
+            )?;
             stdout.flush()
         }
         Err(error) => {
@@ -161,6 +203,8 @@ fn step(name: &str, ok: bool) -> io::Result<()> {
 struct Holder {
     /// Its pid (in the host's PID namespace).
     pid: libc::pid_t,
+    /// What `/tmp` is in the view.
+    tmp: Tmp,
     /// Whether it is the init of a PID namespace of its own (`Ok(false)`: none was asked
     /// for; `Err`: asked for, but why it could not be made).
     pid_namespace: Result<bool, String>,
@@ -197,14 +241,16 @@ fn setup(plan: &Plan) -> io::Result<Holder> {
         )
     } == 0;
     step("making / private", private).map_err(|error| label_denial(POWERLESS, error))?;
+    let scratch = plan
+        .private_tmp
+        .as_deref()
+        .map(|dir| Scratch::mount(dir, plan.tmp_size))
+        .transpose()?;
     for path in &plan.masks {
         mask(path)?;
     }
-    cover_files(&plan.mask_files, plan.private_tmp.as_deref())?;
-    read_only_view(plan)?;
-    if let Some(size) = plan.private_shm {
-        private_shm(size)?;
-    }
+    cover_files(&plan.mask_files, scratch.as_ref())?;
+    let tmp = read_only_view(plan, scratch)?;
     if plan.net {
         loopback_up()?;
     }
@@ -213,7 +259,9 @@ fn setup(plan: &Plan) -> io::Result<Holder> {
         let unshared = unsafe { libc::unshare(libc::CLONE_NEWPID) } == 0;
         step("unshare(pid)", unshared)?;
     }
-    hold(plan.pid)
+    let mut holder = hold(plan.pid)?;
+    holder.tmp = tmp;
+    Ok(holder)
 }
 
 fn write_file(path: &str, text: &str) -> io::Result<()> {
@@ -302,79 +350,151 @@ fn mask(path: &Path) -> io::Result<()> {
     step(&format!("masking {}", path.display()), ok)
 }
 
+/// What `/tmp` is in the view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tmp {
+    /// The host's `/tmp` beneath the session's own writes.
+    Overlay,
+    /// The session's own, empty at the start; with the error number of the overlay's refusal
+    /// when one was asked for.
+    Private(Option<i32>),
+    /// The host's, read-only like the rest of the view.
+    Host,
+}
+
+/// The session's tmpfs, mounted on a directory of the host's while the view is made.
+struct Scratch {
+    /// The tmpfs's root, opened once mounted.
+    root: OwnedFd,
+}
+
+/// Names in the session's tmpfs.
+const UPPER: &str = "upper";
+const WORK: &str = "work";
+const COVER: &str = "hidden";
+
+impl Scratch {
+    /// Mount a tmpfs of at most `size` bytes (the kernel's default without) on `dir`, and make
+    /// in it the overlay's upper (mode 1777, like `/tmp`) and work directories, and the empty
+    /// mode-000 file that covers files.
+    fn mount(dir: &Path, size: Option<u64>) -> io::Result<Scratch> {
+        let place = open_no_symlinks(dir, libc::O_DIRECTORY)?.ok_or_else(|| {
+            invalid(format!(
+                "the private /tmp {} is missing or a link",
+                dir.display()
+            ))
+        })?;
+        let target = fd_path(&place)?;
+        let data = match size {
+            Some(size) => format!("mode=700,size={size}"),
+            None => "mode=700".to_owned(),
+        };
+        let data = CString::new(data)
+            .map_err(|_| invalid("a NUL byte in the tmpfs options".to_owned()))?;
+        // SAFETY: NUL-terminated strings for source, target, type and data.
+        let mounted = unsafe {
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                target.as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                data.as_ptr().cast(),
+            )
+        } == 0;
+        step("mounting the session's tmpfs", mounted)?;
+        let root = open_no_symlinks(dir, libc::O_DIRECTORY)?
+            .ok_or_else(|| invalid("the session's tmpfs went away".to_owned()))?;
+        let scratch = Scratch { root };
+        let base = scratch.path("")?;
+        let made = std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(base.join(WORK))
+            .and_then(|()| std::fs::DirBuilder::new().create(base.join(UPPER)))
+            .and_then(|()| {
+                use std::os::unix::fs::PermissionsExt;
+                // The mode of `/tmp` itself: everyone may create, only owners remove.
+                std::fs::set_permissions(base.join(UPPER), std::fs::Permissions::from_mode(0o1777))
+            })
+            .and_then(|()| {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o000)
+                    .open(base.join(COVER))
+                    .map(drop)
+            });
+        made.map_err(|error| {
+            io::Error::new(
+                error.kind(),
+                format!("preparing the session's tmpfs: {error}"),
+            )
+        })?;
+        Ok(scratch)
+    }
+
+    /// The path of `name` in the tmpfs, through `/proc/self/fd`: it holds no byte of the
+    /// host's directory name, so it needs no escaping in mount options.
+    fn path(&self, name: &str) -> io::Result<PathBuf> {
+        let base = PathBuf::from(format!("/proc/self/fd/{}", self.root.as_raw_fd()));
+        Ok(if name.is_empty() {
+            base
+        } else {
+            base.join(name)
+        })
+    }
+
+    /// Detach the tmpfs from the host's directory; the mounts made from it keep it alive.
+    fn detach(self) -> io::Result<()> {
+        let target = fd_path(&self.root)?;
+        // SAFETY: a NUL-terminated path and a flag.
+        let detached = unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) } == 0;
+        step("detaching the session's tmpfs", detached)
+    }
+}
+
 /// Cover each of `files` that is a regular file reached without following any symbolic link
-/// with an empty file of mode 000. A mount on a file leaves its directory live (a Landlock rule
-/// would fix the directory's entries at the session's start).
-///
-/// 1. A small tmpfs is mounted on `scratch` (the private `/tmp` directory, not yet bound over
-///    `/tmp`; this mount namespace only) and an empty mode-000 file is made in it.
-/// 2. That file is bound over each file to cover.
-/// 3. The tmpfs is detached from `scratch` again; the covers keep it alive.
-fn cover_files(files: &[PathBuf], scratch: Option<&Path>) -> io::Result<()> {
+/// with the empty mode-000 file of `scratch`. A mount on a file leaves its directory live (a
+/// Landlock rule would fix the directory's entries at the session's start).
+fn cover_files(files: &[PathBuf], scratch: Option<&Scratch>) -> io::Result<()> {
     if files.is_empty() {
         return Ok(());
     }
     let scratch =
         scratch.ok_or_else(|| invalid(format!("{MASK_FILE}FILE needs {PRIVATE_TMP}DIR")))?;
-    let scratch_c = c_path(scratch)?;
-    // SAFETY: NUL-terminated strings for source, target, type and data.
-    let mounted = unsafe {
-        libc::mount(
-            c"tmpfs".as_ptr(),
-            scratch_c.as_ptr(),
-            c"tmpfs".as_ptr(),
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            c"mode=700,size=4k".as_ptr().cast(),
-        )
-    } == 0;
-    step("mounting the tmpfs for covering files", mounted)?;
-    let empty = scratch.join("hidden");
-    let made = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o000)
-        .open(&empty)
-        .map_err(|error| io::Error::new(error.kind(), format!("making the cover file: {error}")));
-    let covered = made.and_then(|_| {
-        let source = c_path(&empty)?;
-        for path in files {
-            // A file that is gone needs no cover. One reached through a link, or that is no
-            // regular file, cannot be covered safely: refused rather than left in view.
-            let Some(fd) = open_no_symlinks(path, 0)? else {
-                if std::fs::symlink_metadata(path).is_err() {
-                    continue;
-                }
-                return Err(invalid(format!(
-                    "cannot cover {}: it is reached through a symbolic link",
-                    path.display()
-                )));
-            };
-            let target = fd_path(&fd)?;
-            let through_fd = Path::new(std::ffi::OsStr::from_bytes(target.to_bytes()));
-            if !std::fs::metadata(through_fd).is_ok_and(|meta| meta.is_file()) {
-                return Err(invalid(format!(
-                    "cannot cover {}: it is not a regular file",
-                    path.display()
-                )));
+    let source = c_path(&scratch.path(COVER)?)?;
+    for path in files {
+        // A file that is gone needs no cover. One reached through a link, or that is no
+        // regular file, cannot be covered safely: refused rather than left in view.
+        let Some(fd) = open_no_symlinks(path, 0)? else {
+            if std::fs::symlink_metadata(path).is_err() {
+                continue;
             }
-            // SAFETY: NUL-terminated strings for source and target; no type or data for a bind.
-            let ok = unsafe {
-                libc::mount(
-                    source.as_ptr(),
-                    target.as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_BIND,
-                    std::ptr::null(),
-                )
-            } == 0;
-            step(&format!("covering {}", path.display()), ok)?;
+            return Err(invalid(format!(
+                "cannot cover {}: it is reached through a symbolic link",
+                path.display()
+            )));
+        };
+        let target = fd_path(&fd)?;
+        let through_fd = Path::new(std::ffi::OsStr::from_bytes(target.to_bytes()));
+        if !std::fs::metadata(through_fd).is_ok_and(|meta| meta.is_file()) {
+            return Err(invalid(format!(
+                "cannot cover {}: it is not a regular file",
+                path.display()
+            )));
         }
-        Ok(())
-    });
-    // SAFETY: a NUL-terminated path and a flag.
-    let detached = unsafe { libc::umount2(scratch_c.as_ptr(), libc::MNT_DETACH) } == 0;
-    covered?;
-    step("detaching the tmpfs for covering files", detached)
+        // SAFETY: NUL-terminated strings for source and target; no type or data for a bind.
+        let ok = unsafe {
+            libc::mount(
+                source.as_ptr(),
+                target.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND,
+                std::ptr::null(),
+            )
+        } == 0;
+        step(&format!("covering {}", path.display()), ok)?;
+    }
+    Ok(())
 }
 
 /// Mount a new tmpfs of at most `size` bytes on `/dev/shm`: the namespaces' own shared
@@ -404,35 +524,46 @@ fn private_shm(size: u64) -> io::Result<()> {
 /// `AT_RECURSIVE` of open_tree(2) and mount_setattr(2).
 const AT_RECURSIVE: libc::c_uint = 0x8000;
 
-/// Make the whole tree read-only, with `/tmp` replaced by the private one and the writable
-/// roots bound back read-write. Copies of what stays writable are taken first (a copy of a
-/// read-write mount is read-write), then everything mounted is made read-only, then the copies
-/// are put in place.
-fn read_only_view(plan: &Plan) -> io::Result<()> {
-    // Missing, the private /tmp would leave the host's in view: refused.
-    let private_tmp = match &plan.private_tmp {
-        Some(dir) => Some(
-            clone_tree(dir)?
-                .ok_or_else(|| invalid(format!("the private /tmp {} is missing", dir.display())))?,
-        ),
-        None => None,
-    };
-    let mut roots: Vec<&PathBuf> = plan.writable.iter().collect();
-    roots.sort();
-    roots.dedup();
-    let mut outermost: Vec<&PathBuf> = Vec::with_capacity(roots.len());
-    for root in roots {
-        // A root inside another one comes with its copy.
-        if !outermost.iter().any(|outer| root.starts_with(outer)) {
-            outermost.push(root);
-        }
-    }
-    let mut copies = Vec::with_capacity(outermost.len());
-    for root in outermost {
+/// Make the whole tree read-only, with `/tmp` the session's own and the writable and
+/// read-only roots bound in place (steps 6 to 10 of the module's flow). Returns what `/tmp`
+/// became.
+fn read_only_view(plan: &Plan, scratch: Option<Scratch>) -> io::Result<Tmp> {
+    // 6. Copies of the roots, from the host's tree. Shortest path first, so that a root inside
+    // another one goes on top of it.
+    let mut roots: Vec<(&PathBuf, bool)> = plan
+        .writable
+        .iter()
+        .map(|root| (root, true))
+        .chain(plan.read_only.iter().map(|root| (root, false)))
+        .collect();
+    roots.sort_by(|a, b| {
+        a.0.components()
+            .count()
+            .cmp(&b.0.components().count())
+            .then(a.cmp(b))
+    });
+    roots.dedup_by(|a, b| a.0 == b.0);
+    let mut copies = Vec::with_capacity(roots.len());
+    for (root, writable) in roots {
         if let Some(copy) = clone_tree(root)? {
+            if !writable {
+                set_read_only(&copy, root)?;
+            }
             copies.push((root, copy));
         }
     }
+    // 7. The private /tmp.
+    let (tmp, tmp_copy) = match scratch {
+        Some(scratch) => {
+            let tmp = private_tmp(plan, &scratch)?;
+            let copy = clone_tree(Path::new("/tmp"))?
+                .ok_or_else(|| invalid("/tmp is missing or a link".to_owned()))?;
+            scratch.detach()?;
+            (tmp, Some(copy))
+        }
+        None => (Tmp::Host, None),
+    };
+    // 8. Everything read-only, then the private /tmp on top.
     let attr = libc::mount_attr {
         attr_set: libc::MOUNT_ATTR_RDONLY,
         attr_clr: 0,
@@ -451,25 +582,112 @@ fn read_only_view(plan: &Plan) -> io::Result<()> {
         )
     } == 0;
     step("making / read-only", read_only)?;
-    if let Some(copy) = private_tmp {
+    if let Some(copy) = tmp_copy {
         let place = open_no_symlinks(Path::new("/tmp"), libc::O_DIRECTORY)?
             .ok_or_else(|| invalid("/tmp is missing or a link".to_owned()))?;
         move_onto(&copy, &place, Path::new("/tmp"))?;
     }
+    // 9. The private /dev/shm, before the roots: a root under /dev/shm goes on top of it.
+    if let Some(size) = plan.private_shm {
+        private_shm(size)?;
+    }
+    // 10. The roots.
     for (root, copy) in copies {
-        let place = if plan.private_tmp.is_some() && root.starts_with("/tmp") {
-            // Not in the private /tmp yet: make the place to mount it on.
-            make_mountpoint(&copy, root)?
-        } else {
-            open_no_symlinks(root, 0)?
-        };
+        let mut place = open_no_symlinks(root, 0)?;
+        if place.is_none() {
+            // Not in the private /tmp or /dev/shm: make the place to mount it on.
+            place = make_mountpoint(&copy, root)?;
+        }
         // A place reached through a link, or one a command of the scope spoiled in the private
-        // /tmp: this root is not writable (nor there) in this view.
+        // /tmp: this root is not in this view.
         if let Some(place) = place {
             move_onto(&copy, &place, root)?;
         }
     }
-    Ok(())
+    Ok(tmp)
+}
+
+/// Make `/tmp` the session's own (step 7 of the module's flow): with `--tmp-overlay`, an
+/// overlay of the session's tmpfs over the host's `/tmp`, with the covers under `/tmp` made
+/// again on it; otherwise, or where the kernel refuses the overlay, the tmpfs alone.
+fn private_tmp(plan: &Plan, scratch: &Scratch) -> io::Result<Tmp> {
+    let place = open_no_symlinks(Path::new("/tmp"), libc::O_DIRECTORY)?
+        .ok_or_else(|| invalid("/tmp is missing or a link".to_owned()))?;
+    let target = fd_path(&place)?;
+    let mut refused = None;
+    if plan.tmp_overlay {
+        let lower = Path::new(std::ffi::OsStr::from_bytes(target.to_bytes()));
+        let options = format!(
+            "lowerdir={},upperdir={},workdir={},userxattr",
+            lower.display(),
+            scratch.path(UPPER)?.display(),
+            scratch.path(WORK)?.display()
+        );
+        let options =
+            CString::new(options).map_err(|_| invalid("a NUL byte in the overlay".to_owned()))?;
+        // SAFETY: NUL-terminated strings for source, target, type and data.
+        let mounted = unsafe {
+            libc::mount(
+                c"overlay".as_ptr(),
+                target.as_ptr(),
+                c"overlay".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                options.as_ptr().cast(),
+            )
+        } == 0;
+        if mounted {
+            // The lower layer is the host's `/tmp` mount alone, without what is mounted
+            // beneath it: the covers under `/tmp` are made again on the overlay.
+            for path in plan.masks.iter().filter(|path| path.starts_with("/tmp")) {
+                mask(path)?;
+            }
+            let files: Vec<PathBuf> = plan
+                .mask_files
+                .iter()
+                .filter(|path| path.starts_with("/tmp"))
+                .cloned()
+                .collect();
+            cover_files(&files, Some(scratch))?;
+            return Ok(Tmp::Overlay);
+        }
+        refused = Some(io::Error::last_os_error().raw_os_error().unwrap_or(0));
+    }
+    let source = c_path(&scratch.path(UPPER)?)?;
+    // SAFETY: NUL-terminated strings for source and target; no type or data for a bind.
+    let bound = unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        )
+    } == 0;
+    step("mounting the private /tmp", bound)?;
+    Ok(Tmp::Private(refused))
+}
+
+/// Make the detached `copy` of `path` read-only, with everything mounted inside it.
+fn set_read_only(copy: &OwnedFd, path: &Path) -> io::Result<()> {
+    let attr = libc::mount_attr {
+        attr_set: libc::MOUNT_ATTR_RDONLY,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: an open descriptor, an empty NUL-terminated path and a valid mount_attr of the
+    // size passed.
+    let done = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            copy.as_raw_fd(),
+            c"".as_ptr(),
+            AT_RECURSIVE | libc::AT_EMPTY_PATH as libc::c_uint,
+            &raw const attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    } == 0;
+    step(&format!("making {} read-only", path.display()), done)
 }
 
 /// A detached copy of the mounts at and under `path` (`None`: missing, or reached through a
@@ -514,8 +732,8 @@ fn move_onto(copy: &OwnedFd, place: &OwnedFd, target: &Path) -> io::Result<()> {
     step(&format!("mounting {}", target.display()), moved)
 }
 
-/// Create `target` in the private `/tmp` as what `copy` is (a directory, or an empty file),
-/// and open it. The scope's commands write that `/tmp`: every step is taken beneath the one
+/// Create `target` in the private `/tmp` or `/dev/shm` as what `copy` is (a directory, or an empty file),
+/// and open it. The scope's commands write those: every step is taken beneath the one
 /// before, without following a link, and nothing is truncated. `None`: a component is in the
 /// way (a file, a link, a pipe).
 fn make_mountpoint(copy: &OwnedFd, target: &Path) -> io::Result<Option<OwnedFd>> {
@@ -524,13 +742,19 @@ fn make_mountpoint(copy: &OwnedFd, target: &Path) -> io::Result<Option<OwnedFd>>
     // SAFETY: an open descriptor and a valid out-pointer.
     let statted = unsafe { libc::fstat(copy.as_raw_fd(), &raw mut stat) } == 0;
     step("fstat", statted)?;
-    let Ok(relative) = target.strip_prefix("/tmp") else {
+    // The session's own places, which its commands may write.
+    let Some((base, relative)) = ["/tmp", "/dev/shm"].iter().find_map(|base| {
+        target
+            .strip_prefix(base)
+            .ok()
+            .map(|relative| (Path::new(base), relative))
+    }) else {
         return Ok(None);
     };
-    let Some(tmp) = open_no_symlinks(Path::new("/tmp"), libc::O_DIRECTORY)? else {
+    let Some(dir) = open_no_symlinks(base, libc::O_DIRECTORY)? else {
         return Ok(None);
     };
-    make_beneath(tmp, relative, stat.st_mode & libc::S_IFMT == libc::S_IFDIR)
+    make_beneath(dir, relative, stat.st_mode & libc::S_IFMT == libc::S_IFDIR)
 }
 
 /// Create `relative` beneath `dir` (directories on the way; the last one a directory or an
@@ -616,6 +840,7 @@ fn hold(pid_namespace: bool) -> io::Result<Holder> {
     let error = i32::from_le_bytes(answer);
     Ok(Holder {
         pid: child,
+        tmp: Tmp::Host,
         pid_namespace: match (pid_namespace, error) {
             (false, _) => Ok(false),
             (true, 0) => Ok(true),
@@ -815,13 +1040,25 @@ mod tests {
             "--mask=/home/u/.ssh",
             "--writable=/work",
             "--private-tmp=/tmp/toolhost-1-x",
+            "--tmp-size=1048576",
+            "--tmp-overlay",
+            "--read-only=/work/.git/hooks",
         ]))
         .expect("plan");
-        assert!(plan.net && plan.pid);
+        assert!(plan.net && plan.pid && plan.tmp_overlay);
+        assert_eq!(plan.tmp_size, Some(1_048_576));
+        assert_eq!(plan.read_only, [PathBuf::from("/work/.git/hooks")]);
         assert_eq!(plan.masks, [PathBuf::from("/home/u/.ssh")]);
         assert_eq!(plan.writable, [PathBuf::from("/work")]);
         assert_eq!(plan.private_tmp, Some(PathBuf::from("/tmp/toolhost-1-x")));
-        for bad in [&["--writable=work"][..], &["--mask=.ssh"], &["--bogus"]] {
+        for bad in [
+            &["--writable=work"][..],
+            &["--mask=.ssh"],
+            &["--read-only=hooks"],
+            &["--tmp-size=0"],
+            &["--tmp-size=1k"],
+            &["--bogus"],
+        ] {
             assert!(Plan::parse(&args(bad)).is_err(), "{bad:?}");
         }
     }

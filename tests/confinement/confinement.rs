@@ -1326,3 +1326,223 @@ fn dev_shm_is_the_sessions_own_and_bounded() {
     assert!(!std::path::Path::new(&ours).exists());
     let _ = std::fs::remove_file(&host_file);
 }
+
+/// A directory of the host's in `base`, named `toolhost-PREFIX…`, removed when dropped.
+fn host_dir(base: &std::path::Path, prefix: &str) -> TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("toolhost-{prefix}-"))
+        .tempdir_in(base)
+        .expect("a directory of the host's")
+}
+
+#[test]
+fn the_hosts_tmp_shows_beneath_the_sessions_own_bounded_writes() {
+    let Ok(here) = toolhost::process::namespaces_here() else {
+        eprintln!("no namespaces here: /tmp is the host's (checked in other tests)");
+        return;
+    };
+    let machine = Machine::new();
+    let mark = marker();
+    let report = std::path::Path::new("/tmp").join(format!("toolhost-report-{mark}.txt"));
+    std::fs::write(&report, "the user's report\n").expect("a file in the host's /tmp");
+    let mine = format!("/tmp/toolhost-mine-{mark}");
+    let report_text = report.display();
+    match &here.tmp_overlay {
+        Ok(()) => {
+            let result = machine.execute(
+                &[],
+                &format!(
+                    "cat {report_text}; echo changed > {report_text}; echo mine > {mine}; \
+                     cat {mine} {report_text}"
+                ),
+            );
+            assert_eq!(
+                output(&result),
+                "the user's report\nmine\nchanged\n",
+                "{result}"
+            );
+            assert_eq!(
+                std::fs::read_to_string(&report).expect("report"),
+                "the user's report\n",
+                "a session's write reached the host's /tmp"
+            );
+            assert!(!std::path::Path::new(&mine).exists());
+        }
+        Err(reason) => eprintln!("no overlay here ({reason}): the fallback is checked below"),
+    }
+    // Bounded, with a note that says by what.
+    let result = machine.execute(
+        &["--tmp-size-per-session", "1MiB"],
+        "head -c 2000000 /dev/zero > /tmp/big",
+    );
+    assert_ne!(result["exit_code"], 0, "{result}");
+    let text = output(&result);
+    assert!(text.contains("No space left on device"), "{result}");
+    assert!(
+        text.contains("/tmp at most 1 MiB (--tmp-size-per-session)"),
+        "{result}"
+    );
+    // Where the overlay is missing (forced here), /tmp is the session's own and starts empty,
+    // and `toolhost sandbox` says so.
+    let without = [("TOOLHOST_SANDBOX_DISABLE", "overlay")];
+    let result = machine.execute_with(
+        &[],
+        &format!("cat {report_text}; echo mine > {mine} && cat {mine}"),
+        &without,
+    );
+    let text = output(&result);
+    assert!(
+        text.contains("No such file") && text.ends_with("mine\n"),
+        "{result}"
+    );
+    let report_out = machine
+        .toolhost(&["sandbox"])
+        .envs(without)
+        .output()
+        .expect("toolhost sandbox");
+    let report_out = String::from_utf8_lossy(&report_out.stdout);
+    assert!(
+        report_out.contains("(an overlay): NO (disabled by TOOLHOST_SANDBOX_DISABLE)"),
+        "{report_out}"
+    );
+    let _ = std::fs::remove_file(&report);
+}
+
+#[test]
+fn a_workspace_under_tmp_home_or_dev_shm_or_through_a_link_works_in_both_modes() {
+    let machine = Machine::new();
+    let mut bases = vec![PathBuf::from("/tmp"), machine.path("home")];
+    if std::path::Path::new("/dev/shm").is_dir() {
+        bases.push(PathBuf::from("/dev/shm"));
+    }
+    for (index, base) in bases.iter().enumerate() {
+        let workspace = host_dir(base, "workspace");
+        std::fs::write(workspace.path().join("seen"), "seen\n").expect("seen");
+        let link = machine.path(&format!("link-{index}"));
+        std::os::unix::fs::symlink(workspace.path(), &link).expect("link");
+        let made = workspace.path().join("made");
+        for workdir in [workspace.path(), link.as_path()] {
+            let workdir = workdir.to_str().expect("utf-8");
+            let result = machine.execute(&["--workdir", workdir], "cat seen && touch made");
+            assert_eq!(output(&result), "seen\n", "{workdir}: {result}");
+            assert!(made.exists(), "{workdir}: nothing written");
+            std::fs::remove_file(&made).expect("clean up");
+            let result = machine.execute(
+                &["--sandbox", "read-only", "--workdir", workdir],
+                "cat seen && touch made",
+            );
+            refused(&result, &format!("a read-only write in {workdir}"));
+            assert!(output(&result).starts_with("seen\n"), "{workdir}: {result}");
+            assert!(!made.exists(), "{workdir}: written in read-only");
+        }
+    }
+}
+
+#[test]
+fn a_home_under_tmp_stays_the_hosts_and_read_only() {
+    if toolhost::process::namespaces_available().is_err() {
+        eprintln!("no namespaces here: /tmp is the host's");
+        return;
+    }
+    let machine = Machine::new();
+    let home = host_dir(std::path::Path::new("/tmp"), "home");
+    std::fs::write(home.path().join(".profile"), "# the user's profile\n").expect("profile");
+    let home_text = home.path().to_str().expect("utf-8");
+    let result = machine.execute_with(
+        &[],
+        "cat \"$HOME/.profile\"; echo x > \"$HOME/escape\"",
+        &[("HOME", home_text)],
+    );
+    let text = output(&result);
+    assert!(text.starts_with("# the user's profile\n"), "{result}");
+    assert!(text.contains("Read-only file system"), "{result}");
+    assert!(!home.path().join("escape").exists());
+}
+
+#[test]
+fn git_hooks_and_shell_start_up_files_in_a_writable_root_are_read_only() {
+    if toolhost::process::namespaces_available().is_err() {
+        eprintln!("no namespaces here: no read-only binds (the git guard still applies)");
+        return;
+    }
+    let machine = Machine::new();
+    let git = |args: &[&str]| {
+        let status = Command::new("git")
+            .args(args)
+            .current_dir(machine.path("workspace"))
+            .stdout(Stdio::null())
+            .status()
+            .expect("git");
+        assert!(status.success(), "git {args:?}");
+    };
+    git(&["init", "-q", "."]);
+    let result = machine.execute(
+        &[],
+        "echo 'touch planted' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit; \
+         git -c user.name=t -c user.email=t@t commit -q --allow-empty -m one && \
+         git log --oneline | wc -l && git config user.name me && git config user.name",
+    );
+    let text = output(&result);
+    assert!(text.contains("Read-only file system"), "{result}");
+    assert!(
+        text.ends_with("1\nme\n"),
+        "ordinary git work failed: {result}"
+    );
+    assert!(!machine.path("workspace/.git/hooks/pre-commit").exists());
+    assert!(!machine.path("workspace/planted").exists());
+    // A home that is the workspace: its shell start-up files are out of reach, the rest not.
+    let home = machine.path("home");
+    std::fs::write(home.join(".bashrc"), "# the user's bashrc\n").expect("bashrc");
+    std::fs::create_dir(home.join("project")).expect("project");
+    let result = machine.execute(
+        &["--workdir", home.to_str().expect("utf-8")],
+        "echo evil >> .bashrc; echo ok > project/notes.txt && cat project/notes.txt",
+    );
+    let text = output(&result);
+    assert!(text.contains("Read-only file system"), "{result}");
+    assert!(text.ends_with("ok\n"), "{result}");
+    assert_eq!(
+        std::fs::read_to_string(home.join(".bashrc")).expect("bashrc"),
+        "# the user's bashrc\n"
+    );
+}
+
+#[test]
+fn a_sessions_tmpdir_is_out_of_other_sessions_reach_in_both_tiers() {
+    let tiers: [&[(&str, &str)]; 2] = [&[], &[("TOOLHOST_SANDBOX_DISABLE", "namespaces")]];
+    for env in tiers {
+        let machine = Machine::new();
+        // Session A keeps a file in its $TMPDIR, says where, and waits.
+        let args = serde_json::json!({
+            "command": "echo session-a-data > \"$TMPDIR/f\" && echo \"$TMPDIR\" > where.tmp && \
+                        mv where.tmp where && sleep 60",
+            "timeout": "90s",
+        })
+        .to_string();
+        let mut first = machine
+            .toolhost(&["call", "execute", &args])
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("session A");
+        let where_file = machine.path("workspace/where");
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !where_file.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let dir = std::fs::read_to_string(&where_file).expect("session A says where");
+        let dir = dir.trim();
+        // Session B, at the same time.
+        let result = machine.execute_with(&[], &format!("cat {dir}/f; echo b > {dir}/g"), env);
+        let _ = first.kill();
+        let _ = first.wait();
+        assert!(
+            !output(&result).contains("session-a-data"),
+            "{env:?}: {result}"
+        );
+        if dir != "/tmp" {
+            refused(&result, "a write to another session's $TMPDIR");
+            assert!(!std::path::Path::new(dir).join("g").exists(), "{env:?}");
+        }
+    }
+}

@@ -13,7 +13,7 @@ use std::time::Duration;
 pub use crate::buffer::Truncation;
 use crate::sandbox::Profile;
 use crate::terminal::{Key, Screen, TerminalSize};
-pub use manager::{ProcessManager, ProcessManagerConfig, namespaces_available};
+pub use manager::{ProcessManager, ProcessManagerConfig, namespaces_available, namespaces_here};
 
 /// A command to run.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -51,11 +51,11 @@ fn left_by_a_gone_host(name: &std::ffi::OsStr) -> bool {
         })
         .is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
 }
-pub(crate) use prepare::{Context, Prepared, ScopeSandbox};
+pub(crate) use prepare::{Context, Prepared, PrivateSpace, ScopeSandbox};
 
 pub use secrets::{HiddenPaths, Homes, NotHidden};
 
 pub use profile::{
-    ConfinementRequest, DEFAULT_SHM_BYTES, Limits, LooserThanGrant, Network, Profile, SandboxGrant,
-    SandboxMode, SandboxSettings, bound, parse_size, resolve,
+    ConfinementRequest, DEFAULT_SHM_BYTES, DEFAULT_TMP_BYTES, Limits, LooserThanGrant, Network,
+    Profile, SandboxGrant, SandboxMode, SandboxSettings, bound, parse_size, resolve,
 };

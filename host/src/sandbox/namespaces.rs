@@ -3,9 +3,11 @@
 //! the command:
 //!
 //! - a user namespace (the host's own user and group only) and a mount namespace with a
-//!   read-only view of `/`: the writable roots bound back read-write, `/tmp` replaced by the
-//!   scope's private temporary directory, and the hidden directories covered by an empty,
-//!   read-only, mode-000 tmpfs (their names are gone too, not only their contents);
+//!   read-only view of `/`: the writable roots bound back read-write, the read-only roots
+//!   (git hooks, shell start-up files in a writable root) bound read-only, `/tmp` the scope's
+//!   own (the host's `/tmp` beneath the session's writes, which go to a tmpfs of bounded
+//!   size), and the hidden directories covered by an empty, read-only, mode-000 tmpfs (their
+//!   names are gone too, not only their contents);
 //! - a PID namespace with its own `/proc`, whose init (the *holder*) ends when the scope ends
 //!   or the host dies, taking every process left in it along; where `/proc` cannot be mounted
 //!   (a container that masks parts of it) commands share the host's PID namespace;
@@ -66,8 +68,14 @@ pub(crate) struct Request<'a> {
     pub(crate) mask_files: &'a [PathBuf],
     /// What stays writable in the read-only view of `/` (canonical paths).
     pub(crate) writable: &'a [PathBuf],
-    /// The directory bound over `/tmp`.
+    /// What is bound read-only, even inside a writable root or under `/tmp` (canonical paths).
+    pub(crate) read_only: &'a [PathBuf],
+    /// An empty directory of the host's, to mount the session's tmpfs on while `/tmp` is made.
     pub(crate) private_tmp: Option<&'a Path>,
+    /// The most bytes the session's `/tmp` holds (`None`: the kernel's default, half the RAM).
+    pub(crate) tmp_bytes: Option<u64>,
+    /// The host's `/tmp` shows beneath the session's writes.
+    pub(crate) tmp_overlay: bool,
     /// A network namespace with only its own loopback.
     pub(crate) private_network: bool,
     /// A PID namespace with its own `/proc`.
@@ -91,6 +99,40 @@ pub(crate) struct Namespaces {
     holder: libc::pid_t,
     /// The namespaces have a `/dev/shm` of their own.
     private_shm: bool,
+    /// What `/tmp` is in the view.
+    pub(crate) tmp: TmpView,
+}
+
+/// What `/tmp` is in a scope's view.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum TmpView {
+    /// The host's `/tmp` beneath the session's own writes.
+    Overlay,
+    /// The session's own, empty at its start; with why the overlay was refused, when one was
+    /// asked for.
+    Private(Option<String>),
+    /// The host's, read-only.
+    Host,
+}
+
+impl TmpView {
+    /// From the `TMP` field of the helper's answer.
+    fn parse(field: &str) -> Option<TmpView> {
+        if field == helper::TMP_OVERLAID {
+            return Some(TmpView::Overlay);
+        }
+        if field == helper::TMP_HOST {
+            return Some(TmpView::Host);
+        }
+        let rest = field.strip_prefix(helper::TMP_PRIVATE)?;
+        if rest.is_empty() {
+            return Some(TmpView::Private(None));
+        }
+        let errno = rest.strip_prefix(':')?.parse::<i32>().ok()?;
+        Some(TmpView::Private(Some(
+            std::io::Error::from_raw_os_error(errno).to_string(),
+        )))
+    }
 }
 
 /// Whether process `pid` (ours) has begun to exit: `PF_EXITING` among the flags of
@@ -144,6 +186,13 @@ impl Namespaces {
     pub(crate) fn shm_root(&self) -> Option<PathBuf> {
         self.private_shm
             .then(|| PathBuf::from(format!("/proc/{}/root/dev/shm", self.holder)))
+    }
+
+    /// The namespaces' own `/tmp`, as the host reaches it (through the holder's root); `None`
+    /// when `/tmp` is the host's.
+    pub(crate) fn tmp_root(&self) -> Option<PathBuf> {
+        (self.tmp != TmpView::Host)
+            .then(|| PathBuf::from(format!("/proc/{}/root/tmp", self.holder)))
     }
 
     /// The keeper's option naming them: `--namespaces=user,mnt,...`.
@@ -221,6 +270,14 @@ pub(crate) fn make(
     if let Some(bytes) = request.private_shm {
         command.arg(format!("{}{bytes}", helper::PRIVATE_SHM));
     }
+    if request.private_tmp.is_some() {
+        if let Some(bytes) = request.tmp_bytes {
+            command.arg(format!("{}{bytes}", helper::TMP_SIZE));
+        }
+        if request.tmp_overlay {
+            command.arg(helper::TMP_OVERLAY);
+        }
+    }
     let private_tmp: Vec<PathBuf> = request
         .private_tmp
         .map(Path::to_path_buf)
@@ -230,6 +287,7 @@ pub(crate) fn make(
         (helper::MASK, request.masks),
         (helper::MASK_FILE, request.mask_files),
         (helper::WRITABLE, request.writable),
+        (helper::READ_ONLY, request.read_only),
         (helper::PRIVATE_TMP, private_tmp.as_slice()),
     ];
     for (option, list) in paths {
@@ -307,14 +365,15 @@ fn open_all(
     request: &Request<'_>,
     stdin: Option<OwnedFd>,
 ) -> Result<Namespaces, NamespaceError> {
-    let (pid, pid_namespace) = ready
-        .split_once(helper::SEPARATOR)
-        .unwrap_or((ready, helper::NO_PID_NAMESPACE));
-    let holder = pid
-        .parse::<libc::pid_t>()
-        .ok()
+    let garbled = || NamespaceError(format!("a garbled answer from the helper: {ready}"));
+    let mut fields = ready.splitn(3, helper::SEPARATOR);
+    let holder = fields
+        .next()
+        .and_then(|pid| pid.parse::<libc::pid_t>().ok())
         .filter(|pid| *pid > 0)
-        .ok_or_else(|| NamespaceError(format!("a garbled answer from the helper: {ready}")))?;
+        .ok_or_else(garbled)?;
+    let tmp = fields.next().and_then(TmpView::parse).ok_or_else(garbled)?;
+    let pid_namespace = fields.next().unwrap_or(helper::NO_PID_NAMESPACE);
     let mut namespaces = Namespaces {
         fds: Vec::with_capacity(4),
         pid_missing: None,
@@ -322,6 +381,7 @@ fn open_all(
         holder,
         private_shm: request.private_shm.is_some()
             && std::fs::symlink_metadata("/dev/shm").is_ok_and(|meta| meta.is_dir()),
+        tmp,
     };
     let mut kinds = vec![NamespaceKind::User, NamespaceKind::Mount];
     if request.private_network {

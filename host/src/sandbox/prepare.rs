@@ -4,13 +4,13 @@
 use crate::lock;
 use std::collections::HashMap;
 use std::os::fd::{BorrowedFd, OwnedFd};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::landlock::{self, LandlockError, Plan};
-use super::namespaces::{self, NamespaceError, NamespaceKind, Namespaces};
+use super::namespaces::{self, NamespaceError, NamespaceKind, Namespaces, TmpView};
 use super::probe;
 use super::seccomp::{self, SeccompError};
 use super::secrets::HiddenPaths;
@@ -114,6 +114,16 @@ pub(crate) struct Context {
     pub(crate) hidden: Arc<HiddenPaths>,
     /// The size of a session's own `/dev/shm`, in bytes (`--shm-size-per-session`).
     pub(crate) shm_bytes: u64,
+    /// The most bytes of a session's own `/tmp` (`--tmp-size-per-session`).
+    pub(crate) tmp_bytes: u64,
+    /// Where the scopes' private temporary directories are made: a directory hidden from
+    /// confined commands (in the host's state directory), so that without namespaces a
+    /// session's `$TMPDIR` is out of every other session's reach. `None`: the system's
+    /// temporary directory.
+    pub(crate) temp_parent: Option<PathBuf>,
+    /// Confined commands may write git hooks and shell start-up files in writable roots
+    /// (`--allow-hook-writes`).
+    pub(crate) allow_hook_writes: bool,
     /// Loads the keeper's executable, which makes the namespaces (when first needed: a host
     /// that confines nothing does not wait for it); `None`: no namespaces layer.
     pub(crate) keeper: Option<fn() -> std::io::Result<BorrowedFd<'static>>>,
@@ -135,6 +145,44 @@ pub(crate) struct Prepared {
     pub(crate) namespaces: Option<Namespaces>,
     /// `RLIMIT_NPROC` in the namespaces holds the process limit (no pids cgroup).
     pub(crate) nproc_rlimit: bool,
+    /// The sizes of the session's own `/tmp` and `/dev/shm` when they are tmpfs of bounded
+    /// size (`None` without namespaces), for the note when a command fills one.
+    pub(crate) private_space: Option<PrivateSpace>,
+}
+
+/// The sizes of a session's own `/tmp` and `/dev/shm`, in bytes (`None`: not the session's own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PrivateSpace {
+    /// `/tmp` (`--tmp-size-per-session`).
+    pub(crate) tmp: Option<u64>,
+    /// `/dev/shm` (`--shm-size-per-session`).
+    pub(crate) shm: Option<u64>,
+}
+
+impl PrivateSpace {
+    /// The note for a command that ran out of space in one of them.
+    pub(crate) fn note(&self) -> String {
+        let mib = |bytes: u64| bytes / (1024 * 1024);
+        let mut parts = Vec::new();
+        if let Some(bytes) = self.tmp {
+            parts.push(format!(
+                "/tmp at most {} MiB (--tmp-size-per-session)",
+                mib(bytes)
+            ));
+        }
+        if let Some(bytes) = self.shm {
+            parts.push(format!(
+                "/dev/shm at most {} MiB (--shm-size-per-session)",
+                mib(bytes)
+            ));
+        }
+        format!(
+            "\n[toolhost: \"No space left on device\": this session's own {} hold; they live in \
+             memory and go with the session. Write large files in the workspace instead, or ask \
+             the operator for more]",
+            parts.join(" and ")
+        )
+    }
 }
 
 /// One scope's confinement state: its private temporary directory and a [`Prepared`] per
@@ -255,11 +303,32 @@ impl ScopeSandbox {
         if let Some(dir) = temp.as_ref() {
             return Ok(dir.path().to_path_buf());
         }
-        sweep_stale_temp_dirs();
+        let parent = match &self.context.temp_parent {
+            Some(parent) => {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(parent)
+                    .map_err(PrepareError::TempDir)?;
+                parent.clone()
+            }
+            None => {
+                static SAID: std::sync::Once = std::sync::Once::new();
+                SAID.call_once(|| {
+                    tracing::warn!(
+                        "no state directory: sessions' private temporary directories are made \
+                         in {}; without namespaces, sessions can reach each other's $TMPDIR",
+                        std::env::temp_dir().display()
+                    );
+                });
+                std::env::temp_dir()
+            }
+        };
+        sweep_stale_temp_dirs(&parent);
         let dir = tempfile::Builder::new()
             .prefix(&format!("{TEMP_PREFIX}{}-", std::process::id()))
             .permissions(std::fs::Permissions::from_mode(0o700))
-            .tempdir()
+            .tempdir_in(&parent)
             .map_err(PrepareError::TempDir)?;
         let path = dir.path().to_path_buf();
         *temp = Some(dir);
@@ -275,11 +344,17 @@ pub(crate) type BuildTurn = tokio::sync::OwnedMutexGuard<()>;
 const TEMP_PREFIX: &str = "toolhost-";
 
 /// Remove what hosts that are gone (killed, or ended without cleaning up) left of their
-/// scopes' temporary directories: this user's `toolhost-PID-*` whose PID no longer runs. Once
+/// scopes' temporary directories in `parent` and in the system's temporary directory (where
+/// earlier versions made them): this user's `toolhost-PID-*` whose PID no longer runs. Once
 /// per process.
-fn sweep_stale_temp_dirs() {
+fn sweep_stale_temp_dirs(parent: &Path) {
     static SWEPT: std::sync::Once = std::sync::Once::new();
-    SWEPT.call_once(|| sweep(&std::env::temp_dir()));
+    SWEPT.call_once(|| {
+        sweep(parent);
+        if parent != std::env::temp_dir() {
+            sweep(&std::env::temp_dir());
+        }
+    });
 }
 
 fn sweep(dir: &Path) {
@@ -337,11 +412,15 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
         .filter(|root| **root != temp)
         .cloned()
         .collect();
+    let read_only = read_only_roots(context, profile, &view);
     let request = namespaces::Request {
         masks: &masks,
         mask_files: &context.hidden.system_files,
         writable: &view,
+        read_only: &read_only,
         private_tmp: Some(&temp),
+        tmp_bytes: (context.tmp_bytes > 0).then_some(context.tmp_bytes),
+        tmp_overlay: !probe::disabled("overlay"),
         private_network: profile.network == Network::None,
         pid: !probe::disabled("pid"),
         // Shared memory of the session's own: another session's files, and the host's, are
@@ -349,6 +428,16 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
         private_shm: (context.shm_bytes > 0).then_some(context.shm_bytes),
     };
     let namespaces = make_namespaces(context, &request)?;
+    if let Some(TmpView::Private(Some(reason))) = namespaces.as_ref().map(|ns| &ns.tmp) {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            tracing::warn!(
+                %reason,
+                "the kernel refused an overlay on /tmp: confined commands get an empty /tmp of \
+                 their own and do not see the host's"
+            );
+        });
+    }
     if namespaces.is_none() && !context.hidden.system_files.is_empty() {
         static SAID: std::sync::Once = std::sync::Once::new();
         SAID.call_once(|| {
@@ -376,6 +465,20 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
     // Without namespaces there is no private /tmp: the host's is writable in workspace-write.
     if namespaces.is_none() && profile.mode == SandboxMode::WorkspaceWrite {
         writable.push(PathBuf::from("/tmp"));
+    }
+    // The namespaces' own /tmp is a new mount (an overlay, or a tmpfs), which no rule on the
+    // host's tree reaches: it is granted as the host sees it through the holder, with the
+    // hidden paths under /tmp carved out of it there.
+    if let Some(tmp) = namespaces.as_ref().and_then(Namespaces::tmp_root) {
+        writable.retain(|root| *root != temp);
+        let under_tmp: Vec<PathBuf> = hidden
+            .iter()
+            .filter_map(|path| path.strip_prefix("/tmp").ok())
+            .filter(|relative| !relative.as_os_str().is_empty())
+            .map(|relative| tmp.join(relative))
+            .collect();
+        hidden.extend(under_tmp);
+        writable.push(tmp);
     }
     let mut plan = Plan::new(&writable, &hidden);
     // The PID namespace's own `/proc` is a new mount, which no rule on the host's `/proc`
@@ -428,9 +531,117 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
                 temp.display().to_string()
             },
         )],
+        private_space: namespaces.as_ref().map(|ns| PrivateSpace {
+            tmp: (ns.tmp != TmpView::Host && context.tmp_bytes > 0).then_some(context.tmp_bytes),
+            shm: ns.shm_root().and(Some(context.shm_bytes)),
+        }),
         namespaces,
         nproc_rlimit,
     })
+}
+
+/// Shell start-up files and git's global configuration under a home: run or read by the user's
+/// shells and git outside the sandbox.
+const RUN_LATER_IN_HOME: &[&str] = &[
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    ".zlogout",
+    ".config/fish",
+    ".gitconfig",
+    ".config/git",
+];
+
+/// What the namespaces' view binds read-only though it lies in a writable root or under `/tmp`
+/// (canonical paths, existing ones):
+/// 1. Under `/tmp` or `/dev/shm`, what this profile may not write: every home, and the
+///    workspace in `read-only`. The session's own `/tmp` would otherwise take their writes and
+///    drop them when the session ends, and its own `/dev/shm` would hide them; bound, they are
+///    the host's, live and read-only.
+/// 2. In each writable root, unless the operator allows it (`--allow-hook-writes`), what runs
+///    later outside the sandbox: the hooks of git repositories (`.git/hooks`, and those of
+///    submodules under `.git/modules`), and the shell start-up files and git configuration of
+///    a home inside the root.
+fn read_only_roots(context: &Context, profile: &Profile, writable: &[PathBuf]) -> Vec<PathBuf> {
+    let private = [Path::new("/tmp"), Path::new("/dev/shm")];
+    let is_writable = |path: &Path| writable.iter().any(|root| path.starts_with(root));
+    let mut roots = Vec::new();
+    let homes: Vec<PathBuf> = context.hidden.homes.iter().map(|h| canonical(h)).collect();
+    let workdir = canonical(&context.workdir);
+    for path in homes.iter().chain(std::iter::once(&workdir)) {
+        let under_private = private
+            .iter()
+            .any(|place| path.starts_with(place) && path != place);
+        if under_private && !is_writable(path) && path.exists() {
+            roots.push(path.clone());
+        }
+    }
+    if profile.mode == SandboxMode::WorkspaceWrite && !context.allow_hook_writes {
+        for root in writable {
+            roots.extend(git_hooks(root));
+        }
+        for home in homes.iter().filter(|home| is_writable(home)) {
+            roots.extend(
+                RUN_LATER_IN_HOME
+                    .iter()
+                    .map(|name| home.join(name))
+                    .filter(|path| std::fs::symlink_metadata(path).is_ok()),
+            );
+        }
+    }
+    roots.sort();
+    roots.dedup();
+    roots
+}
+
+/// The hooks directories of the git repository at `root` (its `.git` directory's `hooks`, and
+/// those of the submodules' git directories under `.git/modules`, a few levels deep). A
+/// repository without one gets an empty one, as `git init` makes it, so that there is a place
+/// to bind read-only.
+fn git_hooks(root: &Path) -> Vec<PathBuf> {
+    let git = root.join(".git");
+    if !std::fs::symlink_metadata(&git).is_ok_and(|meta| meta.is_dir()) {
+        return Vec::new();
+    }
+    let mut hooks = Vec::new();
+    let mut repos = vec![(git, 0)];
+    while let Some((dir, depth)) = repos.pop() {
+        let dir_hooks = dir.join("hooks");
+        if std::fs::symlink_metadata(&dir_hooks).is_err() {
+            let _ = std::fs::create_dir(&dir_hooks);
+        }
+        if std::fs::symlink_metadata(&dir_hooks).is_ok_and(|meta| meta.is_dir()) {
+            hooks.push(dir_hooks);
+        }
+        // A submodule's git directory is `.git/modules/NAME` (NAME may hold slashes, and a
+        // submodule's own submodules are under its `modules`).
+        if depth < 4
+            && let Ok(entries) = std::fs::read_dir(dir.join("modules"))
+        {
+            let mut stack: Vec<(PathBuf, usize)> = entries
+                .flatten()
+                .map(|entry| (entry.path(), depth + 1))
+                .collect();
+            while let Some((path, depth)) = stack.pop() {
+                let is_dir = std::fs::symlink_metadata(&path).is_ok_and(|meta| meta.is_dir());
+                if !is_dir || depth > 4 {
+                    continue;
+                }
+                if path.join("HEAD").is_file() {
+                    repos.push((path, depth));
+                } else if let Ok(entries) = std::fs::read_dir(&path) {
+                    stack.extend(entries.flatten().map(|entry| (entry.path(), depth + 1)));
+                }
+            }
+        }
+    }
+    hooks
 }
 
 /// The namespaces layer, or `None` (logged once, and reported by `toolhost sandbox`) where it

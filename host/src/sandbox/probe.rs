@@ -102,12 +102,23 @@ fn namespaces_spoiled(made: Option<bool>, error: &str) -> bool {
     made == Some(false) && !NamespaceError(error.to_owned()).missing_here()
 }
 
+/// What making the namespaces gave on this machine (see
+/// [`crate::process::namespaces_here`]).
+#[derive(Debug, Clone)]
+pub struct NamespacesHere {
+    /// Why commands share the host's PID namespace; `None`: they have their own.
+    pub pid_missing: Option<String>,
+    /// Whether the host's `/tmp` shows beneath a session's own writes; `Err`: why not (the
+    /// session's `/tmp` then starts empty).
+    pub tmp_overlay: Result<(), String>,
+}
+
 /// The text `toolhost sandbox` prints; `namespaces` is the outcome of making them here
 /// ([`crate::process::namespaces_available`], which runs the keeper's helper once: a user
 /// namespace and the privileged operations the host needs in it, as for a command).
 pub fn report(
     support: &Support,
-    namespaces: &Result<Option<String>, String>,
+    namespaces: &Result<NamespacesHere, String>,
     profiles: &[(&str, Profile)],
 ) -> String {
     let mut out = String::new();
@@ -118,14 +129,31 @@ pub fn report(
         .filter(|error| namespaces_spoiled(namespaces::made(), error));
     let _ = writeln!(out, "Layers on this machine:");
     match namespaces {
-        Ok(pid_missing) => {
+        Ok(here) => {
             let _ = writeln!(
                 out,
                 "  namespaces: user; mount (a read-only view of /, the writable roots bound \
-                 read-write, a private /tmp, hidden directories covered); network with only its \
-                 own loopback for network none"
+                 read-write, git hooks bound read-only, a private /tmp and /dev/shm of bounded \
+                 size, hidden directories covered); network with only its own loopback for \
+                 network none"
             );
-            match pid_missing {
+            match &here.tmp_overlay {
+                Ok(()) => {
+                    let _ = writeln!(
+                        out,
+                        "    /tmp: the host's, beneath the session's own writes (an overlay): \
+                         yes"
+                    );
+                }
+                Err(reason) => {
+                    let _ = writeln!(
+                        out,
+                        "    /tmp: the host's, beneath the session's own writes (an overlay): NO \
+                         ({reason}); a session's /tmp starts empty"
+                    );
+                }
+            }
+            match &here.pid_missing {
                 None => {
                     let _ = writeln!(
                         out,

@@ -149,6 +149,9 @@ pub struct SandboxSettings {
     /// `--shm-size-per-session`: the size of the `/dev/shm` of a session's own, in bytes.
     /// Default [`DEFAULT_SHM_BYTES`].
     pub shm_bytes: u64,
+    /// `--tmp-size-per-session`: the most bytes of a session's own `/tmp`.
+    /// Default [`DEFAULT_TMP_BYTES`].
+    pub tmp_bytes: u64,
     /// `--memory-limit-per-command` and `--process-limit-per-command`; `cpu_seconds` has no flag.
     pub limits: Limits,
 }
@@ -162,6 +165,7 @@ impl Default for SandboxSettings {
             hide: Vec::new(),
             reveal: Vec::new(),
             shm_bytes: DEFAULT_SHM_BYTES,
+            tmp_bytes: DEFAULT_TMP_BYTES,
             limits: Limits {
                 memory_bytes: default_memory_limit(),
                 processes: Some(1024),
@@ -185,6 +189,9 @@ impl SandboxSettings {
 
 /// The default size of a session's own `/dev/shm`: 512 MiB.
 pub const DEFAULT_SHM_BYTES: u64 = 512 * 1024 * 1024;
+
+/// The default most bytes of a session's own `/tmp` (`--tmp-size-per-session`).
+pub const DEFAULT_TMP_BYTES: u64 = 1024 * 1024 * 1024;
 
 /// Half the machine's memory, or `None` when it cannot be read.
 fn default_memory_limit() -> Option<u64> {

@@ -317,18 +317,39 @@ pub mod helper {
     pub const MASK_FILE: &str = "--mask-file=";
     /// `--writable=PATH`: `PATH` stays writable in the read-only view of `/`.
     pub const WRITABLE: &str = "--writable=";
-    /// `--private-tmp=DIR`: `DIR` is bound over `/tmp`.
+    /// `--private-tmp=DIR`: `/tmp` becomes the session's own.
+    /// `DIR` is an empty directory of the host's.
+    /// The session's tmpfs is mounted on it while the view is made, and detached after.
     pub const PRIVATE_TMP: &str = "--private-tmp=";
+    /// `--tmp-size=BYTES`: the session's tmpfs holds at most `BYTES` bytes.
+    /// Without it, the kernel's default size applies (half the RAM).
+    pub const TMP_SIZE: &str = "--tmp-size=";
+    /// The host's `/tmp` shows beneath the session's own writes (an overlay whose upper layer
+    /// is the session's tmpfs).
+    /// Without it, or where the kernel refuses the overlay, `/tmp` starts empty.
+    /// It needs [`PRIVATE_TMP`].
+    pub const TMP_OVERLAY: &str = "--tmp-overlay";
+    /// `--read-only=PATH`: `PATH` is bound read-only over the view.
+    /// It stays read-only inside a writable root and inside the private `/tmp`.
+    pub const READ_ONLY: &str = "--read-only=";
     /// `--private-shm=BYTES`: a new tmpfs of at most `BYTES` bytes is mounted on `/dev/shm`,
     /// the namespaces' own (the host's `/dev/shm` is out of view).
     pub const PRIVATE_SHM: &str = "--private-shm=";
 
-    /// How the answer starts on success: `ready HOLDER_PID PID_NAMESPACE`.
+    /// How the answer starts on success: `ready HOLDER_PID TMP PID_NAMESPACE`.
     /// `HOLDER_PID` is the holder's pid in the host's PID namespace.
+    /// `TMP` is [`TMP_OVERLAID`], [`TMP_HOST`], or starts with [`TMP_PRIVATE`].
     /// `PID_NAMESPACE` is [`PID_NAMESPACE`] or starts with [`NO_PID_NAMESPACE`].
     pub const READY: &str = "ready ";
-    /// What separates `HOLDER_PID` from `PID_NAMESPACE` in the [`READY`] answer.
+    /// What separates the fields of the [`READY`] answer.
     pub const SEPARATOR: &str = " ";
+    /// `/tmp` shows the host's `/tmp` beneath the session's own writes.
+    pub const TMP_OVERLAID: &str = "tmp=overlay";
+    /// `/tmp` is the session's own and started empty.
+    /// When [`TMP_OVERLAY`] was asked for, `:ERRNO` follows: the error number of the refusal.
+    pub const TMP_PRIVATE: &str = "tmp=private";
+    /// `/tmp` is the host's, read-only (no [`PRIVATE_TMP`] was asked for).
+    pub const TMP_HOST: &str = "tmp=host";
     /// The holder is the init of a new PID namespace.
     pub const PID_NAMESPACE: &str = "pid";
     /// The holder is not in a PID namespace of its own.

@@ -21,7 +21,7 @@ use super::reap::{self, Exit};
 use crate::buffer::HeadTailBuffer;
 use crate::lock;
 use crate::process::{OutputSnapshot, ProcessInfo, ReadFrom, Signal, Until};
-use crate::sandbox::{CommandCgroups, HiddenPaths, Network, Profile, SandboxMode};
+use crate::sandbox::{CommandCgroups, HiddenPaths, Network, PrivateSpace, Profile, SandboxMode};
 use crate::terminal::stream_view;
 
 /// How refusals of the confinement read in a command's output.
@@ -63,6 +63,8 @@ pub(super) struct Entry {
     pub(super) profile: Profile,
     /// `RLIMIT_NPROC` holds its process limit (see `sandbox::Prepared`).
     pub(super) nproc_rlimit: bool,
+    /// The sizes of its session's own `/tmp` and `/dev/shm`, when bounded.
+    pub(super) private_space: Option<PrivateSpace>,
     /// The paths hidden from it by the operator's settings, when it runs confined.
     pub(super) hidden: Option<Arc<HiddenPaths>>,
     /// Its cgroups (limits on everything it started), if any.
@@ -136,6 +138,8 @@ pub(super) struct EntrySpec {
     pub(super) profile: Profile,
     /// `RLIMIT_NPROC` holds its process limit (see `sandbox::Prepared`).
     pub(super) nproc_rlimit: bool,
+    /// The sizes of its session's own `/tmp` and `/dev/shm`, when bounded.
+    pub(super) private_space: Option<PrivateSpace>,
     /// The paths hidden from it by the operator's settings, when it runs confined.
     pub(super) hidden: Option<Arc<HiddenPaths>>,
     /// Its cgroups (limits on everything it started), if any.
@@ -164,6 +168,7 @@ impl Entry {
             background: spec.background,
             profile: spec.profile,
             nproc_rlimit: spec.nproc_rlimit,
+            private_space: spec.private_space,
             hidden: spec.hidden,
             cgroups: Mutex::new(spec.cgroups),
             started_ms: spec.started_ms,
@@ -244,6 +249,15 @@ impl Entry {
 
     fn limit_notes(&self) -> String {
         let mut note = String::new();
+        if let Some(space) = self.private_space
+            && lock(&self.state)
+                .buffer
+                .render()
+                .text
+                .contains("No space left on device")
+        {
+            note.push_str(&space.note());
+        }
         // Without a pids cgroup, RLIMIT_NPROC may hold the process count: a refused fork reads
         // "Resource temporarily unavailable" (EAGAIN).
         if let Some(processes) = self.profile.limits.processes

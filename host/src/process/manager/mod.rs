@@ -126,17 +126,37 @@ use table::{Records, shut_down};
 /// Landlock and seccomp alone); `Ok(Some(reason))`: all but the PID namespace, and why. Tries
 /// it once, for real.
 pub fn namespaces_available() -> Result<Option<String>, String> {
+    namespaces_here().map(|here| here.pid_missing)
+}
+
+/// What the namespaces layer gives on this machine ([`namespaces_available`], with what
+/// `/tmp` becomes), for `toolhost sandbox`.
+pub fn namespaces_here() -> Result<sandbox::probe::NamespacesHere, String> {
     if sandbox::probe::disabled("namespaces") {
         return Err("disabled by TOOLHOST_SANDBOX_DISABLE".to_owned());
     }
     let keeper = keeper::executable().map_err(|e| e.to_string())?;
+    let scratch = tempfile::Builder::new()
+        .prefix("toolhost-probe-")
+        .tempdir()
+        .map_err(|e| format!("a directory for the private /tmp: {e}"))?;
     let request = sandbox::namespaces::Request {
         private_network: true,
         pid: !sandbox::probe::disabled("pid"),
+        private_tmp: Some(scratch.path()),
+        tmp_bytes: Some(1024 * 1024),
+        tmp_overlay: !sandbox::probe::disabled("overlay"),
         ..Default::default()
     };
     sandbox::namespaces::make(keeper, &request)
-        .map(|made| made.pid_missing.clone())
+        .map(|made| sandbox::probe::NamespacesHere {
+            pid_missing: made.pid_missing.clone(),
+            tmp_overlay: match &made.tmp {
+                sandbox::namespaces::TmpView::Overlay => Ok(()),
+                sandbox::namespaces::TmpView::Private(Some(reason)) => Err(reason.clone()),
+                _ => Err("disabled by TOOLHOST_SANDBOX_DISABLE".to_owned()),
+            },
+        })
         .map_err(|e| e.0)
 }
 
@@ -377,6 +397,9 @@ impl ProcessManager {
             writable: config.sandbox.writable.clone(),
             hidden: Arc::new(hidden_paths(&config.sandbox)),
             shm_bytes: config.sandbox.shm_bytes,
+            tmp_bytes: config.sandbox.tmp_bytes,
+            temp_parent: log_dir.as_ref().map(|dir| dir.join("tmp")),
+            allow_hook_writes: false,
             protected: config
                 .protected
                 .iter()
@@ -587,6 +610,7 @@ impl ProcessManager {
             nproc_rlimit: confine
                 .as_ref()
                 .is_some_and(|prepared| prepared.nproc_rlimit),
+            private_space: confine.as_ref().and_then(|prepared| prepared.private_space),
             hidden: confine
                 .is_some()
                 .then(|| self.sandbox_context.hidden.clone()),
