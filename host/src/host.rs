@@ -236,6 +236,7 @@ impl ToolHostBuilder {
             Some(b) => (b, None),
             None => {
                 let mut config = self.process_config;
+                warn_host_files_in_writable_roots(&config, &self.cache_dir, &self.plugin_dirs);
                 // The host's own files are out of every confined command's reach.
                 config.protected.extend(self.cache_dir.iter().cloned());
                 config.protected.extend(self.plugin_dirs.iter().cloned());
@@ -269,6 +270,87 @@ impl ToolHostBuilder {
             admissions: Admissions::new(self.max_calls_total, self.max_calls_per_session),
             _watcher: watcher,
         })
+    }
+}
+
+/// Say once, at start, which of the host's own files (`--token-file`, `--state-dir`,
+/// `--plugins`, the component cache) and `--hide` paths lie inside the workspace or a
+/// `--writable` directory, and what that costs: they are hidden, so the directory holding one
+/// is confined to its entries at each command's start.
+fn warn_host_files_in_writable_roots(
+    config: &ProcessManagerConfig,
+    cache_dir: &Option<PathBuf>,
+    plugin_dirs: &[PathBuf],
+) {
+    if config.sandbox.mode == crate::sandbox::SandboxMode::Off {
+        return;
+    }
+    let canonical = |path: &std::path::Path| crate::sandbox::canonical(path);
+    let workspace = config
+        .default_workdir
+        .clone()
+        .or_else(|| std::env::current_dir().ok());
+    let roots: Vec<(PathBuf, &str)> = workspace
+        .iter()
+        .map(|dir| (canonical(dir), "the workspace"))
+        .chain(
+            config
+                .sandbox
+                .writable
+                .iter()
+                .map(|dir| (canonical(dir), "the --writable directory")),
+        )
+        .collect();
+    let state_dir = config
+        .output_logs
+        .then(|| {
+            config
+                .state_dir
+                .clone()
+                .or_else(ProcessManagerConfig::default_state_dir)
+        })
+        .flatten();
+    let files = config
+        .protected
+        .iter()
+        .map(|path| (path, "the host file (--token-file)"))
+        .chain(
+            state_dir
+                .iter()
+                .map(|path| (path, "the state directory (--state-dir)")),
+        )
+        .chain(
+            plugin_dirs
+                .iter()
+                .map(|path| (path, "the plugin directory (--plugins)")),
+        )
+        .chain(cache_dir.iter().map(|path| (path, "the component cache")))
+        .chain(
+            config
+                .sandbox
+                .hide
+                .iter()
+                .map(|path| (path, "the --hide path")),
+        );
+    for (path, what) in files {
+        let path = canonical(path);
+        let Some((root, place)) = roots
+            .iter()
+            .find(|(root, _)| path.starts_with(root) && path != *root)
+        else {
+            continue;
+        };
+        let dir = path.parent().unwrap_or(root);
+        tracing::warn!(
+            "{what} {} lies inside {place} {}: it is hidden from confined commands, so every \
+             directory from there down to {} is confined to the entries it has when a command \
+             starts, and commands may not create or remove entries directly in it (with \
+             namespaces, they may where a mount covers every hidden entry). Put it outside \
+             {place}",
+            path.display(),
+            root.display(),
+            dir.display()
+        );
     }
 }
 

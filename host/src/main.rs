@@ -122,6 +122,17 @@ struct Cli {
     #[arg(long, alias = "process-limit", value_name = "N", value_parser = clap::value_parser!(u32).range(1..), global = true)]
     process_limit_per_command: Option<u32>,
 
+    /// Memory of one session's confined commands together, everything they started included,
+    /// e.g. `8GiB` (default: half the machine's memory; needs a memory cgroup the host may
+    /// create, see `toolhost sandbox`).
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory, global = true)]
+    memory_limit_per_session: Option<u64>,
+
+    /// Memory of every session's confined commands together, e.g. `16GiB` (default: three
+    /// quarters of the machine's memory; needs a memory cgroup the host may create).
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory, global = true)]
+    memory_limit_total: Option<u64>,
+
     /// Size of the `/dev/shm` of a session's own (a tmpfs in its mount namespace, one per
     /// session and profile), e.g. `1GiB` (default: 512MiB). Without namespaces, confined
     /// commands cannot write `/dev/shm` at all.
@@ -133,6 +144,14 @@ struct Cli {
     /// confined commands write the host's `/tmp` and their own `$TMPDIR` instead, unbounded.
     #[arg(long, value_name = "SIZE", value_parser = parse_memory, global = true)]
     tmp_size_per_session: Option<u64>,
+
+    /// Let confined commands write what runs later outside the sandbox: git hooks and the git
+    /// settings that run programs (`core.hooksPath`, `core.fsmonitor`, `include.path`, ...) in
+    /// the writable directories' repositories, and shell start-up files of a home inside one.
+    /// By default these are read-only where namespaces work, and a confined command's changes
+    /// to them are undone (see docs/confinement.md).
+    #[arg(long, global = true)]
+    allow_hook_writes: bool,
 
     #[command(subcommand)]
     command: Command,
@@ -217,7 +236,9 @@ enum Command {
         /// stderr) instead of stdio. Needs a bearer token (--token-file or TOOLHOST_TOKEN).
         #[arg(long, value_name = "ADDR")]
         http: Option<String>,
-        /// File holding the bearer token HTTP clients must send (default: $TOOLHOST_TOKEN).
+        /// File of the bearer tokens HTTP clients must send: one `NAME TOKEN` per line, each
+        /// a principal whose sessions and scopes no other reaches, or one bare token
+        /// (principal `default`). Default: $TOOLHOST_TOKEN, one token.
         #[arg(long, value_name = "FILE", requires = "http")]
         token_file: Option<PathBuf>,
         /// Allow listening on a non-loopback address.
@@ -475,6 +496,12 @@ fn sandbox_settings(cli: &Cli) -> Result<SandboxSettings> {
     if let Some(processes) = cli.process_limit_per_command {
         settings.limits.processes = Some(processes);
     }
+    if let Some(bytes) = cli.memory_limit_per_session {
+        settings.memory_per_session = Some(bytes);
+    }
+    if let Some(bytes) = cli.memory_limit_total {
+        settings.memory_total = Some(bytes);
+    }
     if let Some(bytes) = cli.shm_size_per_session {
         anyhow::ensure!(bytes > 0, "--shm-size-per-session must be more than 0");
         settings.shm_bytes = bytes;
@@ -483,6 +510,7 @@ fn sandbox_settings(cli: &Cli) -> Result<SandboxSettings> {
         anyhow::ensure!(bytes > 0, "--tmp-size-per-session must be more than 0");
         settings.tmp_bytes = bytes;
     }
+    settings.allow_hook_writes = cli.allow_hook_writes;
     Ok(settings)
 }
 
@@ -646,7 +674,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 Some(addr) => {
                     let options = toolhost::mcp::HttpOptions {
                         addr: addr.clone(),
-                        token: serve_token(token_file.as_deref())?,
+                        tokens: serve_tokens(token_file.as_deref())?,
                         allow_remote: *allow_remote,
                         idle_timeout: (*idle_timeout).into(),
                         max_sessions: *max_sessions as usize,
@@ -671,8 +699,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-/// The HTTP bearer token: the first line of `file`, or `$TOOLHOST_TOKEN`.
-fn serve_token(file: Option<&std::path::Path>) -> Result<String> {
+/// The HTTP bearer tokens: those of `file` (one `NAME TOKEN` per line, or one bare token), or
+/// `$TOOLHOST_TOKEN` for principal `default`.
+fn serve_tokens(file: Option<&std::path::Path>) -> Result<Vec<toolhost::mcp::BearerToken>> {
+    use toolhost::mcp::BearerToken;
     if let Some(path) = file
         && let Ok(meta) = std::fs::metadata(path)
     {
@@ -687,29 +717,33 @@ fn serve_token(file: Option<&std::path::Path>) -> Result<String> {
             );
         }
     }
-    let token = match file {
-        Some(path) => std::fs::read_to_string(path)
-            .with_context(|| format!("reading the token file {}", path.display()))?
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .trim()
-            .to_string(),
-        None => ENV_TOKEN
-            .get()
-            .cloned()
-            .flatten()
-            .unwrap_or_default()
-            .trim()
-            .to_string(),
-    };
-    if token.is_empty() {
-        anyhow::bail!(
+    let missing = || {
+        anyhow::anyhow!(
             "`toolhost serve --http` needs a bearer token: put one in a file and pass \
              --token-file FILE, or set TOOLHOST_TOKEN"
-        );
+        )
+    };
+    match file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading the token file {}", path.display()))?;
+            if text.trim().is_empty() {
+                return Err(missing());
+            }
+            BearerToken::parse_file(&text)
+                .map_err(|why| anyhow::anyhow!("the token file {}: {why}", path.display()))
+        }
+        None => {
+            let token = ENV_TOKEN.get().cloned().flatten().unwrap_or_default();
+            if token.trim().is_empty() {
+                return Err(missing());
+            }
+            Ok(vec![BearerToken::new(
+                BearerToken::DEFAULT_PRINCIPAL,
+                token.trim(),
+            )])
+        }
     }
-    Ok(token)
 }
 
 /// Remove `TOOLHOST_TOKEN` from the environment, and overwrite its value in the process's

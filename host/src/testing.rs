@@ -15,6 +15,11 @@
 //! emulator the real host uses; waits for a text, for any output or for quiet are answered on
 //! logical time.
 //!
+//! A script may also leave processes running after its exit ([`Script::leaves_running`]):
+//! reads and listings show them once it has exited, and a signal stops them, as the real host
+//! does. A script may keep a full-output log ([`Script::logged`], [`Script::log_cap`]) that
+//! [`ProcessBackend::read_log`] pages through.
+//!
 //! ```no_run
 //! use std::sync::Arc;
 //! use toolhost::testing::{FakeProcesses, Script};
@@ -33,8 +38,9 @@
 
 use crate::buffer::HeadTailBuffer;
 use crate::process::{
-    BoxFuture, MAX_INPUT_BYTES, OutputSnapshot, ProcessBackend, ProcessError, ProcessInfo,
-    ReadFrom, Signal, StartRequest, Stdin, Until, no_input, no_terminal,
+    BoxFuture, Leftover, LogPage, MAX_INPUT_BYTES, MAX_LOG_PAGE_BYTES, OutputSnapshot,
+    ProcessBackend, ProcessError, ProcessInfo, ReadFrom, Signal, StartRequest, Stdin, Until,
+    no_input, no_log, no_terminal,
 };
 use crate::terminal::{Emulator, Key, Screen, TerminalSize, stream_view};
 use std::collections::{HashMap, VecDeque};
@@ -68,6 +74,10 @@ pub struct Script {
     pub replies: Vec<Reply>,
     /// Exit code when its stdin pipe is closed (`None`: closing changes nothing).
     pub exits_at_eof: Option<i32>,
+    /// Processes it leaves running once it has exited by itself, until a signal stops them.
+    pub left_running: Vec<Leftover>,
+    /// Keeps a full-output log of at most this many bytes (`None`: no log).
+    pub log_cap: Option<u64>,
 }
 
 /// A scripted answer to input: see the module docs.
@@ -91,6 +101,8 @@ impl Script {
             ending: Ending::Code(code),
             replies: Vec::new(),
             exits_at_eof: None,
+            left_running: Vec::new(),
+            log_cap: None,
         }
     }
 
@@ -163,6 +175,27 @@ impl Script {
         self.runs_for = d;
         self
     }
+
+    /// Once it has exited by itself, a process `pid` running `command` that it started is
+    /// left running, until a signal to it stops what it left.
+    pub fn leaves_running(mut self, pid: i32, command: &str) -> Script {
+        self.left_running.push(Leftover {
+            pid,
+            command: command.to_string(),
+        });
+        self
+    }
+
+    /// Keep a full-output log of everything it prints, as the real host does.
+    pub fn logged(self) -> Script {
+        self.log_cap(u64::MAX)
+    }
+
+    /// Keep a full-output log of the first `bytes` bytes it prints (then the log is capped).
+    pub fn log_cap(mut self, bytes: u64) -> Script {
+        self.log_cap = Some(bytes);
+        self
+    }
 }
 
 /// A start request as the fake received it.
@@ -191,6 +224,10 @@ struct FakeProcess {
     input_closed: bool,
     /// The screen of a process on a terminal.
     emulator: Option<Emulator>,
+    /// Its full-output log, when its script keeps one.
+    log: Option<Vec<u8>>,
+    /// Output the log could not hold.
+    log_capped: bool,
 }
 
 #[derive(Default)]
@@ -289,9 +326,10 @@ impl FakeProcess {
         }
     }
 
-    /// Add output (and show it on the screen).
+    /// Add output (and show it on the screen, and keep it in the log).
     fn print(&mut self, data: &[u8]) {
         self.buffer.write(data);
+        self.keep(data);
         if let Some(emulator) = &mut self.emulator {
             emulator.process(&onlcr(data));
         }
@@ -315,10 +353,62 @@ impl FakeProcess {
         }
     }
 
+    /// Append output to the log, up to its cap.
+    fn keep(&mut self, data: &[u8]) {
+        if let (Some(log), Some(cap)) = (&mut self.log, self.script.log_cap) {
+            let room = cap.saturating_sub(log.len() as u64);
+            let room = usize::try_from(room).unwrap_or(usize::MAX);
+            log.extend_from_slice(&data[..data.len().min(room)]);
+            self.log_capped |= data.len() > room;
+        }
+    }
+
+    /// A signal: it ends a running script, and whatever it would leave running, or stops
+    /// what an exited one left running.
     fn kill(&mut self, n: i32) {
+        self.script.left_running.clear();
         if self.finished.is_none() {
             self.finished = Some((128 + n, Some(signal_name(n))));
         }
+    }
+
+    /// What it left running: nothing while it runs.
+    fn left_running(&self) -> Vec<Leftover> {
+        match self.finished {
+            Some(_) => self.script.left_running.clone(),
+            None => Vec::new(),
+        }
+    }
+
+    /// A page of its log, as the real host reads its log file.
+    fn log_page(&self, id: &str, offset: i64, max_bytes: u64) -> Result<LogPage, ProcessError> {
+        let log = self.log.as_deref().ok_or_else(|| no_log(id))?;
+        let total = log.len();
+        let mut start = if offset < 0 {
+            total.saturating_sub(usize::try_from(offset.unsigned_abs()).unwrap_or(usize::MAX))
+        } else {
+            usize::try_from(offset).unwrap_or(usize::MAX).min(total)
+        };
+        let want = usize::try_from(max_bytes.min(MAX_LOG_PAGE_BYTES)).unwrap_or(usize::MAX);
+        let mut end = start + want.min(total - start);
+        // A character cut at either end is left to the neighbouring page.
+        if start > 0 {
+            start += crate::buffer::leading_continuations(&log[start..end]);
+        }
+        if end < total {
+            let cut = crate::buffer::char_floor(&log[start..end], end - start);
+            if cut > 0 {
+                end = start + cut;
+            }
+        }
+        Ok(LogPage {
+            text: String::from_utf8_lossy(&log[start..end]).into_owned(),
+            offset: start as u64,
+            next_offset: end as u64,
+            total_bytes: total as u64,
+            capped: self.log_capped,
+            running: self.finished.is_none(),
+        })
     }
 
     fn snapshot(&mut self, from: ReadFrom) -> OutputSnapshot {
@@ -343,10 +433,14 @@ impl FakeProcess {
             signal: self.finished.as_ref().and_then(|f| f.1.clone()),
             truncation: rendered.truncation,
             cursor,
-            log_path: None,
-            log_bytes: None,
-            log_capped: false,
+            log_path: self
+                .log
+                .as_ref()
+                .map(|_| PathBuf::from(format!("/fake/logs/fake{}.log", self.started_ms))),
+            log_bytes: self.log.as_ref().map(|log| log.len() as u64),
+            log_capped: self.log_capped,
             duration_ms: self.elapsed.as_millis() as u64,
+            left_running: self.left_running(),
         }
     }
 }
@@ -385,6 +479,7 @@ impl ProcessBackend for FakeProcesses {
             let id = format!("fake{}", state.counter);
             let mut buffer = HeadTailBuffer::default();
             buffer.write(&script.output);
+            let log = script.log_cap.map(|_| Vec::new());
             let emulator = match request.stdin {
                 Stdin::Terminal(size) => {
                     if let Err(message) = size.check() {
@@ -400,6 +495,8 @@ impl ProcessBackend for FakeProcesses {
                 pending_input: Vec::new(),
                 input_closed: false,
                 emulator,
+                log,
+                log_capped: false,
                 scope: scope.to_string(),
                 request: request.clone(),
                 script,
@@ -409,6 +506,8 @@ impl ProcessBackend for FakeProcesses {
                 last_read: 0,
                 started_ms: state.counter,
             };
+            let output = process.script.output.clone();
+            process.keep(&output);
             process.advance(Duration::ZERO);
             state.processes.insert(id.clone(), process);
             state.order.push(id.clone());
@@ -475,16 +574,29 @@ impl ProcessBackend for FakeProcesses {
                 exit_code: p.finished.as_ref().map(|f| f.0),
                 signal: p.finished.as_ref().and_then(|f| f.1.clone()),
                 stdin: p.request.stdin,
+                left_running: p.left_running(),
             })
             .collect();
         list.sort_by_key(|p| !p.running);
         list
     }
 
+    fn read_log(
+        &self,
+        scope: &str,
+        id: &str,
+        offset: i64,
+        max_bytes: u64,
+    ) -> Result<LogPage, ProcessError> {
+        let mut state = self.lock();
+        state.process(scope, id)?.log_page(id, offset, max_bytes)
+    }
+
     fn signal(&self, scope: &str, id: &str, signal: Signal) -> Result<(), ProcessError> {
         let mut state = self.lock();
         let process = state.process(scope, id)?;
-        if process.finished.is_some() {
+        // An exited process can still be signalled while what it left runs.
+        if process.finished.is_some() && process.script.left_running.is_empty() {
             return Err(ProcessError::NotRunning(id.to_string()));
         }
         process.kill(match signal {
@@ -715,5 +827,96 @@ mod tests {
             fake.signal("s", &id, Signal::Kill),
             Err(ProcessError::NotRunning(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn leftovers_show_after_the_exit_until_a_signal_stops_them() {
+        let fake = FakeProcesses::new();
+        fake.push(
+            Script::exits(0)
+                .runs_for(Duration::from_secs(5))
+                .leaves_running(41, "server --port 8080"),
+        );
+        let id = fake
+            .start("s", StartRequest::default())
+            .await
+            .expect("start");
+        let running = fake.read("s", &id, ReadFrom::All).expect("read");
+        assert!(running.left_running.is_empty(), "none while it runs");
+        let exited = fake
+            .wait("s", &id, Duration::from_secs(10), ReadFrom::All)
+            .await
+            .expect("wait");
+        let left = vec![Leftover {
+            pid: 41,
+            command: "server --port 8080".into(),
+        }];
+        assert_eq!(exited.left_running, left);
+        assert_eq!(fake.list("s")[0].left_running, left);
+        fake.signal("s", &id, Signal::Terminate).expect("signal");
+        assert!(fake.list("s")[0].left_running.is_empty());
+        let out = fake.read("s", &id, ReadFrom::All).expect("read");
+        assert_eq!(out.exit_code, Some(0), "the command's own exit stays");
+        assert!(matches!(
+            fake.signal("s", &id, Signal::Terminate),
+            Err(ProcessError::NotRunning(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_logged_script_pages_like_the_real_log() {
+        let fake = FakeProcesses::new();
+        fake.push(
+            Script::exits(0)
+                .output("0123456789")
+                .final_output("é!")
+                .logged(),
+        );
+        fake.push(Script::exits(0).output("0123456789").log_cap(4));
+        fake.push(Script::exits(0).output("unlogged"));
+        let mut ids = Vec::new();
+        for _ in 0..3 {
+            ids.push(
+                fake.start("s", StartRequest::default())
+                    .await
+                    .expect("start"),
+            );
+        }
+        let page = |id: &str, offset, max| fake.read_log("s", id, offset, max);
+        let first = page(&ids[0], 0, 4).expect("page");
+        assert_eq!(
+            (
+                first.text.as_str(),
+                first.offset,
+                first.next_offset,
+                first.total_bytes
+            ),
+            ("0123", 0, 4, 13)
+        );
+        // A page ending inside `é` stops before it; one starting inside it starts after it.
+        assert_eq!(page(&ids[0], 8, 3).expect("page").text, "89");
+        let last = page(&ids[0], -2, 100).expect("page");
+        assert_eq!(
+            (last.text.as_str(), last.offset, last.next_offset),
+            ("!", 12, 13)
+        );
+        let past = page(&ids[0], 100, 10).expect("page");
+        assert_eq!(
+            (past.text.as_str(), past.offset, past.next_offset),
+            ("", 13, 13)
+        );
+        let capped = page(&ids[1], 0, 100).expect("page");
+        assert_eq!((capped.text.as_str(), capped.capped), ("0123", true));
+        assert!(matches!(
+            page(&ids[2], 0, 10),
+            Err(ProcessError::InvalidRequest(_))
+        ));
+        assert!(matches!(
+            fake.read_log("other", &ids[0], 0, 10),
+            Err(ProcessError::NotFound(_))
+        ));
+        let out = fake.read("s", &ids[0], ReadFrom::All).expect("read");
+        assert_eq!(out.log_bytes, Some(13));
+        assert!(out.log_path.is_some());
     }
 }

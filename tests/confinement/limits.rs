@@ -96,12 +96,15 @@ impl Sampler {
     /// (`toolhost-HOST-N/pids.current` below `dir`), the most in one: unlike a scan of /proc,
     /// each reading is exact.
     fn cgroup_processes(dir: &Path, host: u32) -> Sampler {
-        let dir = dir.to_owned();
+        // The host's cgroup holds its sessions' (`session-N`), which hold their commands'.
+        let dir = dir.join(format!("toolhost-{host}"));
         let prefix = format!("toolhost-{host}-");
         Sampler::start(move || {
             std::fs::read_dir(&dir)
                 .into_iter()
                 .flatten()
+                .flatten()
+                .flat_map(|session| std::fs::read_dir(session.path()).into_iter().flatten())
                 .flatten()
                 .filter(|entry| entry.file_name().to_string_lossy().starts_with(&prefix))
                 .filter_map(|entry| {
@@ -215,6 +218,17 @@ fn without_cgroups_memory_is_limited_per_process() {
     let output = result["output"].as_str().unwrap_or_default();
     assert!(output.contains("MemoryError"), "{result}");
     assert!(!output.contains("memory limit of"), "{result}");
+    // And `toolhost sandbox` says a session and the host are then not bounded.
+    let report = std::process::Command::new(toolhost_e2e::toolhost_bin())
+        .arg("sandbox")
+        .env("TOOLHOST_SANDBOX_DISABLE", "cgroups")
+        .output()
+        .expect("toolhost sandbox");
+    let report = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report.contains("NOT bounded per session or for the host"),
+        "{report}"
+    );
 }
 
 /// Without a pids cgroup (forced away here), an unprivileged host holds a fork bomb with

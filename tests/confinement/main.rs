@@ -3,7 +3,9 @@
 //!
 //! - `confinement`: escape attempts on fake machines under [`toolhost_e2e::machines_root`]
 //!   (CI runs this module a second time with the machines' root under `/tmp`);
-//! - `limits`: the process and memory limits of commands.
+//! - `limits`: the process and memory limits of commands;
+//! - `git_guard`: what git would run later outside the sandbox, undone within a session;
+//! - `live`: what a session's later commands see of the directories around hidden paths.
 //!
 //! The `limits` tests lower the priority of their own threads, and the fork bombs they start
 //! inherit it: the bombs cannot starve the tests running beside them on a small machine. Linux
@@ -11,4 +13,6 @@
 //! so the other tests keep their priority.
 
 mod confinement;
+mod git_guard;
 mod limits;
+mod live;

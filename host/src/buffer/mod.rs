@@ -364,7 +364,7 @@ fn sequence_len(b: u8) -> usize {
 
 /// Number of continuation bytes (at most 3) at the start of `bytes`: the remainder of a
 /// character that began before a cut.
-fn leading_continuations(bytes: &[u8]) -> usize {
+pub(crate) fn leading_continuations(bytes: &[u8]) -> usize {
     bytes
         .iter()
         .take(3)
@@ -374,7 +374,7 @@ fn leading_continuations(bytes: &[u8]) -> usize {
 
 /// The largest cut point `<= at` that does not split a character: if a sequence starting
 /// in the three bytes before `at` would extend past `at`, the cut moves to its start.
-fn char_floor(bytes: &[u8], at: usize) -> usize {
+pub(crate) fn char_floor(bytes: &[u8], at: usize) -> usize {
     let at = at.min(bytes.len());
     for back in 1..=3 {
         let Some(i) = at.checked_sub(back) else {

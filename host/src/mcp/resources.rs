@@ -260,23 +260,7 @@ pub fn read(
 
 /// The length of the longest prefix of `bytes` that does not end inside a UTF-8 character.
 fn utf8_boundary(bytes: &[u8]) -> usize {
-    let len = bytes.len();
-    // A character is at most 4 bytes: look back at most 3 for the start of the last one.
-    for back in 1..=3.min(len) {
-        let byte = bytes[len - back];
-        if byte & 0xC0 != 0x80 {
-            // The start of the last character: is it complete?
-            let needed = match byte {
-                b if b < 0x80 => 1,
-                b if b >= 0xF0 => 4,
-                b if b >= 0xE0 => 3,
-                b if b >= 0xC0 => 2,
-                _ => 1,
-            };
-            return if back >= needed { len } else { len - back };
-        }
-    }
-    len
+    crate::buffer::char_floor(bytes, bytes.len())
 }
 
 #[cfg(test)]

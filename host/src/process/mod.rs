@@ -124,7 +124,40 @@ pub struct OutputSnapshot {
     pub log_capped: bool,
     /// Milliseconds from start to exit, or to now.
     pub duration_ms: u64,
+    /// Processes it started that still run after it exited (empty while it runs).
+    pub left_running: Vec<Leftover>,
 }
+
+/// A process a command started that still runs after the command itself exited.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leftover {
+    /// Its pid as the command's processes see it (inside their PID namespace, if any).
+    pub pid: i32,
+    /// Its command line, cut to 80 characters.
+    pub command: String,
+}
+
+/// A page of a process's full output, read from its log file
+/// ([`ProcessBackend::read_log`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LogPage {
+    /// The page's bytes as text: invalid UTF-8 is replaced, and a character cut at either
+    /// end of the page is left to the neighbouring page.
+    pub text: String,
+    /// Where the page starts, in bytes from the beginning of the output.
+    pub offset: u64,
+    /// Where the next page starts.
+    pub next_offset: u64,
+    /// Bytes of output the log holds.
+    pub total_bytes: u64,
+    /// The log lacks output written after its first `total_bytes` bytes (the host's cap).
+    pub capped: bool,
+    /// The process still runs: the log may grow.
+    pub running: bool,
+}
+
+/// Most bytes one [`ProcessBackend::read_log`] returns.
+pub const MAX_LOG_PAGE_BYTES: u64 = 256 * 1024;
 
 /// One process in a listing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,6 +184,8 @@ pub struct ProcessInfo {
     pub profile: String,
     /// What it was started with as input.
     pub stdin: Stdin,
+    /// Processes it started that still run after it exited (empty while it runs).
+    pub left_running: Vec<Leftover>,
 }
 
 /// A process's full output log file, as [`ProcessBackend::output_logs`] lists it.
@@ -262,6 +297,20 @@ pub trait ProcessBackend: Send + Sync + 'static {
         None
     }
 
+    /// A page of the full output of process `id`: at most `max_bytes` bytes (and at most
+    /// [`MAX_LOG_PAGE_BYTES`]) from byte `offset` of its log; a negative `offset` counts from
+    /// the log's end. The default: no logs.
+    fn read_log(
+        &self,
+        scope: &str,
+        id: &str,
+        offset: i64,
+        max_bytes: u64,
+    ) -> Result<LogPage, ProcessError> {
+        let _ = (scope, offset, max_bytes);
+        Err(no_log(id))
+    }
+
     /// The processes of `scope` that have a full output log, with their files. The default:
     /// none.
     fn output_logs(&self, scope: &str) -> Vec<OutputLog> {
@@ -292,6 +341,14 @@ pub(crate) fn no_input(id: &str) -> ProcessError {
     ProcessError::InvalidRequest(format!(
         "process `{id}` takes no input: it was started with its stdin closed (start it with a \
          terminal or an open stdin to type into it)"
+    ))
+}
+
+/// The error for a log read of a process without a log.
+pub(crate) fn no_log(id: &str) -> ProcessError {
+    ProcessError::InvalidRequest(format!(
+        "process `{id}` has no output log (the host keeps none, or it was removed): only the \
+         output its reads return is available"
     ))
 }
 

@@ -9,6 +9,20 @@
 //! itself in before it starts the command, so everything the command starts is counted. A
 //! cgroup is removed once its command's record is dropped.
 //!
+//! The cgroups nest, so that memory is bounded per command, per session and for the host:
+//!
+//! 1. The host's cgroup `toolhost-PID`, made below the hierarchy's directory at the first
+//!    confined command, holds every session's (memory limit: `--memory-limit-total`).
+//! 2. A session's cgroup `session-N`, made at its first confined command and removed with its
+//!    sandbox state, holds the session's commands' (memory limit:
+//!    `--memory-limit-per-session`).
+//! 3. A command's cgroup `toolhost-PID-N` holds the command (memory limit:
+//!    `--memory-limit-per-command`, and its process limit).
+//!
+//! Only the commands' cgroups hold processes: the two above them only hold cgroups, as v2
+//! requires of a cgroup that enables controllers for its children. The kernel charges a
+//! command's memory to every cgroup above it too, so the lowest limit reached decides.
+//!
 //! In v2 a cgroup that enables controllers for its children may hold no process itself. When
 //! the host's cgroup offers the controllers (`cgroup.controllers`) but does not enable them
 //! yet, the host moves itself into a leaf of its own (`toolhost-host-PID`) and enables them
@@ -190,6 +204,161 @@ fn usable(own: &str, mounts: &str, controller: &str) -> Option<PathBuf> {
     can_create_in(&base).then_some(base)
 }
 
+/// A cgroup that holds only cgroups: the host's, or a session's (steps 1 and 2 of the module's
+/// flow). Removed on drop, when what it holds is gone.
+#[derive(Debug, Default)]
+pub(crate) struct ParentCgroups {
+    /// Its directory in the memory hierarchy, and whether that is v2.
+    memory: Option<(PathBuf, bool)>,
+    /// Its directory in the pids hierarchy, and whether that is v2.
+    pids: Option<(PathBuf, bool)>,
+    /// Its directories, each once.
+    dirs: Vec<PathBuf>,
+    /// The memory limit set on it, in bytes.
+    memory_limit: Option<u64>,
+}
+
+impl ParentCgroups {
+    /// The host's cgroup, with `memory_total` as its memory limit, made at the first call (the
+    /// limit of later calls is not looked at); `None` where no hierarchy is usable or it cannot
+    /// be made (said once).
+    pub(crate) fn host(memory_total: Option<u64>) -> Option<&'static ParentCgroups> {
+        static HOST: OnceLock<Option<ParentCgroups>> = OnceLock::new();
+        HOST.get_or_init(|| {
+            let hierarchies = hierarchies();
+            let bases = Bases {
+                memory: hierarchies.memory.as_ref().map(|h| (h.dir.clone(), h.v2)),
+                pids: hierarchies.pids.as_ref().map(|h| (h.dir.clone(), h.v2)),
+            };
+            if bases.memory.is_none() && bases.pids.is_none() {
+                return None;
+            }
+            for base in bases.memory.iter().chain(&bases.pids) {
+                sweep_stale(&base.0);
+            }
+            let name = format!("toolhost-{}", std::process::id());
+            ParentCgroups::create(&bases, &name, memory_total)
+                .map_err(|error| {
+                    tracing::warn!(
+                        %error,
+                        "cannot make the host's cgroup: commands' cgroups are made without it, \
+                         and memory is not bounded per session or for the host"
+                    );
+                })
+                .ok()
+        })
+        .as_ref()
+    }
+
+    /// A session's cgroup below `self` (the host's), with `memory` as its memory limit.
+    pub(crate) fn session(&self, memory: Option<u64>) -> io::Result<ParentCgroups> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let name = format!("session-{}", NEXT.fetch_add(1, Ordering::Relaxed));
+        ParentCgroups::create(&self.bases(), &name, memory)
+    }
+
+    /// The memory limit set on it.
+    pub(crate) fn memory_limit(&self) -> Option<u64> {
+        self.memory_limit.filter(|_| self.memory.is_some())
+    }
+
+    /// Whether its memory limit was reached (an allocation below it failed or a process was
+    /// killed for it), counting only its own limit.
+    pub(crate) fn memory_limit_hit(&self) -> bool {
+        self.memory
+            .as_ref()
+            .is_some_and(|(dir, v2)| own_limit_reached(dir, *v2))
+    }
+
+    fn bases(&self) -> Bases {
+        Bases {
+            memory: self.memory.clone(),
+            pids: self.pids.clone(),
+        }
+    }
+
+    /// Make `name` below each of `bases`, enable the controllers for its children, and set
+    /// `memory` as its memory limit.
+    fn create(bases: &Bases, name: &str, memory: Option<u64>) -> io::Result<ParentCgroups> {
+        let mut made = ParentCgroups::default();
+        made.memory_limit = memory;
+        for (slot, base) in [(0, &bases.memory), (1, &bases.pids)] {
+            let Some((base, v2)) = base else { continue };
+            let dir = base.join(name);
+            if !made.dirs.contains(&dir) {
+                match std::fs::create_dir(&dir) {
+                    Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
+                        // Left by an earlier host with this pid: emptied and made anew.
+                        remove_tree(&dir);
+                        std::fs::create_dir(&dir)?;
+                    }
+                    other => other?,
+                }
+                made.dirs.push(dir.clone());
+                if *v2 {
+                    // Only controllers its parent passes on can be passed on.
+                    let offered =
+                        std::fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
+                    let enable: Vec<String> = ["memory", "pids"]
+                        .iter()
+                        .filter(|name| offered.split_whitespace().any(|have| have == **name))
+                        .map(|name| format!("+{name}"))
+                        .collect();
+                    std::fs::write(dir.join("cgroup.subtree_control"), enable.join(" "))?;
+                } else if slot == 0 {
+                    // Older v1 kernels count a child's memory in its parent only with this.
+                    let _ = std::fs::write(dir.join("memory.use_hierarchy"), "1");
+                }
+            }
+            let entry = Some((dir, *v2));
+            if slot == 0 {
+                made.memory = entry;
+            } else {
+                made.pids = entry;
+            }
+        }
+        if let (Some(limit), Some((dir, v2))) = (memory, &made.memory) {
+            if *v2 {
+                std::fs::write(dir.join("memory.max"), limit.to_string())?;
+                let _ = std::fs::write(dir.join("memory.swap.max"), "0");
+            } else {
+                std::fs::write(dir.join("memory.limit_in_bytes"), limit.to_string())?;
+                let _ = std::fs::write(dir.join("memory.memsw.limit_in_bytes"), limit.to_string());
+            }
+        }
+        Ok(made)
+    }
+}
+
+impl Drop for ParentCgroups {
+    fn drop(&mut self) {
+        for dir in &self.dirs {
+            if let Err(error) = std::fs::remove_dir(dir) {
+                tracing::debug!(dir = %dir.display(), %error, "cannot remove a cgroup");
+            }
+        }
+    }
+}
+
+/// Where a cgroup's directories are made, per controller, with whether each is v2.
+#[derive(Debug, Default)]
+struct Bases {
+    memory: Option<(PathBuf, bool)>,
+    pids: Option<(PathBuf, bool)>,
+}
+
+/// Remove `dir` and the cgroups below it, deepest first (each must be empty of processes).
+fn remove_tree(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                remove_tree(&entry.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+}
+
 /// One command's cgroups; removed on drop (they are empty by then: the record is dropped only
 /// after the command and everything it started are gone).
 #[derive(Debug)]
@@ -200,17 +369,47 @@ pub(crate) struct CommandCgroups {
     /// The memory and pids cgroups, and whether each is v2.
     memory: Option<(PathBuf, bool)>,
     pids: Option<(PathBuf, bool)>,
+    /// The memory limit set on it, in bytes.
+    memory_limit: Option<u64>,
+    /// The session's cgroup it is made in, kept until it is removed (a parent goes last).
+    parent: Option<std::sync::Arc<ParentCgroups>>,
+}
+
+/// Whose memory limit killed a process of a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MemoryKill {
+    /// The command's own limit, in bytes.
+    Command(u64),
+    /// Its session's, in bytes: the session's commands together.
+    Session(u64),
+    /// The host's, in bytes: every session's commands together.
+    Host(u64),
+    /// Some limit, or the machine running out of memory.
+    Other,
 }
 
 impl CommandCgroups {
     /// Cgroups limiting a command to `processes` and `memory_bytes`, for the limits a
-    /// hierarchy exists for; `None` when neither applies.
+    /// hierarchy exists for, below `parent` (its session's) where there is one; `None` when
+    /// neither limit applies.
     pub(crate) fn create(
+        parent: Option<std::sync::Arc<ParentCgroups>>,
         processes: Option<u32>,
         memory_bytes: Option<u64>,
     ) -> io::Result<Option<CommandCgroups>> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
-        let hierarchies = hierarchies();
+        let all = hierarchies();
+        let below = parent.as_ref().map(|parent| Hierarchies {
+            pids: parent.pids.as_ref().map(|(dir, v2)| Hierarchy {
+                dir: dir.clone(),
+                v2: *v2,
+            }),
+            memory: parent.memory.as_ref().map(|(dir, v2)| Hierarchy {
+                dir: dir.clone(),
+                v2: *v2,
+            }),
+        });
+        let hierarchies = below.as_ref().unwrap_or(all);
         let name = format!(
             "toolhost-{}-{}",
             std::process::id(),
@@ -221,6 +420,8 @@ impl CommandCgroups {
             procs: Vec::new(),
             memory: None,
             pids: None,
+            memory_limit: memory_bytes,
+            parent,
         };
         // One v2 cgroup serves both controllers.
         let mut v2_dir: Option<PathBuf> = None;
@@ -257,7 +458,6 @@ impl CommandCgroups {
     }
 
     fn make(&mut self, base: &Path, name: &str) -> io::Result<PathBuf> {
-        sweep_stale(base);
         let dir = base.join(name);
         if let Err(error) = std::fs::create_dir(&dir) {
             // Left by an earlier host that had this pid and died before removing it: an empty
@@ -290,9 +490,33 @@ impl CommandCgroups {
         counter(&dir.join("pids.events"), "max ")
     }
 
-    /// Whether the memory limit killed a process of the command (the kernel's OOM killer
-    /// counted a kill in its cgroup).
-    pub(crate) fn memory_limit_hit(&self) -> bool {
+    /// Whose limit killed a process of the command, if the kernel's OOM killer killed one:
+    /// the lowest cgroup whose own limit was reached.
+    pub(crate) fn memory_kill(&self) -> Option<MemoryKill> {
+        if !self.memory_limit_hit() {
+            return None;
+        }
+        let own = self
+            .memory
+            .as_ref()
+            .is_some_and(|(dir, v2)| own_limit_reached(dir, *v2));
+        let session = self.parent.as_deref();
+        let host = ParentCgroups::host(None);
+        Some(match (self.memory_limit, session, host) {
+            (Some(limit), _, _) if own => MemoryKill::Command(limit),
+            (_, Some(session), _) if session.memory_limit_hit() => session
+                .memory_limit()
+                .map_or(MemoryKill::Other, MemoryKill::Session),
+            (_, _, Some(host)) if host.memory_limit_hit() => host
+                .memory_limit()
+                .map_or(MemoryKill::Other, MemoryKill::Host),
+            _ => MemoryKill::Other,
+        })
+    }
+
+    /// Whether the kernel's OOM killer killed a process of the command (it counted a kill in
+    /// its cgroup), whichever limit it was for.
+    fn memory_limit_hit(&self) -> bool {
         match &self.memory {
             Some((dir, true)) => counter(&dir.join("memory.events"), "oom_kill "),
             Some((dir, false)) => counter(&dir.join("memory.oom_control"), "oom_kill "),
@@ -302,7 +526,8 @@ impl CommandCgroups {
 }
 
 /// Remove, once per process and hierarchy, the empty cgroups that hosts which are gone left
-/// behind (`toolhost-PID-N` whose PID no longer runs; killed hosts cannot clean up). A cgroup
+/// behind (`toolhost-PID` and `toolhost-PID-N` whose PID no longer runs; killed hosts cannot
+/// clean up). A cgroup
 /// that still holds a process is not removed (the kernel refuses).
 fn sweep_stale(base: &Path) {
     static SWEPT: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
@@ -319,10 +544,42 @@ fn sweep_stale(base: &Path) {
         return;
     };
     for entry in entries.flatten() {
-        if super::left_by_a_gone_host(&entry.file_name()) {
+        let name = entry.file_name();
+        // A gone host's own cgroup (`toolhost-PID`) goes with every cgroup below it.
+        let host_node = name
+            .to_str()
+            .and_then(|name| name.strip_prefix("toolhost-"))
+            .and_then(|pid| pid.parse::<u32>().ok())
+            .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists());
+        if host_node {
+            remove_tree(&entry.path());
+        } else if super::left_by_a_gone_host(&name) {
             let _ = std::fs::remove_dir(entry.path());
         }
     }
+}
+
+/// Whether the memory limit of the cgroup `dir` itself (not one above it) was reached: in v2,
+/// an out-of-memory event counted there alone; in v1, its highest usage at its limit.
+fn own_limit_reached(dir: &Path, v2: bool) -> bool {
+    if v2 {
+        return counter(&dir.join("memory.events.local"), "oom ");
+    }
+    let read = |name: &str| {
+        std::fs::read_to_string(dir.join(name))
+            .ok()
+            .and_then(|text| text.trim().parse::<u64>().ok())
+    };
+    // Memory alone, or memory and swap together (the limit set on both).
+    ["memory", "memory.memsw"].iter().any(|counter| {
+        match (
+            read(&format!("{counter}.max_usage_in_bytes")),
+            read(&format!("{counter}.limit_in_bytes")),
+        ) {
+            (Some(peak), Some(limit)) => peak >= limit,
+            _ => false,
+        }
+    })
 }
 
 /// Whether the line of `file` starting with `key` holds a count above zero.
@@ -414,8 +671,12 @@ mod tests {
         for dir in [&gone, &ours, &other] {
             std::fs::create_dir(dir).expect("dir");
         }
+        let gone_host = base.path().join("toolhost-999999998");
+        std::fs::create_dir_all(gone_host.join("session-0/toolhost-999999998-1")).expect("dirs");
+        let our_host = base.path().join(format!("toolhost-{}", std::process::id()));
+        std::fs::create_dir(&our_host).expect("dir");
         sweep_stale(base.path());
-        assert!(!gone.exists());
-        assert!(ours.exists() && other.exists());
+        assert!(!gone.exists() && !gone_host.exists());
+        assert!(ours.exists() && other.exists() && our_host.exists());
     }
 }

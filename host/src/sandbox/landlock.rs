@@ -1,7 +1,7 @@
 //! The Landlock layer: which files a confined command may read and write, and which processes
 //! and abstract Unix sockets it may reach.
 //!
-//! A ruleset is built once per scope and profile ([`build`]) and handed to each command's
+//! A ruleset is built for each scope and profile ([`Rules`]) and handed to each command's
 //! keeper as a descriptor; the keeper applies it (`landlock_restrict_self`) to the command
 //! between `fork` and `exec`, so the keeper itself stays outside the domain and the command
 //! cannot signal it.
@@ -9,12 +9,28 @@
 //! Landlock grants access to whole file hierarchies and cannot take a subtree back, so a hidden
 //! path is carved out by granting its siblings instead: every ancestor of a hidden path may only
 //! be *listed*, and every entry beside the path gets the grant ([`Plan`]). Names inside a hidden
-//! directory stay listable; their contents do not. Entries created in such an ancestor after the
-//! ruleset was built get nothing.
+//! directory stay listable; their contents do not.
+//!
+//! Rules name the entries that exist when they are made. So the plan is made again when a
+//! command starts and a carved directory changed since it was made (its device, inode,
+//! modification or change time differ, or it was stamped too soon after a change to trust
+//! its times): entries created or replaced beside a hidden path are granted to the commands
+//! that start afterwards. A command keeps the rules it started with.
+//!
+//! A carved directory inside a writable root is list-only too, unless every hidden path in it
+//! is an entry of its own that the session's mount namespace covers with a mount: a mount
+//! point cannot be removed, renamed or linked from inside, and the cover shows nothing. Such a
+//! directory also takes new entries and gives up entries (the commands of that profile may
+//! create and remove entries directly in it, not read or write the new ones; the next command
+//! may).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::io;
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
@@ -22,6 +38,7 @@ use landlock::{
 };
 
 use super::Network;
+use crate::lock;
 
 /// The newest ABI this code knows; older kernels get what they support (see `probe`).
 const ABI_WANTED: ABI = ABI::V10;
@@ -41,8 +58,13 @@ const DEVICES: &[&str] = &[
 /// Pathname Unix sockets a command with network access may connect to (name resolution).
 const RESOLVER_SOCKETS: &[&str] = &["/run/systemd/resolve", "/run/nscd", "/var/run/nscd"];
 
+/// How long after a directory changed its times are not trusted to show the next change: a
+/// file system with coarse timestamps gives two changes within one tick the same time (git
+/// guards its index the same way, "racy git").
+const RACY: Duration = Duration::from_secs(1);
+
 /// What to grant, path by path.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(super) struct Plan {
     /// Read, list and execute beneath.
     pub(super) read: BTreeSet<PathBuf>,
@@ -50,57 +72,429 @@ pub(super) struct Plan {
     pub(super) write: BTreeSet<PathBuf>,
     /// List only (ancestors of hidden paths).
     pub(super) list: BTreeSet<PathBuf>,
+    /// Of `list`, the directories inside a writable root whose hidden entries the session's
+    /// mount namespace covers: entries may also be created and removed directly in them.
+    pub(super) create: BTreeSet<PathBuf>,
+    /// The directories whose change calls for a new plan: every listed one, and the nearest
+    /// existing ancestor of a writable root that is missing.
+    pub(super) watch: BTreeSet<PathBuf>,
+}
+
+/// What making a plan needs besides its roots, kept from one plan of a profile to the next.
+#[derive(Debug, Default)]
+pub(crate) struct Carving {
+    /// Where the host sees the session's mount namespace.
+    view: View,
+    /// Device and inode of everything seen at a hidden path so far, and of entries that may
+    /// be one under another name: an entry that is one of them is never granted.
+    hidden: HashSet<(u64, u64)>,
+    /// The directories the last plan let commands create and remove entries in, with what
+    /// made that safe then.
+    guarded: BTreeMap<PathBuf, Guard>,
+}
+
+impl Carving {
+    /// For a profile whose commands see the mount namespace at `view` (`/proc/HOLDER/root`,
+    /// as the host reaches it), or none.
+    pub(crate) fn new(view: Option<PathBuf>) -> Carving {
+        Carving {
+            view: view.map_or(View::None, View::Mounts),
+            ..Carving::default()
+        }
+    }
+}
+
+/// Where the host sees the session's mount namespace, to tell which hidden paths are covered.
+#[derive(Debug, Default)]
+enum View {
+    /// No mount namespace (Landlock alone): carved directories stay list-only.
+    #[default]
+    None,
+    /// `/proc/HOLDER/root`.
+    Mounts(PathBuf),
+    /// In tests: these paths count as covered.
+    #[cfg(test)]
+    Pretend(Vec<PathBuf>),
+}
+
+impl View {
+    /// Whether `path` is covered in the namespace: the root of a mount there (another device
+    /// than its directory's) of mode 000, as the namespaces' covers are.
+    fn covers(&self, path: &Path) -> bool {
+        let view = match self {
+            View::None => return false,
+            View::Mounts(view) => view,
+            #[cfg(test)]
+            View::Pretend(covered) => return covered.iter().any(|covered| covered == path),
+        };
+        let seen = if path.starts_with(view) {
+            path.to_path_buf()
+        } else {
+            view.join(path.strip_prefix("/").unwrap_or(path))
+        };
+        let (Ok(cover), Some(Ok(parent))) = (
+            std::fs::symlink_metadata(&seen),
+            seen.parent().map(std::fs::symlink_metadata),
+        ) else {
+            return false;
+        };
+        cover.dev() != parent.dev() && cover.mode() & 0o7777 == 0
+    }
+}
+
+/// Why a directory could take new entries: its hidden entries, covered, and what it held.
+#[derive(Debug)]
+struct Guard {
+    /// Each hidden entry and its device and inode then.
+    hidden: Vec<(PathBuf, (u64, u64))>,
+    /// The inodes of its entries then.
+    entries: HashSet<u64>,
+}
+
+impl Guard {
+    /// A hidden entry is gone or was replaced (from outside: inside, its cover holds it): its
+    /// cover went with it, and meanwhile a command could have renamed or linked the new one
+    /// to an ordinary name.
+    fn broken(&self) -> bool {
+        self.hidden
+            .iter()
+            .any(|(path, was)| identity(path) != Some(*was))
+    }
+}
+
+/// Device and inode of `path` itself.
+fn identity(path: &Path) -> Option<(u64, u64)> {
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|meta| (meta.dev(), meta.ino()))
 }
 
 impl Plan {
     /// Read everything under `/` except `hidden`; write the `writable` roots except `hidden`.
     /// Paths are taken as given (the caller canonicalizes them); missing writable roots are
-    /// skipped.
-    pub(super) fn new(writable: &[PathBuf], hidden: &[PathBuf]) -> Plan {
-        let mut plan = Plan::default();
+    /// skipped (their nearest existing ancestor is watched). `carving` carries what earlier
+    /// plans of the profile saw.
+    pub(super) fn new(writable: &[PathBuf], hidden: &[PathBuf], carving: &mut Carving) -> Plan {
+        Plan::beneath(Path::new("/"), writable, hidden, carving)
+    }
+
+    /// [`Plan::new`] with `top` read instead of `/`.
+    fn beneath(
+        top: &Path,
+        writable: &[PathBuf],
+        hidden: &[PathBuf],
+        carving: &mut Carving,
+    ) -> Plan {
+        for path in hidden {
+            if let Some(seen) = identity(path) {
+                carving.hidden.insert(seen);
+            }
+        }
+        // A hidden path inside another one is covered with it.
+        let outermost: Vec<PathBuf> = hidden
+            .iter()
+            .filter(|path| {
+                !hidden
+                    .iter()
+                    .any(|outer| outer != *path && path.starts_with(outer))
+            })
+            .cloned()
+            .collect();
+        let mut walk = Walk {
+            hidden,
+            outermost: &outermost,
+            before: std::mem::take(&mut carving.guarded),
+            carving,
+            plan: Plan::default(),
+        };
         let mut read = Vec::new();
-        cover(Path::new("/"), hidden, &mut read, &mut plan.list);
-        plan.read.extend(read);
+        walk.cover(top, false, &mut read);
         for root in writable {
             if !root.exists() {
+                if let Some(existing) = root.ancestors().skip(1).find(|dir| dir.exists()) {
+                    walk.plan.watch.insert(existing.to_path_buf());
+                }
                 continue;
             }
             let mut write = Vec::new();
-            cover(root, hidden, &mut write, &mut plan.list);
-            plan.write.extend(write);
+            walk.cover(root, true, &mut write);
+            walk.plan.write.extend(write);
         }
+        let mut plan = walk.plan;
+        plan.read.extend(read);
         plan
     }
 }
 
-/// Grant `dir` whole when no hidden path is in it; otherwise list it and cover each entry.
-/// Symbolic links are skipped: what they point to is covered where it really is.
-fn cover(
-    dir: &Path,
-    hidden: &[PathBuf],
-    granted: &mut Vec<PathBuf>,
-    listed: &mut BTreeSet<PathBuf>,
-) {
-    if hidden.iter().any(|path| path == dir) {
-        return;
-    }
-    let is_dir = std::fs::symlink_metadata(dir).is_ok_and(|meta| meta.is_dir());
-    if !is_dir || !hidden.iter().any(|path| path.starts_with(dir)) {
-        granted.push(dir.to_path_buf());
-        return;
-    }
-    listed.insert(dir.to_path_buf());
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let Ok(kind) = entry.file_type() else {
-            continue;
-        };
-        if kind.is_symlink() {
-            continue;
+/// One making of a plan.
+struct Walk<'a> {
+    hidden: &'a [PathBuf],
+    /// The hidden paths that are not inside another one.
+    outermost: &'a [PathBuf],
+    /// The guards of the plan before.
+    before: BTreeMap<PathBuf, Guard>,
+    carving: &'a mut Carving,
+    plan: Plan,
+}
+
+impl Walk<'_> {
+    /// Grant `dir` whole when no hidden path is in it; otherwise list it and cover each entry.
+    /// Symbolic links are skipped: what they point to is covered where it really is. In a
+    /// writable root (`write`), a carved directory may take new entries (see [`Walk::guard`]).
+    fn cover(&mut self, dir: &Path, write: bool, granted: &mut Vec<PathBuf>) {
+        if self.hidden.iter().any(|path| path == dir) {
+            return;
         }
-        cover(&entry.path(), hidden, granted, listed);
+        let meta = std::fs::symlink_metadata(dir);
+        let is_dir = meta.as_ref().is_ok_and(|meta| meta.is_dir());
+        if !is_dir || !self.hidden.iter().any(|path| path.starts_with(dir)) {
+            granted.push(dir.to_path_buf());
+            return;
+        }
+        let device = meta.map(|meta| meta.dev()).unwrap_or_default();
+        self.plan.list.insert(dir.to_path_buf());
+        self.plan.watch.insert(dir.to_path_buf());
+        let Ok(read) = std::fs::read_dir(dir) else {
+            return;
+        };
+        let entries: Vec<(PathBuf, u64, bool)> = read
+            .flatten()
+            .filter_map(|entry| {
+                let kind = entry.file_type().ok()?;
+                Some((entry.path(), entry.ino(), kind.is_symlink()))
+            })
+            .collect();
+        // It took new entries, and a hidden entry went or was replaced since: an entry new
+        // since then may be that hidden one renamed or linked, so no new one is granted.
+        if let Some(guard) = self.before.get(dir)
+            && guard.broken()
+        {
+            for (_, inode, _) in &entries {
+                if !guard.entries.contains(inode) {
+                    self.carving.hidden.insert((device, *inode));
+                }
+            }
+        }
+        if write && let Some(guard) = self.guard(dir, &entries) {
+            self.plan.create.insert(dir.to_path_buf());
+            self.carving.guarded.insert(dir.to_path_buf(), guard);
+        }
+        for (path, inode, is_symlink) in entries {
+            if is_symlink || self.carving.hidden.contains(&(device, inode)) {
+                continue;
+            }
+            self.cover(&path, write, granted);
+        }
+    }
+
+    /// Whether commands may create and remove entries directly in the carved `dir`: only in
+    /// a mount namespace, where every hidden path in `dir` is an entry of `dir` (so that no
+    /// entry it could rename holds one) that exists and is covered by a mount (which cannot
+    /// be removed, renamed or linked, and shows nothing). A hidden path that is missing could
+    /// be made by a command, e.g. as a link into the workspace.
+    fn guard(&self, dir: &Path, entries: &[(PathBuf, u64, bool)]) -> Option<Guard> {
+        let mut hidden = Vec::new();
+        for path in self.outermost.iter().filter(|path| path.starts_with(dir)) {
+            if path.parent() != Some(dir) || !self.carving.view.covers(path) {
+                return None;
+            }
+            hidden.push((path.clone(), identity(path)?));
+        }
+        Some(Guard {
+            hidden,
+            entries: entries.iter().map(|(_, inode, _)| *inode).collect(),
+        })
+    }
+}
+
+/// What a directory's change shows in: its device and inode (replaced), and its modification
+/// and change times in nanoseconds (an entry added, removed or renamed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    device: u64,
+    inode: u64,
+    modified: i128,
+    changed: i128,
+}
+
+impl Stamp {
+    /// `path`'s stamp; `None`: missing.
+    fn of(path: &Path) -> Option<Stamp> {
+        let meta = std::fs::symlink_metadata(path).ok()?;
+        let nanos =
+            |seconds: i64, nanos: i64| i128::from(seconds) * 1_000_000_000 + i128::from(nanos);
+        Some(Stamp {
+            device: meta.dev(),
+            inode: meta.ino(),
+            modified: nanos(meta.mtime(), meta.mtime_nsec()),
+            changed: nanos(meta.ctime(), meta.ctime_nsec()),
+        })
+    }
+
+    /// Whether a change of the directory could have been given the same times as this stamp
+    /// shows: they are within `margin` ([`RACY`]) of `from`..`to` (wall clock, in
+    /// nanoseconds), when the plan was being made.
+    fn racy(&self, from: i128, to: i128, margin: Duration) -> bool {
+        let margin = margin.as_nanos() as i128;
+        [self.modified, self.changed]
+            .iter()
+            .any(|time| *time > from - margin && *time < to + margin)
+    }
+}
+
+/// The wall clock in nanoseconds since the epoch.
+fn wall_nanos() -> i128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_nanos() as i128)
+}
+
+/// Makes a profile's plan: its roots, with what is added to the plan (see `prepare.rs`).
+pub(crate) type MakePlan = Box<dyn Fn(&mut Carving) -> Plan + Send + Sync>;
+
+/// A profile's ruleset, made again at a command's start when a directory it carved changed
+/// since (see the module's documentation).
+pub(crate) struct Rules {
+    how: How,
+    /// The ruleset now (locked only to read or replace it).
+    current: Mutex<Arc<Made>>,
+    /// The turn to make it again, with what the plans are made from: starts that find the
+    /// ruleset stale meanwhile wait here, and use what it made.
+    making: Mutex<Carving>,
+}
+
+/// How a profile's ruleset is made.
+struct How {
+    make: MakePlan,
+    network: Network,
+    private_network: bool,
+    /// How long after a change a directory's times are not trusted ([`RACY`]).
+    racy: Duration,
+}
+
+impl std::fmt::Debug for Rules {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rules")
+            .field("network", &self.how.network)
+            .field("private_network", &self.how.private_network)
+            .field("current", &self.current)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One making of a ruleset.
+#[derive(Debug)]
+struct Made {
+    ruleset: OwnedFd,
+    /// Each watched directory and its stamp then.
+    stamps: Vec<(PathBuf, Option<Stamp>)>,
+    /// A stamp was taken too soon after its directory changed to trust it.
+    racy: bool,
+    /// When the making began.
+    began: Instant,
+}
+
+impl Made {
+    /// Made from `carving` as `how` says, stamped.
+    fn new(how: &How, carving: &mut Carving) -> Result<Made, LandlockError> {
+        let began = Instant::now();
+        let from = wall_nanos();
+        let plan = (how.make)(carving);
+        let ruleset = build(&plan, how.network, how.private_network)?;
+        let stamps: Vec<(PathBuf, Option<Stamp>)> = plan
+            .watch
+            .into_iter()
+            .map(|dir| {
+                let stamp = Stamp::of(&dir);
+                (dir, stamp)
+            })
+            .collect();
+        let to = wall_nanos();
+        let racy = stamps
+            .iter()
+            .any(|(_, stamp)| stamp.is_some_and(|stamp| stamp.racy(from, to, how.racy)));
+        Ok(Made {
+            ruleset,
+            stamps,
+            racy,
+            began,
+        })
+    }
+
+    /// No watched directory changed since, and every stamp is trusted.
+    fn fresh(&self) -> bool {
+        !self.racy
+            && self
+                .stamps
+                .iter()
+                .all(|(dir, stamp)| Stamp::of(dir) == *stamp)
+    }
+}
+
+impl Rules {
+    /// The rules `make` plans (from `carving`, as [`Carving::new`] makes it), for `network`
+    /// (see [`build`]).
+    pub(crate) fn new(
+        make: MakePlan,
+        carving: Carving,
+        network: Network,
+        private_network: bool,
+    ) -> Result<Rules, LandlockError> {
+        Rules::with_margin(make, carving, network, private_network, RACY)
+    }
+
+    /// [`Rules::new`], with directories' times trusted `racy` after a change.
+    fn with_margin(
+        make: MakePlan,
+        mut carving: Carving,
+        network: Network,
+        private_network: bool,
+        racy: Duration,
+    ) -> Result<Rules, LandlockError> {
+        let how = How {
+            make,
+            network,
+            private_network,
+            racy,
+        };
+        let made = Made::new(&how, &mut carving)?;
+        Ok(Rules {
+            how,
+            current: Mutex::new(Arc::new(made)),
+            making: Mutex::new(carving),
+        })
+    }
+
+    /// The ruleset for a command starting now (a new descriptor of it): made again first when
+    /// a directory it carved changed. Blocks while it is made (a few milliseconds); starts
+    /// that find it stale meanwhile use that one. If making it fails, the ruleset before is
+    /// used: it grants nothing it did not grant before.
+    pub(crate) fn current(&self) -> io::Result<OwnedFd> {
+        let arrived = Instant::now();
+        let made = lock(&self.current).clone();
+        if made.fresh() {
+            return made.ruleset.try_clone();
+        }
+        let mut carving = lock(&self.making);
+        let made = lock(&self.current).clone();
+        // Made since this start arrived: it shows the directories as they were then, or later.
+        if made.began >= arrived || made.fresh() {
+            return made.ruleset.try_clone();
+        }
+        match Made::new(&self.how, &mut carving) {
+            Ok(new) => {
+                let new = Arc::new(new);
+                *lock(&self.current) = new.clone();
+                new.ruleset.try_clone()
+            }
+            Err(error) => {
+                tracing::warn!(
+                    %error,
+                    "cannot make a session's Landlock rules again; its commands keep the rules before"
+                );
+                made.ruleset.try_clone()
+            }
+        }
     }
 }
 
@@ -143,8 +537,25 @@ pub(super) fn build(
             .ok()
             .map(|fd| PathBeneath::new(fd, access))
     };
+    // Creating and removing entries directly in such a directory (its hidden entries are
+    // mount points, which cannot be removed, renamed or linked), not reading or writing them,
+    // nor moving one to another directory (`Refer`): were a cover gone (its file replaced
+    // from outside), the hidden entry could only be renamed beside it, where the next plan
+    // knows it (see `Guard`), not into a new directory that the next plan grants whole.
+    let create = AccessFs::MakeReg
+        | AccessFs::MakeDir
+        | AccessFs::MakeSym
+        | AccessFs::MakeFifo
+        | AccessFs::MakeSock
+        | AccessFs::RemoveFile
+        | AccessFs::RemoveDir;
     for path in &plan.list {
-        if let Some(rule) = rule(path, AccessFs::ReadDir.into()) {
+        let access = if plan.create.contains(path) {
+            create | AccessFs::ReadDir
+        } else {
+            AccessFs::ReadDir.into()
+        };
+        if let Some(rule) = rule(path, access) {
             created = created.add_rule(rule)?;
         }
     }
@@ -178,22 +589,35 @@ pub(super) fn build(
 mod tests {
     use super::*;
 
-    #[test]
-    fn hidden_paths_are_carved_out_by_granting_their_siblings() {
+    /// A fresh directory, canonical.
+    fn base() -> (tempfile::TempDir, PathBuf) {
         let root = tempfile::tempdir().unwrap();
         let base = root.path().canonicalize().unwrap();
-        for dir in ["home/me/.ssh", "home/me/src", "home/other", "etc"] {
+        (root, base)
+    }
+
+    fn make(base: &Path, dirs: &[&str], files: &[&str]) {
+        for dir in dirs {
             std::fs::create_dir_all(base.join(dir)).unwrap();
         }
-        std::fs::write(base.join("home/me/.netrc"), "secret").unwrap();
+        for file in files {
+            std::fs::write(base.join(file), "content").unwrap();
+        }
+    }
+
+    #[test]
+    fn hidden_paths_are_carved_out_by_granting_their_siblings() {
+        let (_root, base) = base();
+        make(
+            &base,
+            &["home/me/.ssh", "home/me/src", "home/other", "etc"],
+            &["home/me/.netrc"],
+        );
         std::os::unix::fs::symlink(base.join("home/me"), base.join("link")).unwrap();
         let hidden = [base.join("home/me/.ssh"), base.join("home/me/.netrc")];
-        let mut granted = Vec::new();
-        let mut listed = BTreeSet::new();
-        cover(&base, &hidden, &mut granted, &mut listed);
-        granted.sort();
+        let plan = Plan::beneath(&base, &[], &hidden, &mut Carving::default());
         assert_eq!(
-            granted,
+            plan.read.into_iter().collect::<Vec<_>>(),
             vec![
                 base.join("etc"),
                 base.join("home/me/src"),
@@ -201,25 +625,250 @@ mod tests {
             ],
             "the link is skipped, the hidden entries get nothing"
         );
-        assert_eq!(
-            listed.into_iter().collect::<Vec<_>>(),
-            vec![base.clone(), base.join("home"), base.join("home/me")]
-        );
+        let listed = vec![base.clone(), base.join("home"), base.join("home/me")];
+        assert_eq!(plan.list.iter().cloned().collect::<Vec<_>>(), listed);
+        assert_eq!(plan.watch.into_iter().collect::<Vec<_>>(), listed);
+        assert!(plan.create.is_empty());
     }
 
     #[test]
     fn a_writable_root_inside_a_hidden_path_is_still_granted() {
-        let root = tempfile::tempdir().unwrap();
-        let base = root.path().canonicalize().unwrap();
-        std::fs::create_dir_all(base.join("cache/toolhost/work")).unwrap();
+        let (_root, base) = base();
+        make(&base, &["cache/toolhost/work"], &[]);
         let hidden = [base.join("cache/toolhost")];
         let plan = Plan::new(
-            &[base.join("cache/toolhost/work"), base.join("missing")],
+            &[base.join("cache/toolhost/work"), base.join("missing/cache")],
             &hidden,
+            &mut Carving::default(),
         );
         assert_eq!(
             plan.write.into_iter().collect::<Vec<_>>(),
             vec![base.join("cache/toolhost/work")]
         );
+        assert!(
+            plan.watch.contains(&base),
+            "the nearest directory of a missing root is watched"
+        );
+    }
+
+    #[test]
+    fn a_carved_directory_takes_new_entries_only_where_its_hidden_entries_are_covered() {
+        let (_root, base) = base();
+        make(
+            &base,
+            &["w/state", "w/src", "deep/a/state", "files", "gone"],
+            &["files/token"],
+        );
+        let roots = ["w", "deep", "files", "gone"].map(|root| base.join(root));
+        let hidden = [
+            base.join("w/state"),
+            base.join("w/state/logs"),
+            base.join("deep/a/state"),
+            base.join("files/token"),
+            base.join("gone/missing"),
+        ];
+        let covered = hidden.to_vec();
+        let mut carving = Carving {
+            view: View::Pretend(covered),
+            ..Carving::default()
+        };
+        let plan = Plan::beneath(&base, &roots, &hidden, &mut carving);
+        assert_eq!(
+            plan.create.iter().cloned().collect::<Vec<_>>(),
+            vec![base.join("deep/a"), base.join("files"), base.join("w")],
+            "not `deep`, whose hidden path is deeper (an entry it could rename holds it), nor \
+             `gone`, whose hidden path is missing (a command could make it)"
+        );
+        assert!(plan.write.contains(&base.join("w/src")));
+        // Where nothing covers them (Landlock alone), or some are not covered, list only.
+        let plan = Plan::beneath(&base, &roots, &hidden, &mut Carving::default());
+        assert!(plan.create.is_empty(), "{:?}", plan.create);
+        let mut carving = Carving {
+            view: View::Pretend(vec![base.join("w/state")]),
+            ..Carving::default()
+        };
+        let plan = Plan::beneath(&base, &roots, &hidden, &mut carving);
+        assert_eq!(
+            plan.create.into_iter().collect::<Vec<_>>(),
+            [base.join("w")]
+        );
+    }
+
+    #[test]
+    fn a_hidden_entry_under_another_name_is_never_granted() {
+        let (_root, base) = base();
+        make(&base, &["w"], &["w/token", "w/old"]);
+        let roots = [base.join("w")];
+        let hidden = [base.join("w/token")];
+        let mut carving = Carving {
+            view: View::Pretend(hidden.to_vec()),
+            ..Carving::default()
+        };
+        let plan = Plan::beneath(&base, &roots, &hidden, &mut carving);
+        assert!(plan.create.contains(&base.join("w")));
+        // Renamed or linked to an ordinary name (as a command could if its cover went).
+        std::fs::hard_link(base.join("w/token"), base.join("w/linked")).unwrap();
+        let plan = Plan::beneath(&base, &roots, &hidden, &mut carving);
+        assert!(
+            !plan.write.contains(&base.join("w/linked")),
+            "{:?}",
+            plan.write
+        );
+        std::fs::rename(base.join("w/token"), base.join("w/renamed")).unwrap();
+        let plan = Plan::beneath(&base, &roots, &hidden, &mut carving);
+        assert!(
+            !plan.write.contains(&base.join("w/renamed")),
+            "{:?}",
+            plan.write
+        );
+        assert!(plan.create.is_empty(), "the hidden entry is gone");
+    }
+
+    #[test]
+    fn a_replaced_hidden_entry_takes_back_what_is_new_beside_it() {
+        let (_root, base) = base();
+        make(&base, &["w"], &["w/token", "w/old"]);
+        let roots = [base.join("w")];
+        let hidden = [base.join("w/token")];
+        let mut carving = Carving {
+            view: View::Pretend(hidden.to_vec()),
+            ..Carving::default()
+        };
+        let plan = Plan::beneath(&base, &roots, &hidden, &mut carving);
+        assert!(plan.create.contains(&base.join("w")));
+        // Replaced from outside (its cover goes), then renamed by a command to a name of its
+        // own; meanwhile a command made another entry.
+        std::fs::write(base.join("w/token.new"), "new secret").unwrap();
+        std::fs::rename(base.join("w/token.new"), base.join("w/token")).unwrap();
+        std::fs::rename(base.join("w/token"), base.join("w/mine")).unwrap();
+        std::fs::write(base.join("w/made"), "made").unwrap();
+        let plan = Plan::beneath(&base, &roots, &hidden, &mut carving);
+        assert_eq!(
+            plan.write.iter().cloned().collect::<Vec<_>>(),
+            [base.join("w/old")],
+            "nothing new since the hidden entry was replaced is granted"
+        );
+        assert!(plan.create.is_empty());
+        let plan = Plan::beneath(&base, &roots, &hidden, &mut carving);
+        assert!(!plan.write.contains(&base.join("w/mine")), "nor later");
+    }
+
+    /// Rules planned beneath `base` instead of `/`, with times trusted 200 ms after a change,
+    /// and every plan they made; `None` (said) where this kernel has no Landlock.
+    fn rules(base: &Path, hidden: &[PathBuf]) -> Option<(Rules, Arc<Mutex<Vec<Plan>>>)> {
+        let plans = Arc::new(Mutex::new(Vec::new()));
+        let (made, base, hidden) = (plans.clone(), base.to_path_buf(), hidden.to_vec());
+        let make: MakePlan = Box::new(move |carving: &mut Carving| {
+            let plan = Plan::beneath(&base, &[], &hidden, carving);
+            lock(&made).push(plan.clone());
+            plan
+        });
+        match Rules::with_margin(
+            make,
+            Carving::default(),
+            Network::Full,
+            false,
+            Duration::from_millis(200),
+        ) {
+            Ok(rules) => Some((rules, plans)),
+            Err(LandlockError::Unsupported) => {
+                eprintln!("no Landlock in this kernel: nothing to test");
+                None
+            }
+            Err(error) => panic!("{error}"),
+        }
+    }
+
+    fn settle() {
+        std::thread::sleep(Duration::from_millis(250));
+    }
+
+    #[test]
+    fn rules_are_made_again_when_a_carved_directory_changes() {
+        let (_root, base) = base();
+        make(&base, &["home/.ssh"], &["home/a"]);
+        settle();
+        let Some((rules, plans)) = rules(&base, &[base.join("home/.ssh")]) else {
+            return;
+        };
+        let count = || lock(&plans).len();
+        rules.current().unwrap();
+        assert_eq!(count(), 1, "nothing changed: the same rules");
+        // A file written in place keeps its inode, and its directory's times.
+        std::fs::write(base.join("home/a"), "more").unwrap();
+        rules.current().unwrap();
+        assert_eq!(count(), 1);
+        std::fs::write(base.join("home/b"), "new").unwrap();
+        rules.current().unwrap();
+        assert_eq!(count(), 2, "a new entry: made again");
+        assert!(lock(&plans)[1].read.contains(&base.join("home/b")));
+        // Stamped within the margin of the change: not trusted, made once more by the next
+        // start, then trusted.
+        settle();
+        rules.current().unwrap();
+        assert_eq!(count(), 3, "a racy stamp: made again");
+        rules.current().unwrap();
+        assert_eq!(count(), 3);
+        // The directory replaced whole.
+        std::fs::rename(base.join("home"), base.join("home.old")).unwrap();
+        std::fs::create_dir_all(base.join("home/.ssh")).unwrap();
+        settle();
+        rules.current().unwrap();
+        assert_eq!(count(), 4, "a new directory: made again");
+    }
+
+    #[test]
+    fn hidden_names_are_never_granted_after_a_rebuild() {
+        let (_root, base) = base();
+        make(&base, &["home/.ssh"], &["home/a"]);
+        let hidden = [
+            base.join("home/.ssh"),
+            base.join("home/.aws"),
+            base.join("home/.netrc"),
+        ];
+        settle();
+        let Some((rules, plans)) = rules(&base, &hidden) else {
+            return;
+        };
+        make(
+            &base,
+            &["home/.aws", "home/new"],
+            &["home/.aws/credentials", "home/.netrc"],
+        );
+        rules.current().unwrap();
+        let plans = lock(&plans);
+        let last = plans.last().unwrap();
+        assert_eq!(plans.len(), 2);
+        assert_eq!(
+            last.read.iter().cloned().collect::<Vec<_>>(),
+            [base.join("home/a"), base.join("home/new")]
+        );
+    }
+
+    #[test]
+    fn concurrent_starts_share_one_rebuild() {
+        let (_root, base) = base();
+        make(&base, &["home/.ssh"], &[]);
+        settle();
+        let Some((rules, plans)) = rules(&base, &[base.join("home/.ssh")]) else {
+            return;
+        };
+        std::fs::write(base.join("home/b"), "new").unwrap();
+        settle();
+        let rules = Arc::new(rules);
+        let barrier = Arc::new(std::sync::Barrier::new(4));
+        let starts: Vec<_> = (0..4)
+            .map(|_| {
+                let (rules, barrier) = (rules.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    rules.current().unwrap();
+                })
+            })
+            .collect();
+        for start in starts {
+            start.join().unwrap();
+        }
+        assert_eq!(lock(&plans).len(), 2, "one rebuild for all four starts");
     }
 }

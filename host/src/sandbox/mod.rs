@@ -23,6 +23,7 @@
 //! is missing is refused.
 
 pub(crate) mod cgroup;
+pub(crate) mod git_guard;
 mod landlock;
 pub(crate) mod namespaces;
 mod prepare;
@@ -31,7 +32,7 @@ mod profile;
 mod seccomp;
 pub mod secrets;
 
-pub(crate) use cgroup::CommandCgroups;
+pub(crate) use cgroup::{CommandCgroups, MemoryKill, ParentCgroups};
 
 /// `path` with its links resolved, or as it is when it does not exist.
 pub(crate) fn canonical(path: &std::path::Path) -> std::path::PathBuf {

@@ -188,6 +188,12 @@ impl Namespaces {
             .then(|| PathBuf::from(format!("/proc/{}/root/dev/shm", self.holder)))
     }
 
+    /// The root of the namespaces' view of the file system, as the host reaches it (through
+    /// the holder): `/proc/HOLDER/root`.
+    pub(crate) fn root(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/{}/root", self.holder))
+    }
+
     /// The namespaces' own `/tmp`, as the host reaches it (through the holder's root); `None`
     /// when `/tmp` is the host's.
     pub(crate) fn tmp_root(&self) -> Option<PathBuf> {

@@ -14,7 +14,7 @@ use super::namespaces::{self, NamespaceError, NamespaceKind, Namespaces, TmpView
 use super::probe;
 use super::seccomp::{self, SeccompError};
 use super::secrets::HiddenPaths;
-use super::{Network, Profile, SandboxMode, canonical};
+use super::{Network, ParentCgroups, Profile, SandboxMode, canonical};
 use toolhost_keeper_protocol::option;
 
 /// Most profiles one scope may use (each holds its namespaces and layers until the scope ends).
@@ -116,6 +116,10 @@ pub(crate) struct Context {
     pub(crate) shm_bytes: u64,
     /// The most bytes of a session's own `/tmp` (`--tmp-size-per-session`).
     pub(crate) tmp_bytes: u64,
+    /// The memory of a session's confined commands together (`--memory-limit-per-session`).
+    pub(crate) memory_per_session: Option<u64>,
+    /// The memory of every session's confined commands together (`--memory-limit-total`).
+    pub(crate) memory_total: Option<u64>,
     /// Where the scopes' private temporary directories are made: a directory hidden from
     /// confined commands (in the host's state directory), so that without namespaces a
     /// session's `$TMPDIR` is out of every other session's reach. `None`: the system's
@@ -132,8 +136,9 @@ pub(crate) struct Context {
 /// The layers of one profile, ready for keepers.
 #[derive(Debug)]
 pub(crate) struct Prepared {
-    /// The Landlock ruleset (the keeper's descriptor 6).
-    pub(crate) ruleset: OwnedFd,
+    /// The Landlock ruleset (the keeper's descriptor 6), made again when a directory it carved
+    /// changes: see [`Prepared::ruleset`].
+    ruleset: landlock::Rules,
     /// The seccomp programs (the keeper's descriptor 7).
     pub(crate) seccomp: OwnedFd,
     /// The keeper's options for the limits, e.g. `--rlimit-cpu=60`.
@@ -148,6 +153,16 @@ pub(crate) struct Prepared {
     /// The sizes of the session's own `/tmp` and `/dev/shm` when they are tmpfs of bounded
     /// size (`None` without namespaces), for the note when a command fills one.
     pub(crate) private_space: Option<PrivateSpace>,
+}
+
+impl Prepared {
+    /// The Landlock ruleset for a command starting now (a new descriptor): made again first
+    /// when a directory around a hidden path changed since it was made, so that entries
+    /// created or replaced there since are granted (never a hidden one). A running command
+    /// keeps the rules it started with.
+    pub(crate) fn ruleset(&self) -> std::io::Result<OwnedFd> {
+        self.ruleset.current()
+    }
 }
 
 /// The sizes of a session's own `/tmp` and `/dev/shm`, in bytes (`None`: not the session's own).
@@ -198,6 +213,9 @@ pub(crate) struct ScopeSandbox {
     /// The turn to build, held by the start that builds for as long as it builds: the others
     /// wait for it here, without a thread each.
     building: Arc<tokio::sync::Mutex<()>>,
+    /// The session's cgroup, which holds its commands' cgroups (made at the first confined
+    /// command; `None` inside where no cgroup can be made).
+    cgroups: std::sync::OnceLock<Option<Arc<ParentCgroups>>>,
 }
 
 impl ScopeSandbox {
@@ -209,7 +227,28 @@ impl ScopeSandbox {
             prepared: Mutex::new(HashMap::new()),
             failed: Mutex::new(HashMap::new()),
             building: Arc::new(tokio::sync::Mutex::new(())),
+            cgroups: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The session's cgroup, below the host's, with the session's memory limit; made on first
+    /// use. `None` where the host has no cgroup of its own (said once by the host's).
+    pub(crate) fn cgroups(&self) -> Option<Arc<ParentCgroups>> {
+        self.cgroups
+            .get_or_init(|| {
+                let host = ParentCgroups::host(self.context.memory_total)?;
+                host.session(self.context.memory_per_session)
+                    .map(Arc::new)
+                    .map_err(|error| {
+                        tracing::warn!(
+                            %error,
+                            "cannot make a session's cgroup: its commands' cgroups are made in \
+                             the host's, and its memory is not bounded as a whole"
+                        );
+                    })
+                    .ok()
+            })
+            .clone()
     }
 
     /// The layers for `profile` when nothing needs building: `Some(None)` for `off`,
@@ -303,21 +342,25 @@ impl ScopeSandbox {
         if let Some(dir) = temp.as_ref() {
             return Ok(dir.path().to_path_buf());
         }
-        let parent = match &self.context.temp_parent {
-            Some(parent) => {
-                std::fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(parent)
-                    .map_err(PrepareError::TempDir)?;
-                parent.clone()
-            }
-            None => {
+        let made = self.context.temp_parent.as_ref().map(|parent| {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(parent)
+                .map(|()| parent.clone())
+        });
+        let parent = match made {
+            Some(Ok(parent)) => parent,
+            unusable => {
                 static SAID: std::sync::Once = std::sync::Once::new();
                 SAID.call_once(|| {
+                    let why = match unusable {
+                        Some(Err(error)) => format!("the state directory is not usable ({error})"),
+                        _ => "no state directory".to_owned(),
+                    };
                     tracing::warn!(
-                        "no state directory: sessions' private temporary directories are made \
-                         in {}; without namespaces, sessions can reach each other's $TMPDIR",
+                        "{why}: sessions' private temporary directories are made in {}; \
+                         without namespaces, sessions can reach each other's $TMPDIR",
                         std::env::temp_dir().display()
                     );
                 });
@@ -401,9 +444,29 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
     if writable.iter().any(|root| root == Path::new("/")) {
         return Err(PrepareError::RootWritable);
     }
-    let mut visible = writable.clone();
+    // The scope's private directory is no root of the namespaces' view (only a place to mount
+    // the session's tmpfs on, before anything is covered): the hidden directory that holds it
+    // (the state directory) is covered all the same.
+    let scratch = canonical(temp);
+    let mut visible: Vec<PathBuf> = writable
+        .iter()
+        .filter(|root| **root != scratch)
+        .cloned()
+        .collect();
     visible.push(canonical(&context.workdir));
     let masks = namespaces::masks(&hidden, &visible);
+    // Hidden files are covered too (the system's password hashes, and every hidden path that
+    // is a regular file): a cover cannot be removed or renamed from inside, and it leaves the
+    // directory around it live.
+    let mut mask_files = context.hidden.system_files.clone();
+    mask_files.extend(
+        hidden
+            .iter()
+            .filter(|path| std::fs::symlink_metadata(path).is_ok_and(|meta| meta.is_file()))
+            .cloned(),
+    );
+    mask_files.sort();
+    mask_files.dedup();
     // In the namespaces' read-only view, `/tmp` is the private temporary directory; the other
     // writable roots are bound back read-write.
     let temp = canonical(temp);
@@ -415,7 +478,7 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
     let read_only = read_only_roots(context, profile, &view);
     let request = namespaces::Request {
         masks: &masks,
-        mask_files: &context.hidden.system_files,
+        mask_files: &mask_files,
         writable: &view,
         read_only: &read_only,
         private_tmp: Some(&temp),
@@ -469,31 +532,59 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
     // The namespaces' own /tmp is a new mount (an overlay, or a tmpfs), which no rule on the
     // host's tree reaches: it is granted as the host sees it through the holder, with the
     // hidden paths under /tmp carved out of it there.
+    // Every hidden path under /tmp that exists is covered by a mount on that /tmp (the
+    // keeper covers them again on the overlay), and a cover holds there even when the host
+    // replaces what it covers (the overlay does not follow its lower layer's renames): the
+    // whole of it is granted, and it stays live. Only where one is not covered (a hidden
+    // directory that holds the workspace) is it carved like the host's tree.
     if let Some(tmp) = namespaces.as_ref().and_then(Namespaces::tmp_root) {
         writable.retain(|root| *root != temp);
-        let under_tmp: Vec<PathBuf> = hidden
+        let covered = |path: &Path| {
+            masks.iter().any(|mask| path.starts_with(mask)) || mask_files.iter().any(|f| f == path)
+        };
+        let uncovered: Vec<PathBuf> = hidden
             .iter()
-            .filter_map(|path| path.strip_prefix("/tmp").ok())
-            .filter(|relative| !relative.as_os_str().is_empty())
-            .map(|relative| tmp.join(relative))
+            .filter_map(|path| {
+                path.strip_prefix("/tmp")
+                    .ok()
+                    .map(|relative| (path, relative))
+            })
+            .filter(|(path, relative)| {
+                !relative.as_os_str().is_empty()
+                    && std::fs::symlink_metadata(path).is_ok()
+                    && !covered(path)
+            })
+            .map(|(_, relative)| tmp.join(relative))
             .collect();
-        hidden.extend(under_tmp);
+        hidden.extend(uncovered);
         writable.push(tmp);
     }
-    let mut plan = Plan::new(&writable, &hidden);
     // The PID namespace's own `/proc` is a new mount, which no rule on the host's `/proc`
     // reaches (Landlock does not look at a mount point hidden by another mount).
-    if let Some(proc) = namespaces.as_ref().and_then(Namespaces::proc_root) {
-        plan.read.insert(proc);
-    }
+    let proc = namespaces.as_ref().and_then(Namespaces::proc_root);
     // The namespaces' own `/dev/shm` is a new mount too. Without namespaces, `/dev/shm` is
     // the host's, shared with every session: not writable.
-    if profile.mode == SandboxMode::WorkspaceWrite
-        && let Some(shm) = namespaces.as_ref().and_then(Namespaces::shm_root)
-    {
-        plan.write.insert(shm);
-    }
-    let ruleset = landlock::build(&plan, profile.network, private_network)?;
+    let shm = namespaces
+        .as_ref()
+        .and_then(Namespaces::shm_root)
+        .filter(|_| profile.mode == SandboxMode::WorkspaceWrite);
+    // The plan is made again when a directory it carved changes (`landlock::Rules`): all it is
+    // made of is moved in here.
+    let make_plan = move |carving: &mut landlock::Carving| {
+        let mut plan = Plan::new(&writable, &hidden, carving);
+        plan.read.extend(proc.clone());
+        plan.write.extend(shm.clone());
+        plan
+    };
+    // Where the host sees the namespaces' view, `/proc/HOLDER/root`: which hidden paths are
+    // covered there decides where commands may create entries beside them.
+    let view = namespaces.as_ref().map(Namespaces::root);
+    let ruleset = landlock::Rules::new(
+        Box::new(make_plan),
+        landlock::Carving::new(view),
+        profile.network,
+        private_network,
+    )?;
     let seccomp = seccomp::programs(profile.network, private_network)?;
     let mut keeper_args = Vec::new();
     if let Some(namespaces) = &namespaces {

@@ -216,14 +216,16 @@ pub fn report(
         Some(hierarchy) => {
             let _ = writeln!(
                 out,
-                "    memory: the whole command ({})",
+                "    memory: the whole command, a session's commands together, and every \
+                 session's together ({})",
                 hierarchy.describe("memory")
             );
         }
         None => {
             let _ = writeln!(
                 out,
-                "    memory: per process only (RLIMIT_DATA; no memory cgroup the host may create)"
+                "    memory: per process only (RLIMIT_DATA; no memory cgroup the host may \
+                 create); NOT bounded per session or for the host"
             );
         }
     }

@@ -152,8 +152,18 @@ pub struct SandboxSettings {
     /// `--tmp-size-per-session`: the most bytes of a session's own `/tmp`.
     /// Default [`DEFAULT_TMP_BYTES`].
     pub tmp_bytes: u64,
+    /// `--allow-hook-writes`: confined commands may write git hooks and the settings that make
+    /// git run programs, and shell start-up files in writable roots (no read-only binds, no
+    /// git guard). Default `false`.
+    pub allow_hook_writes: bool,
     /// `--memory-limit-per-command` and `--process-limit-per-command`; `cpu_seconds` has no flag.
     pub limits: Limits,
+    /// `--memory-limit-per-session`: the memory of a session's confined commands together.
+    /// Default: half the machine's memory.
+    pub memory_per_session: Option<u64>,
+    /// `--memory-limit-total`: the memory of every session's confined commands together.
+    /// Default: three quarters of the machine's memory.
+    pub memory_total: Option<u64>,
 }
 
 impl Default for SandboxSettings {
@@ -166,11 +176,14 @@ impl Default for SandboxSettings {
             reveal: Vec::new(),
             shm_bytes: DEFAULT_SHM_BYTES,
             tmp_bytes: DEFAULT_TMP_BYTES,
+            allow_hook_writes: false,
             limits: Limits {
                 memory_bytes: default_memory_limit(),
                 processes: Some(1024),
                 cpu_seconds: None,
             },
+            memory_per_session: default_memory_limit(),
+            memory_total: memory_total().map(|bytes| bytes / 4 * 3),
         }
     }
 }
@@ -195,10 +208,15 @@ pub const DEFAULT_TMP_BYTES: u64 = 1024 * 1024 * 1024;
 
 /// Half the machine's memory, or `None` when it cannot be read.
 fn default_memory_limit() -> Option<u64> {
+    memory_total().map(|bytes| bytes / 2)
+}
+
+/// The machine's memory, in bytes.
+fn memory_total() -> Option<u64> {
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = meminfo.lines().find(|line| line.starts_with("MemTotal:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024 / 2)
+    Some(kib * 1024)
 }
 
 /// A plugin's bounds from its manifest's `[grants]` (`sandbox`, `network`, `memory_limit`,
@@ -214,7 +232,7 @@ pub struct SandboxGrant {
     pub limits: Limits,
 }
 
-/// What a policy asks for one command (WIT `toolhost:plugin@0.2.0`). Absent fields take the
+/// What a policy asks for one command (the WIT `confinement-request`, from `toolhost:plugin@0.2.0` on). Absent fields take the
 /// plugin's bound.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ConfinementRequest {

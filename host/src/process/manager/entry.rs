@@ -21,7 +21,10 @@ use super::reap::{self, Exit};
 use crate::buffer::HeadTailBuffer;
 use crate::lock;
 use crate::process::{OutputSnapshot, ProcessInfo, ReadFrom, Signal, Until};
-use crate::sandbox::{CommandCgroups, HiddenPaths, Network, PrivateSpace, Profile, SandboxMode};
+use crate::sandbox::git_guard::{GitGuard, Moment};
+use crate::sandbox::{
+    CommandCgroups, HiddenPaths, MemoryKill, Network, PrivateSpace, Profile, SandboxMode,
+};
 use crate::terminal::stream_view;
 
 /// How refusals of the confinement read in a command's output.
@@ -67,6 +70,10 @@ pub(super) struct Entry {
     pub(super) private_space: Option<PrivateSpace>,
     /// The paths hidden from it by the operator's settings, when it runs confined.
     pub(super) hidden: Option<Arc<HiddenPaths>>,
+    /// Its scope's git guard, when it runs confined (see `sandbox/git_guard.rs`).
+    pub(super) git_guard: Option<Arc<GitGuard>>,
+    /// What the git guard undid right before it started.
+    pub(super) git_note: Option<String>,
     /// Its cgroups (limits on everything it started), if any.
     pub(super) cgroups: Mutex<Option<CommandCgroups>>,
     pub(super) started_ms: u64,
@@ -142,6 +149,10 @@ pub(super) struct EntrySpec {
     pub(super) private_space: Option<PrivateSpace>,
     /// The paths hidden from it by the operator's settings, when it runs confined.
     pub(super) hidden: Option<Arc<HiddenPaths>>,
+    /// Its scope's git guard, when it runs confined.
+    pub(super) git_guard: Option<Arc<GitGuard>>,
+    /// What the git guard undid right before it started.
+    pub(super) git_note: Option<String>,
     /// Its cgroups (limits on everything it started), if any.
     pub(super) cgroups: Option<CommandCgroups>,
     pub(super) started_ms: u64,
@@ -170,6 +181,8 @@ impl Entry {
             nproc_rlimit: spec.nproc_rlimit,
             private_space: spec.private_space,
             hidden: spec.hidden,
+            git_guard: spec.git_guard,
+            git_note: spec.git_note,
             cgroups: Mutex::new(spec.cgroups),
             started_ms: spec.started_ms,
             started_at: spec.started_at,
@@ -229,6 +242,24 @@ impl Entry {
                      retry: ask the user if you need what it holds]",
                     path.display()
                 ));
+            } else if let Some((path, dir)) = self
+                .hidden
+                .as_ref()
+                .filter(|_| denied)
+                .and_then(|hidden| beside_hidden(hidden, &self.workdir, self.started_ms, &text))
+            {
+                // Landlock grants the entries a directory around a hidden path holds when the
+                // command starts, one by one: it cannot take the hidden one back out of a grant
+                // of the whole directory.
+                note.push_str(&format!(
+                    "\n[toolhost: {} is not hidden, but {} holds a path hidden from confined \
+                     commands, so a command may use only the entries it held when the command \
+                     started: creating entries directly in it may be refused, and entries made \
+                     there after the command started are not visible to it. A command started \
+                     later sees what exists then; make new files in a subdirectory instead]",
+                    path.display(),
+                    dir.display()
+                ));
             } else if denied {
                 let network = if network_none { ", network access" } else { "" };
                 let writes = if self.profile.mode == SandboxMode::ReadOnly {
@@ -244,7 +275,123 @@ impl Entry {
                 ));
             }
         }
-        (!note.is_empty()).then(|| note + "\n")
+        return (!note.is_empty()).then(|| note + "\n");
+
+        /// A path a refusal in `text` names that is not hidden itself but lies directly in a
+        /// directory holding a hidden path, and that directory: one made or replaced there
+        /// since the command started (at `started_ms`), or a missing one in or below its
+        /// `workdir` (a refused creation; elsewhere, one outside the writable roots is refused
+        /// anyway). Names are looked for on the lines of a refusal: quoted, or the last word
+        /// before the refusal (`cat: x: Permission denied`); relative ones are taken from
+        /// `workdir`, `~/` and `$HOME/` from the first home.
+        fn beside_hidden(
+            hidden: &HiddenPaths,
+            workdir: &Path,
+            started_ms: u64,
+            text: &str,
+        ) -> Option<(PathBuf, PathBuf)> {
+            use std::os::unix::fs::MetadataExt;
+            let resolved = workdir.canonicalize();
+            let workdir = resolved.as_deref().unwrap_or(workdir);
+            let home = hidden.homes.first();
+            let resolve = |name: &str| -> Option<PathBuf> {
+                let name = name.trim_end_matches('/');
+                if name.is_empty() || name.contains('\0') {
+                    return None;
+                }
+                let path = if let Some(rest) = name.strip_prefix("~/") {
+                    home?.join(rest)
+                } else if let Some(rest) = name.strip_prefix("$HOME/") {
+                    home?.join(rest)
+                } else {
+                    workdir.join(name)
+                };
+                // `.` and `..` taken out lexically.
+                Some(path.components().fold(PathBuf::new(), |mut out, part| {
+                    match part {
+                        std::path::Component::ParentDir => {
+                            out.pop();
+                        }
+                        std::path::Component::CurDir => {}
+                        other => out.push(other),
+                    }
+                    out
+                }))
+            };
+            for line in text.lines() {
+                // Landlock refuses with EACCES; a read-only file system is another matter.
+                let Some(at) = ["Permission denied", "EACCES"]
+                    .iter()
+                    .filter_map(|denial| line.find(denial))
+                    .min()
+                else {
+                    continue;
+                };
+                let mut names: Vec<&str> = Vec::new();
+                for (open, close) in [('\'', '\''), ('‘', '’'), ('"', '"')] {
+                    let mut rest = line;
+                    while let Some(start) = rest.find(open) {
+                        let after = &rest[start + open.len_utf8()..];
+                        let Some(end) = after.find(close) else {
+                            break;
+                        };
+                        names.push(&after[..end]);
+                        rest = &after[end + close.len_utf8()..];
+                    }
+                }
+                let before = line[..at].trim_end().trim_end_matches(':');
+                if let Some(word) = before
+                    .rsplit(": ")
+                    .next()
+                    .and_then(|segment| segment.split_whitespace().last())
+                {
+                    names.push(word.trim_matches(['\'', '"', '‘', '’']));
+                }
+                for path in names.into_iter().filter_map(resolve) {
+                    let Some(parent) = path.parent() else {
+                        continue;
+                    };
+                    let dir = parent
+                        .canonicalize()
+                        .unwrap_or_else(|_| parent.to_path_buf());
+                    let path = dir.join(path.file_name().unwrap_or_default());
+                    let holds_hidden = hidden
+                        .paths
+                        .iter()
+                        .any(|hidden| hidden.starts_with(&dir) && *hidden != dir);
+                    let is_hidden = hidden.paths.iter().any(|hidden| path.starts_with(hidden));
+                    let new = match std::fs::symlink_metadata(&path) {
+                        Ok(meta) => {
+                            let changed_ms =
+                                meta.ctime().saturating_mul(1000) + meta.ctime_nsec() / 1_000_000;
+                            u64::try_from(changed_ms).is_ok_and(|ms| ms >= started_ms)
+                        }
+                        Err(_) => dir.starts_with(workdir),
+                    };
+                    if holds_hidden && !is_hidden && new {
+                        return Some((path, dir));
+                    }
+                }
+            }
+            None
+        }
+    }
+
+    /// The git guard's note, for the end of the output: what it undid right before the command
+    /// started, and what it undoes now that the command ended (a check on a blocking thread).
+    pub(super) async fn git_notes(&self) -> Option<String> {
+        let now = match &self.git_guard {
+            Some(guard) => guard.check(Moment::End).await,
+            None => None,
+        };
+        match (&self.git_note, now) {
+            (None, None) => None,
+            (before, now) => Some(format!(
+                "{}{}\n",
+                before.as_deref().unwrap_or_default(),
+                now.unwrap_or_default()
+            )),
+        }
     }
 
     fn limit_notes(&self) -> String {
@@ -282,18 +429,29 @@ impl Entry {
             return note;
         };
         let limits = self.profile.limits;
-        if let Some(bytes) = limits.memory_bytes
-            && cgroups.memory_limit_hit()
-        {
+        if let Some(kill) = cgroups.memory_kill() {
+            let mib = |bytes: u64| bytes / (1024 * 1024);
+            let why = match kill {
+                MemoryKill::Command(bytes) => format!("by its memory limit of {} MiB", mib(bytes)),
+                MemoryKill::Session(bytes) => format!(
+                    "because this session's commands together reached the session's memory \
+                     limit of {} MiB (stop what you left running to free memory)",
+                    mib(bytes)
+                ),
+                MemoryKill::Host(bytes) => format!(
+                    "because all sessions' commands together reached the host's memory limit \
+                     of {} MiB",
+                    mib(bytes)
+                ),
+                MemoryKill::Other => "for want of memory".to_owned(),
+            };
             tracing::warn!(
                 scope = %self.scope,
                 id = %self.id,
-                "a process of a command was killed by its memory limit of {} MiB",
-                bytes / (1024 * 1024)
+                "a process of a command was killed {why}"
             );
             note.push_str(&format!(
-                "\n[toolhost: a process of this command was killed by its memory limit of {} MiB]",
-                bytes / (1024 * 1024)
+                "\n[toolhost: a process of this command was killed {why}]"
             ));
         }
         if let Some(processes) = limits.processes
@@ -367,7 +525,7 @@ impl Entry {
             }
             let quiet = async {
                 match until {
-                    Until::Quiet(quiet) => tokio::time::sleep(*quiet).await,
+                    Until::Quiet(quiet) => self.quiet_or_reading_input(*quiet).await,
                     _ => std::future::pending().await,
                 }
             };
@@ -479,7 +637,7 @@ impl Entry {
             state.last_read_end = cursor;
         }
         let exit = state.end.and_then(|end| end.exit);
-        OutputSnapshot {
+        let snapshot = OutputSnapshot {
             text: if self.input.is_terminal() {
                 stream_view(&rendered.text)
             } else {
@@ -502,6 +660,12 @@ impl Entry {
             duration_ms: state
                 .end
                 .map_or_else(|| millis(self.started_at.elapsed()), |end| end.duration_ms),
+            left_running: Vec::new(),
+        };
+        drop(state);
+        OutputSnapshot {
+            left_running: self.left_running(),
+            ..snapshot
         }
     }
 
@@ -520,6 +684,7 @@ impl Entry {
             exit_code: exit.map(Exit::exit_code),
             signal: exit.and_then(Exit::signal_name),
             stdin: self.input.kind,
+            left_running: self.left_running(),
         }
     }
 

@@ -26,6 +26,9 @@ pub(super) struct InputSide {
     /// open).
     writer: tokio::sync::Mutex<Option<pipe::Sender>>,
     terminal: Option<Terminal>,
+    /// What `/proc/PID/fd/0` of the command shows for this input (`pipe:[INODE]`, or
+    /// `/dev/pts/N`), to see a process blocked reading it; `None` when closed or unknown.
+    identity: Option<String>,
 }
 
 /// A process's terminal as the host keeps it.
@@ -42,22 +45,32 @@ impl InputSide {
             kind: Stdin::Closed,
             writer: tokio::sync::Mutex::new(None),
             terminal: None,
+            identity: None,
         }
     }
 
     /// A process reading a pipe whose write end is `writer`.
     pub(super) fn pipe(writer: pipe::Sender) -> InputSide {
+        // Both ends of a pipe are one inode.
+        let identity = rustix::fs::fstat(&writer)
+            .ok()
+            .map(|stat| format!("pipe:[{}]", stat.st_ino));
         InputSide {
             kind: Stdin::Pipe,
             writer: tokio::sync::Mutex::new(Some(writer)),
             terminal: None,
+            identity,
         }
     }
 
     /// A process on a terminal of `size`: `writer` and `master` are the host's end (the
     /// same open terminal, non-blocking).
     pub(super) fn terminal(writer: pipe::Sender, master: OwnedFd, size: TerminalSize) -> InputSide {
+        let identity = rustix::pty::ptsname(&master, Vec::new())
+            .ok()
+            .map(|name| name.to_string_lossy().into_owned());
         InputSide {
+            identity,
             kind: Stdin::Terminal(size),
             writer: tokio::sync::Mutex::new(Some(writer)),
             terminal: Some(Terminal {
@@ -65,6 +78,11 @@ impl InputSide {
                 master: Mutex::new(Some(master)),
             }),
         }
+    }
+
+    /// What the command's stdin shows as in `/proc/PID/fd/0`; `None` when closed.
+    pub(super) fn identity(&self) -> Option<&str> {
+        self.identity.as_deref()
     }
 
     /// Whether the process runs on a terminal.

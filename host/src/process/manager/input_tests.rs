@@ -235,3 +235,44 @@ async fn a_progress_bar_reads_as_its_last_state() {
         .expect("wait");
     assert_eq!(out.text, "100%\ndone\n");
 }
+
+/// A wait for quiet output ends as soon as the command is seen blocked reading its input,
+/// long before the quiet time (here the program would give up waiting and print first).
+#[tokio::test]
+async fn a_program_blocked_reading_its_input_ends_a_quiet_wait_at_once() {
+    let (_dir, manager) = manager();
+    let long_quiet = Until::Quiet(Duration::from_secs(30));
+    for stdin in [
+        Stdin::Pipe,
+        Stdin::Terminal(TerminalSize { rows: 24, cols: 80 }),
+    ] {
+        let request = StartRequest {
+            command: "printf 'Name? '; timeout --foreground 5 sh -c 'read name' || echo gave-up"
+                .to_owned(),
+            stdin,
+            ..StartRequest::default()
+        };
+        let id = manager.start(SCOPE, request).await.expect("start");
+        let out = until(&manager, &id, long_quiet.clone()).await;
+        assert!(out.running, "{stdin:?}: {out:?}");
+        assert!(!out.text.contains("gave-up"), "{stdin:?}: {:?}", out.text);
+        manager
+            .write_input(SCOPE, &id, b"ada\n", &[])
+            .await
+            .expect("answer");
+        let out = manager
+            .wait(SCOPE, &id, LONG, ReadFrom::All)
+            .await
+            .expect("wait");
+        assert_eq!(out.exit_code, Some(0), "{stdin:?}: {:?}", out.text);
+    }
+    // A program that sleeps with its input open is not waiting for it.
+    let request = StartRequest {
+        command: "sleep 0.5; echo woke".to_owned(),
+        stdin: Stdin::Pipe,
+        ..StartRequest::default()
+    };
+    let id = manager.start(SCOPE, request).await.expect("start");
+    let out = until(&manager, &id, long_quiet).await;
+    assert!(out.text.contains("woke"), "{out:?}");
+}

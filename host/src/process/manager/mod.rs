@@ -77,6 +77,7 @@
 
 mod child;
 mod config;
+mod descendants;
 mod entry;
 mod ids;
 mod input;
@@ -103,10 +104,11 @@ use tokio::runtime::Handle;
 use tokio::time::Instant;
 
 use super::{
-    BoxFuture, OutputSnapshot, ProcessBackend, ProcessError, ProcessInfo, ReadFrom, Signal,
-    StartRequest, Stdin, Until,
+    BoxFuture, LogPage, OutputSnapshot, ProcessBackend, ProcessError, ProcessInfo, ReadFrom,
+    Signal, StartRequest, Stdin, Until,
 };
 use crate::buffer::HeadTailBuffer;
+use crate::sandbox::git_guard::{GitGuard, Moment};
 use crate::sandbox::namespaces::NamespaceKind;
 use crate::sandbox::{self, CommandCgroups, Prepared, Profile, ScopeSandbox, canonical};
 use crate::terminal::{Key, Screen, TerminalSize};
@@ -273,6 +275,8 @@ pub struct ProcessManager {
     sandbox_context: Arc<sandbox::Context>,
     /// Per scope: its private temporary directory and the layers built for it so far.
     sandboxes: Mutex<HashMap<String, Arc<ScopeSandbox>>>,
+    /// Per scope with confined commands: its git guard (`sandbox/git_guard.rs`).
+    git_guards: Mutex<HashMap<String, Arc<GitGuard>>>,
     /// The context's hidden and visible roots, resolved once for the `workdir` check.
     path_roots: PathRoots,
 }
@@ -398,8 +402,10 @@ impl ProcessManager {
             hidden: Arc::new(hidden_paths(&config.sandbox)),
             shm_bytes: config.sandbox.shm_bytes,
             tmp_bytes: config.sandbox.tmp_bytes,
+            memory_per_session: config.sandbox.memory_per_session,
+            memory_total: config.sandbox.memory_total,
             temp_parent: log_dir.as_ref().map(|dir| dir.join("tmp")),
-            allow_hook_writes: false,
+            allow_hook_writes: config.sandbox.allow_hook_writes,
             protected: config
                 .protected
                 .iter()
@@ -420,6 +426,7 @@ impl ProcessManager {
             path_roots: PathRoots::of(&sandbox_context),
             sandbox_context,
             sandboxes: Mutex::new(HashMap::new()),
+            git_guards: Mutex::new(HashMap::new()),
         })
     }
 
@@ -475,6 +482,14 @@ impl ProcessManager {
         for entry in &entries {
             self.records.remove(entry);
         }
+        // A last check of every scope's git guard, now that nothing runs.
+        let guards: Vec<Arc<GitGuard>> = crate::lock(&self.git_guards)
+            .drain()
+            .map(|(_, guard)| guard)
+            .collect();
+        for guard in guards {
+            guard.check(Moment::ScopeEnd).await;
+        }
     }
 
     async fn start_process(
@@ -514,6 +529,13 @@ impl ProcessManager {
             self.config.max_running_total,
         )?;
         let confine = self.confinement(scope, &profile).await?;
+        // What changed since the scope's last check that git would run outside the sandbox (a
+        // leftover of an earlier command planting a hook) is undone before this command runs.
+        let git_guard = self.git_guard(scope, &profile);
+        let git_note = match &git_guard {
+            Some(guard) => guard.check(Moment::Start).await,
+            None => None,
+        };
         // Building may have taken a while: a scope that ended meanwhile gets no command.
         reservation.check()?;
         // Limits on everything the command starts; more processes than asked for, the keeper
@@ -524,6 +546,7 @@ impl ProcessManager {
         };
         let cgroups = match confine {
             Some(_) => CommandCgroups::create(
+                self.scope_sandbox(scope).cgroups(),
                 profile.limits.processes.map(|n| n.saturating_add(keepers)),
                 profile.limits.memory_bytes,
             )
@@ -614,6 +637,8 @@ impl ProcessManager {
             hidden: confine
                 .is_some()
                 .then(|| self.sandbox_context.hidden.clone()),
+            git_guard,
+            git_note,
             profile,
             cgroups,
             started_ms,
@@ -664,6 +689,20 @@ impl ProcessManager {
             .entry(scope.to_owned())
             .or_insert_with(|| Arc::new(ScopeSandbox::new(self.sandbox_context.clone())))
             .clone()
+    }
+
+    /// `scope`'s git guard, made on first use; `None` for an unconfined command, and when the
+    /// operator allows hook writes.
+    fn git_guard(&self, scope: &str, profile: &Profile) -> Option<Arc<GitGuard>> {
+        if profile.mode == sandbox::SandboxMode::Off || self.sandbox_context.allow_hook_writes {
+            return None;
+        }
+        let mut guards = crate::lock(&self.git_guards);
+        let guard = guards.entry(scope.to_owned()).or_insert_with(|| {
+            // The workspace and the `--writable` directories, resolved once already.
+            Arc::new(GitGuard::new(scope, &self.path_roots.visible))
+        });
+        Some(guard.clone())
     }
 
     /// The confinement layers of `scope` for `profile`. Their first build in a scope (the
@@ -868,6 +907,31 @@ impl ProcessBackend for ProcessManager {
         self.records.list(scope)
     }
 
+    fn read_log(
+        &self,
+        scope: &str,
+        id: &str,
+        offset: i64,
+        max_bytes: u64,
+    ) -> Result<LogPage, ProcessError> {
+        let entry = self.records.find(scope, id)?;
+        let snapshot = entry.snapshot(ReadFrom::Cursor(u64::MAX));
+        let path = snapshot.log_path.ok_or_else(|| super::no_log(id))?;
+        let max = max_bytes.min(super::MAX_LOG_PAGE_BYTES);
+        let (text, offset, next_offset, total_bytes) = output_log::read_page(&path, offset, max)
+            .map_err(|error| {
+                ProcessError::Failed(format!("cannot read the output log of `{id}`: {error}"))
+            })?;
+        Ok(LogPage {
+            text,
+            offset,
+            next_offset,
+            total_bytes,
+            capped: snapshot.log_capped,
+            running: snapshot.running,
+        })
+    }
+
     fn signal(&self, scope: &str, id: &str, signal: Signal) -> Result<(), ProcessError> {
         self.send_signal(scope, id, signal)
     }
@@ -936,6 +1000,11 @@ impl ProcessBackend for ProcessManager {
             }
             // Its logs stay (for the retention), but no longer readable through the host.
             self.logs.forget_scope(scope);
+            // A last check of its git guard, now that nothing of it runs.
+            let guard = crate::lock(&self.git_guards).remove(scope);
+            if let Some(guard) = guard {
+                guard.check(Moment::ScopeEnd).await;
+            }
             // Its temporary directory goes with it: taken out under the lock, deleted after it
             // on a blocking thread. Deleting many files takes seconds, and every start of
             // every scope needs that lock.

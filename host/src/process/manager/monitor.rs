@@ -14,11 +14,17 @@ use tokio::net::unix::pipe;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::descendants;
 use super::entry::{Ended, Entry, LogTarget};
 use super::keeper;
 use super::output_log::OutputLog;
 use super::table::Records;
 use crate::process::Signal;
+
+/// After a command's exit, while processes it started still hold its output open, how long
+/// the output may stay quiet before the result is made without waiting for more: what they
+/// write later still reaches the record and the log.
+const QUIET_AFTER_EXIT: Duration = Duration::from_millis(25);
 
 /// Bytes read from a pipe at a time, at most.
 const READ_CHUNK: usize = 256 * 1024;
@@ -74,9 +80,12 @@ impl Monitor {
         tokio::pin!(exit);
         let mut ended: Option<Ended> = None;
         let mut drain_deadline: Option<Instant> = None;
+        // Processes the command started still run after its exit: drain only while output
+        // keeps coming.
+        let mut leftovers = false;
 
-        // Until the exit: read and watch for the exit. After it: read until end-of-file or
-        // the drain deadline.
+        // Until the exit: read and watch for the exit. After it: read until end-of-file, the
+        // drain deadline, or (with leftovers) a quiet spell.
         while let Some(reader) = output.as_mut() {
             let read = if ended.is_none() {
                 tokio::select! {
@@ -84,11 +93,17 @@ impl Monitor {
                     status = &mut exit => {
                         ended = Some(entry.ended_now(status));
                         drain_deadline = Instant::now().checked_add(drain_timeout);
+                        leftovers = !entry.nothing_left.load(Ordering::Acquire);
                         continue;
                     }
                     read = reader.read() => read,
                 }
             } else if let Some(deadline) = drain_deadline {
+                let deadline = if leftovers {
+                    deadline.min(Instant::now() + QUIET_AFTER_EXIT)
+                } else {
+                    deadline
+                };
                 match tokio::time::timeout_at(deadline, reader.read()).await {
                     Ok(read) => read,
                     Err(_) => {
@@ -114,6 +129,33 @@ impl Monitor {
         }
         if let Some(note) = entry.notes(ended.exit) {
             entry.append(note.as_bytes());
+        }
+        // What the command (or anything else) changed that git would run outside the sandbox
+        // is undone now, and said in its result.
+        if let Some(note) = entry.git_notes().await {
+            entry.append(note.as_bytes());
+        }
+        if entry.profile.mode != crate::sandbox::SandboxMode::Off
+            && let Some(records) = guard.records.upgrade()
+        {
+            let text = entry.output_text();
+            if let Some(refused) = descendants::refused_kills(&text) {
+                let others: Vec<Arc<Entry>> = records
+                    .of_scope(&entry.scope)
+                    .into_iter()
+                    .filter(|other| other.id != entry.id)
+                    .collect();
+                let owners = tokio::task::spawn_blocking(move || {
+                    others
+                        .iter()
+                        .map(|other| (other.id.clone(), other.processes()))
+                        .filter(|(_, processes)| !processes.is_empty())
+                        .collect::<Vec<_>>()
+                })
+                .await
+                .unwrap_or_default();
+                entry.append(descendants::refused_kill_note(&refused, &owners).as_bytes());
+            }
         }
         match guard.records.upgrade() {
             Some(records) => records.finish(&entry, ended),

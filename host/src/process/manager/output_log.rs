@@ -27,6 +27,48 @@ pub fn default_state_dir() -> Option<PathBuf> {
 }
 
 /// Create `dir` (and its parents) readable only by us.
+/// A page of the log at `path`: at most `max_bytes` bytes from byte `offset` (counted from
+/// the end when negative), without a character cut at either end. Returns the text, where
+/// the page starts, where the next one starts, and the bytes the file holds.
+pub(super) fn read_page(
+    path: &Path,
+    offset: i64,
+    max_bytes: u64,
+) -> io::Result<(String, u64, u64, u64)> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(path)?;
+    let total = file.metadata()?.len();
+    let mut start = if offset < 0 {
+        total.saturating_sub(offset.unsigned_abs())
+    } else {
+        offset.unsigned_abs().min(total)
+    };
+    let want = max_bytes.min(total - start);
+    file.seek(SeekFrom::Start(start))?;
+    let mut bytes = Vec::with_capacity(usize::try_from(want).unwrap_or(0));
+    Read::by_ref(&mut file).take(want).read_to_end(&mut bytes)?;
+    // A page that starts inside a character begins after it (it belongs to the page before).
+    if start > 0 {
+        let skip = crate::buffer::leading_continuations(&bytes);
+        bytes.drain(..skip);
+        start += skip as u64;
+    }
+    // One that ends inside a character ends before it, unless that leaves nothing.
+    if start + (bytes.len() as u64) < total {
+        let cut = crate::buffer::char_floor(&bytes, bytes.len());
+        if cut > 0 {
+            bytes.truncate(cut);
+        }
+    }
+    let next = start + bytes.len() as u64;
+    Ok((
+        String::from_utf8_lossy(&bytes).into_owned(),
+        start,
+        next,
+        total,
+    ))
+}
+
 pub(super) fn create_dir(dir: &Path) -> io::Result<()> {
     std::fs::DirBuilder::new()
         .recursive(true)

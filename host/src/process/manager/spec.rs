@@ -158,7 +158,7 @@ impl ChildSpec {
             keeper,
             layers: match confine {
                 Some(prepared) => Some((
-                    above_reserved(prepared.ruleset.try_clone()?)?,
+                    above_reserved(prepared.ruleset()?)?,
                     above_reserved(prepared.seccomp.try_clone()?)?,
                 )),
                 None => None,

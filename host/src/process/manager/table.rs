@@ -326,12 +326,22 @@ impl Records {
         self.let_go(entry);
     }
 
-    /// `scope`'s processes: running first, then newest first.
-    pub(super) fn list(&self, scope: &str) -> Vec<ProcessInfo> {
-        let mut rows: Vec<(u64, ProcessInfo)> = lock(&self.table)
+    /// `scope`'s listed records, in no order.
+    pub(super) fn of_scope(&self, scope: &str) -> Vec<Arc<Entry>> {
+        lock(&self.table)
             .entries
             .values()
             .filter(|entry| entry.scope == scope)
+            .cloned()
+            .collect()
+    }
+
+    /// `scope`'s processes: running first, then newest first. What they left running is
+    /// read from `/proc` outside the table's lock.
+    pub(super) fn list(&self, scope: &str) -> Vec<ProcessInfo> {
+        let mut rows: Vec<(u64, ProcessInfo)> = self
+            .of_scope(scope)
+            .iter()
             .map(|entry| (entry.seq, entry.info()))
             .collect();
         rows.sort_by(|(a_seq, a), (b_seq, b)| b.running.cmp(&a.running).then(b_seq.cmp(a_seq)));
