@@ -14,6 +14,20 @@ fn toolhost(args: &[&str]) -> std::process::Output {
 }
 
 #[test]
+fn the_version_names_every_served_wit_version() {
+    let out = Command::new(toolhost_bin())
+        .arg("--version")
+        .output()
+        .expect("run toolhost");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("(serves WIT toolhost:plugin 0.3.0, 0.2.0, 0.1.0)"),
+        "{text}"
+    );
+}
+
+#[test]
 fn tools_lists_every_bundled_tool_with_schema() {
     let out = toolhost(&["tools"]);
     assert!(out.status.success());

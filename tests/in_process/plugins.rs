@@ -5,7 +5,10 @@ use std::path::Path;
 use std::time::Duration;
 use toolhost::testing::{FakeProcesses, Script};
 use toolhost::{CallError, ToolHost, bundled};
-use toolhost_e2e::{Gate, future_version_component, json, legacy_policy_component, test_cache_dir};
+use toolhost_e2e::{
+    Gate, future_version_component, json, legacy_policy_component, policy_0_2_0_component,
+    test_cache_dir,
+};
 
 const GRANT: &str = "[grants]\nprocess = true\n";
 
@@ -224,14 +227,15 @@ async fn workdir_root_is_enforced_by_the_host() {
 }
 
 #[tokio::test]
-async fn a_component_of_another_wit_version_is_refused_naming_both() {
+async fn a_component_of_another_wit_version_is_refused_naming_every_served_one() {
     let dir = tempfile::tempdir().expect("dir");
     let bytes = std::fs::read(future_version_component()).expect("fixture");
     install(dir.path(), "future", &bytes, None);
     let err = toolhost_e2e::fake_host_error(dir.path()).await;
     let message = err.to_string();
     assert!(
-        message.contains("0.3.0") && message.contains("0.2.0") && message.contains("0.1.0"),
+        message.contains("built against toolhost:plugin@0.4.0")
+            && message.contains("implements toolhost:plugin@0.3.0, @0.2.0 and @0.1.0"),
         "{message}"
     );
     assert!(message.contains("future"), "{message}");
@@ -331,8 +335,8 @@ async fn a_call_in_flight_finishes_on_the_version_it_started_with() {
     host.shutdown().await;
 }
 
-// The contract versions: a component built against the frozen 0.1.0 keeps working beside 0.2.0
-// ones; 0.2.0 policies ask for confinement and are told what their commands get.
+// The contract versions: components built against the frozen 0.1.0 and 0.2.0 keep working beside
+// 0.3.0 ones; policies since 0.2.0 ask for confinement and are told what their commands get.
 
 async fn host_with(
     dir: &Path,
@@ -355,7 +359,7 @@ async fn host_with(
 }
 
 #[tokio::test]
-async fn a_0_1_0_component_works_beside_0_2_0_ones_and_gets_the_operators_confinement() {
+async fn a_0_1_0_component_works_beside_0_3_0_ones_and_gets_the_operators_confinement() {
     let dir = tempfile::tempdir().expect("dir");
     let bytes = std::fs::read(legacy_policy_component()).expect("fixture");
     install(dir.path(), "legacy", &bytes, Some(GRANT));
@@ -372,7 +376,7 @@ async fn a_0_1_0_component_works_beside_0_2_0_ones_and_gets_the_operators_confin
     let names: Vec<String> = host.tools().into_iter().map(|t| t.name).collect();
     assert!(names.contains(&"run".to_string()), "{names:?}");
     assert!(names.contains(&"execute".to_string()), "{names:?}");
-    // 0.1.0 states no title or hints; 0.2.0 tools do.
+    // 0.1.0 states no title or hints; later tools do.
     for tool in host.tools() {
         let stated = tool.title.is_some() && !tool.annotations.is_empty();
         assert_eq!(stated, tool.plugin != "legacy", "{tool:?}");
@@ -400,7 +404,7 @@ async fn a_0_1_0_component_works_beside_0_2_0_ones_and_gets_the_operators_confin
         Some(2),
         "{list}"
     );
-    // It cannot ask: its command got the operator's profile, like the 0.2.0 policy's.
+    // It cannot ask: its command got the operator's profile, like the 0.3.0 policy's.
     let starts = fake.starts();
     assert_eq!(starts[0].request.command, "echo old");
     assert_eq!(starts[0].request.profile, Some(operator.profile()));
@@ -424,6 +428,93 @@ async fn a_0_1_0_component_works_beside_0_2_0_ones_and_gets_the_operators_confin
             .is_some_and(|t| t.starts_with("0123")),
         "{result}"
     );
+}
+
+#[tokio::test]
+async fn a_0_2_0_component_works_beside_0_3_0_ones() {
+    let dir = tempfile::tempdir().expect("dir");
+    let bytes = std::fs::read(policy_0_2_0_component()).expect("fixture");
+    install(dir.path(), "frozen", &bytes, Some(GRANT));
+    let fake = FakeProcesses::new();
+    // What it left running and its log are 0.3.0's: a 0.2.0 component sees neither.
+    fake.push(
+        Script::exits(3)
+            .output("from the 0.2.0 contract\n")
+            .leaves_running(7, "server")
+            .logged(),
+    );
+    fake.push(Script::exits(0));
+    let operator = toolhost::sandbox::SandboxSettings {
+        network: toolhost::sandbox::Network::None,
+        ..Default::default()
+    };
+    let host = host_with(dir.path(), fake.clone(), operator.clone(), Some("default"))
+        .await
+        .expect("0.2.0 and 0.3.0 components load in one host");
+    // `tools` got the settings, and its title and hints came through.
+    let run = host
+        .tools()
+        .into_iter()
+        .find(|t| t.name == "run")
+        .expect("the 0.2.0 tool is listed");
+    assert_eq!(run.plugin, "frozen");
+    assert_eq!(run.title.as_deref(), Some("Run a command"));
+    assert!(
+        run.description.contains(&operator.profile().summary()),
+        "{}",
+        run.description
+    );
+    assert!(!run.annotations.is_empty(), "{run:?}");
+
+    // The 0.2.0 process import: start, wait, read, list.
+    let result = json(
+        &host
+            .call("s", "run", r#"{"command":"echo frozen"}"#)
+            .await
+            .expect("run"),
+    );
+    assert_eq!(result["exit_code"], 3, "{result}");
+    assert_eq!(result["output"], "from the 0.2.0 contract\n", "{result}");
+    assert_eq!(result["read"], "from the 0.2.0 contract\n", "{result}");
+    assert_eq!(result["running"], false, "{result}");
+    host.call("s", "execute", r#"{"command":"true"}"#)
+        .await
+        .expect("execute");
+    let list = json(&host.call("s", "list", "{}").await.expect("list"));
+    let processes = list["processes"].as_array().expect("processes");
+    assert_eq!(processes.len(), 2, "{list}");
+    assert_eq!(processes[1]["command"], "echo frozen", "{list}");
+    assert_eq!(
+        processes[1]["profile"],
+        operator.profile().summary().as_str(),
+        "{list}"
+    );
+    let starts = fake.starts();
+    assert_eq!(starts[0].request.profile, Some(operator.profile()));
+    assert_eq!(starts[0].request.stdin, toolhost::process::Stdin::Closed);
+}
+
+/// The same 0.2.0 component on the real process manager: its command runs, and what it reads
+/// and lists is the real process's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_0_2_0_component_runs_a_real_command() {
+    let dir = tempfile::tempdir().expect("dir");
+    let bytes = std::fs::read(policy_0_2_0_component()).expect("fixture");
+    install(dir.path(), "frozen", &bytes, Some(GRANT));
+    let (host, _state) = toolhost_e2e::real_plugin_host(dir.path()).await;
+    let result = json(
+        &host
+            .call("s", "run", r#"{"command":"echo real; exit 4"}"#)
+            .await
+            .expect("run"),
+    );
+    assert_eq!(result["exit_code"], 4, "{result}");
+    assert_eq!(result["output"], "real\n", "{result}");
+    assert_eq!(result["read"], "real\n", "{result}");
+    let list = json(&host.call("s", "list", "{}").await.expect("list"));
+    assert_eq!(list["processes"][0]["id"], result["id"], "{list}");
+    assert_eq!(list["processes"][0]["running"], false, "{list}");
+    host.shutdown().await;
 }
 
 #[tokio::test]

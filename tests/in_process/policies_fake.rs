@@ -794,3 +794,260 @@ async fn interactive_flows_play_against_the_fake() {
     );
     assert!(error.contains("unknown key name \"Meta-X\""), "{error}");
 }
+
+/// The declared output schemas of a host's tools, by tool name.
+fn output_schemas(host: &toolhost::ToolHost) -> std::collections::HashMap<String, Value> {
+    host.tools()
+        .into_iter()
+        .map(|t| {
+            (
+                t.name,
+                t.output_schema.expect("every bundled tool declares one"),
+            )
+        })
+        .collect()
+}
+
+/// `process_output` with `offset` and `length` pages through the full output log: from the
+/// start, from the end, past the end, bounded by the output cap; a process without a log is
+/// told so. A cut output's note points to the paging.
+#[tokio::test]
+async fn process_output_pages_through_the_full_output_log() {
+    let fake = FakeProcesses::new();
+    let host = policy_host("default", fake.clone()).await;
+    let schemas = output_schemas(&host);
+    let text: String = (1..=20_000).map(|n| format!("line {n}\n")).collect();
+    let total = text.len() as u64;
+    fake.push(Script::exits(0).output(&text).logged());
+    let r = execute(&fake, serde_json::json!({"command": "seq"}))
+        .await
+        .expect("execute");
+    let id = "fake1";
+    assert!(r["truncated"].is_object(), "{r}");
+    let note = r["note"].as_str().expect("note");
+    assert!(
+        note.contains(&format!(
+            "process_output pages through it: process_id \"{id}\" with offset and length in bytes"
+        )),
+        "{note}"
+    );
+    let host = policy_host("default", fake.clone()).await;
+    let page = |args: Value| {
+        let host = &host;
+        async move {
+            host.call("s", "process_output", &args.to_string())
+                .await
+                .map(|r| json(&r))
+        }
+    };
+
+    // From the start.
+    let first = page(serde_json::json!({"process_id": id, "offset": 0, "length": 1000}))
+        .await
+        .expect("page");
+    assert_conforms(&first, &schemas["process_output"]);
+    assert_eq!(first["output"], &text[..1000]);
+    assert_eq!(
+        (
+            &first["offset"],
+            &first["next_offset"],
+            &first["total_bytes"]
+        ),
+        (&Value::from(0), &Value::from(1000), &Value::from(total))
+    );
+    assert_eq!(first["running"], false);
+    let note = first["note"].as_str().expect("note");
+    assert!(
+        note.contains(&format!(
+            "bytes 0 to 1000 of the output, {total} bytes in all"
+        )) && note.contains("The next page starts at offset 1000"),
+        "{note}"
+    );
+    // On from there.
+    let second = page(serde_json::json!({"process_id": id, "offset": 1000, "length": 1000}))
+        .await
+        .expect("page");
+    assert_eq!(second["output"], &text[1000..2000]);
+
+    // From the end.
+    let last = page(serde_json::json!({"process_id": id, "offset": -500}))
+        .await
+        .expect("page");
+    assert_eq!(last["output"], &text[text.len() - 500..]);
+    assert_eq!(last["next_offset"], total);
+    assert!(
+        last["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("That is the end of the output.")),
+        "{last}"
+    );
+
+    // Past the end.
+    let past = page(serde_json::json!({"process_id": id, "offset": total + 10}))
+        .await
+        .expect("page");
+    assert_eq!(past["output"], "");
+    assert!(
+        past["note"]
+            .as_str()
+            .is_some_and(|n| n.contains(&format!("offset {} is at or past its end", total + 10))),
+        "{past}"
+    );
+
+    // Bounded by the output cap (32 KiB), which is also the default length.
+    let big = page(serde_json::json!({"process_id": id, "length": 1_000_000}))
+        .await
+        .expect("page");
+    assert_eq!(big["output"], &text[..32 * 1024]);
+    assert!(
+        big["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("length 1000000 is above this policy's output cap")),
+        "{big}"
+    );
+    let default = page(serde_json::json!({"process_id": id, "offset": 0}))
+        .await
+        .expect("page");
+    assert_eq!(default["next_offset"], 32 * 1024);
+
+    // Bad values.
+    let bad = tool_error(page(serde_json::json!({"process_id": id, "length": 0})).await);
+    assert!(
+        bad.contains("`length` must be a whole number of bytes, at least 1"),
+        "{bad}"
+    );
+    let bad = tool_error(page(serde_json::json!({"process_id": id, "offset": "end"})).await);
+    assert!(
+        bad.contains("`offset` must be a whole number of bytes"),
+        "{bad}"
+    );
+
+    // A process without a log.
+    fake.push(Script::exits(0).output("short\n"));
+    execute(&fake, serde_json::json!({"command": "echo short"}))
+        .await
+        .expect("execute");
+    let unlogged = tool_error(page(serde_json::json!({"process_id": "fake2", "offset": 0})).await);
+    assert!(
+        unlogged.contains("process `fake2` has no output log")
+            && unlogged.contains("Without offset and length"),
+        "{unlogged}"
+    );
+}
+
+/// What a command left running after its exit shows in execute's result, in process_output
+/// and in process_list, with how to read and stop it.
+#[tokio::test]
+async fn processes_left_running_are_shown_with_how_to_read_and_stop_them() {
+    let fake = FakeProcesses::new();
+    let host = policy_host("default", fake.clone()).await;
+    let schemas = output_schemas(&host);
+    fake.push(
+        Script::exits(0)
+            .output("serving\n")
+            .leaves_running(4242, "python3 -m http.server 8000")
+            .leaves_running(4243, "tail -f log"),
+    );
+    let r = json(
+        &host
+            .call("s", "execute", r#"{"command":"./serve.sh"}"#)
+            .await
+            .expect("execute"),
+    );
+    assert_conforms(&r, &schemas["execute"]);
+    let id = "fake1";
+    let expected = serde_json::json!([
+        {"pid": 4242, "command": "python3 -m http.server 8000"},
+        {"pid": 4243, "command": "tail -f log"}
+    ]);
+    assert_eq!(r["exit_code"], 0, "{r}");
+    assert_eq!(r["left_running"], expected, "{r}");
+    let said = format!(
+        "Process {id} has exited, but 2 processes it started still run (pid 4242 `python3 -m \
+         http.server 8000`, pid 4243 `tail -f log`). They still write to the output of process \
+         {id}: read it with process_output, and stop them with process_signal (process_id \
+         \"{id}\")."
+    );
+    assert!(r["note"].as_str().is_some_and(|n| n.contains(&said)), "{r}");
+
+    let out = json(
+        &host
+            .call(
+                "s",
+                "process_output",
+                &format!(r#"{{"process_id":"{id}"}}"#),
+            )
+            .await
+            .expect("output"),
+    );
+    assert_conforms(&out, &schemas["process_output"]);
+    assert_eq!(out["left_running"], expected, "{out}");
+    assert!(
+        out["note"].as_str().is_some_and(|n| n.contains(&said)),
+        "{out}"
+    );
+
+    let list = json(&host.call("s", "process_list", "{}").await.expect("list"));
+    assert_conforms(&list, &schemas["process_list"]);
+    let entry = &list["processes"][0];
+    assert_conforms(
+        entry,
+        &schemas["process_list"]["properties"]["processes"]["items"],
+    );
+    assert_eq!(entry["running"], false, "{list}");
+    assert_eq!(entry["left_running"], expected, "{list}");
+    assert!(
+        list["note"]
+            .as_str()
+            .is_some_and(|n| n.contains(&format!(
+                "Process {id} has exited but left 2 processes running (pid 4242"
+            )) && n.contains(&format!("process_signal (process_id \"{id}\")"))),
+        "{list}"
+    );
+}
+
+/// process_signal on a process that has exited but left processes running stops them and
+/// says how many, instead of saying the process has exited; then nothing is left to signal.
+#[tokio::test]
+async fn process_signal_stops_what_an_exited_process_left_running() {
+    let fake = FakeProcesses::new();
+    let host = policy_host("default", fake.clone()).await;
+    let schemas = output_schemas(&host);
+    fake.push(Script::exits(0).leaves_running(4242, "python3 -m http.server 8000"));
+    host.call("s", "execute", r#"{"command":"./serve.sh"}"#)
+        .await
+        .expect("execute");
+    let id = "fake1";
+    let r = json(
+        &host
+            .call(
+                "s",
+                "process_signal",
+                &format!(r#"{{"process_id":"{id}"}}"#),
+            )
+            .await
+            .expect("signal"),
+    );
+    assert_conforms(&r, &schemas["process_signal"]);
+    assert_eq!(
+        r["message"],
+        "The process had already exited; stopped 1 process it left running (pid 4242 \
+         `python3 -m http.server 8000`).",
+        "{r}"
+    );
+    assert_eq!(r["running"], false);
+    assert!(r.get("left_running").is_none(), "{r}");
+    assert_eq!(fake.signals(), vec![(id.to_string(), Signal::Terminate)]);
+    let list = json(&host.call("s", "process_list", "{}").await.expect("list"));
+    assert!(list["processes"][0].get("left_running").is_none(), "{list}");
+    let again = tool_error(
+        host.call(
+            "s",
+            "process_signal",
+            &format!(r#"{{"process_id":"{id}"}}"#),
+        )
+        .await
+        .map(|r| json(&r)),
+    );
+    assert!(again.contains("not running"), "{again}");
+}

@@ -478,3 +478,63 @@ async fn a_killed_namespace_holder_is_replaced() {
     assert_eq!(r["output"], "second\n", "{r}");
     host.end_scope("s").await;
 }
+
+/// `process_output` pages through the real output log: from the start, from the end, and past
+/// the end, each page saying where the next starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn process_output_pages_through_the_real_output_log() {
+    let (host, _state) = real_host("default").await;
+    let r = call(
+        &host,
+        "execute",
+        serde_json::json!({"command": "seq 1 100000"}),
+    )
+    .await;
+    assert!(r["truncated"].is_object(), "{r}");
+    let list = call(&host, "process_list", serde_json::json!({})).await;
+    let id = list["processes"][0]["id"].as_str().expect("id").to_owned();
+    let full: String = (1..=100_000).map(|n| format!("{n}\n")).collect();
+    let page = |args: Value| call(&host, "process_output", args);
+    let first = page(serde_json::json!({"process_id": id, "offset": 0, "length": 100})).await;
+    assert_eq!(first["output"], &full[..100], "{first}");
+    assert_eq!(first["next_offset"], 100);
+    assert_eq!(first["total_bytes"], full.len() as u64);
+    let last = page(serde_json::json!({"process_id": id, "offset": -7})).await;
+    assert_eq!(last["output"], "100000\n", "{last}");
+    let past = page(serde_json::json!({"process_id": id, "offset": full.len() + 1})).await;
+    assert_eq!(past["output"], "", "{past}");
+}
+
+/// What a command leaves running is listed with its pid and command line, and process_signal
+/// on the exited command stops it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_command_left_running_is_listed_and_stopped() {
+    let (host, _state) = real_host("default").await;
+    let marker = marker();
+    let command = format!("sleep 300.{marker} >/dev/null 2>&1 & echo started");
+    let r = call(&host, "execute", serde_json::json!({"command": command})).await;
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let left = r["left_running"].as_array().cloned().unwrap_or_default();
+    assert_eq!(left.len(), 1, "{r}");
+    assert_eq!(left[0]["command"], format!("sleep 300.{marker}"), "{r}");
+    let list = call(&host, "process_list", serde_json::json!({})).await;
+    let id = list["processes"][0]["id"].as_str().expect("id").to_owned();
+    assert_eq!(
+        list["processes"][0]["left_running"][0]["command"],
+        left[0]["command"]
+    );
+    let r = call(
+        &host,
+        "process_signal",
+        serde_json::json!({"process_id": id}),
+    )
+    .await;
+    assert!(
+        r["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("stopped 1 process it left running")),
+        "{r}"
+    );
+    assert!(wait_gone(&marker, Duration::from_secs(10)).await);
+    host.shutdown().await;
+}

@@ -27,6 +27,12 @@ pub fn legacy_policy_component() -> PathBuf {
     component("legacy_policy")
 }
 
+/// The policy-0-2-0 fixture (`guest-tools/fixtures/policy-0-2-0`): a policy built against the
+/// frozen `toolhost:plugin@0.2.0` (`run`, `list`).
+pub fn policy_0_2_0_component() -> PathBuf {
+    component("policy_0_2_0")
+}
+
 /// `<target>/wasm-guests/wasm32-wasip2/release/NAME.wasm`, where the host's build script puts
 /// the component `NAME`.
 fn component(name: &str) -> PathBuf {

@@ -1,9 +1,9 @@
 //! Why a plugin could not be loaded ([`LoadError`]) or a call failed ([`CallError`]), with the
 //! limits a guest can run into typed ([`LimitExceeded`]) rather than described in text.
 
+use super::WIT_VERSIONS;
 use super::wit::WIT_PACKAGE;
 use super::wit::latest::WIT_VERSION;
-use super::wit::v0_1_0::WIT_VERSION as OLD_WIT_VERSION;
 use std::time::Duration;
 
 /// Why a component could not be loaded.
@@ -23,7 +23,8 @@ pub enum LoadError {
     },
     /// Built against a WIT package version this host does not implement.
     #[error(
-        "plugin `{plugin}` was built against {WIT_PACKAGE}@{found}, but this host implements {WIT_PACKAGE}@{WIT_VERSION} and @{OLD_WIT_VERSION}; rebuild it against wit/toolhost.wit ({WIT_VERSION})"
+        "plugin `{plugin}` was built against {WIT_PACKAGE}@{found}, but this host implements {}; rebuild it against wit/toolhost.wit ({WIT_VERSION})",
+        served_versions()
     )]
     WitVersion { plugin: String, found: String },
     /// Imports this host cannot satisfy, or exports missing.
@@ -35,6 +36,19 @@ pub enum LoadError {
     /// `tools()` failed or returned something unusable.
     #[error("plugin `{plugin}` returned unusable tool definitions: {reason}")]
     BadTools { plugin: String, reason: String },
+}
+
+/// The versions this host serves, for a message: `toolhost:plugin@0.3.0, @0.2.0 and @0.1.0`.
+fn served_versions() -> String {
+    let mut text = String::new();
+    for (i, version) in WIT_VERSIONS.iter().enumerate() {
+        match i {
+            0 => text.push_str(&format!("{WIT_PACKAGE}@{version}")),
+            i if i + 1 == WIT_VERSIONS.len() => text.push_str(&format!(" and @{version}")),
+            _ => text.push_str(&format!(", @{version}")),
+        }
+    }
+    text
 }
 
 /// Why a call failed. More reasons may come in later versions: match with a `_` arm.

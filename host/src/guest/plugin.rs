@@ -1,7 +1,7 @@
 //! One loaded guest component: compiled once (through the on-disk cache), checked against its
 //! grants and the WIT version, pre-linked once, and instantiated afresh in its own limited
-//! [`Store`] for every call. Components of the current contract (0.2.0) and of the frozen
-//! 0.1.0 are served side by side ([`Pre`]).
+//! [`Store`] for every call. Components of the current contract (0.3.0) and of the frozen
+//! 0.2.0 and 0.1.0 are served side by side ([`Pre`]).
 
 use super::cache;
 use super::engine::{EpochTicker, Loader};
@@ -11,7 +11,7 @@ use super::state::{CallOptions, CallOutput, CallState, Metered, ProcessGrant};
 use super::wit::latest::{
     CallContext, ShellTools, ShellToolsPre, ToolDefinition, WIT_VERSION, wit_sandbox,
 };
-use super::wit::{self, WIT_PACKAGE, v0_1_0};
+use super::wit::{self, WIT_PACKAGE, v0_1_0, v0_2_0};
 use crate::sandbox;
 use std::pin::Pin;
 use std::time::Duration;
@@ -48,15 +48,19 @@ pub(crate) struct PluginSource<'a> {
 /// A component pre-linked against the contract version it was built for.
 #[derive(Clone)]
 enum Pre {
-    /// `toolhost:plugin@0.2.0`.
+    /// `toolhost:plugin@0.3.0`.
     Current(ShellToolsPre<CallState>),
+    /// `toolhost:plugin@0.2.0`: it sees nothing of what a command left running, and cannot
+    /// page through a log.
+    V0_2_0(v0_2_0::ShellToolsPre<CallState>),
     /// `toolhost:plugin@0.1.0`: its commands get the plugin's bound confinement.
     V0_1_0(v0_1_0::ShellToolsPre<CallState>),
 }
 
-/// One instance of a component, of either version.
+/// One instance of a component, of any served version.
 enum Instance {
     Current(ShellTools),
+    V0_2_0(v0_2_0::ShellTools),
     V0_1_0(v0_1_0::ShellTools),
 }
 
@@ -64,6 +68,7 @@ impl Pre {
     fn engine(&self) -> &wasmtime::Engine {
         match self {
             Pre::Current(pre) => pre.engine(),
+            Pre::V0_2_0(pre) => pre.engine(),
             Pre::V0_1_0(pre) => pre.engine(),
         }
     }
@@ -71,6 +76,7 @@ impl Pre {
     async fn instantiate(&self, store: &mut Store<CallState>) -> wasmtime::Result<Instance> {
         Ok(match self {
             Pre::Current(pre) => Instance::Current(pre.instantiate_async(store).await?),
+            Pre::V0_2_0(pre) => Instance::V0_2_0(pre.instantiate_async(store).await?),
             Pre::V0_1_0(pre) => Instance::V0_1_0(pre.instantiate_async(store).await?),
         })
     }
@@ -90,6 +96,11 @@ impl Instance {
                     .call_tools(store, config, settings)
                     .await
             }
+            Instance::V0_2_0(instance) => Ok(instance
+                .toolhost_plugin_tool()
+                .call_tools(store, config, &settings.clone().into())
+                .await?
+                .map(|tools| tools.into_iter().map(Into::into).collect())),
             Instance::V0_1_0(instance) => Ok(instance
                 .toolhost_plugin_tool()
                 .call_tools(store, config)
@@ -111,6 +122,14 @@ impl Instance {
                 .call_call(store, tool, arguments, context)
                 .await?
                 .map(|result| CallOutput {
+                    text: result.output,
+                    full_output: result.full_output,
+                })),
+            Instance::V0_2_0(instance) => Ok(instance
+                .toolhost_plugin_tool()
+                .call_call(store, tool, arguments, &context.clone().into())
+                .await?
+                .map(|result: v0_2_0::CallResult| CallOutput {
                     text: result.output,
                     full_output: result.full_output,
                 })),
@@ -169,7 +188,7 @@ fn contract_version(
         }
     }
     let version = found.unwrap_or_else(|| WIT_VERSION.to_string());
-    if version != WIT_VERSION && version != v0_1_0::WIT_VERSION {
+    if !super::WIT_VERSIONS.contains(&version.as_str()) {
         return Err(LoadError::WitVersion {
             plugin: name.to_string(),
             found: version,
@@ -246,10 +265,12 @@ impl Plugin {
             .linker
             .instantiate_pre(&component)
             .map_err(link_error)?;
-        let pre = if version == WIT_VERSION {
-            Pre::Current(ShellToolsPre::new(pre).map_err(link_error)?)
-        } else {
-            Pre::V0_1_0(v0_1_0::ShellToolsPre::new(pre).map_err(link_error)?)
+        let pre = match version.as_str() {
+            WIT_VERSION => Pre::Current(ShellToolsPre::new(pre).map_err(link_error)?),
+            v0_2_0::WIT_VERSION => {
+                Pre::V0_2_0(v0_2_0::ShellToolsPre::new(pre).map_err(link_error)?)
+            }
+            _ => Pre::V0_1_0(v0_1_0::ShellToolsPre::new(pre).map_err(link_error)?),
         };
         let profile = sandbox::bound(&loader.sandbox, &grants.sandbox);
         let settings = wit::settings(&profile, &loader.sandbox.writable);

@@ -101,6 +101,12 @@ impl Args {
         }
     }
 
+    /// An argument's JSON value, `null` counting as absent: for the crate's own parsing of
+    /// values the methods above do not cover.
+    pub(crate) fn value(&self, key: &str) -> Option<&Value> {
+        self.map.get(key).filter(|v| !v.is_null())
+    }
+
     /// An optional list of strings.
     pub fn string_list(&self, key: &str) -> Result<Option<Vec<&str>>, String> {
         match self.map.get(key) {
@@ -155,7 +161,7 @@ pub fn parse_duration(what: &str, text: &str) -> Result<Duration, String> {
 }
 
 /// Describe a JSON value in an error message: its type and a short rendering.
-fn describe(v: &Value) -> String {
+pub(crate) fn describe(v: &Value) -> String {
     let kind = match v {
         Value::Null => "null",
         Value::Bool(_) => "boolean",

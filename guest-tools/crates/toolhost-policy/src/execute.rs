@@ -3,8 +3,8 @@
 
 use crate::args::Args;
 use crate::render::{
-    LogFile, Obj, bound_output, format_duration, millis, output_file_note, process_error,
-    tool_definition, truncation_json, truncation_schema,
+    LogFile, Obj, bound_output, format_duration, leftover_fields, leftovers_schema, millis,
+    output_file_note, process_error, tool_definition, truncation_json, truncation_schema,
 };
 use crate::settings::{OnTimeout, Settings};
 use crate::texts::fill;
@@ -224,6 +224,7 @@ pub fn definition(
             "output_file": {"type": "string", "description": "The complete output, when the text was cut."},
             "background_process_id": {"type": "string", "description": "Follow it with process_output, stop it with process_signal."},
             "waiting_for_input": {"type": "boolean", "description": "true when a tty or open-stdin command is still running and its output has gone quiet: answer it with process_input."},
+            "left_running": leftovers_schema(),
             "note": {"type": "string"}
         },
         "required": ["success", "output", "wall_duration_ms"]
@@ -434,6 +435,7 @@ pub(crate) fn run(
     }
 
     let log = LogFile::of(&out);
+    let left = std::mem::take(&mut out.left_running);
     let (text, truncation) = bound_output(out.text, out.truncation, settings.output_cap_bytes);
     result
         .set("output", text)
@@ -505,6 +507,8 @@ pub(crate) fn run(
             result.set("error", format!("exit code {code}"));
         }
     }
+    // It exited, but what it started runs on (a server started with `&`).
+    leftover_fields(&mut result, &id, &left, &mut notes);
     if !notes.is_empty() {
         result.set("note", notes.join(" "));
     }

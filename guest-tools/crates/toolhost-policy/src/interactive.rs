@@ -173,6 +173,7 @@ pub fn input_definition() -> ToolDefinition {
                 "duration_ms": {"type": "integer"},
                 "truncated": truncation_schema(),
                 "output_file": {"type": "string", "description": "The complete output, when the text was cut."},
+                "left_running": crate::render::leftovers_schema(),
                 "note": {"type": "string"}
             },
             "required": ["process_id", "running", "output", "duration_ms"]

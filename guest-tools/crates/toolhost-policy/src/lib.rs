@@ -5,7 +5,7 @@
 //!
 //! A policy is a WebAssembly component (`wasm32-wasip2`) that exports the
 //! `toolhost:plugin/tool` interface of the host's WIT contract (`wit/toolhost.wit` in this
-//! crate, `toolhost:plugin@0.2.0`). With this crate a policy crate is a `cdylib` with a
+//! crate, `toolhost:plugin@0.3.0`). With this crate a policy crate is a `cdylib` with a
 //! [`Policy`] constant and one [`export!`] line:
 //!
 //! ```

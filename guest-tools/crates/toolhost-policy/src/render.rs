@@ -8,7 +8,7 @@ use crate::exports::toolhost::plugin::tool::ToolDefinition;
 use crate::settings::Settings;
 use crate::tool::Hints;
 use crate::toolhost;
-use crate::toolhost::plugin::process::{Output, Screen};
+use crate::toolhost::plugin::process::{Leftover, LogPage, Output, Screen};
 use serde_json::{Map, Value, json};
 use std::time::Duration;
 
@@ -44,6 +44,145 @@ pub(crate) fn truncation_schema() -> Value {
         },
         "required": ["original_bytes", "retained_bytes", "omitted_bytes", "strategy"]
     })
+}
+
+/// The JSON Schema of a result's `left_running`.
+pub(crate) fn leftovers_schema() -> Value {
+    json!({
+        "type": "array",
+        "description": format!(
+            "Processes the command started that still run after it exited (at most \
+             {LEFTOVERS_LISTED} listed; the note counts them all). Read their output with \
+             process_output and stop them with process_signal, by the process_id."
+        ),
+        "items": {
+            "type": "object",
+            "properties": {
+                "pid": {"type": "integer", "description": "Its pid as the command's processes see it."},
+                "command": {"type": "string", "description": "Its command line (cut at 80 characters)."}
+            },
+            "required": ["pid", "command"]
+        }
+    })
+}
+
+/// Most processes left running that a result lists; the note counts the rest.
+pub(crate) const LEFTOVERS_LISTED: usize = 10;
+
+/// What a command left running, as the `left_running` field: the first [`LEFTOVERS_LISTED`].
+pub(crate) fn leftovers_json(left: &[Leftover]) -> Value {
+    left.iter()
+        .take(LEFTOVERS_LISTED)
+        .map(|l| json!({"pid": l.pid, "command": l.command}))
+        .collect()
+}
+
+/// `2 processes` (or `1 process`) and the named ones: `pid 12 `sleep 100`, pid 13 `srv``, the
+/// first [`LEFTOVERS_LISTED`], then how many more.
+pub(crate) fn leftovers_named(left: &[Leftover]) -> (String, String) {
+    let count = match left.len() {
+        1 => "1 process".to_string(),
+        n => format!("{n} processes"),
+    };
+    let mut named: Vec<String> = left
+        .iter()
+        .take(LEFTOVERS_LISTED)
+        .map(|l| format!("pid {} `{}`", l.pid, l.command))
+        .collect();
+    if left.len() > LEFTOVERS_LISTED {
+        named.push(format!("and {} more", left.len() - LEFTOVERS_LISTED));
+    }
+    (count, named.join(", "))
+}
+
+/// The note of a result whose process `id` has exited but left processes running; `None`
+/// when it left nothing.
+pub(crate) fn leftovers_note(id: &str, left: &[Leftover]) -> Option<String> {
+    if left.is_empty() {
+        return None;
+    }
+    let (count, named) = leftovers_named(left);
+    let (run, they, them) = if left.len() == 1 {
+        ("runs", "It still writes", "it")
+    } else {
+        ("run", "They still write", "them")
+    };
+    Some(format!(
+        "Process {id} has exited, but {count} it started still {run} ({named}). {they} to the \
+         output of process {id}: read it with process_output, and stop {them} with \
+         process_signal (process_id \"{id}\")."
+    ))
+}
+
+/// Add what process `id` left running to a result: the `left_running` field and a note.
+pub(crate) fn leftover_fields(
+    result: &mut Obj,
+    id: &str,
+    left: &[Leftover],
+    notes: &mut Vec<String>,
+) {
+    if let Some(note) = leftovers_note(id, left) {
+        result.set("left_running", leftovers_json(left));
+        notes.push(note);
+    }
+}
+
+/// A page of a process's full output that `process_output` asked for: where it starts (its
+/// `offset` argument) and how long it may be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PageRequest {
+    /// Bytes from the start; negative: from the end.
+    pub(crate) offset: i64,
+    /// Most bytes of the page.
+    pub(crate) length: u64,
+    /// The length asked for, when it was above the policy's output cap and was lowered to it.
+    pub(crate) clamped_from: Option<u64>,
+}
+
+/// What a page of the full output says about itself: which bytes it holds of how many, where
+/// the next one starts, and whether the log is complete.
+pub(crate) fn page_note(page: &LogPage, request: &PageRequest) -> String {
+    let mut notes = Vec::new();
+    if let Some(asked) = request.clamped_from {
+        notes.push(format!(
+            "length {asked} is above this policy's output cap: a page holds at most {} bytes.",
+            request.length
+        ));
+    }
+    let total = page.total_bytes;
+    let next = page.next_offset;
+    if total == 0 {
+        notes.push("The output log is empty so far.".to_string());
+    } else if page.text.is_empty() && request.offset > 0 && request.offset.unsigned_abs() >= total {
+        notes.push(format!(
+            "The output has {total} bytes in all: offset {} is at or past its end.",
+            request.offset
+        ));
+    } else {
+        notes.push(format!(
+            "This page is bytes {} to {next} of the output, {total} bytes in all.",
+            page.offset
+        ));
+    }
+    if next < total {
+        notes.push(format!(
+            "The next page starts at offset {next} (process_output with offset {next})."
+        ));
+    } else if page.running {
+        notes.push(format!(
+            "That is the end of the output so far; the process still runs, so more may come \
+             from offset {next}."
+        ));
+    } else if total > 0 {
+        notes.push("That is the end of the output.".to_string());
+    }
+    if page.capped {
+        notes.push(format!(
+            "The log stops at {total} bytes (the host's cap): the output written after that is \
+             kept only in the end that process_output returns without offset and length."
+        ));
+    }
+    notes.join(" ")
 }
 
 /// A JSON object builder that leaves absent values out of the result.
@@ -169,29 +308,33 @@ pub(crate) fn output_file_note(id: &str, out: &LogFile) -> String {
             .is_none_or(|process| !process.profile.starts_with("off"))
     };
     let unreadable = "Confined commands cannot read that file";
+    let paging = format!(
+        "process_output pages through it: process_id \"{id}\" with offset and length in bytes \
+         (a negative offset counts from the end)"
+    );
     let instead = format!(
-        "read the MCP resource toolhost://process/{id}/output (it takes byte or line ranges), or \
-         run the command again with its output filtered (grep, head, tail) or redirected to a \
-         file in the workspace."
+        "besides process_output, read the MCP resource toolhost://process/{id}/output (it takes \
+         byte or line ranges), or run the command again with its output filtered (grep, head, \
+         tail) or redirected to a file in the workspace."
     );
     match (&out.path, out.bytes) {
         (Some(_), Some(bytes)) if out.capped && confined() => format!(
             "Output was cut in the middle; output_file on the host holds only its first {bytes} bytes \
-             (the host caps the file; the end is in output above). {unreadable}: {instead}"
+             (the host caps the file; the end is in output above). {paging}. {unreadable}: {instead}"
         ),
         (Some(_), Some(bytes)) if out.capped => format!(
             "Output was cut in the middle; output_file holds only its first {} bytes (the host \
-             caps the file; the end is in output above).",
+             caps the file; the end is in output above). {paging}.",
             bytes
         ),
         (Some(_), _) if confined() => format!(
-            "Output was cut in the middle; output_file on the host holds all of it. \
+            "Output was cut in the middle; output_file on the host holds all of it. {paging}. \
              {unreadable}: {instead}"
         ),
-        (Some(_), _) => {
-            "Output was cut in the middle; output_file holds all of it (grep or page through it)."
-                .to_string()
-        }
+        (Some(_), _) => format!(
+            "Output was cut in the middle; output_file holds all of it (grep or page through it). \
+             {paging}."
+        ),
         (None, _) => "Output was cut in the middle; the host keeps no complete copy of it, so \
                       the omitted part cannot be read again."
             .to_string(),
@@ -199,7 +342,7 @@ pub(crate) fn output_file_note(id: &str, out: &LogFile) -> String {
 }
 
 /// A process's output as result fields; when the text was cut, a note about the complete
-/// output goes to `notes`.
+/// output goes to `notes`, and so does one about what it left running.
 pub(crate) fn describe_output(
     settings: &Settings,
     id: &str,
@@ -220,6 +363,7 @@ pub(crate) fn describe_output(
             .opt("output_file", log.path.clone());
         notes.push(output_file_note(id, &log));
     }
+    leftover_fields(&mut r, id, &out.left_running, notes);
     r.build()
 }
 

@@ -6,6 +6,7 @@
 use super::*;
 use serde_json::{Value, json};
 use std::time::Duration;
+use toolhost::plugin::process::{Leftover, LogPage};
 use toolhost::plugin::sandbox::Limits;
 
 fn sandbox() -> SandboxSettings {
@@ -324,4 +325,224 @@ fn confinement_requests_only_what_is_asked() {
         (Some(Mode::ReadOnly), None)
     );
     assert_eq!(asked.applied(&sandbox()), (Mode::ReadOnly, Network::Full));
+}
+
+#[test]
+fn process_output_describes_paging_and_refuses_bad_pages_before_any_host_call() {
+    let policy = Policy::new("plain");
+    let list = tools(&policy, "{}", &sandbox()).unwrap();
+    let output = list.iter().find(|t| t.name == "process_output").unwrap();
+    let schema: Value = serde_json::from_str(&output.input_schema).unwrap();
+    assert_eq!(schema["properties"]["offset"]["type"], "integer");
+    assert_eq!(schema["properties"]["length"]["minimum"], 1);
+    assert!(output.description.contains("offset and length page"));
+    let results: Value = serde_json::from_str(output.output_schema.as_deref().unwrap()).unwrap();
+    for field in ["offset", "next_offset", "total_bytes", "left_running"] {
+        assert!(results["properties"].get(field).is_some(), "{field}");
+    }
+
+    let refused = |args: Value| {
+        call(&policy, "process_output", &args.to_string(), &cx(""))
+            .err()
+            .unwrap()
+    };
+    let id = "p1";
+    for (args, expected) in [
+        (
+            json!({"process_id": id, "offset": "10"}),
+            "`offset` must be a whole number of bytes (negative counts from the end of the \
+             output), got string \"10\"",
+        ),
+        (
+            json!({"process_id": id, "offset": 1.5}),
+            "`offset` must be a whole number of bytes (negative counts from the end of the \
+             output), got number 1.5",
+        ),
+        (
+            json!({"process_id": id, "length": 0}),
+            "`length` must be a whole number of bytes, at least 1, got number 0",
+        ),
+        (
+            json!({"process_id": id, "offset": 0, "length": -5}),
+            "`length` must be a whole number of bytes, at least 1, got number -5",
+        ),
+        (
+            json!({"process_id": id, "length": "all"}),
+            "`length` must be a whole number of bytes, at least 1, got string \"all\"",
+        ),
+    ] {
+        assert_eq!(refused(args.clone()), expected, "{args}");
+    }
+    assert!(
+        refused(json!({"process_id": id, "offset": 0, "view": "screen"}))
+            .contains("do not go with view \"screen\"")
+    );
+    assert!(
+        refused(json!({"process_id": id, "length": 100, "only_new": true}))
+            .starts_with("`only_new` does not go with `offset` and `length`")
+    );
+}
+
+#[test]
+fn a_page_defaults_to_the_output_cap_from_the_start_and_is_bounded_by_it() {
+    let settings = Settings::DEFAULT;
+    let cap = settings.output_cap_bytes as u64;
+    let request = |args: Value| {
+        let args = Args::parse(&args.to_string(), &["offset", "length"]).unwrap();
+        process_tools::page_request(&args, &settings).unwrap()
+    };
+    assert_eq!(request(json!({})), None);
+    assert_eq!(
+        request(json!({"offset": -500})),
+        Some(render::PageRequest {
+            offset: -500,
+            length: cap,
+            clamped_from: None
+        })
+    );
+    assert_eq!(
+        request(json!({"length": 100})),
+        Some(render::PageRequest {
+            offset: 0,
+            length: 100,
+            clamped_from: None
+        })
+    );
+    assert_eq!(
+        request(json!({"offset": 10, "length": 1_000_000})),
+        Some(render::PageRequest {
+            offset: 10,
+            length: cap,
+            clamped_from: Some(1_000_000)
+        })
+    );
+}
+
+fn page(text: &str, offset: u64, total: u64, running: bool, capped: bool) -> LogPage {
+    LogPage {
+        text: text.into(),
+        offset,
+        next_offset: offset + text.len() as u64,
+        total_bytes: total,
+        capped,
+        running,
+    }
+}
+
+fn asked(offset: i64, length: u64) -> render::PageRequest {
+    render::PageRequest {
+        offset,
+        length,
+        clamped_from: None,
+    }
+}
+
+#[test]
+fn a_page_says_which_bytes_it_holds_and_where_the_next_starts() {
+    // From the start, more to come.
+    let note = render::page_note(&page("0123", 0, 10, false, false), &asked(0, 4));
+    assert_eq!(
+        note,
+        "This page is bytes 0 to 4 of the output, 10 bytes in all. The next page starts at \
+         offset 4 (process_output with offset 4)."
+    );
+    // From the end: the last page.
+    let note = render::page_note(&page("89", 8, 10, false, false), &asked(-2, 100));
+    assert_eq!(
+        note,
+        "This page is bytes 8 to 10 of the output, 10 bytes in all. That is the end of the \
+         output."
+    );
+    // Past the end.
+    let note = render::page_note(&page("", 10, 10, false, false), &asked(50, 100));
+    assert_eq!(
+        note,
+        "The output has 10 bytes in all: offset 50 is at or past its end. That is the end of \
+         the output."
+    );
+    // Still running, capped, and a length lowered to the cap.
+    let request = render::PageRequest {
+        offset: 0,
+        length: 32768,
+        clamped_from: Some(100_000),
+    };
+    let note = render::page_note(&page("0123456789", 0, 10, true, true), &request);
+    assert!(
+        note.starts_with(
+            "length 100000 is above this policy's output cap: a page holds at most 32768 bytes."
+        ),
+        "{note}"
+    );
+    assert!(
+        note.contains("the process still runs, so more may come from offset 10"),
+        "{note}"
+    );
+    assert!(
+        note.contains("The log stops at 10 bytes (the host's cap)"),
+        "{note}"
+    );
+    let empty = render::page_note(&page("", 0, 0, true, false), &asked(0, 10));
+    assert!(
+        empty.starts_with("The output log is empty so far."),
+        "{empty}"
+    );
+}
+
+fn leftovers(n: i32) -> Vec<Leftover> {
+    (1..=n)
+        .map(|pid| Leftover {
+            pid: 100 + pid,
+            command: format!("server --port {pid}"),
+        })
+        .collect()
+}
+
+#[test]
+fn leftovers_are_counted_named_and_pointed_to_process_signal() {
+    assert_eq!(render::leftovers_note("p1", &[]), None);
+    let one = render::leftovers_note("p1", &leftovers(1)).unwrap();
+    assert_eq!(
+        one,
+        "Process p1 has exited, but 1 process it started still runs (pid 101 `server --port \
+         1`). It still writes to the output of process p1: read it with process_output, and \
+         stop it with process_signal (process_id \"p1\")."
+    );
+    let many = leftovers(12);
+    let note = render::leftovers_note("p1", &many).unwrap();
+    assert!(note.contains("12 processes it started"), "{note}");
+    assert!(
+        note.contains("pid 110 `server --port 10`, and 2 more"),
+        "{note}"
+    );
+    assert!(!note.contains("pid 111"), "{note}");
+    let listed = render::leftovers_json(&many);
+    assert_eq!(
+        listed.as_array().map(Vec::len),
+        Some(render::LEFTOVERS_LISTED)
+    );
+    assert_eq!(listed[0], json!({"pid": 101, "command": "server --port 1"}));
+}
+
+#[test]
+fn signalling_what_an_exited_process_left_says_how_many_it_stopped() {
+    use toolhost::plugin::process::Signal;
+    let before = leftovers(2);
+    assert_eq!(
+        process_tools::left_running_message(Signal::Terminate, &before, &[]),
+        "The process had already exited; stopped 2 processes it left running (pid 101 \
+         `server --port 1`, pid 102 `server --port 2`)."
+    );
+    let message = process_tools::left_running_message(Signal::Terminate, &before, &before[1..]);
+    assert!(
+        message.contains("SIGTERM sent to the 2 processes it left running"),
+        "{message}"
+    );
+    assert!(
+        message.contains("Stopped 1 of them; 1 process still runs (pid 102"),
+        "{message}"
+    );
+    assert!(
+        message.ends_with("it gets SIGKILL after the grace period."),
+        "{message}"
+    );
 }

@@ -4,12 +4,15 @@
 //! `max_timeout`; processes inherit only the host variables it was granted. While the guest
 //! waits, progress reaches the caller and a cancelled call ends the wait.
 //!
-//! The 0.1.0 interface, at the end, delegates to the current one.
+//! The older interfaces (0.2.0, then 0.1.0), at the end, delegate to the current one.
 
 use super::latest::{wit_process, wit_sandbox};
 use super::v0_1_0::{old_process, output, process_error, read_from};
+use super::v0_2_0;
 use crate::guest::state::{CallOptions, CallState, ProcessGrant, Progress};
-use crate::process::{OutputSnapshot, ProcessBackend, ProcessError, ReadFrom, StartRequest, Until};
+use crate::process::{
+    MAX_LOG_PAGE_BYTES, OutputSnapshot, ProcessBackend, ProcessError, ReadFrom, StartRequest, Until,
+};
 use crate::sandbox::{self, ConfinementRequest, Profile};
 use crate::terminal::Key;
 use std::path::PathBuf;
@@ -182,6 +185,27 @@ impl wit_process::Host for CallState {
             .read(&self.scope, &id, from.into())
             .map(Into::into)
             .map_err(Into::into))
+    }
+
+    async fn read_log(
+        &mut self,
+        id: String,
+        offset: i64,
+        max_bytes: u64,
+    ) -> wasmtime::Result<Result<wit_process::LogPage, wit_process::ProcessError>> {
+        let max_bytes = max_bytes.min(MAX_LOG_PAGE_BYTES);
+        self.on_backend(|g, scope| async move {
+            // A file read: on a blocking thread, not on an async worker.
+            tokio::task::spawn_blocking(move || g.backend.read_log(&scope, &id, offset, max_bytes))
+                .await
+                .unwrap_or_else(|e| {
+                    Err(ProcessError::Failed(format!(
+                        "reading the output log failed: {e}"
+                    )))
+                })
+        })
+        .await
+        .map(|result| result.map(Into::into))
     }
 
     async fn list(&mut self) -> wasmtime::Result<Vec<wit_process::ProcessInfo>> {
@@ -407,9 +431,112 @@ async fn wait_with_options(
     backend.read(scope, id, from)
 }
 
-// The 0.1.0 interface. A 0.1.0 start request is a 0.2.0 request without a confinement, so its
-// commands get the plugin's bound (the operator's settings narrowed by the manifest). A 0.1.0
-// listing is a 0.2.0 listing without the profile.
+// The 0.2.0 interface: the current one without `read-log`, and without what a command left
+// running in its outputs and listings.
+
+impl v0_2_0::process::Host for CallState {
+    async fn start(
+        &mut self,
+        request: v0_2_0::process::StartRequest,
+    ) -> wasmtime::Result<Result<String, v0_2_0::process::ProcessError>> {
+        let result = wit_process::Host::start(self, request.into()).await?;
+        Ok(result.map_err(Into::into))
+    }
+
+    async fn wait(
+        &mut self,
+        id: String,
+        timeout_ms: u64,
+        from: v0_2_0::process::ReadFrom,
+    ) -> wasmtime::Result<Result<v0_2_0::process::Output, v0_2_0::process::ProcessError>> {
+        let result = wit_process::Host::wait(self, id, timeout_ms, from.into()).await?;
+        Ok(result.map(Into::into).map_err(Into::into))
+    }
+
+    async fn read(
+        &mut self,
+        id: String,
+        from: v0_2_0::process::ReadFrom,
+    ) -> wasmtime::Result<Result<v0_2_0::process::Output, v0_2_0::process::ProcessError>> {
+        let result = wit_process::Host::read(self, id, from.into()).await?;
+        Ok(result.map(Into::into).map_err(Into::into))
+    }
+
+    async fn list(&mut self) -> wasmtime::Result<Vec<v0_2_0::process::ProcessInfo>> {
+        let list = wit_process::Host::list(self).await?;
+        Ok(list.into_iter().map(Into::into).collect())
+    }
+
+    async fn send_signal(
+        &mut self,
+        id: String,
+        signal: v0_2_0::process::Signal,
+    ) -> wasmtime::Result<Result<(), v0_2_0::process::ProcessError>> {
+        let result = wit_process::Host::send_signal(self, id, signal.into()).await?;
+        Ok(result.map_err(Into::into))
+    }
+
+    async fn write_input(
+        &mut self,
+        id: String,
+        data: Vec<u8>,
+        keys: Vec<v0_2_0::process::Key>,
+    ) -> wasmtime::Result<Result<(), v0_2_0::process::ProcessError>> {
+        let keys = keys.into_iter().map(Into::into).collect();
+        let result = wit_process::Host::write_input(self, id, data, keys).await?;
+        Ok(result.map_err(Into::into))
+    }
+
+    async fn close_input(
+        &mut self,
+        id: String,
+    ) -> wasmtime::Result<Result<(), v0_2_0::process::ProcessError>> {
+        let result = wit_process::Host::close_input(self, id).await?;
+        Ok(result.map_err(Into::into))
+    }
+
+    async fn resize(
+        &mut self,
+        id: String,
+        size: v0_2_0::process::TerminalSize,
+    ) -> wasmtime::Result<Result<(), v0_2_0::process::ProcessError>> {
+        let result = wit_process::Host::resize(self, id, size.into()).await?;
+        Ok(result.map_err(Into::into))
+    }
+
+    async fn read_screen(
+        &mut self,
+        id: String,
+    ) -> wasmtime::Result<Result<v0_2_0::process::Screen, v0_2_0::process::ProcessError>> {
+        let result = wit_process::Host::read_screen(self, id).await?;
+        Ok(result.map(Into::into).map_err(Into::into))
+    }
+
+    async fn call_cancelled(&mut self) -> wasmtime::Result<bool> {
+        wit_process::Host::call_cancelled(self).await
+    }
+
+    async fn waits_for_exit(&mut self) -> wasmtime::Result<bool> {
+        wit_process::Host::waits_for_exit(self).await
+    }
+
+    async fn wait_until(
+        &mut self,
+        id: String,
+        condition: v0_2_0::process::Until,
+        timeout_ms: u64,
+        from: v0_2_0::process::ReadFrom,
+    ) -> wasmtime::Result<Result<v0_2_0::process::Output, v0_2_0::process::ProcessError>> {
+        let result =
+            wit_process::Host::wait_until(self, id, condition.into(), timeout_ms, from.into())
+                .await?;
+        Ok(result.map(Into::into).map_err(Into::into))
+    }
+}
+
+// The 0.1.0 interface. A 0.1.0 start request is a current request without a confinement, so
+// its commands get the plugin's bound (the operator's settings narrowed by the manifest). A
+// 0.1.0 listing is a current listing without the profile.
 
 impl old_process::Host for CallState {
     async fn start(

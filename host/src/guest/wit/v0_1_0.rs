@@ -1,7 +1,7 @@
 //! The frozen 0.1.0 contract (`wit/v0.1.0/toolhost.wit`), served beside the current one so
 //! that components built against it keep loading and working unchanged.
 //! This module holds its version, its Rust bindings, and the conversions between its types
-//! and the current contract's.
+//! and the current contract's (not 0.2.0's: every old version converts to the latest).
 //!
 //! The host side of its imports delegates to the current one (the way Zed's extension host
 //! serves old extension APIs).
@@ -48,7 +48,7 @@ impl From<OldToolDefinition> for super::latest::ToolDefinition {
     }
 }
 
-/// A 0.2.0 truncation report as 0.1.0 has it.
+/// A latest truncation report as 0.1.0 has it.
 pub(super) fn truncation(t: wit_buffer::Truncation) -> old_buffer::Truncation {
     old_buffer::Truncation {
         original_bytes: t.original_bytes,
@@ -58,7 +58,7 @@ pub(super) fn truncation(t: wit_buffer::Truncation) -> old_buffer::Truncation {
     }
 }
 
-/// A 0.2.0 process error as 0.1.0 has it.
+/// A latest process error as 0.1.0 has it.
 pub(super) fn process_error(e: wit_process::ProcessError) -> old_process::ProcessError {
     use old_process::ProcessError as Old;
     use wit_process::ProcessError as New;
@@ -71,7 +71,8 @@ pub(super) fn process_error(e: wit_process::ProcessError) -> old_process::Proces
     }
 }
 
-/// A 0.2.0 output as 0.1.0 has it: without the log's size and cap.
+/// A latest output as 0.1.0 has it: without the log's size and cap, and without what the
+/// command left running.
 pub(super) fn output(o: wit_process::Output) -> old_process::Output {
     old_process::Output {
         text: o.text,
@@ -85,7 +86,7 @@ pub(super) fn output(o: wit_process::Output) -> old_process::Output {
     }
 }
 
-/// A 0.1.0 read position as 0.2.0 has it.
+/// A 0.1.0 read position as the latest contract has it.
 pub(super) fn read_from(r: old_process::ReadFrom) -> wit_process::ReadFrom {
     match r {
         old_process::ReadFrom::All => wit_process::ReadFrom::All,
