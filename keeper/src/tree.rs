@@ -4,13 +4,34 @@
 
 use std::collections::{HashMap, HashSet};
 
-/// Send `signal` to every live descendant once.
+/// How long one [`signal_all`] keeps looking for descendants that did not get the signal yet,
+/// and how often.
+const SIGNAL_WINDOW: std::time::Duration = std::time::Duration::from_millis(100);
+const SIGNAL_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Send `signal` to every live descendant once. For a short while after, the tree is walked
+/// again and what was forked meanwhile gets the signal too: a pipeline still starting, or what
+/// a handler of the signal starts. It ends early once no descendant is left.
 pub(crate) fn signal_all(signal: libc::c_int) {
-    for pid in live_descendants() {
-        // SAFETY: integer arguments. The pid was a live descendant an instant ago; a
-        // descendant's pid cannot be reused before it is reaped (by the keeper or by its
-        // parent, itself a descendant).
-        unsafe { libc::kill(pid, signal) };
+    let mut signalled = HashSet::new();
+    let until = std::time::Instant::now() + SIGNAL_WINDOW;
+    loop {
+        let live = live_descendants();
+        if live.is_empty() {
+            return;
+        }
+        for pid in live {
+            if signalled.insert(pid) {
+                // SAFETY: integer arguments. The pid was a live descendant an instant ago; a
+                // descendant's pid cannot be reused before it is reaped (by the keeper or by
+                // its parent, itself a descendant).
+                unsafe { libc::kill(pid, signal) };
+            }
+        }
+        if std::time::Instant::now() >= until {
+            return;
+        }
+        std::thread::sleep(SIGNAL_EVERY);
     }
 }
 

@@ -1579,3 +1579,49 @@ async fn a_refused_kill_names_the_command_that_owns_the_target() {
             .running
     );
 }
+
+/// A process that a command forks while a terminate goes out (here from its `TERM` trap) gets
+/// the signal too, at once, not only at the kill after the grace period.
+#[tokio::test]
+async fn terminate_reaches_what_is_forked_while_it_goes_out() {
+    let marker = "30.6161";
+    let (_dir, manager) = manager_with(|config| config.kill_grace = LONG);
+    let id = start(
+        &manager,
+        &format!(
+            "trap 'echo trapped; sleep {marker} &' TERM; echo ready; while :; do sleep 0.01; done"
+        ),
+    )
+    .await;
+    wait_for_output(&manager, &id, "ready").await;
+    manager
+        .signal(SCOPE, &id, Signal::Terminate)
+        .expect("terminate");
+    // The trap's child is forked after the signal went out: a later walk signals it, while
+    // the shell (which traps TERM) runs on until the grace period ends.
+    // The shell's own command line holds the marker too: only `sleep MARKER` counts.
+    let sleeps = || {
+        std::fs::read_dir("/proc").map_or(0, |entries| {
+            entries
+                .flatten()
+                .filter(|entry| {
+                    std::fs::read(entry.path().join("cmdline"))
+                        .is_ok_and(|cmd| cmd == format!("sleep\0{marker}\0").as_bytes())
+                })
+                .count()
+        })
+    };
+    wait_for_output(&manager, &id, "trapped").await;
+    assert!(
+        eventually(|| sleeps() == 0).await,
+        "the trap's child outlived the terminate"
+    );
+    assert!(
+        manager
+            .read(SCOPE, &id, ReadFrom::All)
+            .expect("read")
+            .running,
+        "the shell ended: the check came at the grace period's kill"
+    );
+    manager.signal(SCOPE, &id, Signal::Kill).expect("kill");
+}
