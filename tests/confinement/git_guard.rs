@@ -1,4 +1,4 @@
-//! The git guard (`host/src/sandbox/git_guard.rs`): what a confined command writes that git
+//! The git guard (`host/src/sandbox/git_guard/`): what a confined command writes that git
 //! would run later outside the sandbox (a hook, `core.hooksPath`, `core.fsmonitor`,
 //! `include.path`, ...) is undone, and the command's result says so, while git's ordinary work
 //! goes on in the same session.

@@ -70,7 +70,7 @@ pub(super) struct Entry {
     pub(super) private_space: Option<PrivateSpace>,
     /// The paths hidden from it by the operator's settings, when it runs confined.
     pub(super) hidden: Option<Arc<HiddenPaths>>,
-    /// Its scope's git guard, when it runs confined (see `sandbox/git_guard.rs`).
+    /// Its scope's git guard, when it runs confined (see `sandbox/git_guard/`).
     pub(super) git_guard: Option<Arc<GitGuard>>,
     /// What the git guard undid right before it started.
     pub(super) git_note: Option<String>,

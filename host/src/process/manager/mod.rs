@@ -275,7 +275,7 @@ pub struct ProcessManager {
     sandbox_context: Arc<sandbox::Context>,
     /// Per scope: its private temporary directory and the layers built for it so far.
     sandboxes: Mutex<HashMap<String, Arc<ScopeSandbox>>>,
-    /// Per scope with confined commands: its git guard (`sandbox/git_guard.rs`).
+    /// Per scope with confined commands: its git guard (`sandbox/git_guard/`).
     git_guards: Mutex<HashMap<String, Arc<GitGuard>>>,
     /// The context's hidden and visible roots, resolved once for the `workdir` check.
     path_roots: PathRoots,
