@@ -583,10 +583,22 @@ async fn output_resources_belong_to_their_session() {
     server.stop().await;
 }
 
-/// A request of protocol 2026-07-28 (no session) in the client-named scope `scope`; returns
-/// the HTTP status and the response message.
+/// A request of protocol 2026-07-28 (no session) in the client-named scope `scope` (`None`:
+/// the default scope); returns the HTTP status and the response message.
 async fn request_2026(
     server: &HttpServer,
+    scope: Option<&str>,
+    tasks: bool,
+    method: &str,
+    params: Value,
+) -> (StatusCode, Value) {
+    request_2026_as(server, TOKEN, scope, tasks, method, params).await
+}
+
+/// [`request_2026`] with the bearer token `token`.
+async fn request_2026_as(
+    server: &HttpServer,
+    token: &str,
     scope: Option<&str>,
     tasks: bool,
     method: &str,
@@ -615,7 +627,7 @@ async fn request_2026(
         .post(&server.url)
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
-        .header("authorization", format!("Bearer {TOKEN}"))
+        .header("authorization", format!("Bearer {token}"))
         .header("mcp-protocol-version", "2026-07-28")
         .header("mcp-method", method)
         .body(body.to_string());
@@ -632,41 +644,194 @@ async fn request_2026(
     (status, message)
 }
 
+/// `tools/call` of `name` with `arguments`.
+fn tool_call(name: &str, arguments: Value) -> Value {
+    json!({"name": name, "arguments": arguments})
+}
+
+/// `execute` of `command` in the background.
+fn in_background(command: &str) -> Value {
+    tool_call(
+        "execute",
+        json!({"command": command, "run_in_background": true}),
+    )
+}
+
+/// The id of the background process a `tools/call` answer started.
+fn started_id(answer: &Value) -> String {
+    structured(&answer["result"])["background_process_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{answer}"))
+        .to_owned()
+}
+
+/// Poll `tasks/get` in `scope` until the task leaves `working`; its last state.
+async fn finished_task(server: &HttpServer, scope: Option<&str>, task_id: &str) -> Value {
+    let begun = std::time::Instant::now();
+    loop {
+        let (_, got) =
+            request_2026(server, scope, true, "tasks/get", json!({"taskId": task_id})).await;
+        if got["result"]["status"] != "working" {
+            return got["result"].clone();
+        }
+        assert!(begun.elapsed() < Duration::from_secs(20), "{got}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A standard 2026-07-28 client names no scope: its requests share the default scope of
+/// their principal, so a process started in one is read, fed and listed by id in later ones,
+/// its output is a resource, a task runs and is polled; the default scope ends with its
+/// processes once idle.
 #[tokio::test]
-async fn protocol_2026_07_28_scopes_are_named_in_meta() {
+async fn protocol_2026_07_28_requests_without_a_scope_share_their_default_scope() {
     let server = HttpServer::start(&["--idle-timeout", "2s"]).await;
     let marker = marker();
-    let call = |command: String| json!({"name": "execute", "arguments": {"command": command, "run_in_background": true}});
-    let list = json!({"name": "process_list", "arguments": {}});
+    let (status, started) = request_2026(
+        &server,
+        None,
+        false,
+        "tools/call",
+        tool_call(
+            "execute",
+            json!({"command": format!("read line; echo got $line; seq 1 20000; sleep 300 # {marker}"),
+                   "run_in_background": true, "stdin": "open"}),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{started}");
+    assert!(started.get("error").is_none(), "{started}");
+    let id = started_id(&started);
 
-    // No scope named: refused, saying how to name one.
-    let (_, refused) = request_2026(&server, None, false, "tools/call", call("true".into())).await;
-    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    // Later requests, with no scope either, reach it by id.
+    let (_, listed) = request_2026(
+        &server,
+        None,
+        false,
+        "tools/call",
+        tool_call("process_list", json!({})),
+    )
+    .await;
+    assert!(listed.to_string().contains(&id), "{listed}");
+    let (_, fed) = request_2026(
+        &server,
+        None,
+        false,
+        "tools/call",
+        tool_call(
+            "process_input",
+            json!({"process_id": id, "input": "hello\n", "until": "20000"}),
+        ),
+    )
+    .await;
+    assert!(fed.to_string().contains("got hello"), "{fed}");
+    let (_, read) = request_2026(
+        &server,
+        None,
+        false,
+        "tools/call",
+        tool_call("process_output", json!({"process_id": id})),
+    )
+    .await;
+    assert_eq!(structured(&read["result"])["running"], true, "{read}");
+
+    // Its output is a resource of the default scope.
+    let (_, resources) = request_2026(&server, None, false, "resources/list", json!({})).await;
+    let uri = format!("toolhost://process/{id}/output");
+    assert!(resources.to_string().contains(&uri), "{resources}");
+    let (_, page) = request_2026(&server, None, false, "resources/read", json!({"uri": uri})).await;
+    let text = page["result"]["contents"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{page}"));
+    assert!(text.starts_with("got hello\n1\n2\n"), "{page}");
+
+    // A scope named in `_meta` is another one.
+    let (_, elsewhere) = request_2026(
+        &server,
+        Some("alpha"),
+        false,
+        "tools/call",
+        tool_call("process_list", json!({})),
+    )
+    .await;
+    assert!(!elsewhere.to_string().contains(&id), "{elsewhere}");
+
+    // A task runs in the default scope and is polled there.
+    let (_, created) = request_2026(
+        &server,
+        None,
+        true,
+        "tools/call",
+        tool_call("execute", json!({"command": "sleep 0.5; echo done"})),
+    )
+    .await;
+    let task_id = created["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{created}"))
+        .to_owned();
+    let (_, stolen) = request_2026(
+        &server,
+        Some("alpha"),
+        true,
+        "tasks/get",
+        json!({"taskId": task_id}),
+    )
+    .await;
+    assert_eq!(stolen["error"]["code"], -32602, "{stolen}");
+    let task = finished_task(&server, None, &task_id).await;
+    assert_eq!(task["status"], "completed", "{task}");
+    assert_eq!(structured(&task["result"])["output"], "done\n", "{task}");
+
+    // Idle for the idle timeout, the default scope ends with its processes.
     assert!(
-        refused["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("toolhost/scope")),
-        "{refused}"
+        wait_gone(&marker, Duration::from_secs(15)).await,
+        "the idle default scope's process survives"
     );
+    let (_, after) = request_2026(
+        &server,
+        None,
+        false,
+        "tools/call",
+        tool_call("process_output", json!({"process_id": id})),
+    )
+    .await;
+    tool_error(&after["result"]);
+    server.stop().await;
+}
 
+#[tokio::test]
+async fn protocol_2026_07_28_scopes_named_in_meta_are_kept_apart() {
+    let server = HttpServer::start(&["--idle-timeout", "2s"]).await;
+    let marker = marker();
+    let list = tool_call("process_list", json!({}));
     let (status, started) = request_2026(
         &server,
         Some("alpha"),
         false,
         "tools/call",
-        call(format!("sleep 300 # {marker}")),
+        in_background(&format!("sleep 300 # {marker}")),
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{started}");
-    let id = structured(&started["result"])["background_process_id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{started}"))
-        .to_owned();
-    // The same scope in a later request sees it; another scope does not.
+    let id = started_id(&started);
+    // The same scope in a later request sees it; another scope, or none, does not.
     let (_, mine) = request_2026(&server, Some("alpha"), false, "tools/call", list.clone()).await;
     assert!(mine.to_string().contains(&id), "{mine}");
-    let (_, theirs) = request_2026(&server, Some("beta"), false, "tools/call", list).await;
+    let (_, theirs) = request_2026(&server, Some("beta"), false, "tools/call", list.clone()).await;
     assert!(!theirs.to_string().contains(&id), "{theirs}");
+    let (_, default) = request_2026(&server, None, false, "tools/call", list).await;
+    assert!(!default.to_string().contains(&id), "{default}");
+
+    // A scope id must be a string of the allowed characters.
+    let (_, bad) = request_2026(
+        &server,
+        Some("../x"),
+        false,
+        "tools/call",
+        tool_call("process_list", json!({})),
+    )
+    .await;
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
 
     // A task of one scope is unknown in another, and completes with the result at exit.
     let (_, created) = request_2026(
@@ -674,7 +839,7 @@ async fn protocol_2026_07_28_scopes_are_named_in_meta() {
         Some("alpha"),
         true,
         "tools/call",
-        json!({"name": "execute", "arguments": {"command": "sleep 0.5; echo done"}}),
+        tool_call("execute", json!({"command": "sleep 0.5; echo done"})),
     )
     .await;
     let task_id = created["result"]["taskId"]
@@ -690,22 +855,7 @@ async fn protocol_2026_07_28_scopes_are_named_in_meta() {
     )
     .await;
     assert_eq!(stolen["error"]["code"], -32602, "{stolen}");
-    let begun = std::time::Instant::now();
-    let task = loop {
-        let (_, got) = request_2026(
-            &server,
-            Some("alpha"),
-            true,
-            "tasks/get",
-            json!({"taskId": task_id}),
-        )
-        .await;
-        if got["result"]["status"] != "working" {
-            break got["result"].clone();
-        }
-        assert!(begun.elapsed() < Duration::from_secs(20), "{got}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let task = finished_task(&server, Some("alpha"), &task_id).await;
     assert_eq!(task["status"], "completed", "{task}");
     assert_eq!(structured(&task["result"])["output"], "done\n", "{task}");
 
@@ -714,5 +864,215 @@ async fn protocol_2026_07_28_scopes_are_named_in_meta() {
         wait_gone(&marker, Duration::from_secs(15)).await,
         "the idle scope's process survives"
     );
+    server.stop().await;
+}
+
+/// Two agents on one server, each with its own token (`--token-file` of `NAME TOKEN` lines):
+/// neither reaches the other's default scope, a scope of the same name, a session, or a task.
+#[tokio::test]
+async fn two_principals_do_not_reach_each_others_scopes_sessions_or_tasks() {
+    const ALICE: &str = "alice-token-0123456789";
+    const BOB: &str = "bob-token-0123456789";
+    let dir = tempfile::tempdir().expect("temp dir");
+    let tokens = dir.path().join("tokens");
+    std::fs::write(
+        &tokens,
+        format!("# one line per agent\nalice {ALICE}\nbob {BOB}\n"),
+    )
+    .expect("token file");
+    std::fs::set_permissions(&tokens, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("chmod");
+    let path = tokens.display().to_string();
+    let server = HttpServer::start(&["--token-file", &path]).await;
+    let list = tool_call("process_list", json!({}));
+
+    // The single token the server would take alone is not one of these.
+    let (status, _, _) = post(
+        &reqwest::Client::new(),
+        &server.url,
+        Some(TOKEN),
+        None,
+        &initialize_body(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    let mut ids = Vec::new();
+    for scope in [None, Some("shared")] {
+        let (_, started) = request_2026_as(
+            &server,
+            ALICE,
+            scope,
+            false,
+            "tools/call",
+            in_background("echo alice-secret; seq 1 20000; sleep 300"),
+        )
+        .await;
+        let id = started_id(&started);
+        let (_, hers) =
+            request_2026_as(&server, ALICE, scope, false, "tools/call", list.clone()).await;
+        assert!(hers.to_string().contains(&id), "{hers}");
+        let (_, his) =
+            request_2026_as(&server, BOB, scope, false, "tools/call", list.clone()).await;
+        assert!(!his.to_string().contains(&id), "{scope:?}: {his}");
+        let (_, read) = request_2026_as(
+            &server,
+            BOB,
+            scope,
+            false,
+            "tools/call",
+            tool_call("process_output", json!({"process_id": id})),
+        )
+        .await;
+        assert!(
+            !tool_error(&read["result"]).contains("alice-secret"),
+            "{read}"
+        );
+        let uri = json!({"uri": format!("toolhost://process/{id}/output")});
+        let begun = std::time::Instant::now();
+        loop {
+            let (_, page) =
+                request_2026_as(&server, ALICE, scope, false, "resources/read", uri.clone()).await;
+            if page.to_string().contains("alice-secret") {
+                break;
+            }
+            assert!(begun.elapsed() < Duration::from_secs(10), "{page}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let (_, resource) =
+            request_2026_as(&server, BOB, scope, false, "resources/read", uri).await;
+        assert!(
+            resource.get("error").is_some() && !resource.to_string().contains("alice-secret"),
+            "{resource}"
+        );
+        ids.push((scope, id));
+    }
+
+    // Alice's task is unknown to Bob.
+    let (_, created) = request_2026_as(
+        &server,
+        ALICE,
+        None,
+        true,
+        "tools/call",
+        tool_call("execute", json!({"command": "sleep 5"})),
+    )
+    .await;
+    let task_id = created["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{created}"))
+        .to_owned();
+    for method in ["tasks/get", "tasks/cancel"] {
+        let (_, stolen) =
+            request_2026_as(&server, BOB, None, true, method, json!({"taskId": task_id})).await;
+        assert_eq!(stolen["error"]["code"], -32602, "{method}: {stolen}");
+    }
+
+    // A 2025-11-25 session opened with Alice's token is not found with Bob's.
+    let http = reqwest::Client::new();
+    let (status, session, _) =
+        post(&http, &server.url, Some(ALICE), None, &initialize_body()).await;
+    assert_eq!(status, StatusCode::OK);
+    let session = session.expect("a session id");
+    let ping = json!({"jsonrpc": "2.0", "id": 5, "method": "ping"});
+    let (status, _, _) = post(&http, &server.url, Some(BOB), Some(&session), &ping).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "another principal's session");
+    let (status, _, answer) = post(&http, &server.url, Some(ALICE), Some(&session), &ping).await;
+    assert_eq!(status, StatusCode::OK, "{answer:?}");
+    let deleted = http
+        .delete(&server.url)
+        .header("authorization", format!("Bearer {BOB}"))
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", PROTOCOL_VERSION)
+        .send()
+        .await
+        .expect("DELETE");
+    assert_eq!(deleted.status(), StatusCode::NOT_FOUND, "Bob cannot end it");
+
+    // Alice's processes are still running, and hers to read.
+    for (scope, id) in ids {
+        let (_, read) = request_2026_as(
+            &server,
+            ALICE,
+            scope,
+            false,
+            "tools/call",
+            tool_call("process_output", json!({"process_id": id})),
+        )
+        .await;
+        let output = structured(&read["result"]);
+        assert_eq!(output["running"], true, "{scope:?}: {output}");
+    }
+    server.stop().await;
+}
+
+/// Methods revision 2026-07-28 removed (`initialize`, `logging/setLevel`,
+/// `resources/subscribe`, `resources/unsubscribe`) get 404 and -32601 whatever their params,
+/// which are not looked at; the methods of capabilities the server does not declare (prompts,
+/// completions) get -32601 in every revision.
+#[tokio::test]
+async fn methods_a_revision_lacks_are_not_found_before_their_params_are_read() {
+    let server = HttpServer::start(&[]).await;
+    for (method, params) in [
+        ("initialize", json!({})),
+        ("logging/setLevel", json!({"level": "info"})),
+        ("logging/setLevel", json!({})),
+        (
+            "resources/subscribe",
+            json!({"uri": "toolhost://process/x/output"}),
+        ),
+        ("resources/subscribe", json!({})),
+        ("resources/unsubscribe", json!({})),
+        ("ping", json!({})),
+        ("prompts/list", json!({})),
+        ("prompts/get", json!({"name": "x"})),
+        ("completion/complete", json!({})),
+        (
+            "completion/complete",
+            json!({"ref": {"type": "ref/prompt", "name": "x"}, "argument": {"name": "a", "value": "b"}}),
+        ),
+    ] {
+        let (status, answer) = request_2026(&server, None, false, method, params.clone()).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{method} {params}: {answer}");
+        assert_eq!(
+            answer["error"]["code"], -32601,
+            "{method} {params}: {answer}"
+        );
+        assert_eq!(answer["id"], 1, "{answer}");
+    }
+    // `server/discover` declares neither prompts nor completions.
+    let (_, discovered) = request_2026(&server, None, false, "server/discover", json!({})).await;
+    let capabilities = &discovered["result"]["capabilities"];
+    assert!(capabilities["tools"].is_object(), "{discovered}");
+    assert!(capabilities.get("prompts").is_none(), "{discovered}");
+    assert!(capabilities.get("completions").is_none(), "{discovered}");
+
+    // A 2025-11-25 session: the same for undeclared capabilities, and `logging/setLevel`
+    // works (malformed, it is invalid params).
+    let session = Session::open(&server).await;
+    for (method, params) in [
+        ("prompts/list", json!({})),
+        ("prompts/get", json!({"name": "x"})),
+        (
+            "completion/complete",
+            json!({"ref": {"type": "ref/prompt", "name": "x"}, "argument": {"name": "a", "value": "b"}}),
+        ),
+        (
+            "resources/subscribe",
+            json!({"uri": "toolhost://process/x/output"}),
+        ),
+        ("resources/unsubscribe", json!({})),
+    ] {
+        let answer = session.request(method, params).await;
+        assert_eq!(answer["error"]["code"], -32601, "{method}: {answer}");
+    }
+    let set = session
+        .request("logging/setLevel", json!({"level": "info"}))
+        .await;
+    assert!(set.get("result").is_some(), "{set}");
+    let bad = session.request("logging/setLevel", json!({})).await;
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+    let ping = session.request("ping", json!({})).await;
+    assert!(ping.get("result").is_some(), "{ping}");
     server.stop().await;
 }

@@ -158,6 +158,8 @@ async fn malformed_requests_get_their_proper_errors_and_the_session_goes_on() {
         (111, br#"[{"jsonrpc":"2.0","id":111,"method":"ping"}]"#.to_vec(), -32600),
         (112, br#"{"jsonrpc":"2.0","id":112,"method":"no/such/method"}"#.to_vec(), -32601),
         (113, br#"{"jsonrpc":"2.0","id":113,"method":"tools/call","params":"execute"}"#.to_vec(), -32602),
+        // The id shows only after the damage.
+        (114, br#"{"jsonrpc":"2.0","method":"tools/list",,"id":114}"#.to_vec(), -32700),
     ];
     // Line 109 holds two requests: both are answered, so wait for both before sending it.
     let second = client.expect_answer(110);
@@ -856,6 +858,87 @@ async fn protocol_2026_07_28_without_initialize_one_scope_per_connection() {
     client.close_stdin();
     assert!(client.wait_exit(Duration::from_secs(10)).await.is_some());
     assert!(wait_gone(&marker, Duration::from_secs(10)).await);
+}
+
+/// Methods revision 2026-07-28 removed (`initialize`, `ping`, `logging/setLevel`,
+/// `resources/subscribe`, `resources/unsubscribe`) get -32601 whatever their params, which are
+/// not looked at; those of capabilities the server does not declare (prompts, completions,
+/// resource subscriptions) get -32601 in every revision. A connection that only probed with
+/// `server/discover` may still `initialize` with an earlier revision (dual-era clients).
+#[tokio::test]
+async fn methods_a_revision_lacks_are_not_found_before_their_params_are_read() {
+    let mut client = StdioClient::spawn(&[]);
+    let discovered = client
+        .request("server/discover", json!({"_meta": meta_2026(false)}))
+        .await;
+    let capabilities = &discovered["result"]["capabilities"];
+    assert!(capabilities["tools"].is_object(), "{discovered}");
+    assert!(capabilities.get("prompts").is_none(), "{discovered}");
+    assert!(capabilities.get("completions").is_none(), "{discovered}");
+    for (method, mut params) in [
+        ("initialize", json!({"capabilities": {}})),
+        ("ping", json!({"x": 1})),
+        ("logging/setLevel", json!({"level": "info"})),
+        ("logging/setLevel", json!({})),
+        (
+            "resources/subscribe",
+            json!({"uri": "toolhost://process/x/output"}),
+        ),
+        ("resources/unsubscribe", json!({})),
+        ("prompts/list", json!({})),
+        ("prompts/get", json!({})),
+        ("completion/complete", json!({})),
+    ] {
+        params["_meta"] = meta_2026(false);
+        let answer = client.request(method, params).await;
+        assert_eq!(error_code(&answer), -32601, "2026-07-28 {method}: {answer}");
+    }
+
+    // A connection that only probed initializes with an earlier revision and is served in it.
+    let mut client = StdioClient::spawn(&[]);
+    let discovered = client
+        .request("server/discover", json!({"_meta": meta_2026(false)}))
+        .await;
+    assert!(discovered.get("result").is_some(), "{discovered}");
+    let initialized = client.initialize().await;
+    assert_eq!(
+        initialized["result"]["protocolVersion"], PROTOCOL_VERSION,
+        "{initialized}"
+    );
+    for (method, params) in [
+        ("prompts/list", json!({})),
+        ("prompts/get", json!({"name": "x"})),
+        (
+            "completion/complete",
+            json!({"ref": {"type": "ref/prompt", "name": "x"}, "argument": {"name": "a", "value": "b"}}),
+        ),
+        (
+            "resources/subscribe",
+            json!({"uri": "toolhost://process/x/output"}),
+        ),
+        ("resources/subscribe", json!({})),
+    ] {
+        let answer = client.request(method, params).await;
+        assert_eq!(
+            error_code(&answer),
+            -32601,
+            "{PROTOCOL_VERSION} {method}: {answer}"
+        );
+    }
+    let bad = client.request("logging/setLevel", json!({})).await;
+    assert_eq!(error_code(&bad), -32602, "{bad}");
+    let set = client
+        .request("logging/setLevel", json!({"level": "error"}))
+        .await;
+    assert!(set.get("result").is_some(), "{set}");
+    let ping = client.request("ping", json!({})).await;
+    assert!(ping.get("result").is_some(), "{ping}");
+    let tools = client.request("tools/list", json!({})).await;
+    assert_eq!(
+        tools["result"]["tools"].as_array().map(Vec::len),
+        Some(5),
+        "{tools}"
+    );
 }
 
 #[tokio::test]

@@ -2,7 +2,8 @@
 //! TypeScript SDKs: the 1.x `@modelcontextprotocol/sdk` (protocol revisions up to 2025-11-25,
 //! `initialize` and sessions) in `tests/typescript/mcp_client.mjs`, and the 2.x
 //! `@modelcontextprotocol/client` (revision 2026-07-28: `server/discover`, per-request `_meta`,
-//! scopes, the Tasks extension) in `tests/typescript/mcp_2026.mjs`; both share `common.mjs`.
+//! default and named scopes, principals, the Tasks extension) in
+//! `tests/typescript/mcp_2026.mjs`; both share `common.mjs`.
 //! Each test here runs one group of scenarios of one script, so they run in parallel and a
 //! failure names its group (the script names the scenario).
 //!
@@ -274,12 +275,21 @@ fn typescript_sdk_2026_over_stdio() {
 
 /// Protocol 2026-07-28 over streamable HTTP with the 2.x SDK: the scope named in `_meta`
 /// (`toolhost/scope`, added by a wrapper of the SDK's transport or in one call's `_meta`) is
-/// shared by clients naming the same id and unseen by another id; `tools/call` and
-/// `resources/list` without it are refused with -32602 naming the key; an idle scope ends with
-/// its processes.
+/// shared by clients naming the same id and unseen by another id or by the default scope of
+/// clients naming none; an idle scope ends with its processes.
 #[test]
 fn typescript_sdk_2026_over_http() {
     run_group(SDK_2026, "2026-http", Duration::from_secs(120));
+}
+
+/// A standard client: the 2.x SDK as it comes (`versionNegotiation: auto`, nothing of
+/// toolhost's own), over stdio and streamable HTTP: tools, `execute`, a cut output read as its
+/// resource; over HTTP, with a token file of two principals, a background process of one
+/// connection read by id from another with the same token (its principal's default scope), a
+/// task (raw `tasks/get`), and none of it reached with the other principal's token.
+#[test]
+fn typescript_sdk_2026_standard_client() {
+    run_group(SDK_2026, "2026-standard", Duration::from_secs(120));
 }
 
 /// The Tasks extension with a 2.x SDK client that declares it: `execute` answered with a task

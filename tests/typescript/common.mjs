@@ -140,11 +140,18 @@ export function resultJson(result) {
 
 export const TOKEN = `ts-token-${process.pid}-0123456789abcdef`;
 
-/** `toolhost serve --http 127.0.0.1:0 --token-file F EXTRA...`, once it announces its URL. */
-export async function httpServer(extra = []) {
+/**
+ * `toolhost serve --http 127.0.0.1:0 --token-file F EXTRA...`, once it announces its URL. The
+ * token file holds TOKEN alone, or with `tokens` (principal name -> token) one `NAME TOKEN`
+ * line each.
+ */
+export async function httpServer(extra = [], { tokens } = {}) {
   const dir = freshDir('http');
   const tokenFile = path.join(dir, 'token');
-  fs.writeFileSync(tokenFile, `${TOKEN}\n`, { mode: 0o600 });
+  const lines = tokens
+    ? Object.entries(tokens).map(([name, token]) => `${name} ${token}\n`).join('')
+    : `${TOKEN}\n`;
+  fs.writeFileSync(tokenFile, lines, { mode: 0o600 });
   const child = track(
     spawn(
       BIN,

@@ -8,7 +8,11 @@
 //
 //     node mcp_2026.mjs TOOLHOST_BINARY GROUP
 //
-// GROUP is one of `2026-stdio`, `2026-http`, `tasks` (see GROUPS at the end).
+// GROUP is one of `2026-standard`, `2026-stdio`, `2026-http`, `tasks` (see GROUPS at the end).
+//
+// `2026-standard` is a standard client: the SDK as it comes, with nothing of toolhost's own
+// (no `toolhost/scope`): over HTTP its requests share the default scope of its bearer token's
+// principal.
 //
 // The Tasks extension (`io.modelcontextprotocol/tasks`): SDK 2.4.0 has no client side of it.
 // A `tools/call` answered with `"resultType": "task"` makes `callTool` reject with
@@ -39,6 +43,7 @@ import {
   freshDir,
   httpServer,
   marker,
+  processesWith,
   rejection,
   resultJson,
   runGroup,
@@ -51,7 +56,8 @@ import {
 
 const REVISION = '2026-07-28';
 const TASKS = 'io.modelcontextprotocol/tasks';
-/** Where a 2026-07-28 request over HTTP names its scope (README, MCP). */
+/** Where a 2026-07-28 request over HTTP may name a scope other than its principal's default
+ *  one (docs/mcp.md). */
 const SCOPE_KEY = 'toolhost/scope';
 const TOOL_NAMES = ['execute', 'process_input', 'process_list', 'process_output', 'process_signal'];
 
@@ -174,10 +180,10 @@ function nameScope(transport, scope) {
 }
 
 /** A v2 client on the HTTP `server` naming `scope` in every request (none if undefined); the
- *  bearer token comes from the transport's `authProvider`. */
-async function httpClient(server, { scope, tasks = false } = {}) {
+ *  bearer token (`token`, by default TOKEN) comes from the transport's `authProvider`. */
+async function httpClient(server, { scope, tasks = false, token = TOKEN } = {}) {
   const transport = new StreamableHTTPClientTransport(new URL(server.url), {
-    authProvider: { token: async () => TOKEN },
+    authProvider: { token: async () => token },
   });
   const tap = wireTap(transport);
   if (scope !== undefined) nameScope(transport, scope);
@@ -226,6 +232,111 @@ async function toolsAndEcho(client) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// 2026-standard group
+
+const SEQ_N = 300000;
+const SEQ_START = '1\n2\n3\n';
+
+/** No request over `tap` named a scope: the client is the SDK as it comes. */
+function assertNoScope(tap) {
+  const named = tap.sent.filter((m) => 'method' in m && m.params?._meta?.[SCOPE_KEY] !== undefined);
+  assert.deepEqual(named, [], 'no request names a toolhost/scope');
+}
+
+/** Tools, `echo hi`, and the cut output of `seq 1 300000` read through its `resource_link` and
+ *  found in `resources/list`; returns the resource's URI. */
+async function toolsAndResource(client) {
+  await toolsAndEcho(client);
+  const result = await execute(client, { command: `seq 1 ${SEQ_N}` });
+  const out = resultJson(result);
+  assert.ok(out.truncated, `the output is cut: ${JSON.stringify(out).slice(0, 300)}`);
+  const link = result.content.find((c) => c.type === 'resource_link');
+  assert.ok(link, `a resource_link: ${JSON.stringify(result.content.map((c) => c.type))}`);
+  assert.match(link.uri, /^toolhost:\/\/process\/[^/?]+\/output$/);
+  const page = await client.readResource({ uri: link.uri });
+  assert.equal(page.contents.length, 1, JSON.stringify(page).slice(0, 300));
+  assert.ok(page.contents[0].text.startsWith(SEQ_START), 'the resource starts at the beginning');
+  assert.ok(page.contents[0]._meta?.['toolhost/next'], 'it names its next page');
+  const { resources } = await client.listResources();
+  assert.ok(resources.some((r) => r.uri === link.uri), `listResources lists ${link.uri}`);
+  return link.uri;
+}
+
+/** Over stdio, the SDK as it comes: tools, `execute`, the output resource. */
+async function standardOverStdio() {
+  const { client, tap } = await stdioClient();
+  try {
+    await toolsAndResource(client);
+    assertWire2026(tap);
+    assertNoScope(tap);
+  } finally {
+    await client.close();
+  }
+}
+
+/** Over HTTP, the SDK as it comes (no `toolhost/scope`): tools, `execute`, the output resource;
+ *  a background process started by one client is read by id by another client of the same
+ *  token (the principal's default scope); a task runs and is polled by raw requests; a client
+ *  of another principal's token reaches none of it. */
+async function standardOverHttp() {
+  const alice = `alice-${TOKEN}`;
+  const bob = `bob-${TOKEN}`;
+  const server = await httpServer([], { tokens: { alice, bob } });
+  const clients = [];
+  try {
+    const first = await httpClient(server, { token: alice });
+    clients.push(first);
+    const uri = await toolsAndResource(first.client);
+    const { id, mark } = await backgroundSleep(first.client);
+
+    // Another connection with the same token: the same default scope.
+    const second = await httpClient(server, { token: alice, tasks: true });
+    clients.push(second);
+    const listed = await processList(second.client);
+    assert.ok(listed.includes(id) && listed.includes(mark), `the same principal lists ${id}: ${listed}`);
+    const read = resultJson(
+      await second.client.callTool({ name: 'process_output', arguments: { process_id: id } }),
+    );
+    assert.equal(read.running, true, JSON.stringify(read));
+    const page = await second.client.readResource({ uri });
+    assert.ok(page.contents[0].text.startsWith(SEQ_START), 'the resource from another connection');
+
+    // A task, in the default scope too (SDK 2.4.0 has no client side of tasks: raw requests).
+    const started = Date.now();
+    const created = await startTask(second, { command: 'sleep 0.5; echo tasked' });
+    const { task } = await pollTask(second.client, created.taskId, started);
+    assert.equal(task.status, 'completed', JSON.stringify(task));
+    assert.equal(resultJson(task.result).output, 'tasked\n', JSON.stringify(task));
+
+    // Another principal: nothing of Alice's.
+    const other = await httpClient(server, { token: bob, tasks: true });
+    clients.push(other);
+    const theirs = await processList(other.client);
+    assert.ok(!theirs.includes(id) && !theirs.includes(mark), `another principal lists ${id}: ${theirs}`);
+    const foreign = await rejection(other.client.readResource({ uri }), 'another principal reading the resource');
+    assert.ok(foreign instanceof ProtocolError, String(foreign?.stack ?? foreign));
+    const stolen = await rejection(getTask(other.client, created.taskId), 'another principal getting the task');
+    assert.ok(stolen instanceof ProtocolError, String(stolen?.stack ?? stolen));
+    assert.equal(stolen.code, -32602, String(stolen));
+    const signal = await other.client.callTool({
+      name: 'process_signal',
+      arguments: { process_id: id, signal: 'kill' },
+    });
+    assert.equal(signal.isError, true, JSON.stringify(signal));
+    assert.ok(processesWith(mark).length > 0, "Alice's process survives Bob's signal");
+
+    for (const { tap } of clients) {
+      assertNoScope(tap);
+    }
+    assertWire2026(first.tap);
+    assertWire2026(other.tap, { tasks: true });
+  } finally {
+    for (const { client } of clients) await client.close().catch(() => {});
+    await server.stop();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // 2026-stdio group
 
 /** 2026-07-28 over stdio: tools, `echo hi`; the connection is the scope (a later call sees a
@@ -253,8 +364,8 @@ async function stdio2026() {
 // 2026-http group
 
 /** 2026-07-28 over HTTP: the scope named in `_meta` (`toolhost/scope`) is what requests share,
- *  across connections; another scope sees nothing of it; a request without one is refused
- *  with -32602; the scope ends with its process once idle for --idle-timeout. */
+ *  across connections; another scope, or the default one of requests naming none, sees
+ *  nothing of it; the scope ends with its process once idle for --idle-timeout. */
 async function http2026() {
   const server = await httpServer(['--idle-timeout', '3s']);
   const clients = [];
@@ -277,25 +388,18 @@ async function http2026() {
     const theirs = await processList(beta.client);
     assert.ok(!theirs.includes(id) && !theirs.includes(mark), `another scope lists ${id}: ${theirs}`);
 
-    // No scope in _meta: a request for the scope's processes or resources is refused, saying
-    // how to name one. Named in one call's own _meta (the SDK's per-request way), the call
-    // reaches the scope.
+    // No scope in _meta: the default scope of the token's principal, which is not the named
+    // one. Named in one call's own _meta (the SDK's per-request way), the call reaches it.
     const bare = await httpClient(server);
     clients.push(bare);
-    for (const [what, call] of [
-      ['tools/call', () => bare.client.callTool({ name: 'process_list', arguments: {} })],
-      ['resources/list', () => bare.client.listResources()],
-    ]) {
-      const refused = await rejection(call(), `${what} without toolhost/scope`);
-      assert.ok(refused instanceof ProtocolError, `${what}: a JSON-RPC error: ${refused?.stack ?? refused}`);
-      assert.equal(refused.code, -32602, `${what}: ${refused}`);
-      assert.match(refused.message, /toolhost\/scope/, `${what}: ${refused}`);
-    }
+    const plain = await processList(bare.client);
+    assert.ok(!plain.includes(id) && !plain.includes(mark), `the default scope lists ${id}: ${plain}`);
     const viaMeta = await processList(bare.client, { _meta: { [SCOPE_KEY]: scope } });
     assert.ok(viaMeta.includes(id), `the scope named in the call's _meta lists ${id}: ${viaMeta}`);
 
     assertWire2026(alpha.tap, { scope });
     assertWire2026(beta.tap, { scope: `beta-${process.pid}` });
+    assertWire2026(bare.tap);
     for (const { client } of clients.splice(0)) await client.close();
 
     // Idle (no request in progress) for the idle timeout, the scope ends with its process.
@@ -506,8 +610,12 @@ async function taskBelongsToItsScope() {
 // ---------------------------------------------------------------------------------------------
 
 const GROUPS = {
+  '2026-standard': [
+    ['stdio 2026-07-28, the SDK as it comes: tools, execute, the output resource', standardOverStdio],
+    ['http 2026-07-28, the SDK as it comes: the default scope of each principal', standardOverHttp],
+  ],
   '2026-stdio': [['stdio 2026-07-28: tools, echo, the connection is the scope', stdio2026]],
-  '2026-http': [['http 2026-07-28: scopes named in _meta', http2026]],
+  '2026-http': [['http 2026-07-28: scopes named in _meta, apart from the default one', http2026]],
   tasks: [
     ['stdio tasks: execute outlives its timeout, completes with the result', taskOutlivesItsTimeout],
     ['stdio tasks: the status message shows the output', taskShowsProgress],

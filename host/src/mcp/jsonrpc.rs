@@ -3,8 +3,8 @@
 //!
 //! A message that cannot be parsed is answered with `-32700 Parse error`, one that is JSON
 //! but no JSON-RPC request with `-32600 Invalid Request`; either carries the request's id when
-//! the text shows one (before any damage), else `id: null`. A broken notification is logged,
-//! never answered.
+//! the text shows one (before the damage, or after it as the one `"id"` member of the outer
+//! object), else `id: null`. A broken notification is logged, never answered.
 
 use rmcp::RoleServer;
 use rmcp::model::ErrorCode;
@@ -207,12 +207,90 @@ fn is_id(id: &&Value) -> bool {
     id.is_string() || id.is_i64() || id.is_u64()
 }
 
-/// The id of a request in a line that does not parse, when it shows before the damage.
+/// The id of a request in a line that does not parse: its `id` member when it shows before
+/// the damage, else the one member named `id` the text shows at the top level of the outer
+/// object, after the damage too (see [`scan_id`]).
 pub fn find_id(line: &[u8]) -> Option<Value> {
     let mut found = None;
     let mut reader = serde_json::Deserializer::from_slice(line);
     let _ = reader.deserialize_map(IdFinder { found: &mut found });
-    found
+    found.or_else(|| scan_id(line))
+}
+
+/// The value of the member `"id"` at the top level of the object `line` starts with, read
+/// token by token past any damage: `None` unless there is exactly one such member and its
+/// value is a string or an integer followed by `,` or `}` (or the end). Nesting counts
+/// brackets outside strings; a line broken so that this count goes wrong may hide the id,
+/// never show another.
+fn scan_id(line: &[u8]) -> Option<Value> {
+    let start = line.iter().position(|b| !b.is_ascii_whitespace())?;
+    if line[start] != b'{' {
+        return None;
+    }
+    let mut depth = 0usize;
+    let mut at = start;
+    let mut found: Option<Value> = None;
+    let mut seen = 0;
+    while at < line.len() {
+        match line[at] {
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => depth = depth.checked_sub(1)?,
+            b'"' => {
+                let end = string_end(line, at)?;
+                let after = skip_space(line, end);
+                if depth == 1 && &line[at..end] == b"\"id\"" && line.get(after) == Some(&b':') {
+                    seen += 1;
+                    found = id_value(line, skip_space(line, after + 1));
+                }
+                at = end;
+                continue;
+            }
+            _ => {}
+        }
+        at += 1;
+    }
+    if seen == 1 { found } else { None }
+}
+
+/// The index just past the string that starts with the quote at `start`.
+fn string_end(line: &[u8], start: usize) -> Option<usize> {
+    let mut at = start + 1;
+    while at < line.len() {
+        match line[at] {
+            b'\\' => at += 2,
+            b'"' => return Some(at + 1),
+            _ => at += 1,
+        }
+    }
+    None
+}
+
+/// The index of the first byte from `at` on that is no whitespace (or the end).
+fn skip_space(line: &[u8], mut at: usize) -> usize {
+    while line.get(at).is_some_and(u8::is_ascii_whitespace) {
+        at += 1;
+    }
+    at
+}
+
+/// A string or integer id starting at `at`, followed by `,`, `}` or the end.
+fn id_value(line: &[u8], at: usize) -> Option<Value> {
+    let end = match line.get(at)? {
+        b'"' => string_end(line, at)?,
+        b'-' | b'0'..=b'9' => {
+            at + 1
+                + line[at + 1..]
+                    .iter()
+                    .take_while(|b| b.is_ascii_digit())
+                    .count()
+        }
+        _ => return None,
+    };
+    if !matches!(line.get(skip_space(line, end)), None | Some(b',' | b'}')) {
+        return None;
+    }
+    let value: Value = serde_json::from_slice(&line[at..end]).ok()?;
+    is_id(&&value).then_some(value)
 }
 
 /// Reads an object's members up to the first error, keeping a valid `id`.

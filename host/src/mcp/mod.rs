@@ -17,7 +17,7 @@ mod server;
 mod stdio;
 mod tasks;
 
-pub use http::{HttpOptions, serve_http};
+pub use http::{BearerToken, HttpOptions, serve_http};
 pub use server::ToolServer;
 
 use crate::ToolHost;

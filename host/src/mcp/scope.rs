@@ -1,9 +1,10 @@
-//! The scope a request runs in ([`ScopeRef`]), and where the scopes that requests name come
-//! from ([`NamedScopes`]).
+//! The scope a request runs in ([`ScopeRef`]), and where the scopes of sessionless requests
+//! come from ([`NamedScopes`]).
 //!
 //! A session's requests run in the session's own scope.
-//! Requests of protocol 2026-07-28 have no session: they name their scope.
-//! The transport that serves them resolves those names through [`NamedScopes`].
+//! Requests of protocol 2026-07-28 have no session: over HTTP they run in a scope of their
+//! principal, its default one or one they name.
+//! The transport that serves them resolves those scopes through [`NamedScopes`].
 
 use rmcp::service::RequestContext;
 use rmcp::task_manager::TaskManager;
@@ -46,10 +47,10 @@ impl ScopeRef {
     }
 }
 
-/// The scopes that sessionless requests (protocol 2026-07-28) name, as the transport that
-/// serves them keeps them.
+/// The scopes of sessionless requests (protocol 2026-07-28), as the transport that serves them
+/// keeps them.
 pub(super) trait NamedScopes: Send + Sync {
-    /// The scope `context`'s request names.
+    /// The scope `context`'s request works in: the one it names, or its default one.
     /// With `create`, a scope that does not exist yet is made.
     /// Without it, such a scope is `None` (so reads cannot fill the table of scopes).
     fn resolve(

@@ -11,8 +11,9 @@ use super::scope::{NamedScopes, ScopeRef};
 use super::{resources, tasks};
 use crate::{CallOptions, Progress, ProgressSink, ToolHost, ToolInfo};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CustomRequest, CustomResult, ErrorCode,
-    Implementation, InitializeRequestParams, JsonObject, ListResourceTemplatesResult,
+    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, CustomRequest,
+    CustomResult, ErrorCode, GetPromptRequestParams, GetPromptResponse, Implementation,
+    InitializeRequestParams, JsonObject, ListPromptsResult, ListResourceTemplatesResult,
     ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
     ProgressToken, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
     ReadResourceResult, ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
@@ -36,7 +37,7 @@ const PROGRESS_FLUSH: Duration = Duration::from_secs(1);
 const INSTRUCTIONS: &str = "Shell tools for this machine. Run commands with `execute`; follow \
     background or long-running processes with `process_output`, `process_list` and \
     `process_signal`. The processes you start are yours alone: they are terminated when your \
-    connection or session ends.";
+    connection or session ends (over HTTP, also once idle for the server's idle timeout).";
 
 /// An MCP server handler for one session (scope) of a shared [`ToolHost`].
 ///
@@ -108,8 +109,9 @@ impl ToolServer {
         }
     }
 
-    /// A handler for one request or session over HTTP: a 2026-07-28 request runs in the
-    /// scope it names, found in `scopes`; an older session runs in its own.
+    /// A handler for one request or session over HTTP: a 2026-07-28 request runs in a scope
+    /// of its principal found in `scopes` (the one it names, or its default one); an older
+    /// session runs in its own.
     pub(super) fn with_named_scopes(host: Arc<ToolHost>, scopes: Arc<dyn NamedScopes>) -> Self {
         let mut server = Self::new(host);
         server.named_scopes = Some(scopes);
@@ -117,7 +119,7 @@ impl ToolServer {
     }
 
     /// The scope `context`'s request runs in: the session's, or, for a 2026-07-28 request
-    /// over HTTP, the one it names.
+    /// over HTTP, its principal's scope it names or the default one.
     fn scope_of(&self, context: &RequestContext<RoleServer>) -> Result<ScopeRef, ErrorData> {
         self.resolve_scope(context, true)?
             .ok_or_else(|| ErrorData::internal_error("a scope that was just made is missing", None))
@@ -234,28 +236,70 @@ impl ToolServer {
     }
 }
 
-/// The error for a request rmcp could not type: -32602 for a standard method (with the reason
-/// the params do not fit), -32601 for any other.
-fn custom_request_error(method: &str, params: Option<serde_json::Value>) -> ErrorData {
+/// Why there are no `prompts/*` here.
+const NO_PROMPTS: &str = "this server offers no prompts";
+
+/// Why there is no `completion/complete` here.
+const NO_COMPLETIONS: &str = "this server offers no completions";
+
+/// A -32601 answer: `method` does not exist here, for the reason `why`.
+fn method_not_found(method: &str, why: &str) -> ErrorData {
+    ErrorData::new(
+        ErrorCode::METHOD_NOT_FOUND,
+        format!("method not found: {method}: {why}"),
+        Some(serde_json::json!({ "method": method })),
+    )
+}
+
+/// The -32601 answer for `method` when a request of `revision` (`None`: a session not yet
+/// initialized) has no such method here: the methods of capabilities this server does not
+/// declare, in every revision (prompts, completions, resource subscriptions), and the methods
+/// revision 2026-07-28 removed (`initialize`, `ping`, `logging/setLevel`). Decided before the
+/// params are looked at.
+fn absent_method(method: &str, revision: Option<&ProtocolVersion>) -> Option<ErrorData> {
+    let sessionless = revision.is_some_and(|revision| !revision.has_initialize());
+    let why = match method {
+        "prompts/list" | "prompts/get" => NO_PROMPTS,
+        "completion/complete" => NO_COMPLETIONS,
+        "resources/subscribe" | "resources/unsubscribe" if sessionless => {
+            "protocol revision 2026-07-28 has no such method (it subscribes with \
+             `subscriptions/listen`)"
+        }
+        "resources/subscribe" | "resources/unsubscribe" => {
+            "this server offers no resource subscriptions"
+        }
+        "initialize" | "ping" | "logging/setLevel" if sessionless => {
+            "protocol revision 2026-07-28 has no such method"
+        }
+        _ => return None,
+    };
+    Some(method_not_found(method, why))
+}
+
+/// The error for a request rmcp could not type: -32601 for a method the request's revision
+/// does not have here ([`absent_method`]) or an unknown one, else -32602 (with the reason the
+/// params do not fit).
+fn custom_request_error(
+    method: &str,
+    params: Option<serde_json::Value>,
+    revision: Option<&ProtocolVersion>,
+) -> ErrorData {
     fn reason<T: serde::de::DeserializeOwned>(params: Option<serde_json::Value>) -> String {
         match serde_json::from_value::<T>(params.unwrap_or(serde_json::Value::Null)) {
             Err(error) => error.to_string(),
             Ok(_) => "they do not match the method".to_owned(),
         }
     }
+    if let Some(absent) = absent_method(method, revision) {
+        return absent;
+    }
     let why = match method {
         "tools/call" => reason::<CallToolRequestParams>(params),
         "initialize" => reason::<InitializeRequestParams>(params),
-        "tools/list" | "resources/list" | "resources/templates/list" | "prompts/list" => {
+        "tools/list" | "resources/list" | "resources/templates/list" => {
             reason::<PaginatedRequestParams>(params)
         }
-        "ping"
-        | "resources/read"
-        | "resources/subscribe"
-        | "resources/unsubscribe"
-        | "prompts/get"
-        | "completion/complete"
-        | "logging/setLevel" => "they do not match the method".to_owned(),
+        "ping" | "resources/read" | "logging/setLevel" => "they do not match the method".to_owned(),
         _ => {
             return ErrorData::new(
                 ErrorCode::METHOD_NOT_FOUND,
@@ -341,7 +385,8 @@ impl ServerHandler for ToolServer {
     }
 
     /// Every revision up to 2026-07-28. That one has no sessions: on stdio the connection is
-    /// the scope, over HTTP each request names its scope in `_meta` (`toolhost/scope`).
+    /// the scope, over HTTP each request works in its principal's default scope or the one it
+    /// names in `_meta` (`toolhost/scope`).
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
         Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2026_07_28))
     }
@@ -419,6 +464,10 @@ impl ServerHandler for ToolServer {
         request: rmcp::model::SetLevelRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
+        if let Some(absent) = absent_method("logging/setLevel", context.protocol_version().as_ref())
+        {
+            return Err(absent);
+        }
         self.session.log.set_level(
             request.level,
             &self.session.scope,
@@ -426,6 +475,32 @@ impl ServerHandler for ToolServer {
             self.session.ended.clone(),
         );
         Ok(())
+    }
+
+    /// No prompts: the capability is not declared (rmcp would answer an empty list).
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        Err(method_not_found("prompts/list", NO_PROMPTS))
+    }
+
+    async fn get_prompt(
+        &self,
+        _request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        Err(method_not_found("prompts/get", NO_PROMPTS))
+    }
+
+    /// No completions: the capability is not declared (rmcp would answer an empty one).
+    async fn complete(
+        &self,
+        _request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        Err(method_not_found("completion/complete", NO_COMPLETIONS))
     }
 
     /// The complete output of each process of this session that has an output log.
@@ -540,8 +615,12 @@ impl ServerHandler for ToolServer {
     async fn on_custom_request(
         &self,
         request: CustomRequest,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, ErrorData> {
-        Err(custom_request_error(&request.method, request.params))
+        Err(custom_request_error(
+            &request.method,
+            request.params,
+            context.protocol_version().as_ref(),
+        ))
     }
 }

@@ -6,7 +6,8 @@
 //! answer then goes to the wrong caller. This transport sits in front of the service instead:
 //! - a line that is not JSON (bad syntax, invalid UTF-8, a lone surrogate escape, nesting
 //!   deeper than the parser's limit, two values on one line) gets `-32700 Parse error`, with
-//!   the request's id when the line shows one before the damage, else `id: null`;
+//!   the request's id when the line shows one (before the damage, or after it as the one `id`
+//!   member of the outer object) and no request in progress has it, else `id: null`;
 //! - JSON that is not a JSON-RPC message gets `-32600 Invalid Request` (with its id, if any); a
 //!   broken notification is logged, since nothing may answer it;
 //! - a request whose id is still pending gets `-32600` and the first request keeps its answer;
@@ -330,9 +331,23 @@ fn classify(line: &[u8], state: &SyncMutex<State>) -> Inbound {
             Ok(None) => {}
             Err(answer) => inbound.answers.push(answer),
         },
-        Parsed::Broken(answers) => inbound.answers = answers,
+        Parsed::Broken(answers) => {
+            inbound.answers = answers
+                .into_iter()
+                .map(|answer| unless_pending(answer, state))
+                .collect();
+        }
     }
     inbound
+}
+
+/// The answer to a broken line, with `id: null` when its id belongs to a request still in
+/// progress: that request keeps its own answer.
+fn unless_pending(mut answer: Value, state: &SyncMutex<State>) -> Value {
+    if !answer["id"].is_null() && lock(state).pending.contains(&id_key(&answer["id"])) {
+        answer["id"] = Value::Null;
+    }
+    answer
 }
 
 /// Answer for a line over [`MAX_LINE`] whose first [`ID_PREFIX`] bytes are `prefix`.

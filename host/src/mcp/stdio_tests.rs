@@ -68,6 +68,60 @@ async fn unparsable_json_gets_a_parse_error_and_the_stream_goes_on() {
 }
 
 #[tokio::test]
+async fn an_id_shown_after_the_damage_is_used_when_it_is_the_only_one() {
+    for (line, id) in [
+        (
+            &br#"{"jsonrpc":"2.0","method":"tools/list",,"id":24}"#[..],
+            json!(24),
+        ),
+        (
+            &br#"{"jsonrpc":"2.0","method":"ping" "id" : "later" }"#[..],
+            json!("later"),
+        ),
+        (
+            &br#"{"jsonrpc":"2.0","method":"x",,"params":{"id":5}}"#[..],
+            Value::Null,
+        ),
+        (
+            &br#"{"jsonrpc":"2.0",,"id":1,"id":2,"method":"x"}"#[..],
+            Value::Null,
+        ),
+        (
+            &br#"{"jsonrpc":"2.0","method":"x",,"id":1.5}"#[..],
+            Value::Null,
+        ),
+        (
+            &br#"{"jsonrpc":"2.0","method":"id",,"x":"id"}"#[..],
+            Value::Null,
+        ),
+        (
+            &br#"{"jsonrpc":"2.0","method":"x",,"note":"a \"quoted\" }","id":7}"#[..],
+            json!(7),
+        ),
+    ] {
+        let answers = answers_to(line).await;
+        assert_eq!(answers.len(), 1, "{answers:?}");
+        assert_eq!(code(&answers[0]), -32700, "{answers:?}");
+        assert_eq!(answers[0]["id"], id, "{}", String::from_utf8_lossy(line));
+    }
+}
+
+#[tokio::test]
+async fn a_broken_line_with_the_id_of_a_pending_request_is_answered_with_null() {
+    let input = b"{\"jsonrpc\":\"2.0\",\"id\":31,\"method\":\"ping\"}\n\
+                  {\"jsonrpc\":\"2.0\",\"id\":31,\"method\":\n";
+    let (received, answers) = run(input).await;
+    assert_eq!(received.len(), 1, "the first request is delivered");
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    assert_eq!(code(&answers[0]), -32700);
+    assert_eq!(
+        answers[0]["id"],
+        Value::Null,
+        "request 31 keeps its own answer: {answers:?}"
+    );
+}
+
+#[tokio::test]
 async fn invalid_utf8_inside_and_outside_strings_is_answered_with_the_id() {
     for line in [
         &b"{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/call\",\"params\":{\"name\":\"execute\",\"arguments\":{\"command\":\"echo \xff\"}}}"[..],

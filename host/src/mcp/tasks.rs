@@ -2,7 +2,7 @@
 //! 2026-07-28, offered for `execute`.
 //!
 //! A client that declares the extension in a 2026-07-28 request gets a task for an `execute`
-//! call instead of waiting on the request: the call runs on in the scope the request names,
+//! call instead of waiting on the request: the call runs on in the request's scope,
 //! and the policy is told that its caller waits for the result however long it takes
 //! (`process.waits-for-exit`), so the bundled policies hand nothing over to the background at
 //! the timeout: the task stays `working` until the command exits. `tasks/get` shows the

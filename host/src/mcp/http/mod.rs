@@ -1,9 +1,12 @@
-//! MCP over streamable HTTP at `/mcp`, behind a bearer token.
+//! MCP over streamable HTTP at `/mcp`, behind bearer tokens.
 //!
-//! Every MCP session (from `initialize` to `DELETE` or idle expiry) gets its own
-//! [`ToolServer`] and so its own scope: one session cannot list, read or signal another's
-//! processes, and a session's processes are terminated when it ends. The listener binds
-//! loopback addresses only unless remote access is allowed explicitly.
+//! Each bearer token stands for a principal, named by the operator ([`BearerToken`]). Every
+//! MCP session (from `initialize` to `DELETE` or idle expiry) gets its own [`ToolServer`] and
+//! so its own scope, reachable only with the token that opened it: one session cannot list,
+//! read or signal another's processes, and a session's processes are terminated when it ends.
+//! Requests of protocol 2026-07-28, which has no sessions, work in scopes of their principal
+//! (see `scopes`). The listener binds loopback addresses only unless remote access is allowed
+//! explicitly.
 
 mod scopes;
 mod sessions;
@@ -32,8 +35,9 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 pub struct HttpOptions {
     /// Where to listen, e.g. `127.0.0.1:8080` (port 0 picks a free port).
     pub addr: String,
-    /// The bearer token clients must send (`Authorization: Bearer TOKEN`).
-    pub token: String,
+    /// The bearer tokens clients may send (`Authorization: Bearer TOKEN`), each for its
+    /// principal: at least one.
+    pub tokens: Vec<BearerToken>,
     /// Allow a non-loopback listen address.
     pub allow_remote: bool,
     /// A session idle this long (no request in progress, none since, no response ending
@@ -51,7 +55,7 @@ impl std::fmt::Debug for HttpOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HttpOptions")
             .field("addr", &self.addr)
-            .field("token", &"<redacted>")
+            .field("tokens", &self.tokens)
             .field("allow_remote", &self.allow_remote)
             .field("idle_timeout", &self.idle_timeout)
             .field("max_sessions", &self.max_sessions)
@@ -61,15 +65,11 @@ impl std::fmt::Debug for HttpOptions {
 }
 
 impl HttpOptions {
-    /// Check the options and resolve the listen address: the token must not be empty, and a
-    /// non-loopback address needs `allow_remote`.
+    /// Check the options and resolve the listen address: there must be a token, none empty,
+    /// the principals' names valid and each name and token given once; a non-loopback address
+    /// needs `allow_remote`.
     pub async fn resolve(&self) -> Result<SocketAddr, ServeError> {
-        if self.token.trim().is_empty() {
-            return Err(ServeError::Config(
-                "the bearer token is empty; give one with --token-file FILE or TOOLHOST_TOKEN"
-                    .to_string(),
-            ));
-        }
+        BearerToken::check_all(&self.tokens).map_err(ServeError::Config)?;
         let addrs: Vec<SocketAddr> = tokio::net::lookup_host(self.addr.as_str())
             .await
             .map_err(|e| {
@@ -99,31 +99,157 @@ impl HttpOptions {
     }
 }
 
-/// The expected token, kept as a digest so that comparing does not depend on its length.
-#[derive(Clone)]
-struct Auth {
-    digest: Arc<[u8; 32]>,
+/// A bearer token, and the principal it stands for: who sends it. Requests with it reach the
+/// scopes of that principal alone.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BearerToken {
+    /// The principal's name: 1 to 64 characters of `A-Z a-z 0-9 . _ -`. It shows in the
+    /// host's scope names and logs.
+    pub principal: String,
+    /// The token.
+    pub token: String,
 }
 
-impl Auth {
-    fn new(token: &str) -> Self {
-        Auth {
-            digest: Arc::new(Sha256::digest(token.trim().as_bytes()).into()),
+impl std::fmt::Debug for BearerToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BearerToken")
+            .field("principal", &self.principal)
+            .field("token", &"<redacted>")
+            .finish()
+    }
+}
+
+impl BearerToken {
+    /// The principal of a token given alone (`TOOLHOST_TOKEN`, a file of one bare token).
+    pub const DEFAULT_PRINCIPAL: &str = "default";
+
+    /// The longest principal name.
+    const MAX_NAME: usize = 64;
+
+    /// The token `token` of principal `principal`.
+    pub fn new(principal: impl Into<String>, token: impl Into<String>) -> Self {
+        BearerToken {
+            principal: principal.into(),
+            token: token.into(),
         }
     }
 
-    /// The principal of requests with this token.
-    fn principal(&self) -> scopes::Principal {
-        let hex: String = self.digest[..8]
-            .iter()
-            .map(|byte| format!("{byte:02x}"))
-            .collect();
-        scopes::Principal(hex)
+    /// The tokens of a token file's `text`: one `NAME TOKEN` per line (separated by spaces or
+    /// tabs); blank lines and lines starting with `#` are skipped. A line of one word is a
+    /// token of principal [`Self::DEFAULT_PRINCIPAL`], so a file holding one bare token (the
+    /// single-token file) works as it did. The error says which line is wrong and why, never
+    /// showing a token.
+    pub fn parse_file(text: &str) -> Result<Vec<BearerToken>, String> {
+        let mut tokens = Vec::new();
+        for (number, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let token = match words[..] {
+                [token] => BearerToken::new(Self::DEFAULT_PRINCIPAL, token),
+                [name, token] => BearerToken::new(name, token),
+                _ => {
+                    return Err(format!(
+                        "line {} of the token file has {} words; write one `NAME TOKEN` per \
+                         line (or one bare token)",
+                        number + 1,
+                        words.len()
+                    ));
+                }
+            };
+            check_name(&token.principal).map_err(|why| format!("line {}: {why}", number + 1))?;
+            tokens.push(token);
+        }
+        Self::check_all(&tokens)?;
+        Ok(tokens)
     }
 
-    /// Whether `request` carries the right bearer token, compared in constant time.
-    fn allows(&self, request: &Request) -> bool {
-        let Some(presented) = request
+    /// At least one token, none empty, valid names, each name and each token given once.
+    fn check_all(tokens: &[BearerToken]) -> Result<(), String> {
+        if tokens.is_empty() {
+            return Err(
+                "no bearer token; give one with --token-file FILE or TOOLHOST_TOKEN".to_owned(),
+            );
+        }
+        let mut names = std::collections::HashSet::new();
+        let mut digests = std::collections::HashSet::new();
+        for token in tokens {
+            check_name(&token.principal)?;
+            if token.token.trim().is_empty() {
+                return Err(format!(
+                    "the bearer token of principal `{}` is empty",
+                    token.principal
+                ));
+            }
+            if !names.insert(token.principal.as_str()) {
+                return Err(format!(
+                    "principal `{}` is given more than one token; name each client's token \
+                     differently",
+                    token.principal
+                ));
+            }
+            if !digests.insert(digest(&token.token)) {
+                return Err(format!(
+                    "principal `{}` has the token of another principal; give each its own",
+                    token.principal
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A principal's name: 1 to 64 characters of `A-Z a-z 0-9 . _ -`.
+fn check_name(name: &str) -> Result<(), String> {
+    let fine = !name.is_empty()
+        && name.len() <= BearerToken::MAX_NAME
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if fine {
+        Ok(())
+    } else {
+        Err(format!(
+            "the principal name `{}` is not 1 to {} characters of A-Z a-z 0-9 . _ -",
+            name.escape_debug(),
+            BearerToken::MAX_NAME
+        ))
+    }
+}
+
+/// The SHA-256 digest of a token (trimmed).
+fn digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.trim().as_bytes()).into()
+}
+
+/// The expected tokens, kept as digests so that comparing does not depend on their length,
+/// each with its principal.
+#[derive(Clone)]
+struct Auth {
+    tokens: Arc<[([u8; 32], scopes::Principal)]>,
+}
+
+impl Auth {
+    fn new(tokens: &[BearerToken]) -> Self {
+        Auth {
+            tokens: tokens
+                .iter()
+                .map(|token| {
+                    (
+                        digest(&token.token),
+                        scopes::Principal(token.principal.clone()),
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    /// The principal whose bearer token `request` carries, compared in constant time with
+    /// every token.
+    fn principal(&self, request: &Request) -> Option<scopes::Principal> {
+        let presented = request
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
@@ -132,20 +258,22 @@ impl Auth {
                 scheme
                     .eq_ignore_ascii_case("bearer")
                     .then_some(token.trim())
-            })
-        else {
-            return false;
-        };
-        let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
-        bool::from(digest.ct_eq(&*self.digest))
+            })?;
+        let presented: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+        let mut found = None;
+        for (digest, principal) in self.tokens.iter() {
+            if bool::from(presented.ct_eq(digest)) {
+                found = Some(principal.clone());
+            }
+        }
+        found
     }
 }
 
 async fn require_token(State(auth): State<Auth>, mut request: Request, next: Next) -> Response {
-    if auth.allows(&request) {
-        // Who it is, for the scopes of 2026-07-28 requests (see `scopes`): a short digest
-        // of the token, never the token.
-        request.extensions_mut().insert(auth.principal());
+    if let Some(principal) = auth.principal(&request) {
+        // Who it is, for the sessions and scopes it may reach (see `sessions`, `scopes`).
+        request.extensions_mut().insert(principal);
         return next.run(request).await;
     }
     let mut response = (
@@ -233,7 +361,8 @@ pub async fn serve_http(host: Arc<ToolHost>, options: HttpOptions) -> Result<(),
             local.ip().to_string(),
         ]);
     }
-    // 2026-07-28 requests (no sessions) name their scope; older clients get one per session.
+    // 2026-07-28 requests (no sessions) work in scopes of their principal; older clients get
+    // one per session.
     let scopes = scopes::HttpScopes::new(host.clone(), options.idle_timeout, options.max_sessions);
     let scope_reaper = tokio::spawn(scopes.clone().reap_idle(stop.clone()));
     let factory_host = host.clone();
@@ -254,7 +383,7 @@ pub async fn serve_http(host: Arc<ToolHost>, options: HttpOptions) -> Result<(),
             sessions::track,
         ))
         .layer(axum::middleware::from_fn_with_state(
-            Auth::new(&options.token),
+            Auth::new(&options.tokens),
             require_token,
         ));
 
@@ -283,4 +412,71 @@ pub async fn serve_http(host: Arc<ToolHost>, options: HttpOptions) -> Result<(),
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, scope_reaper).await;
     host.shutdown().await;
     outcome.map_err(|e| ServeError::Task(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_file_names_a_principal_per_token() {
+        let tokens =
+            BearerToken::parse_file("# agents\n\nalice  secret-a\n\tbob\tsecret-b  \n# end\n")
+                .expect("parses");
+        assert_eq!(
+            tokens,
+            [
+                BearerToken::new("alice", "secret-a"),
+                BearerToken::new("bob", "secret-b")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_single_token_file_still_works() {
+        let tokens = BearerToken::parse_file("  s3cret \n").expect("parses");
+        assert_eq!(
+            tokens,
+            [BearerToken::new(BearerToken::DEFAULT_PRINCIPAL, "s3cret")]
+        );
+    }
+
+    #[test]
+    fn bad_token_files_say_what_is_wrong_without_a_token() {
+        for (text, says) in [
+            ("", "no bearer token"),
+            ("# only a comment\n", "no bearer token"),
+            ("alice tok1 tok2\n", "line 1"),
+            ("al/ice tok1\n", "principal name"),
+            ("alice tok1\nalice tok2\n", "more than one token"),
+            ("alice tok1\nbob tok1\n", "token of another principal"),
+            ("tok1\ntok2\n", "more than one token"),
+        ] {
+            let error = BearerToken::parse_file(text).expect_err(text);
+            assert!(error.contains(says), "{text:?}: {error}");
+            for secret in ["tok1", "tok2"] {
+                assert!(!error.contains(secret), "{text:?} shows a token: {error}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_token_reaches_its_own_principal_only() {
+        let auth = Auth::new(&[
+            BearerToken::new("alice", "token-a"),
+            BearerToken::new("bob", "token-b"),
+        ]);
+        let with = |value: &str| {
+            Request::builder()
+                .header(header::AUTHORIZATION, value)
+                .body(axum::body::Body::empty())
+                .expect("request")
+        };
+        let name = |value: &str| auth.principal(&with(value)).map(|p| p.0);
+        assert_eq!(name("Bearer token-a").as_deref(), Some("alice"));
+        assert_eq!(name("bearer  token-b ").as_deref(), Some("bob"));
+        assert_eq!(name("Bearer token-c"), None);
+        assert_eq!(name("Bearer token-"), None);
+        assert_eq!(name("Basic token-a"), None);
+    }
 }

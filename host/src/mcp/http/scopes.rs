@@ -1,8 +1,12 @@
-//! Scopes of protocol 2026-07-28 over HTTP, which has no sessions: the client names its
-//! scope in each request's `_meta` as `toolhost/scope` (an id of its choosing), and the scope
-//! belongs to the bearer token the request came with: the same id under another token is
-//! another scope. A scope lives while a request or a task of it is in progress and ends, with
-//! its processes, once it was idle for the idle timeout (or the server stops).
+//! Scopes of protocol 2026-07-28 over HTTP, which has no sessions. Each scope belongs to a
+//! principal: the named bearer token the request came with (`--token-file`, one `NAME TOKEN`
+//! per line). A request that names no scope works in its principal's default scope, so a
+//! standard client starts a process in one request and reads, signals or feeds it by id in
+//! later ones. A client that wants several scopes names one in each request's `_meta` as
+//! `toolhost/scope` (an id of its choosing); the same id under another principal is another
+//! scope, and no principal reaches another's. A scope lives while a request or a task of it is
+//! in progress and ends, with its processes and tasks, once it was idle for the idle timeout
+//! (or the server stops); a request after that starts it afresh, empty.
 
 use crate::ToolHost;
 use crate::mcp::scope::{NamedScopes, ScopeRef};
@@ -23,8 +27,11 @@ pub const SCOPE_KEY: &str = "toolhost/scope";
 /// The longest scope id.
 const MAX_ID: usize = 128;
 
-/// Who sent a request: derived from its bearer token (put into the request's extensions by
-/// the token check).
+/// The id of a principal's default scope in the table: no id a client may name.
+const DEFAULT_SCOPE: &str = "";
+
+/// Who sent a request: the name of its bearer token (put into the request's extensions by the
+/// token check).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Principal(pub String);
 
@@ -80,10 +87,9 @@ impl HttpScopes {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The scope `id` of `principal`, in use until the returned reference is dropped; made on
-    /// first use.
+    /// The scope `id` of `principal` (`""`: its default scope), in use until the returned
+    /// reference is dropped; made on first use.
     pub fn lease(self: &Arc<Self>, principal: &Principal, id: &str) -> Result<ScopeRef, ErrorData> {
-        check_id(id)?;
         let key = (principal.clone(), id.to_owned());
         let (name, tasks) = {
             let mut table = self.table();
@@ -102,8 +108,9 @@ impl HttpScopes {
                 // Unique per life of the scope: an expired one may still be ending (its
                 // processes stopping) when a request names the id again.
                 name: format!(
-                    "http-{}-{id}-{}",
+                    "http-{}-{}-{}",
                     principal.0,
+                    if id == DEFAULT_SCOPE { "default" } else { id },
                     uuid::Uuid::new_v4().simple()
                 ),
                 tasks: TaskManager::new(),
@@ -123,31 +130,24 @@ impl HttpScopes {
         ))
     }
 
-    /// The scope `id` of `principal` if it exists (in use until the reference is dropped);
-    /// `None` makes nothing: for requests that only read a scope.
-    pub fn find(
-        self: &Arc<Self>,
-        principal: &Principal,
-        id: &str,
-    ) -> Result<Option<ScopeRef>, ErrorData> {
-        check_id(id)?;
+    /// The scope `id` of `principal` (`""`: its default scope) if it exists, in use until the
+    /// reference is dropped; `None` makes nothing: for requests that only read a scope.
+    pub fn find(self: &Arc<Self>, principal: &Principal, id: &str) -> Option<ScopeRef> {
         let key = (principal.clone(), id.to_owned());
         let (name, tasks) = {
             let mut table = self.table();
-            let Some(entry) = table.get_mut(&key) else {
-                return Ok(None);
-            };
+            let entry = table.get_mut(&key)?;
             entry.in_flight += 1;
             (entry.name.clone(), entry.tasks.clone())
         };
-        Ok(Some(ScopeRef::leased(
+        Some(ScopeRef::leased(
             name,
             tasks,
             Lease {
                 scopes: Arc::clone(self),
                 key,
             },
-        )))
+        ))
     }
 
     /// End scopes idle for the idle timeout (their tasks and processes), until `stop`; then
@@ -185,8 +185,8 @@ impl HttpScopes {
     }
 }
 
-/// A 2026-07-28 request over HTTP names its scope in `_meta` as [`SCOPE_KEY`], for the
-/// bearer token it came with.
+/// A 2026-07-28 request over HTTP works in the scope it names in `_meta` as [`SCOPE_KEY`], or
+/// else in the default scope, of the principal whose bearer token it came with.
 impl NamedScopes for HttpScopes {
     fn resolve(
         self: Arc<Self>,
@@ -200,27 +200,20 @@ impl NamedScopes for HttpScopes {
             .ok_or_else(|| {
                 ErrorData::internal_error("the request's bearer token was not checked", None)
             })?;
-        let Some(id) = context.meta.get(SCOPE_KEY) else {
-            return Err(ErrorData::invalid_params(
-                format!(
-                    "protocol 2026-07-28 has no sessions: over HTTP, name the scope your \
-                     processes belong to in the request's `_meta` as `{SCOPE_KEY}` (an id \
-                     of your choice; the same id in later requests reaches the same \
-                     processes)"
-                ),
-                None,
-            ));
-        };
-        let Some(id) = id.as_str() else {
-            return Err(ErrorData::invalid_params(
-                format!("`_meta.{SCOPE_KEY}` must be a string"),
-                None,
-            ));
+        let id = match context.meta.get(SCOPE_KEY) {
+            None => DEFAULT_SCOPE,
+            Some(id) => {
+                let id = id.as_str().ok_or_else(|| {
+                    ErrorData::invalid_params(format!("`_meta.{SCOPE_KEY}` must be a string"), None)
+                })?;
+                check_id(id)?;
+                id
+            }
         };
         if create {
             self.lease(principal, id).map(Some)
         } else {
-            self.find(principal, id)
+            Ok(self.find(principal, id))
         }
     }
 }
@@ -258,7 +251,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_scope_id_belongs_to_its_token() {
+    async fn a_scope_id_belongs_to_its_principal() {
         let scopes = scopes(8).await;
         let alice = Principal("a".into());
         let mallory = Principal("m".into());
@@ -267,14 +260,40 @@ mod tests {
         let other = scopes.lease(&mallory, "work").expect("lease");
         assert_eq!(
             first.name, again.name,
-            "the same id and token: the same scope"
+            "the same id and principal: the same scope"
         );
-        assert_ne!(first.name, other.name, "another token: another scope");
+        assert_ne!(first.name, other.name, "another principal: another scope");
         let task = first
             .tasks
             .spawn(Default::default(), |_| Box::pin(std::future::pending()));
         assert!(again.tasks.get_task(&task.task_id).is_ok());
         assert!(other.tasks.get_task(&task.task_id).is_err());
+    }
+
+    #[tokio::test]
+    async fn each_principal_has_a_default_scope_of_its_own() {
+        let scopes = scopes(8).await;
+        let alice = Principal("alice".into());
+        let bob = Principal("bob".into());
+        assert!(
+            scopes.find(&alice, DEFAULT_SCOPE).is_none(),
+            "a read makes no scope"
+        );
+        let first = scopes.lease(&alice, DEFAULT_SCOPE).expect("lease");
+        let again = scopes.find(&alice, DEFAULT_SCOPE).expect("it exists now");
+        let theirs = scopes.lease(&bob, DEFAULT_SCOPE).expect("lease");
+        let named = scopes.lease(&alice, "default").expect("lease");
+        assert_eq!(first.name, again.name, "one default scope per principal");
+        assert_ne!(first.name, theirs.name, "another principal's default scope");
+        assert_ne!(
+            first.name, named.name,
+            "a scope a client names is another one"
+        );
+        assert!(
+            first.name.starts_with("http-alice-default-"),
+            "{}",
+            first.name
+        );
     }
 
     #[tokio::test]

@@ -11,8 +11,11 @@
 //! - A session is idle when none of its requests is in progress; it is closed (and its
 //!   processes terminated) once idle for the idle timeout, counted from its last request or
 //!   the end of its last response. A call in flight keeps it open however long it runs.
+//! - A session belongs to the principal whose bearer token opened it: with another token, it
+//!   is unknown (`404`, as a session that does not exist).
 
 use super::super::jsonrpc::{self, INVALID_REQUEST, Parsed, id_key};
+use super::scopes::Principal;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
@@ -63,6 +66,8 @@ impl Drop for OpeningSlot {
 
 /// One session's traffic.
 struct Activity {
+    /// Whose session it is.
+    principal: Option<Principal>,
     /// Ids (their JSON text) of requests in progress.
     pending: HashSet<String>,
     /// Requests whose response has not ended.
@@ -72,8 +77,9 @@ struct Activity {
 }
 
 impl Activity {
-    fn new() -> Self {
+    fn new(principal: Option<Principal>) -> Self {
         Activity {
+            principal,
             pending: HashSet::new(),
             in_flight: 0,
             last: Instant::now(),
@@ -213,7 +219,11 @@ pub async fn track(
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     if let Some(id) = &session {
-        touch(&sessions, id);
+        let principal = request.extensions().get::<Principal>();
+        if !touch(&sessions, id, principal) {
+            // Another principal's session: as unknown as one that does not exist.
+            return (StatusCode::NOT_FOUND, "no such MCP session\n").into_response();
+        }
     }
     match *request.method() {
         Method::POST => post(sessions, session, request, next).await,
@@ -238,10 +248,16 @@ pub async fn track(
     }
 }
 
-/// Note traffic of a known session.
-fn touch(sessions: &Sessions, id: &str) {
-    if let Some(activity) = sessions.table().get_mut(id) {
-        activity.last = Instant::now();
+/// Note traffic of a known session of `principal`; false if the session is another
+/// principal's.
+fn touch(sessions: &Sessions, id: &str, principal: Option<&Principal>) -> bool {
+    match sessions.table().get_mut(id) {
+        Some(activity) if activity.principal.as_ref() != principal => false,
+        Some(activity) => {
+            activity.last = Instant::now();
+            true
+        }
+        None => true,
     }
 }
 
@@ -252,6 +268,7 @@ async fn post(
     next: Next,
 ) -> Response {
     let (parts, body) = request.into_parts();
+    let principal = parts.extensions.get::<Principal>().cloned();
     let bytes = match axum::body::to_bytes(body, MAX_BODY).await {
         Ok(bytes) => bytes,
         Err(error) => {
@@ -316,7 +333,9 @@ async fn post(
             .get(SESSION_HEADER)
             .and_then(|v| v.to_str().ok())
     {
-        sessions.table().insert(id.to_owned(), Activity::new());
+        sessions
+            .table()
+            .insert(id.to_owned(), Activity::new(principal));
         sessions.changed.notify_one();
     }
     // rmcp holds the new session now (or refused it): the slot is counted there.
