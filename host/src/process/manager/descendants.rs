@@ -131,11 +131,57 @@ impl Entry {
     /// What the command left running after its exit: empty while it runs, and once nothing
     /// of it is left (no `/proc` scan then).
     pub(super) fn left_running(&self) -> Vec<Leftover> {
+        if self.keeper_lost.load(std::sync::atomic::Ordering::Acquire) {
+            return self
+                .marked_processes()
+                .into_iter()
+                .filter_map(|pid| {
+                    Some(Leftover {
+                        pid: inner_pid(pid)?,
+                        command: command_line(pid)?,
+                    })
+                })
+                .collect();
+        }
         if self.is_running() || !self.has_leftovers() {
             return Vec::new();
         }
         let keeper = crate::lock(&self.keeper).pid;
         keeper.map_or_else(Vec::new, left_running)
+    }
+
+    /// The processes that carry this command's mark (an unconfined command's, found this way
+    /// once its keeper is lost).
+    pub(super) fn marked_processes(&self) -> Vec<i32> {
+        marked(&owner_mark(&self.id))
+    }
+
+    /// Send `signal` (`SIGKILL` for a terminate: nothing escalates it later) to the processes
+    /// that carry this command's mark, walking again until none new shows. `false` when none
+    /// did.
+    pub(super) fn signal_marked(&self, signal: crate::process::Signal) -> bool {
+        use crate::process::Signal as Wanted;
+        use nix::sys::signal::Signal as Sent;
+        let sent = match signal {
+            Wanted::Interrupt => Sent::SIGINT,
+            Wanted::Terminate | Wanted::Kill => Sent::SIGKILL,
+        };
+        let mut signalled = std::collections::HashSet::new();
+        for _ in 0..8 {
+            let fresh: Vec<i32> = self
+                .marked_processes()
+                .into_iter()
+                .filter(|pid| !signalled.contains(pid))
+                .collect();
+            if fresh.is_empty() {
+                break;
+            }
+            for pid in fresh {
+                let _ = nix::sys::signal::kill(Pid::from_raw(pid), sent);
+                signalled.insert(pid);
+            }
+        }
+        !signalled.is_empty()
     }
 
     /// Every process below the command's keeper (the command itself while it runs), as its
@@ -158,6 +204,67 @@ impl Entry {
         };
         let keeper = crate::lock(&self.keeper).pid;
         keeper.is_some_and(|keeper| reading(&of_keeper(keeper), input, self.input.is_terminal()))
+    }
+}
+
+/// The variable that marks an unconfined command's processes: `TOOLHOST_OWNER=HOSTPID-ID`.
+const OWNER: &str = "TOOLHOST_OWNER";
+
+/// The mark of process `id` of this host, as a variable to set.
+pub(super) fn owner_mark(id: &str) -> (String, String) {
+    (OWNER.to_owned(), format!("{}-{id}", std::process::id()))
+}
+
+/// The processes whose environment holds `NAME=VALUE` (`mark`), oldest pid first. A process
+/// may change its environment: the mark finds what inherited it unchanged.
+fn marked(mark: &(String, String)) -> Vec<i32> {
+    let wanted = format!("{}={}", mark.0, mark.1);
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut found: Vec<i32> = entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
+                environ
+                    .split(|byte| *byte == 0)
+                    .any(|var| var == wanted.as_bytes())
+            })
+        })
+        .collect();
+    found.sort_unstable();
+    found
+}
+
+/// Kill the processes of unconfined commands of hosts that are gone (killed outright, their
+/// keepers with them): each holds the mark of a host pid that no longer runs. Once, at start.
+pub(super) fn sweep_orphans_of_gone_hosts() {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    let prefix = format!("{OWNER}=");
+    for pid in entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+    {
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        let host = environ.split(|byte| *byte == 0).find_map(|var| {
+            let value = std::str::from_utf8(var.strip_prefix(prefix.as_bytes())?).ok()?;
+            value.split_once('-')?.0.parse::<u32>().ok()
+        });
+        if let Some(host) = host
+            && host != std::process::id()
+            && !std::path::Path::new(&format!("/proc/{host}")).exists()
+        {
+            tracing::warn!(
+                pid,
+                "killing a process that an unconfined command of a host that is gone left"
+            );
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
     }
 }
 

@@ -92,6 +92,9 @@ pub(super) struct Entry {
     pub(super) finished: watch::Sender<bool>,
     /// Set once the keeper reports that nothing the command started is left (or exited).
     pub(super) nothing_left: AtomicBool,
+    /// The keeper died without reporting the command's end (an unconfined command killed
+    /// it): what the command started is found by its mark instead (see `descendants.rs`).
+    pub(super) keeper_lost: AtomicBool,
     /// `true` once the keeper has exited: nothing of the process is left, keeper included.
     pub(super) gone: watch::Sender<bool>,
     /// `true` once the record is released (or was never admitted): its monitor stops
@@ -201,6 +204,7 @@ impl Entry {
             }),
             finished: watch::channel(false).0,
             nothing_left: AtomicBool::new(false),
+            keeper_lost: AtomicBool::new(false),
             gone: watch::channel(false).0,
             removed: watch::channel(false).0,
             progress: watch::channel(0).0,
@@ -216,6 +220,9 @@ impl Entry {
 
     /// Whether something the command started is still running (its keeper has not exited).
     pub(super) fn has_leftovers(&self) -> bool {
+        if self.keeper_lost.load(Ordering::Acquire) {
+            return !self.marked_processes().is_empty();
+        }
         !self.nothing_left.load(Ordering::Acquire) && lock(&self.keeper).control.is_some()
     }
 
@@ -691,6 +698,9 @@ impl Entry {
     /// Have the keeper send `signal` to everything the command started. `false` when there
     /// is nothing to signal any more (the keeper has exited or was let go).
     pub(super) fn signal_all(&self, signal: Signal) -> bool {
+        if self.keeper_lost.load(Ordering::Acquire) {
+            return self.signal_marked(signal);
+        }
         match &lock(&self.keeper).control {
             Some(control) => keeper::request(control, signal).is_ok(),
             None => false,
@@ -710,6 +720,9 @@ impl Entry {
     /// soon as it dies, without blocking the caller), delete the log file, and tell the
     /// monitor to stop lingering. Doing it again does nothing.
     pub(super) fn dispose(&self) {
+        if self.keeper_lost.load(Ordering::Acquire) {
+            self.signal_marked(Signal::Kill);
+        }
         if let Some(pid) = self.release_keeper() {
             // Forgotten under the lock, so nobody signals the keeper after this; the pid
             // cannot be reused before `stop_and_reap` reaps it.

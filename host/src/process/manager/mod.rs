@@ -336,6 +336,16 @@ impl ProcessManager {
     /// When called outside a Tokio runtime.
     pub fn new(config: ProcessManagerConfig) -> Arc<Self> {
         let runtime = Handle::current();
+        // What unconfined commands of hosts killed outright left behind, once per process.
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        SWEPT.call_once(|| {
+            if let Err(error) = std::thread::Builder::new()
+                .name("toolhost-orphan-sweep".to_owned())
+                .spawn(descendants::sweep_orphans_of_gone_hosts)
+            {
+                tracing::debug!(%error, "cannot sweep orphans of gone hosts");
+            }
+        });
         let mut log_warned = false;
         let log_dir = if config.output_logs {
             let dir = config
@@ -500,7 +510,7 @@ impl ProcessManager {
         let StartRequest {
             command,
             workdir,
-            env,
+            mut env,
             background,
             inherit_env,
             profile,
@@ -556,6 +566,11 @@ impl ProcessManager {
             None => None,
         };
         let (seq, id) = self.ids.next();
+        if profile.mode == sandbox::SandboxMode::Off {
+            // Nothing keeps an unconfined command from killing its keeper: what it started is
+            // then found by this mark, which its processes inherit.
+            env.push(descendants::owner_mark(&id));
+        }
 
         // One pipe or terminal; the child gets its end as both stdout and stderr.
         let Io {

@@ -66,6 +66,10 @@ impl Monitor {
             async move {
                 let mut status = status;
                 let report = keeper::read_exit(&mut status).await;
+                if report.exit.is_none() {
+                    // The keeper died without a word: an unconfined command killed it.
+                    entry.keeper_lost.store(true, Ordering::Release);
+                }
                 if report.nothing_left {
                     entry.nothing_left.store(true, Ordering::Release);
                 }

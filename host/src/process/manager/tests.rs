@@ -1625,3 +1625,55 @@ async fn terminate_reaches_what_is_forked_while_it_goes_out() {
     );
     manager.signal(SCOPE, &id, Signal::Kill).expect("kill");
 }
+
+/// An unconfined command may kill its keeper; what it started (in a session of its own here)
+/// is still listed as left running, stopped by a signal to the command, and gone with the
+/// scope.
+#[tokio::test]
+async fn what_an_unconfined_command_left_after_killing_its_keeper_is_found_and_stopped() {
+    let marker = "30.7171";
+    let (_dir, manager) =
+        manager_with(|config| config.sandbox.mode = crate::sandbox::SandboxMode::Off);
+    let sleeps = || {
+        std::fs::read_dir("/proc").map_or(0, |entries| {
+            entries
+                .flatten()
+                .filter(|entry| {
+                    std::fs::read(entry.path().join("cmdline"))
+                        .is_ok_and(|cmd| cmd == format!("sleep\0{marker}\0").as_bytes())
+                })
+                .count()
+        })
+    };
+    for end_by_signal in [true, false] {
+        let id = start(
+            &manager,
+            &format!("setsid sleep {marker} >/dev/null 2>&1 & sleep 0.2; kill -9 $PPID"),
+        )
+        .await;
+        let out = manager.wait(SCOPE, &id, LONG, ReadFrom::All).await;
+        let out = out.expect("wait");
+        assert!(!out.running);
+        assert_eq!(sleeps(), 1, "the session leader did not outlive the keeper");
+        let listed = manager.list(SCOPE);
+        let info = listed.iter().find(|info| info.id == id).expect("listed");
+        assert!(
+            info.left_running
+                .iter()
+                .any(|left| left.command == format!("sleep {marker}")),
+            "{:?}",
+            info.left_running
+        );
+        if end_by_signal {
+            manager
+                .signal(SCOPE, &id, Signal::Terminate)
+                .expect("signal what it left");
+        } else {
+            manager.end_scope(SCOPE).await;
+        }
+        assert!(
+            eventually(|| sleeps() == 0).await,
+            "what it left outlived it"
+        );
+    }
+}
