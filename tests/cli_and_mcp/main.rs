@@ -2,11 +2,13 @@
 //! MCP servers driven by the hand-written clients of the support library.
 //!
 //! - `cli`: `toolhost tools`, `call`, `plugins export`, exit codes and streams;
+//! - `clients`: every client block of `docs/clients.md`, parsed and started as its client would;
 //! - `mcp_stdio`: `toolhost serve` over stdio;
 //! - `mcp_http`: `toolhost serve --http` over plain HTTP;
 //! - `scenarios`: `toolhost test` on scenario files.
 
 mod cli;
+mod clients;
 mod mcp_http;
 mod mcp_stdio;
 mod scenarios;

@@ -33,11 +33,21 @@ pub struct StdioClient {
 impl StdioClient {
     /// Start `toolhost GLOBAL_ARGS... serve` without initializing.
     pub fn spawn(global_args: &[&str]) -> StdioClient {
+        let mut args: Vec<String> = shared_writable()
+            .iter()
+            .map(|arg| arg.to_string_lossy().into_owned())
+            .collect();
+        args.extend(global_args.iter().map(|arg| (*arg).to_owned()));
+        args.push("serve".to_owned());
+        StdioClient::spawn_command(&toolhost_bin(), &args)
+    }
+
+    /// Start `PROGRAM ARGS...` (a `toolhost serve` as a client would start it) without
+    /// initializing.
+    pub fn spawn_command(program: &std::path::Path, args: &[String]) -> StdioClient {
         let (cache_key, cache_value) = cache_env();
-        let mut child = Command::new(toolhost_bin())
-            .args(shared_writable())
-            .args(global_args)
-            .arg("serve")
+        let mut child = Command::new(program)
+            .args(args)
             .env(cache_key, cache_value)
             .env("TOOLHOST_LOG", "error")
             .stdin(Stdio::piped())
