@@ -3,10 +3,10 @@
 //! the command's input, and whose processes a refused `kill` aimed at (with the note that says
 //! so).
 //!
-//! 1. Every process's parent is read from `/proc/PID/stat`.
-//! 2. The keeper's descendants are collected (the keeper is a subreaper: what its command
-//!    started stays below it even when orphaned). The keeper's own fork into the command's
-//!    PID namespace is left out.
+//! 1. The keeper's descendants are collected from the kernel's `children` lists, or where
+//!    there are none from every process's parent (`/proc/PID/stat`). The keeper is a
+//!    subreaper: what its command started stays below it even when orphaned. The keeper's own
+//!    fork into the command's PID namespace is left out.
 //! 3. For a leftover: its pid as its command sees it (the last `NSpid` of
 //!    `/proc/PID/status`, which differs inside a PID namespace) and its command line.
 //! 4. For an input wait: the system call a sleeping process is in (`/proc/PID/syscall`) and
@@ -27,8 +27,61 @@ const COMMAND_CHARS: usize = 80;
 /// The keeper's `argv[0]`.
 const KEEPER_NAME: &str = "toolhost-keeper";
 
-/// The processes below `keeper`, the keeper's own fork excluded, oldest pid first.
+/// The processes below `keeper`, the keeper's own fork excluded, oldest pid first: read from
+/// each process's `children` lists where the kernel keeps them (`CONFIG_PROC_CHILDREN`),
+/// which costs what the tree holds, else from every process's parent.
 pub(super) fn of_keeper(keeper: Pid) -> Vec<i32> {
+    let root = keeper.as_raw();
+    if let Some(children) = children_of(root) {
+        let mut found = Vec::new();
+        let mut queue = Vec::new();
+        for child in children {
+            // The keeper's own fork into the command's PID namespace is not the command's:
+            // what is below it is.
+            if is_keeper(child) {
+                queue.extend(children_of(child).unwrap_or_default());
+            } else {
+                queue.push(child);
+            }
+        }
+        while let Some(pid) = queue.pop() {
+            if found.len() >= MAX_TREE {
+                break;
+            }
+            found.push(pid);
+            queue.extend(children_of(pid).unwrap_or_default());
+        }
+        found.sort_unstable();
+        found.dedup();
+        return found;
+    }
+    by_parents(keeper)
+}
+
+/// Most processes of a tree looked at.
+const MAX_TREE: usize = 65_536;
+
+/// The children of `pid`, from `/proc/PID/task/*/children`; `None` where the kernel keeps no
+/// such lists (or `pid` is gone).
+fn children_of(pid: i32) -> Option<Vec<i32>> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut children = Vec::new();
+    let mut any = false;
+    for task in tasks.flatten() {
+        let Ok(text) = std::fs::read_to_string(task.path().join("children")) else {
+            continue;
+        };
+        any = true;
+        children.extend(
+            text.split_whitespace()
+                .filter_map(|pid| pid.parse::<i32>().ok()),
+        );
+    }
+    any.then_some(children)
+}
+
+/// [`of_keeper`] from every process's parent in `/proc/PID/stat`.
+fn by_parents(keeper: Pid) -> Vec<i32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -418,6 +471,31 @@ mod tests {
             found.iter().any(|leftover| leftover.command == "sleep 30"),
             "{found:?}"
         );
+    }
+
+    #[test]
+    fn the_children_lists_and_the_parents_agree() {
+        let mut child = Command::new("sh")
+            .args(["-c", "sleep 30.8181 & sleep 30.8181"])
+            .spawn()
+            .expect("sh");
+        let ours = |pids: Vec<i32>| {
+            pids.into_iter()
+                .filter(|pid| command_line(*pid).is_some_and(|cmd| cmd == "sleep 30.8181"))
+                .count()
+        };
+        // Test-side polling until both sleeps run (up to 10 s).
+        let both = (0..1000).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            ours(by_parents(me())) == 2
+        });
+        let listed = ours(of_keeper(me()));
+        let scanned = ours(by_parents(me()));
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = Command::new("pkill").args(["-f", "sleep 30.8181"]).status();
+        assert!(both);
+        assert_eq!((listed, scanned), (2, 2));
     }
 
     #[test]
