@@ -538,3 +538,60 @@ async fn what_a_command_left_running_is_listed_and_stopped() {
     assert!(wait_gone(&marker, Duration::from_secs(10)).await);
     host.shutdown().await;
 }
+
+/// A background command stopped by its process limit says so in `process_output`, as the
+/// foreground result does (where a pids cgroup holds the limit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_command_at_its_process_limit_says_so_in_its_output() {
+    let state = tempfile::tempdir().expect("state dir");
+    let mut config = toolhost::process::ProcessManagerConfig {
+        state_dir: Some(state.path().to_path_buf()),
+        ..Default::default()
+    };
+    config.sandbox.limits.processes = Some(8);
+    let host = ToolHost::builder()
+        .bundled_policy(Some("default"))
+        .process_config(config)
+        .build()
+        .await
+        .expect("host");
+    let bomb = "for i in 1 2 3 4 5 6 7 8 9 10 11 12; do sleep 2 & done; wait";
+    let foreground = call(&host, "execute", serde_json::json!({"command": bomb})).await;
+    let text = foreground["output"].as_str().unwrap_or_default();
+    if !text.contains("limit of 8 processes") {
+        eprintln!("no pids cgroup here (or RLIMIT_NPROC words): {foreground}");
+        return;
+    }
+    let started = call(
+        &host,
+        "execute",
+        serde_json::json!({"command": bomb, "run_in_background": true}),
+    )
+    .await;
+    let id = started["background_process_id"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
+    // Until it ends (test-side polling of an observable condition, up to 20 s).
+    let mut output = Value::Null;
+    for _ in 0..1000 {
+        output = call(
+            &host,
+            "process_output",
+            serde_json::json!({"process_id": id}),
+        )
+        .await;
+        if output["running"] == false {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(output["running"], false, "{output}");
+    assert!(
+        output["output"]
+            .as_str()
+            .is_some_and(|text| text.contains("limit of 8 processes")),
+        "{output}"
+    );
+    host.end_scope("s").await;
+}
