@@ -674,7 +674,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 Some(addr) => {
                     let options = toolhost::mcp::HttpOptions {
                         addr: addr.clone(),
-                        tokens: serve_tokens(token_file.as_deref())?,
+                        token: serve_token(token_file.as_deref())?,
                         allow_remote: *allow_remote,
                         idle_timeout: (*idle_timeout).into(),
                         max_sessions: *max_sessions as usize,
@@ -699,10 +699,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-/// The HTTP bearer tokens: those of `file` (one `NAME TOKEN` per line, or one bare token), or
-/// `$TOOLHOST_TOKEN` for principal `default`.
-fn serve_tokens(file: Option<&std::path::Path>) -> Result<Vec<toolhost::mcp::BearerToken>> {
-    use toolhost::mcp::BearerToken;
+/// The HTTP bearer token: the first line of `file`, or `$TOOLHOST_TOKEN`.
+fn serve_token(file: Option<&std::path::Path>) -> Result<String> {
     if let Some(path) = file
         && let Ok(meta) = std::fs::metadata(path)
     {
@@ -717,33 +715,28 @@ fn serve_tokens(file: Option<&std::path::Path>) -> Result<Vec<toolhost::mcp::Bea
             );
         }
     }
-    let missing = || {
-        anyhow::anyhow!(
-            "`toolhost serve --http` needs a bearer token: put one in a file and pass \
-             --token-file FILE, or set TOOLHOST_TOKEN"
-        )
+    let token = match file {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("reading the token file {}", path.display()))?
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_owned(),
+        None => ENV_TOKEN
+            .get()
+            .cloned()
+            .flatten()
+            .unwrap_or_default()
+            .trim()
+            .to_owned(),
     };
-    match file {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading the token file {}", path.display()))?;
-            if text.trim().is_empty() {
-                return Err(missing());
-            }
-            BearerToken::parse_file(&text)
-                .map_err(|why| anyhow::anyhow!("the token file {}: {why}", path.display()))
-        }
-        None => {
-            let token = ENV_TOKEN.get().cloned().flatten().unwrap_or_default();
-            if token.trim().is_empty() {
-                return Err(missing());
-            }
-            Ok(vec![BearerToken::new(
-                BearerToken::DEFAULT_PRINCIPAL,
-                token.trim(),
-            )])
-        }
-    }
+    anyhow::ensure!(
+        !token.is_empty(),
+        "`toolhost serve --http` needs a bearer token: put one in a file and pass \
+         --token-file FILE, or set TOOLHOST_TOKEN"
+    );
+    Ok(token)
 }
 
 /// Remove `TOOLHOST_TOKEN` from the environment, and overwrite its value in the process's
