@@ -254,6 +254,10 @@ fn open_io(stdin: Stdin) -> Result<Io, ProcessError> {
     }
 }
 
+/// The longest a keeper prepared ahead waits for the command just started to finish before
+/// it is made (see [`ProcessManager::prepare_ahead`]).
+const READY_AFTER: Duration = Duration::from_millis(50);
+
 /// The least a shutdown waits, after the kill, for what is still not gone.
 const LAST_WAIT: Duration = Duration::from_secs(5);
 
@@ -700,7 +704,7 @@ impl ProcessManager {
             .as_ref()
             .filter(|_| admitted.is_ok())
             .zip(ahead_profile)
-            .map(|(prepared, profile)| (profile, Arc::clone(prepared)));
+            .map(|(prepared, profile)| (profile, Arc::clone(prepared), Arc::clone(&entry)));
         if admitted.is_err() {
             // Shut down, or the scope ended, while we were spawning: kill it; the monitor
             // sees it die, then cleans up without lingering.
@@ -729,8 +733,8 @@ impl ProcessManager {
         spawned.disarm();
         self.runtime.spawn(monitor.run());
         // The next command of this scope and profile finds a keeper ready.
-        if let Some((profile, prepared)) = ahead {
-            self.prepare_ahead(scope, &profile, prepared);
+        if let Some((profile, prepared, started)) = ahead {
+            self.prepare_ahead(scope, &profile, prepared, started);
         }
         admitted.map(|()| id)
     }
@@ -781,8 +785,17 @@ impl ProcessManager {
 
     /// Prepare a keeper ahead for the next command of `scope` with `profile` (layers
     /// `prepared`), off the call path, unless one is ready or being made for them or a bound
-    /// is reached.
-    fn prepare_ahead(&self, scope: &str, profile: &Profile, prepared: Arc<Prepared>) {
+    /// is reached. It is made once `started` (the command just started) has finished, or
+    /// [`READY_AFTER`] after its start: on cgroup v1 the new keeper's move into its cgroups
+    /// holds up every `fork` of the machine for an RCU grace period after a quiet spell, and
+    /// must not hold up the command's own.
+    fn prepare_ahead(
+        &self,
+        scope: &str,
+        profile: &Profile,
+        prepared: Arc<Prepared>,
+        started: Arc<Entry>,
+    ) {
         let Some(spawner) = self.spawner.clone() else {
             return;
         };
@@ -808,6 +821,10 @@ impl ProcessManager {
         };
         let pool = Arc::clone(&self.ready);
         self.runtime.spawn(async move {
+            started
+                .wait_finished(Instant::now().checked_add(READY_AFTER))
+                .await;
+            drop(started);
             let made = match ready::make(&spawner, recipe).await {
                 Ok(made) => Some(made),
                 Err(error) => {
