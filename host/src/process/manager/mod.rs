@@ -258,6 +258,10 @@ fn open_io(stdin: Stdin) -> Result<Io, ProcessError> {
 /// it is made (see [`ProcessManager::prepare_ahead`]).
 const READY_AFTER: Duration = Duration::from_millis(50);
 
+/// The longest a start waits for the keeper being spawned ahead for its scope and profile
+/// before it makes its own.
+const READY_WAIT: Duration = Duration::from_millis(20);
+
 /// The least a shutdown waits, after the kill, for what is still not gone.
 const LAST_WAIT: Duration = Duration::from_secs(5);
 
@@ -572,17 +576,21 @@ impl ProcessManager {
         // A keeper prepared ahead for this scope and profile, handed the command; else one
         // made now.
         let handed = match &confine {
-            Some(prepared) => self.hand_over(
-                scope,
-                &profile,
-                prepared,
-                &command,
-                &env,
-                inherit_env.as_deref(),
-                &workdir,
-                &writer,
-                child_stdin.as_ref(),
-            ),
+            Some(prepared) => {
+                // One being spawned for this scope and profile is nearly there.
+                self.ready.wait_spawning(scope, &profile, READY_WAIT).await;
+                self.hand_over(
+                    scope,
+                    &profile,
+                    prepared,
+                    &command,
+                    &env,
+                    inherit_env.as_deref(),
+                    &workdir,
+                    &writer,
+                    child_stdin.as_ref(),
+                )
+            }
             None => None,
         };
         let (mut spawned, control, status, cgroups) = match handed {
@@ -825,6 +833,7 @@ impl ProcessManager {
                 .wait_finished(Instant::now().checked_add(READY_AFTER))
                 .await;
             drop(started);
+            pool.spawning(serial);
             let made = match ready::make(&spawner, recipe).await {
                 Ok(made) => Some(made),
                 Err(error) => {

@@ -97,6 +97,8 @@ pub(super) fn release_soon(keepers: Vec<ReadyKeeper>) {
 /// The pool of keepers prepared ahead (see the module documentation).
 pub(super) struct ReadyKeepers {
     state: Mutex<State>,
+    /// Woken whenever one being made is put in (or failed).
+    made: tokio::sync::Notify,
     /// The most keepers ready or being made, on the host.
     per_host: usize,
     idle: Duration,
@@ -107,6 +109,8 @@ struct State {
     ready: Vec<ReadyKeeper>,
     /// Being made: (serial, scope, profile).
     making: Vec<(u64, String, Profile)>,
+    /// The serials of those being spawned right now (not waiting for their turn to start).
+    spawning: Vec<u64>,
     next: u64,
     closed: bool,
 }
@@ -135,6 +139,7 @@ impl ReadyKeepers {
     pub(super) fn new(per_host: usize, idle: Duration) -> Self {
         Self {
             state: Mutex::new(State::default()),
+            made: tokio::sync::Notify::new(),
             per_host,
             idle,
         }
@@ -193,18 +198,54 @@ impl ReadyKeepers {
         Some(serial)
     }
 
+    /// The one of turn `serial` is being spawned now.
+    pub(super) fn spawning(&self, serial: u64) {
+        crate::lock(&self.state).spawning.push(serial);
+    }
+
+    /// Wait until the keeper being spawned for `scope` and `profile`, if any, is put in, for
+    /// `limit` at most: waiting for it costs less than making another.
+    pub(super) async fn wait_spawning(&self, scope: &str, profile: &Profile, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let notified = self.made.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let state = crate::lock(&self.state);
+                let spawning = state.making.iter().any(|(serial, s, p)| {
+                    s == scope && p == profile && state.spawning.contains(serial)
+                });
+                if !spawning {
+                    return;
+                }
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return;
+            }
+        }
+    }
+
     /// Put in the one made in turn `serial`; it comes back (to be released) when its scope
     /// ended or the pool closed meanwhile. `None`: failed to make it.
     pub(super) fn put(&self, serial: u64, made: Option<ReadyKeeper>) -> Option<ReadyKeeper> {
-        let mut state = crate::lock(&self.state);
-        let Some(at) = state.making.iter().position(|(s, _, _)| *s == serial) else {
-            return made;
+        let back = {
+            let mut state = crate::lock(&self.state);
+            state.spawning.retain(|s| *s != serial);
+            match state.making.iter().position(|(s, _, _)| *s == serial) {
+                None => made,
+                Some(at) => {
+                    state.making.swap_remove(at);
+                    made.and_then(|mut made| {
+                        made.serial = serial;
+                        state.ready.push(made);
+                        None
+                    })
+                }
+            }
         };
-        state.making.swap_remove(at);
-        let mut made = made?;
-        made.serial = serial;
-        state.ready.push(made);
-        None
+        self.made.notify_waiters();
+        back
     }
 
     /// Take out the one of turn `serial` if it is still unused (its idle time is over).
@@ -217,7 +258,16 @@ impl ReadyKeepers {
     /// Take out every one of `scope`, and forget those being made for it.
     pub(super) fn end_scope(&self, scope: &str) -> Vec<ReadyKeeper> {
         let mut state = crate::lock(&self.state);
-        state.making.retain(|(_, s, _)| s != scope);
+        let State {
+            making, spawning, ..
+        } = &mut *state;
+        making.retain(|(serial, s, _)| {
+            let keep = s != scope;
+            if !keep {
+                spawning.retain(|other| other != serial);
+            }
+            keep
+        });
         let (gone, kept) = std::mem::take(&mut state.ready)
             .into_iter()
             .partition(|k| k.scope == scope);
@@ -230,6 +280,7 @@ impl ReadyKeepers {
         let mut state = crate::lock(&self.state);
         state.closed = true;
         state.making.clear();
+        state.spawning.clear();
         std::mem::take(&mut state.ready)
     }
 
