@@ -2,8 +2,10 @@
 //! cgroups and the scope's namespaces waits on its control socket, so that a confined start
 //! only hands it the command (`keeper::send_start`) and it only forks and execs.
 //!
-//! - One is made after a confined start of a scope and profile, off the call path, when none
-//!   is ready or being made for them: only for profiles a scope has used.
+//! - One is made after a confined start of a scope and profile, off the call path, once that
+//!   command ended (or 50 ms after its start), when none is ready or being made for them:
+//!   only for profiles a scope has used. A start that finds one being spawned for its scope
+//!   and profile waits for it (20 ms at most) rather than make its own.
 //! - They are bounded: [`PER_SCOPE`] profiles per scope, and the host's
 //!   [`ProcessManagerConfig::ready_keepers`](super::ProcessManagerConfig::ready_keepers) in
 //!   all (0: none, every start takes the path of a keeper made for it).
