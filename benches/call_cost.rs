@@ -16,7 +16,12 @@
 //! Prints each part's median and p90, what it adds over native and its ratio to native; then
 //! the differences of medians (the guest's cost, the host-call overhead (4) - (2), the MCP
 //! transport (5) - (4)) and the targets: MCP at most 200 us over native and at most 1.2x of it;
-//! the one-shot call within 3x of `sh -c true` as a process. Asserts nothing about time.
+//! the one-shot call within 3x of `sh -c true` as a process.
+//!
+//! Then the same parts that run a process again *after idle*: each call after a fixed gap of
+//! [`IDLE_GAP`] in which nothing of the benchmark runs (`TOOLHOST_IDLE_ROUNDS` rounds, default
+//! 20), with the ratios confined / `--sandbox off` and their targets: MCP after idle at most
+//! 1.3x, back to back at most 1.2x. Asserts nothing about time.
 //!
 //! Run with `cargo bench -p toolhost-e2e --bench call_cost`.
 
@@ -43,6 +48,19 @@ const ARGUMENTS: &str = r#"{"command":"true"}"#;
 const TARGET_ADDED_US: f64 = 200.0;
 const TARGET_MCP_RATIO: f64 = 1.2;
 const TARGET_ONE_SHOT_RATIO: f64 = 3.0;
+/// The quiet spell before each after-idle call.
+const IDLE_GAP: Duration = Duration::from_secs(1);
+const IDLE_ROUNDS: usize = 20;
+/// The parts measured again after idle.
+const IDLE_PARTS: [Part; 5] = [
+    Part::Native,
+    Part::BackendOff,
+    Part::BackendConfined,
+    Part::McpOff,
+    Part::McpConfined,
+];
+const TARGET_IDLE_RATIO: f64 = 1.3;
+const TARGET_BACK_TO_BACK_RATIO: f64 = 1.2;
 
 /// The in-process parts, in the order of the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -358,6 +376,21 @@ async fn run() {
     }
     let in_process_time = began.elapsed();
 
+    // After idle: each part after the gap, in turn.
+    let idle_rounds = std::env::var("TOOLHOST_IDLE_ROUNDS")
+        .ok()
+        .and_then(|n| n.parse::<usize>().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(IDLE_ROUNDS);
+    let mut idle_samples: Vec<Vec<Duration>> =
+        vec![Vec::with_capacity(idle_rounds); IDLE_PARTS.len()];
+    for _ in 0..idle_rounds {
+        for (index, part) in IDLE_PARTS.iter().enumerate() {
+            tokio::time::sleep(IDLE_GAP).await;
+            idle_samples[index].push(once(*part, &mut subjects).await);
+        }
+    }
+
     // Everything down before the one-shot processes, so that nothing else runs meanwhile.
     let Subjects {
         manager_off,
@@ -427,6 +460,28 @@ async fn run() {
         print_row(which.label(), *stats, sh, true);
     }
 
+    let idle_stats: Vec<Stats> = idle_samples.iter_mut().map(|s| summary(s)).collect();
+    let idle_of = |part: Part| {
+        let index = IDLE_PARTS
+            .iter()
+            .position(|p| *p == part)
+            .expect("a part measured after idle");
+        idle_stats[index]
+    };
+    let idle_native = idle_of(Part::Native);
+    println!(
+        "after idle: {idle_rounds} samples of each part, each call after {IDLE_GAP:?} of quiet"
+    );
+    print_header("part");
+    for part in IDLE_PARTS {
+        print_row(
+            part.label(),
+            idle_of(part),
+            idle_native,
+            part.runs_a_process(),
+        );
+    }
+
     let m = |part: Part| us(of(part).median);
     println!("where the time goes (differences of medians, us):");
     println!(
@@ -474,6 +529,18 @@ async fn run() {
             "  MCP execute true, {label:<13}: {added:>+6.0} us over native (target <= {TARGET_ADDED_US:.0} us: {}), ratio {ratio:.2}x (target <= {TARGET_MCP_RATIO}x: {})",
             met(added <= TARGET_ADDED_US),
             met(ratio <= TARGET_MCP_RATIO)
+        );
+    }
+    for (label, confined, off) in [
+        ("process manager", Part::BackendConfined, Part::BackendOff),
+        ("MCP stdio", Part::McpConfined, Part::McpOff),
+    ] {
+        let back = ratio(of(confined).median, of(off).median);
+        let idle = ratio(idle_of(confined).median, idle_of(off).median);
+        println!(
+            "  {label}, confined / --sandbox off: back to back {back:.2}x (target <= {TARGET_BACK_TO_BACK_RATIO}x: {}), after idle {idle:.2}x (target <= {TARGET_IDLE_RATIO}x: {})",
+            met(back <= TARGET_BACK_TO_BACK_RATIO),
+            met(idle <= TARGET_IDLE_RATIO)
         );
     }
     for (label, index) in [("confined", 1), ("--sandbox off", 2)] {

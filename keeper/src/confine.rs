@@ -96,10 +96,15 @@ impl Confinement {
         Ok((confinement, used))
     }
 
+    /// Whether Landlock and seccomp are given (`--confine`).
+    pub(crate) fn confined(&self) -> bool {
+        self.layers.is_some()
+    }
+
     /// Join the scope's namespaces (in the keeper itself), and come back to the working
     /// directory (joining a mount namespace moves it to the root). Returns whether a PID
     /// namespace was joined: then the keeper's *children* are in it, not the keeper. On failure
-    /// it says which step failed on stderr (the command's output).
+    /// the error says which step failed, for the command's output.
     pub(crate) fn join(&self) -> io::Result<bool> {
         if self.namespaces.is_empty() {
             return Ok(false);
@@ -110,18 +115,22 @@ impl Confinement {
             if unsafe { libc::setns(fd, clone_flag(*kind)) } != 0 {
                 let error = io::Error::last_os_error();
                 let name = kind.name();
-                eprintln!("toolhost: cannot confine the command: setns({name}): {error}");
-                return Err(error);
+                return Err(io::Error::new(
+                    error.kind(),
+                    format!("toolhost: cannot confine the command: setns({name}): {error}"),
+                ));
             }
             // SAFETY: closing a descriptor the host passed for this only.
             unsafe { libc::close(fd) };
         }
         if let Err(error) = std::env::set_current_dir(&workdir) {
-            eprintln!(
-                "toolhost: cannot enter {} in the sandbox: {error}",
-                workdir.display()
-            );
-            return Err(error);
+            return Err(io::Error::new(
+                error.kind(),
+                format!(
+                    "toolhost: cannot enter {} in the sandbox: {error}",
+                    workdir.display()
+                ),
+            ));
         }
         Ok(self.namespaces.contains(&NamespaceKind::Pid))
     }

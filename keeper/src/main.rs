@@ -15,8 +15,11 @@
 //! file, or a failed move, and the command does not run). The other options and the
 //! descriptors from [`fd::RULESET`] on confine the command (see `confine.rs`). When they
 //! include a PID namespace, the keeper forks once after joining it and carries on in the
-//! child, inside the namespace; the first process only waits for it. `toolhost-keeper
-//! --make-namespaces ...` is the other mode: it makes a scope's namespaces for the host (see
+//! child, inside the namespace; the first process only waits for it.
+//! `toolhost-keeper --ready [--join-cgroup=FD]... [OPTIONS]` is a keeper prepared ahead: it
+//! does all of the above but start a command, then waits for its command in a start message
+//! on the control socket (`start.rs`), whose descriptors become the command's stdio.
+//! `toolhost-keeper --make-namespaces ...` is the other mode: it makes a scope's namespaces for the host (see
 //! `namespaces.rs`).
 //!
 //! - It starts `PROGRAM` (argv\[0\] `ARGV0`) in a new session, with the keeper's stdio,
@@ -35,6 +38,7 @@
 
 mod confine;
 mod namespaces;
+mod start;
 mod tree;
 
 use confine::Confinement;
@@ -110,9 +114,11 @@ fn run() -> io::Result<()> {
     {
         return namespaces::make(&args[1..]);
     }
-    // `--tty`: stdin is a terminal, to become the command's controlling terminal.
-    let terminal = args.first().is_some_and(|arg| arg == option::TTY);
-    let args = &args[usize::from(terminal)..];
+    // `--ready`: prepared ahead, the command comes in a start message; `--tty`: stdin is a
+    // terminal, to become the command's controlling terminal.
+    let ready = args.first().is_some_and(|arg| arg == option::READY);
+    let terminal = !ready && args.first().is_some_and(|arg| arg == option::TTY);
+    let args = &args[usize::from(ready || terminal)..];
     // `--join-cgroup=FD`: the `cgroup.procs` of one of the command's cgroups.
     let cgroups: Vec<RawFd> = args
         .iter()
@@ -130,11 +136,20 @@ fn run() -> io::Result<()> {
         })?;
     let args = &args[cgroups.len()..];
     let (confinement, options) = Confinement::from_args(args)?;
-    let [program, argv0, rest @ ..] = &args[options..] else {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "usage: toolhost-keeper [OPTIONS] PROGRAM ARGV0 [ARG...] (run by the toolhost host)",
-        ));
+    let given = match (&args[options..], ready) {
+        ([], true) => None,
+        ([program, argv0, rest @ ..], false) => Some(Given {
+            terminal,
+            program: program.clone(),
+            argv: std::iter::once(argv0).chain(rest).cloned().collect(),
+            env: None,
+        }),
+        _ => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "usage: toolhost-keeper [OPTIONS] PROGRAM ARGV0 [ARG...] (run by the toolhost host)",
+            ));
+        }
     };
     for fd in [fd::STATUS, fd::CONTROL] {
         set_cloexec(fd)?;
@@ -149,46 +164,69 @@ fn run() -> io::Result<()> {
     unsafe { libc::close(fd::EXECUTABLE) };
 
     // Into the command's cgroups first, so that the keeper and everything it starts are
-    // counted; a command that cannot be limited does not run.
-    if let Err(error) = join_cgroups(&cgroups) {
-        eprintln!("toolhost: cannot move the command into its cgroups: {error}");
+    // counted; a command that cannot be limited does not run. A failure is said on the
+    // command's output, so a keeper prepared ahead says it once it has the command.
+    let mut failure = join_cgroups(&cgroups)
+        .err()
+        .map(|error| format!("toolhost: cannot move the command into its cgroups: {error}"));
+    if failure.is_none() {
+        match confinement.join() {
+            Ok(false) => {}
+            Ok(true) => {
+                // In a PID namespace only the keeper's children are: the keeper goes on in a
+                // child (the namespace's orphans go to the nearest subreaper *in* it), and this
+                // process only waits for it, so the host's child exits when everything is gone.
+                match split() {
+                    Ok(Some(child)) => {
+                        drop((status, control));
+                        release_stdio()?;
+                        // A stop request for this process goes to the keeper inside, and this
+                        // one exits only after it: the host's "the keeper has exited" keeps
+                        // meaning "nothing of the command is left".
+                        INNER.store(child, Ordering::SeqCst);
+                        for signal in [libc::SIGTERM, libc::SIGHUP] {
+                            forward(signal)?;
+                        }
+                        return wait_for(child);
+                    }
+                    Ok(None) => {}
+                    Err(error) => {
+                        failure = Some(format!(
+                            "toolhost: cannot start the command in its PID namespace: {error}"
+                        ));
+                    }
+                }
+            }
+            Err(error) => failure = Some(error.to_string()),
+        }
+    }
+
+    // The command: on the command line, or (prepared ahead) in the start message, whose
+    // descriptors become the command's stdio.
+    let command_line = match given {
+        Some(given) => given,
+        None => match start::receive(&control, confinement.confined()) {
+            // Let go unused.
+            Ok(None) => return Ok(()),
+            Ok(Some(start)) => take_start(start, &mut failure)?,
+            Err(error) => {
+                eprintln!("toolhost-keeper: {error}");
+                write_status(&mut status, Status::Exited, CANNOT_RUN);
+                return Ok(());
+            }
+        },
+    };
+    if let Some(message) = failure {
+        eprintln!("{message}");
         write_status(&mut status, Status::Exited, CANNOT_RUN);
         return Ok(());
     }
-
-    match confinement.join() {
-        Ok(false) => {}
-        Ok(true) => {
-            // In a PID namespace only the keeper's children are: the keeper goes on in a child
-            // (the namespace's orphans go to the nearest subreaper *in* it), and this process
-            // only waits for it, so the host's child exits when everything is gone.
-            match split() {
-                Ok(Some(child)) => {
-                    drop((status, control));
-                    release_stdio()?;
-                    // A stop request for this process goes to the keeper inside, and this one
-                    // exits only after it: the host's "the keeper has exited" keeps meaning
-                    // "nothing of the command is left".
-                    INNER.store(child, Ordering::SeqCst);
-                    for signal in [libc::SIGTERM, libc::SIGHUP] {
-                        forward(signal)?;
-                    }
-                    return wait_for(child);
-                }
-                Ok(None) => {}
-                Err(error) => {
-                    eprintln!("toolhost: cannot start the command in its PID namespace: {error}");
-                    write_status(&mut status, Status::Exited, CANNOT_RUN);
-                    return Ok(());
-                }
-            }
-        }
-        Err(_) => {
-            // Said on the command's output; reported like a command that cannot run.
-            write_status(&mut status, Status::Exited, CANNOT_RUN);
-            return Ok(());
-        }
-    }
+    let Given {
+        terminal,
+        program,
+        argv,
+        env,
+    } = command_line;
 
     let (wake_read, wake_write) = pipe()?;
     WAKE_FD.store(wake_write, Ordering::SeqCst);
@@ -200,8 +238,13 @@ fn run() -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
 
-    let mut command = Command::new(program);
-    command.arg0(argv0).args(rest);
+    let mut command = Command::new(&program);
+    if let [argv0, rest @ ..] = argv.as_slice() {
+        command.arg0(argv0).args(rest);
+    }
+    if let Some(env) = env {
+        command.env_clear().envs(env);
+    }
     // SAFETY: the closure runs in the forked child before exec. The keeper is
     // single-threaded, so no lock or allocator state is held by another thread at the fork;
     // setsid(2), ioctl(2) and what `Confinement::apply` does are safe there.
@@ -221,6 +264,7 @@ fn run() -> io::Result<()> {
     let child = match command.spawn() {
         Ok(child) => child,
         Err(error) => {
+            let program = std::path::Path::new(&program);
             eprintln!("toolhost-keeper: cannot run {}: {error}", program.display());
             write_status(&mut status, Status::Exited, CANNOT_RUN);
             return Ok(());
@@ -300,6 +344,55 @@ fn run() -> io::Result<()> {
             }
         }
     }
+}
+
+/// What to run: from the command line, or from a start message.
+struct Given {
+    terminal: bool,
+    program: OsString,
+    /// `ARGV0` first.
+    argv: Vec<OsString>,
+    /// The command's whole environment (`None`: the keeper's own).
+    env: Option<Vec<(OsString, OsString)>>,
+}
+
+/// Take the command of a start message: its descriptors become the command's stdio (and the
+/// ruleset [`fd::RULESET`]), and the keeper enters its working directory (unless an earlier
+/// step failed; a failure to enter is noted in `failure`).
+fn take_start(start: start::Start, failure: &mut Option<String>) -> io::Result<Given> {
+    let stdin = start.stdin.as_ref().map(AsRawFd::as_raw_fd);
+    let output = start.output.as_raw_fd();
+    // SAFETY: dup2 onto our own stdio descriptors (and the ruleset's number) from descriptors
+    // this process owns, open across the calls.
+    let installed = unsafe {
+        stdin.is_none_or(|fd| libc::dup2(fd, 0) != -1)
+            && libc::dup2(output, 1) != -1
+            && libc::dup2(output, 2) != -1
+            && start
+                .ruleset
+                .as_ref()
+                .is_none_or(|ruleset| libc::dup2(ruleset.as_raw_fd(), fd::RULESET) != -1)
+    };
+    if !installed {
+        return Err(io::Error::last_os_error());
+    }
+    if start.ruleset.is_some() {
+        set_cloexec(fd::RULESET)?;
+    }
+    if failure.is_none()
+        && let Err(error) = std::env::set_current_dir(&start.workdir)
+    {
+        *failure = Some(format!(
+            "toolhost: cannot enter {} in the sandbox: {error}",
+            std::path::Path::new(&start.workdir).display()
+        ));
+    }
+    Ok(Given {
+        terminal: start.terminal,
+        program: start.program,
+        argv: start.argv,
+        env: Some(start.env),
+    })
 }
 
 /// Fork. In the parent, `Some(child's pid)`; in the child, which carries on as the keeper,

@@ -103,3 +103,60 @@ async fn killing_the_host_with_sigkill_stops_everything_it_started() {
         sleeps_with(&marker)
     );
 }
+
+/// The host's keepers prepared ahead (`toolhost-keeper --ready`): its children whose command
+/// line starts so.
+fn ready_keepers_of(host: u32) -> Vec<u32> {
+    toolhost_e2e::processes_with("toolhost-keeper --ready")
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                    .is_some_and(|parent| parent == host.to_string())
+            })
+        })
+        .collect()
+}
+
+/// A keeper prepared ahead for the next command (made after the first confined start) is
+/// gone with the host killed by `SIGKILL`, like every keeper that ran a command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_host_with_sigkill_ends_its_keepers_prepared_ahead() {
+    let marker = marker();
+    let seconds = format!("1{marker}");
+    let state = tempfile::tempdir().expect("state dir");
+    let args = serde_json::json!({"command": format!("sleep {seconds}"), "timeout": "5m"});
+    let mut host = Command::new(toolhost_bin())
+        .arg("--state-dir")
+        .arg(state.path())
+        .args(["--no-cache", "call", "execute", &args.to_string()])
+        .env("TOOLHOST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("run toolhost");
+    let pid = host.id();
+    let prepared = toolhost_e2e::eventually(Duration::from_secs(10), || {
+        sleeps_with(&marker) == 1 && !ready_keepers_of(pid).is_empty()
+    })
+    .await;
+    assert!(prepared, "no keeper was prepared ahead");
+    let keepers = ready_keepers_of(pid);
+    host.kill().expect("SIGKILL the host");
+    host.wait().expect("reap the host");
+    let gone = toolhost_e2e::eventually(Duration::from_secs(10), || {
+        // Gone, or a zombie for its new parent to reap.
+        keepers.iter().all(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+                stat.rsplit_once(')')
+                    .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+            })
+        })
+    })
+    .await;
+    assert!(
+        gone,
+        "keepers prepared ahead outlived the host: {keepers:?}"
+    );
+    assert!(wait_gone(&marker, Duration::from_secs(10)).await);
+}

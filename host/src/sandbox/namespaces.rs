@@ -155,6 +155,12 @@ impl Namespaces {
         self.fds.iter().any(|(made, _)| *made == kind)
     }
 
+    /// The holder's pid (for tests that kill it).
+    #[cfg(test)]
+    pub(crate) fn holder(&self) -> libc::pid_t {
+        self.holder
+    }
+
     /// Whether the holder still runs (killed, its namespaces are gone: a PID namespace whose
     /// init has exited takes no new process). Leaves it unreaped.
     pub(crate) fn holder_alive(&self) -> bool {

@@ -253,6 +253,13 @@ pub fn report(
             );
         }
     }
+    let _ = writeln!(
+        out,
+        "  keepers prepared ahead: per session and confined profile it has used, the next \
+         command's keeper waits in that command's cgroups and the session's namespaces, so a \
+         start only forks and execs (at most 2 profiles per session and 16 per host, released \
+         after 60 s idle or with the session)"
+    );
     let _ = writeln!(out, "\nProfiles:");
     for (name, profile) in profiles {
         let state = match (support.missing_for(profile), spoiled) {

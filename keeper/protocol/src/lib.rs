@@ -41,6 +41,27 @@
 //!    host dies.
 //!    `SIGTERM` (the parent-death signal) and `SIGHUP` do the same.
 //!
+//! # A keeper prepared ahead, at a glance
+//!
+//! A keeper may also be started *ready*, before its command is known (see [`start`]).
+//!
+//! 1. The host starts it as in steps 1 and 2 above, from the same spawner thread, with
+//!    [`option::READY`] first and no `PROGRAM`: `--ready [--join-cgroup=FD]... [--confine]
+//!    [CONFINEMENT]...`. Its stdio is `/dev/null`.
+//! 2. The keeper does step 3: it moves itself into the cgroups made for its future command,
+//!    joins the namespaces, and with a PID namespace forks into it.
+//!    Then it waits on the control socket.
+//! 3. To start a command, the host sends one start message on the control socket
+//!    ([`start::message`]): the working directory, the program, its arguments, its
+//!    environment, and by `SCM_RIGHTS` the command's output, the Landlock ruleset current at
+//!    this start (with `--confine`) and its stdin or terminal (when not `/dev/null`).
+//! 4. The keeper enters the working directory, takes the descriptors as the command's stdio
+//!    (and [`fd::RULESET`]), and goes on from step 4 above.
+//!    A failure of step 2 is only reported now, on the command's output and as [`CANNOT_RUN`],
+//!    so that it reaches the command it concerns.
+//! 5. End-of-file on the control socket before a start message, or `SIGTERM`, and the keeper
+//!    exits: nothing of a command ever ran under it.
+//!
 //! # A scope's namespaces, at a glance
 //!
 //! The keeper has a second mode, the namespace *helper* (see [`helper`]).
@@ -271,6 +292,10 @@ pub mod option {
 
     /// How every option starts.
     pub const PREFIX: &str = "--";
+    /// The keeper is prepared ahead: no `PROGRAM` follows the options, the command comes in
+    /// a start message on the control socket (see [`start`](crate::start)).
+    /// Only as the first option (then there is no [`TTY`]: the start message says so).
+    pub const READY: &str = "--ready";
     /// The command's stdin is a terminal, which the keeper makes the command's controlling
     /// terminal.
     /// Only as the first option.
@@ -296,6 +321,33 @@ pub mod option {
     pub const NAMESPACES: &str = "--namespaces=";
     /// What separates the kinds in [`NAMESPACES`].
     pub const NAMESPACE_SEPARATOR: &str = ",";
+}
+
+pub mod start {
+    //! The start message a keeper prepared ahead ([`option::READY`](crate::option::READY))
+    //! gets on its control socket: its command.
+    //!
+    //! The message is [`HEADER_LEN`] bytes, the little-endian `u32` length of the body, then
+    //! the body. The descriptors come by `SCM_RIGHTS` with the header's bytes, in this order:
+    //! the command's output (its stdout and stderr), then with `--confine` the Landlock
+    //! ruleset, then with [`STDIN`] the command's stdin.
+    //!
+    //! The body is a sequence of fields, each ended by a NUL byte: the flags (any of
+    //! [`TERMINAL`] and [`STDIN`]), the working directory, `PROGRAM`, the number of
+    //! arguments in decimal, the arguments (`ARGV0` first), then the environment, one
+    //! `NAME=VALUE` field per variable.
+
+    /// The length of the header.
+    pub const HEADER_LEN: usize = 4;
+    /// The longest body a keeper takes.
+    pub const MAX_BODY: usize = 8 << 20;
+    /// The most descriptors a start message carries.
+    pub const MAX_FDS: usize = 3;
+    /// A flag: the command's stdin is a terminal, to become its controlling terminal (it is
+    /// the output descriptor too).
+    pub const TERMINAL: u8 = b't';
+    /// A flag: a stdin descriptor comes last (without it, stdin is `/dev/null`).
+    pub const STDIN: u8 = b'i';
 }
 
 pub mod helper {

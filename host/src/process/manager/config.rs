@@ -72,6 +72,13 @@ pub struct ProcessManagerConfig {
     /// files (component cache, plugin directories, token file). The state directory is added
     /// by the manager.
     pub protected: Vec<PathBuf>,
+    /// Keepers prepared ahead for confined commands, on the whole host, at most: per scope
+    /// and profile used, a keeper already in its next command's cgroups and the scope's
+    /// namespaces waits for it, so that a start only hands it the command. At most
+    /// two profiles per scope. 0 makes every keeper at its command's start. Default 16.
+    pub ready_keepers: usize,
+    /// How long a keeper prepared ahead waits unused before it is released. Default 60 s.
+    pub ready_keeper_idle: Duration,
 }
 
 impl ProcessManagerConfig {
@@ -105,6 +112,8 @@ impl Default for ProcessManagerConfig {
             nice: 5,
             sandbox: SandboxSettings::default(),
             protected: Vec::new(),
+            ready_keepers: 16,
+            ready_keeper_idle: Duration::from_secs(60),
         }
     }
 }

@@ -31,6 +31,7 @@ use tokio::net::unix::pipe;
 use toolhost_keeper_protocol::{Control, STATUS_MESSAGE_LEN, Status, fd};
 
 use super::reap::Exit;
+use super::spec::StartMessage;
 use crate::process::Signal;
 
 /// The keeper executable, built by `build.rs` for the target this library is built for.
@@ -139,6 +140,60 @@ pub(super) fn request(control: &OwnedFd, signal: Signal) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// Hand a keeper prepared ahead its command: `message` on its control socket, its descriptors
+/// by `SCM_RIGHTS` with the first bytes. `Err` when the keeper is gone (it never got the
+/// command). Blocks while the socket is full: the keeper reads the message at once.
+pub(super) fn send_start(control: &OwnedFd, message: &StartMessage) -> io::Result<()> {
+    let fds: Vec<libc::c_int> = message.fds.iter().map(AsRawFd::as_raw_fd).collect();
+    let data_len = std::mem::size_of_val(fds.as_slice());
+    // SAFETY: pure size computations.
+    let space = unsafe { libc::CMSG_SPACE(data_len as u32) } as usize;
+    // u64 units: aligned as a `cmsghdr`.
+    let mut buffer = vec![0u64; space.div_ceil(8)];
+    let mut sent = 0;
+    while sent < message.bytes.len() {
+        let rest = &message.bytes[sent..];
+        let mut iov = libc::iovec {
+            iov_base: rest.as_ptr().cast_mut().cast(),
+            iov_len: rest.len(),
+        };
+        // SAFETY: msghdr is plain data; all zeroes is a valid starting value.
+        let mut header: libc::msghdr = unsafe { std::mem::zeroed() };
+        header.msg_iov = &raw mut iov;
+        header.msg_iovlen = 1;
+        if sent == 0 {
+            header.msg_control = buffer.as_mut_ptr().cast();
+            header.msg_controllen = space as _;
+            // SAFETY: the control buffer is `space` bytes, room for one header with
+            // `data_len` bytes of data (CMSG_SPACE); CMSG_FIRSTHDR points into it.
+            unsafe {
+                let cmsg = libc::CMSG_FIRSTHDR(&raw const header);
+                (*cmsg).cmsg_level = libc::SOL_SOCKET;
+                (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+                (*cmsg).cmsg_len = libc::CMSG_LEN(data_len as u32) as _;
+                std::ptr::copy_nonoverlapping(
+                    fds.as_ptr().cast::<u8>(),
+                    libc::CMSG_DATA(cmsg),
+                    data_len,
+                );
+            }
+        }
+        // SAFETY: `header` points at `iov` (over the message's bytes) and the control buffer,
+        // alive for the call. MSG_NOSIGNAL: a keeper that is gone gives EPIPE, not SIGPIPE.
+        let n =
+            unsafe { libc::sendmsg(control.as_raw_fd(), &raw const header, libc::MSG_NOSIGNAL) };
+        if n < 0 {
+            let error = io::Error::last_os_error();
+            if error.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(error);
+        }
+        sent += n.cast_unsigned();
+    }
+    Ok(())
 }
 
 /// The command's end as the keeper reports it.

@@ -10,7 +10,10 @@
 //!    `clone(CLONE_VM | CLONE_VFORK)`, so the host's memory is never copied (`child.rs`).
 //!    Before `exec`, the child leads its own session and asks for `SIGTERM` when the spawner
 //!    thread dies. It closes every descriptor but its stdio and the keeper's channels. A start
-//!    abandoned half-way (its future dropped) stops and reaps what it spawned.
+//!    abandoned half-way (its future dropped) stops and reaps what it spawned. A confined
+//!    start first looks for a keeper prepared ahead for its scope and profile (`ready.rs`):
+//!    that one is in its command's cgroups and the scope's namespaces already, and is only
+//!    handed the command on its control socket; the next one is prepared after the start.
 //! 3. **Keep.** The keeper (`keeper.rs` here; the program is `keeper/`) is the host's direct
 //!    child and the command's parent. It is a child subreaper. So everything the command
 //!    starts stays its descendant, even after `setsid`, `setpgid`, GNU `timeout` or a double
@@ -68,6 +71,7 @@
 //! * `keeper.rs`: the host's side of the keeper: its executable, its channels, its
 //!   descriptors.
 //! * `spawner.rs`: the spawner thread.
+//! * `ready.rs`: keepers prepared ahead.
 //! * `spec.rs`: what the child runs, and with what (safe code).
 //! * `child.rs`: the child between `clone` and `exec`.
 //! * `reap.rs`: waiting for and reaping the keepers.
@@ -85,6 +89,7 @@ mod keeper;
 mod monitor;
 mod output_log;
 mod pty;
+mod ready;
 mod reap;
 mod spawner;
 mod spec;
@@ -119,8 +124,9 @@ use ids::Ids;
 use input::InputSide;
 use monitor::{FIRST_READ_CHUNK, LogSlot, Monitor, MonitorGuard, OutputReader};
 use output_log::LogIndex;
+use ready::{ReadyKeeper, ReadyKeepers};
 use spawner::Spawner;
-use spec::ChildSpec;
+use spec::{ChildSpec, StartMessage};
 use table::{Records, shut_down};
 
 /// Whether this machine lets the host make the namespaces layer of confined commands (user,
@@ -248,6 +254,14 @@ fn open_io(stdin: Stdin) -> Result<Io, ProcessError> {
     }
 }
 
+/// The longest a keeper prepared ahead waits for the command just started to finish before
+/// it is made (see [`ProcessManager::prepare_ahead`]).
+const READY_AFTER: Duration = Duration::from_millis(50);
+
+/// The longest a start waits for the keeper being spawned ahead for its scope and profile
+/// before it makes its own.
+const READY_WAIT: Duration = Duration::from_millis(20);
+
 /// The least a shutdown waits, after the kill, for what is still not gone.
 const LAST_WAIT: Duration = Duration::from_secs(5);
 
@@ -279,6 +293,8 @@ pub struct ProcessManager {
     git_guards: Mutex<HashMap<String, Arc<GitGuard>>>,
     /// The context's hidden and visible roots, resolved once for the `workdir` check.
     path_roots: PathRoots,
+    /// Keepers prepared ahead for confined commands (`ready.rs`).
+    ready: Arc<ReadyKeepers>,
 }
 
 /// The roots the `workdir` check compares a request's directory with, resolved once.
@@ -425,7 +441,6 @@ impl ProcessManager {
             keeper: Some(keeper::executable),
         });
         Arc::new(Self {
-            config,
             log_dir: log_dir.map(Arc::from),
             logs,
             runtime,
@@ -437,6 +452,11 @@ impl ProcessManager {
             sandbox_context,
             sandboxes: Mutex::new(HashMap::new()),
             git_guards: Mutex::new(HashMap::new()),
+            ready: Arc::new(ReadyKeepers::new(
+                config.ready_keepers,
+                config.ready_keeper_idle,
+            )),
+            config,
         })
     }
 
@@ -478,6 +498,7 @@ impl ProcessManager {
     /// output logs stay for their retention). Dropping the manager afterwards has nothing left to do.
     pub async fn shutdown(&self) {
         let entries = self.records.close();
+        self.release(self.ready.close()).await;
         self.stop_all(&entries).await;
         // On a loaded machine killing can outlast the settle time: what is not gone yet gets
         // its control socket closed (its keeper kills everything and exits) and a last
@@ -548,23 +569,6 @@ impl ProcessManager {
         };
         // Building may have taken a while: a scope that ended meanwhile gets no command.
         reservation.check()?;
-        // Limits on everything the command starts; more processes than asked for, the keeper
-        // (two in a PID namespace: one waits outside, one keeps inside).
-        let keepers = match confine.as_ref().and_then(|ready| ready.namespaces.as_ref()) {
-            Some(namespaces) if namespaces.has(NamespaceKind::Pid) => 2,
-            _ => 1,
-        };
-        let cgroups = match confine {
-            Some(_) => CommandCgroups::create(
-                self.scope_sandbox(scope).cgroups(),
-                profile.limits.processes.map(|n| n.saturating_add(keepers)),
-                profile.limits.memory_bytes,
-            )
-            .map_err(|error| {
-                ProcessError::Failed(format!("cannot create the command's cgroups: {error}"))
-            })?,
-            None => None,
-        };
         let (seq, id) = self.ids.next();
         if profile.mode == sandbox::SandboxMode::Off {
             // Nothing keeps an unconfined command from killing its keeper: what it started is
@@ -582,49 +586,103 @@ impl ProcessManager {
         let channel_error = |error: io::Error| {
             ProcessError::Failed(format!("cannot create the keeper's channels: {error}"))
         };
-        let (host_ends, keeper_ends) = keeper::channels().map_err(channel_error)?;
-        let status = pipe::Receiver::from_owned_fd(host_ends.status).map_err(channel_error)?;
-        let spec = ChildSpec::new(
-            &self.config.shell,
-            &command,
-            &env,
-            inherit_env.as_deref(),
-            &workdir,
-            writer,
-            keeper_ends,
-            confine.as_deref(),
-            cgroups.as_ref(),
-            self.config.nice,
-        )
-        .and_then(|mut spec| {
-            if let Some((fd, terminal)) = child_stdin {
-                spec.input(fd, terminal)?;
-            }
-            Ok(spec)
-        })
-        .map_err(|error| {
-            ProcessError::Failed(format!(
-                "cannot prepare `{}`: {error}",
-                self.config.shell.display()
-            ))
-        })?;
         let started_at = Instant::now();
         let started_ms = unix_ms();
-        let mut spawned = spawner.spawn(spec).await.map_err(|error| {
-            if error.step == SpawnStep::Chdir {
-                // E.g. a directory without search permission, or one removed just now.
-                ProcessError::InvalidRequest(format!(
-                    "working directory `{}` cannot be entered: {}",
-                    workdir.display(),
-                    error.error
-                ))
-            } else {
-                ProcessError::Failed(format!(
-                    "cannot start `{}`: {error}",
-                    self.config.shell.display()
-                ))
+        // A keeper prepared ahead for this scope and profile, handed the command; else one
+        // made now.
+        let handed = match &confine {
+            Some(prepared) => {
+                // One being spawned for this scope and profile is nearly there.
+                self.ready.wait_spawning(scope, &profile, READY_WAIT).await;
+                self.hand_over(
+                    scope,
+                    &profile,
+                    prepared,
+                    &command,
+                    &env,
+                    inherit_env.as_deref(),
+                    &workdir,
+                    &writer,
+                    child_stdin.as_ref(),
+                )
             }
-        })?;
+            None => None,
+        };
+        let (mut spawned, control, status, cgroups) = match handed {
+            Some(ready) => {
+                // The command has its own copies now.
+                drop((writer, child_stdin));
+                (
+                    ready.spawned,
+                    ready.host.control,
+                    ready.host.status,
+                    ready.cgroups,
+                )
+            }
+            None => {
+                // Limits on everything the command starts; more processes than asked for, the
+                // keeper (two in a PID namespace: one waits outside, one keeps inside).
+                let keepers = match confine.as_ref().and_then(|ready| ready.namespaces.as_ref()) {
+                    Some(namespaces) if namespaces.has(NamespaceKind::Pid) => 2,
+                    _ => 1,
+                };
+                let cgroups = match confine {
+                    Some(_) => CommandCgroups::create(
+                        self.scope_sandbox(scope).cgroups(),
+                        profile.limits.processes.map(|n| n.saturating_add(keepers)),
+                        profile.limits.memory_bytes,
+                    )
+                    .map_err(|error| {
+                        ProcessError::Failed(format!(
+                            "cannot create the command's cgroups: {error}"
+                        ))
+                    })?,
+                    None => None,
+                };
+                let (host_ends, keeper_ends) = keeper::channels().map_err(channel_error)?;
+                let spec = ChildSpec::new(
+                    &self.config.shell,
+                    &command,
+                    &env,
+                    inherit_env.as_deref(),
+                    &workdir,
+                    writer,
+                    keeper_ends,
+                    confine.as_deref(),
+                    cgroups.as_ref(),
+                    self.config.nice,
+                )
+                .and_then(|mut spec| {
+                    if let Some((fd, terminal)) = child_stdin {
+                        spec.input(fd, terminal)?;
+                    }
+                    Ok(spec)
+                })
+                .map_err(|error| {
+                    ProcessError::Failed(format!(
+                        "cannot prepare `{}`: {error}",
+                        self.config.shell.display()
+                    ))
+                })?;
+                let spawned = spawner.spawn(spec).await.map_err(|error| {
+                    if error.step == SpawnStep::Chdir {
+                        // E.g. a directory without search permission, or one removed just now.
+                        ProcessError::InvalidRequest(format!(
+                            "working directory `{}` cannot be entered: {}",
+                            workdir.display(),
+                            error.error
+                        ))
+                    } else {
+                        ProcessError::Failed(format!(
+                            "cannot start `{}`: {error}",
+                            self.config.shell.display()
+                        ))
+                    }
+                })?;
+                (spawned, host_ends.control, host_ends.status, cgroups)
+            }
+        };
+        let status = pipe::Receiver::from_owned_fd(status).map_err(channel_error)?;
         // No await below: once spawned, the process is always handed to a monitor. Until
         // then, dropping `spawned` (an early return) stops and reaps it.
 
@@ -638,6 +696,7 @@ impl ProcessManager {
             }),
             None => LogSlot::Off,
         };
+        let ahead_profile = confine.is_some().then(|| profile.clone());
         let entry = Entry::new(EntrySpec {
             seq,
             id: id.clone(),
@@ -659,11 +718,16 @@ impl ProcessManager {
             started_ms,
             started_at,
             keeper: spawned.pid(),
-            control: host_ends.control,
+            control,
             buffer: HeadTailBuffer::new(self.config.head_bytes, self.config.tail_bytes),
             input,
         });
         let admitted = self.records.admit(reservation, &entry);
+        let ahead = confine
+            .as_ref()
+            .filter(|_| admitted.is_ok())
+            .zip(ahead_profile)
+            .map(|(prepared, profile)| (profile, Arc::clone(prepared), Arc::clone(&entry)));
         if admitted.is_err() {
             // Shut down, or the scope ended, while we were spawning: kill it; the monitor
             // sees it die, then cleans up without lingering.
@@ -691,7 +755,135 @@ impl ProcessManager {
         // The monitor's guard owns the process from here (even if the task never runs).
         spawned.disarm();
         self.runtime.spawn(monitor.run());
+        // The next command of this scope and profile finds a keeper ready.
+        if let Some((profile, prepared, started)) = ahead {
+            self.prepare_ahead(scope, &profile, prepared, started);
+        }
         admitted.map(|()| id)
+    }
+
+    /// Hand the command to the keeper prepared ahead for `scope`, `profile` and its layers
+    /// `prepared`, if one is ready: `None` when none is (or it is gone: then it is released
+    /// and the caller makes a keeper as usual).
+    #[allow(clippy::too_many_arguments)]
+    fn hand_over(
+        &self,
+        scope: &str,
+        profile: &Profile,
+        prepared: &Arc<Prepared>,
+        command: &str,
+        env: &[(String, String)],
+        inherit: Option<&[String]>,
+        workdir: &Path,
+        output: &OwnedFd,
+        stdin: Option<&(OwnedFd, bool)>,
+    ) -> Option<ReadyKeeper> {
+        let (ready, stale) = self.ready.take(scope, profile, prepared);
+        ready::release_soon(stale);
+        let ready = ready?;
+        let message = output.try_clone().and_then(|output| {
+            let stdin = stdin
+                .map(|(fd, terminal)| fd.try_clone().map(|fd| (fd, *terminal)))
+                .transpose()?;
+            StartMessage::new(
+                &self.config.shell,
+                command,
+                env,
+                inherit,
+                workdir,
+                output,
+                stdin,
+                prepared,
+            )
+        });
+        match message.and_then(|message| keeper::send_start(&ready.host.control, &message)) {
+            Ok(()) => Some(ready),
+            Err(error) => {
+                tracing::debug!(%error, scope, "a keeper prepared ahead could not take its command");
+                ready::release_soon(vec![ready]);
+                None
+            }
+        }
+    }
+
+    /// Prepare a keeper ahead for the next command of `scope` with `profile` (layers
+    /// `prepared`), off the call path, unless one is ready or being made for them or a bound
+    /// is reached. It is made once `started` (the command just started) has finished, or
+    /// [`READY_AFTER`] after its start: on cgroup v1 the new keeper's move into its cgroups
+    /// holds up every `fork` of the machine for an RCU grace period after a quiet spell, and
+    /// must not hold up the command's own.
+    fn prepare_ahead(
+        &self,
+        scope: &str,
+        profile: &Profile,
+        prepared: Arc<Prepared>,
+        started: Arc<Entry>,
+    ) {
+        let Some(spawner) = self.spawner.clone() else {
+            return;
+        };
+        // The scope's own state; none when the scope ended meanwhile.
+        let Some(sandbox) = self
+            .sandboxes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(scope)
+            .cloned()
+        else {
+            return;
+        };
+        let Some(serial) = self.ready.turn(scope, profile) else {
+            return;
+        };
+        let recipe = ready::Recipe {
+            scope: scope.to_owned(),
+            profile: profile.clone(),
+            prepared,
+            session_cgroups: sandbox.cgroups(),
+            nice: self.config.nice,
+        };
+        let pool = Arc::clone(&self.ready);
+        self.runtime.spawn(async move {
+            started
+                .wait_finished(Instant::now().checked_add(READY_AFTER))
+                .await;
+            drop(started);
+            pool.spawning(serial);
+            let made = match ready::make(&spawner, recipe).await {
+                Ok(made) => Some(made),
+                Err(error) => {
+                    tracing::debug!(%error, "cannot prepare a keeper ahead");
+                    None
+                }
+            };
+            let was_made = made.is_some();
+            if let Some(unwanted) = pool.put(serial, made) {
+                // Its scope ended, or the host shut down, meanwhile.
+                let _ = tokio::task::spawn_blocking(move || unwanted.release()).await;
+                return;
+            }
+            if was_made {
+                tokio::time::sleep(pool.idle()).await;
+                if let Some(idle) = pool.expire(serial) {
+                    let _ = tokio::task::spawn_blocking(move || idle.release()).await;
+                }
+            }
+        });
+    }
+
+    /// Release `keepers` prepared ahead, and wait until they are gone.
+    async fn release(&self, keepers: Vec<ReadyKeeper>) {
+        if keepers.is_empty() {
+            return;
+        }
+        let released =
+            tokio::task::spawn_blocking(move || keepers.into_iter().for_each(ReadyKeeper::release));
+        let _ = released.await;
+    }
+
+    /// How many keepers prepared ahead are ready, for `scope` or on the whole host.
+    pub fn ready_keepers(&self, scope: Option<&str>) -> usize {
+        self.ready.count(scope)
     }
 
     /// `scope`'s confinement state, made on first use.
@@ -1007,6 +1199,8 @@ impl ProcessBackend for ProcessManager {
     fn end_scope<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             let entries = self.records.end_scope(scope);
+            // Its keepers prepared ahead go first: none may serve a command of it any more.
+            self.release(self.ready.end_scope(scope)).await;
             self.stop_all(&entries).await;
             // Nobody can ask for them any more: their records, keepers and cgroups go now,
             // not at the end of their retention.
@@ -1041,6 +1235,7 @@ impl Drop for ProcessManager {
     /// the dropping thread, possibly a runtime worker, never waits for them), then delete the
     /// log files.
     fn drop(&mut self) {
+        ready::release_soon(self.ready.close());
         let entries = self.records.close_and_drain();
         let keepers: Vec<_> = entries
             .iter()
@@ -1096,5 +1291,7 @@ fn validate_env(env: &[(String, String)]) -> Result<(), ProcessError> {
 
 #[cfg(test)]
 mod input_tests;
+#[cfg(test)]
+mod ready_tests;
 #[cfg(test)]
 mod tests;

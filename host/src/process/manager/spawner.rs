@@ -59,6 +59,12 @@ impl Spawned {
     pub(super) fn disarm(mut self) {
         self.armed = false;
     }
+
+    /// The caller owns the child from now on (it must stop and reap it): its pid.
+    pub(super) fn release(mut self) -> Pid {
+        self.armed = false;
+        self.pid
+    }
 }
 
 impl Drop for Spawned {
@@ -74,7 +80,8 @@ struct Job {
     reply: oneshot::Sender<Result<Spawned, SpawnError>>,
 }
 
-/// Handle to the spawner thread; dropping it stops the thread.
+/// Handle to the spawner thread; dropping every clone stops the thread.
+#[derive(Clone)]
 pub(super) struct Spawner {
     jobs: mpsc::Sender<Job>,
 }

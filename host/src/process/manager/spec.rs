@@ -11,7 +11,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use toolhost_keeper_protocol::{fd, option};
+use toolhost_keeper_protocol::{fd, option, start};
 
 use super::keeper::{KeeperEnds, above_reserved};
 use crate::sandbox::secrets::is_secret_variable;
@@ -68,86 +68,17 @@ impl ChildSpec {
         cgroups: Option<&CommandCgroups>,
         nice: i32,
     ) -> io::Result<Self> {
-        let namespaces: Vec<OwnedFd> = confine
-            .and_then(|prepared| prepared.namespaces.as_ref())
-            .map(|namespaces| {
-                namespaces
-                    .fds
-                    .iter()
-                    .take(fd::MAX_NAMESPACES)
-                    .map(|(_, fd)| above_reserved(fd.try_clone()?))
-                    .collect::<io::Result<Vec<_>>>()
-            })
-            .transpose()?
-            .unwrap_or_default();
-        let cgroups: Vec<OwnedFd> = cgroups
-            .map(|cgroups| {
-                cgroups
-                    .procs()
-                    .iter()
-                    .take(fd::MAX_CGROUPS)
-                    .map(|file| above_reserved(OwnedFd::from(file.try_clone()?)))
-                    .collect::<io::Result<Vec<_>>>()
-            })
-            .transpose()?
-            .unwrap_or_default();
+        let (namespaces, cgroups) = keeper_descriptors(confine, cgroups)?;
         let mut argv = vec![cstring(b"toolhost-keeper")?];
-        // The cgroups' `cgroup.procs` follow the other descriptors the keeper gets; it moves
-        // itself in before anything else (see `child_main` for why not here).
-        let first_cgroup = fd::first_cgroup(confine.is_some(), namespaces.len());
-        for slot in (first_cgroup..).take(cgroups.len()) {
-            argv.push(cstring(
-                format!("{}{slot}", option::JOIN_CGROUP).as_bytes(),
-            )?);
+        keeper_options(&mut argv, confine, namespaces.len(), cgroups.len())?;
+        let (program, args) = shell_command(shell, command)?;
+        argv.push(cstring(program.as_os_str().as_bytes())?);
+        for arg in &args {
+            argv.push(cstring(arg.as_bytes())?);
         }
-        if let Some(prepared) = confine {
-            argv.push(cstring(option::CONFINE.as_bytes())?);
-            for option in &prepared.keeper_args {
-                argv.push(cstring(option.as_bytes())?);
-            }
-        }
-        argv.extend([
-            cstring(find_program(shell)?.as_os_str().as_bytes())?,
-            cstring(shell.as_os_str().as_bytes())?,
-            cstring(b"-c")?,
-            cstring(command.as_bytes())?,
-        ]);
-
-        let set_by_sandbox = |key: &OsStr| {
-            confine.is_some_and(|prepared| {
-                prepared.env.iter().any(|(name, _)| OsStr::new(name) == key)
-            })
-        };
-        let mut vars: Vec<(OsString, OsString)> = std::env::vars_os()
-            .filter(|(key, value)| match inherit {
-                Some(names) => names.iter().any(|name| OsStr::new(name) == key),
-                None => confine.is_none() || !is_secret_variable(key, value),
-            })
-            .filter(|(key, _)| !set_by_sandbox(key))
-            .filter(|(key, _)| !env.iter().any(|(name, _)| OsStr::new(name) == key))
-            .collect();
-        if let Some(prepared) = confine {
-            vars.extend(
-                prepared
-                    .env
-                    .iter()
-                    .filter(|(name, _)| !env.iter().any(|(set, _)| set == name))
-                    .map(|(k, v)| (OsString::from(k), OsString::from(v))),
-            );
-        }
-        vars.extend(
-            env.iter()
-                .map(|(k, v)| (OsString::from(k), OsString::from(v))),
-        );
-        let envp = vars
+        let envp = environment(env, inherit, confine)
             .iter()
-            .map(|(key, value)| {
-                let mut pair = Vec::with_capacity(key.len() + value.len() + 1);
-                pair.extend_from_slice(key.as_bytes());
-                pair.push(b'=');
-                pair.extend_from_slice(value.as_bytes());
-                cstring(&pair)
-            })
+            .map(|(key, value)| cstring(&pair(key, value)))
             .collect::<io::Result<_>>()?;
         Ok(Self {
             argv,
@@ -171,6 +102,43 @@ impl ChildSpec {
 }
 
 impl ChildSpec {
+    /// A keeper prepared ahead (`--ready`) for a command of `confine`'s profile: it moves
+    /// itself into `cgroups` (made for its future command) and joins the namespaces, then
+    /// waits for its command on the control socket (see [`StartMessage`]). Its stdio is
+    /// `/dev/null`, its environment empty, its working directory `/`.
+    pub(super) fn ready(
+        keeper: KeeperEnds,
+        confine: &Prepared,
+        cgroups: Option<&CommandCgroups>,
+        nice: i32,
+    ) -> io::Result<Self> {
+        let (namespaces, cgroups) = keeper_descriptors(Some(confine), cgroups)?;
+        let mut argv = vec![
+            cstring(b"toolhost-keeper")?,
+            cstring(option::READY.as_bytes())?,
+        ];
+        keeper_options(&mut argv, Some(confine), namespaces.len(), cgroups.len())?;
+        let dev_null = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .open("/dev/null")?;
+        Ok(Self {
+            argv,
+            envp: Vec::new(),
+            workdir: cstring(b"/")?,
+            output: above_reserved(OwnedFd::from(dev_null))?,
+            stdin: None,
+            keeper,
+            layers: Some((
+                above_reserved(confine.ruleset()?)?,
+                above_reserved(confine.seccomp.try_clone()?)?,
+            )),
+            namespaces,
+            cgroups,
+            nice,
+        })
+    }
+
     /// Give the command `stdin` as its input; with `terminal`, the keeper makes it the
     /// command's controlling terminal (it is then the output descriptor too).
     pub(super) fn input(&mut self, stdin: OwnedFd, terminal: bool) -> io::Result<()> {
@@ -180,6 +148,184 @@ impl ChildSpec {
         }
         Ok(())
     }
+}
+
+/// The command a keeper prepared ahead gets on its control socket (see the protocol's
+/// [`start`] module): the body, and the descriptors to send with it, in order.
+pub(super) struct StartMessage {
+    /// The header and the body.
+    pub(super) bytes: Vec<u8>,
+    /// The output, the ruleset (confined), the stdin (if any).
+    pub(super) fds: Vec<OwnedFd>,
+}
+
+impl StartMessage {
+    /// `shell -c command` in `workdir`, its environment as [`ChildSpec::new`] makes it, its
+    /// output `output` and its stdin `stdin` (`None`: `/dev/null`; `true`: a terminal);
+    /// `ruleset`: the Landlock ruleset current at this start, with `confine`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        shell: &Path,
+        command: &str,
+        env: &[(String, String)],
+        inherit: Option<&[String]>,
+        workdir: &Path,
+        output: OwnedFd,
+        stdin: Option<(OwnedFd, bool)>,
+        confine: &Prepared,
+    ) -> io::Result<Self> {
+        let (program, args) = shell_command(shell, command)?;
+        let mut flags = Vec::new();
+        if stdin.as_ref().is_some_and(|(_, terminal)| *terminal) {
+            flags.push(start::TERMINAL);
+        }
+        if stdin.is_some() {
+            flags.push(start::STDIN);
+        }
+        let env = environment(env, inherit, Some(confine));
+        let mut fields: Vec<Vec<u8>> = vec![
+            flags,
+            workdir.as_os_str().as_bytes().to_vec(),
+            program.as_os_str().as_bytes().to_vec(),
+            args.len().to_string().into_bytes(),
+        ];
+        fields.extend(args.iter().map(|arg| arg.as_bytes().to_vec()));
+        fields.extend(env.iter().map(|(key, value)| pair(key, value)));
+        let mut body = Vec::new();
+        for field in fields {
+            if field.contains(&0) {
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, "NUL byte"));
+            }
+            body.extend_from_slice(&field);
+            body.push(0);
+        }
+        if body.len() > start::MAX_BODY {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the command and its environment are too long",
+            ));
+        }
+        let length = u32::try_from(body.len()).map_err(io::Error::other)?;
+        let mut bytes = Vec::with_capacity(start::HEADER_LEN + body.len());
+        bytes.extend_from_slice(&length.to_le_bytes());
+        bytes.extend_from_slice(&body);
+        let mut fds = vec![output, confine.ruleset()?];
+        if let Some((stdin, _)) = stdin {
+            fds.push(stdin);
+        }
+        Ok(Self { bytes, fds })
+    }
+}
+
+/// The scope's namespaces and the command's `cgroup.procs`, as the keeper's descriptors.
+fn keeper_descriptors(
+    confine: Option<&Prepared>,
+    cgroups: Option<&CommandCgroups>,
+) -> io::Result<(Vec<OwnedFd>, Vec<OwnedFd>)> {
+    let namespaces: Vec<OwnedFd> = confine
+        .and_then(|prepared| prepared.namespaces.as_ref())
+        .map(|namespaces| {
+            namespaces
+                .fds
+                .iter()
+                .take(fd::MAX_NAMESPACES)
+                .map(|(_, fd)| above_reserved(fd.try_clone()?))
+                .collect::<io::Result<Vec<_>>>()
+        })
+        .transpose()?
+        .unwrap_or_default();
+    let cgroups: Vec<OwnedFd> = cgroups
+        .map(|cgroups| {
+            cgroups
+                .procs()
+                .iter()
+                .take(fd::MAX_CGROUPS)
+                .map(|file| above_reserved(OwnedFd::from(file.try_clone()?)))
+                .collect::<io::Result<Vec<_>>>()
+        })
+        .transpose()?
+        .unwrap_or_default();
+    Ok((namespaces, cgroups))
+}
+
+/// The keeper's options after argv\[0\] (and `--ready`): every `--join-cgroup`, then with
+/// `confine` `--confine` and the profile's options.
+fn keeper_options(
+    argv: &mut Vec<CString>,
+    confine: Option<&Prepared>,
+    namespaces: usize,
+    cgroups: usize,
+) -> io::Result<()> {
+    // The cgroups' `cgroup.procs` follow the other descriptors the keeper gets; it moves
+    // itself in before anything else (see `child_main` for why not here).
+    let first_cgroup = fd::first_cgroup(confine.is_some(), namespaces);
+    for slot in (first_cgroup..).take(cgroups) {
+        argv.push(cstring(
+            format!("{}{slot}", option::JOIN_CGROUP).as_bytes(),
+        )?);
+    }
+    if let Some(prepared) = confine {
+        argv.push(cstring(option::CONFINE.as_bytes())?);
+        for option in &prepared.keeper_args {
+            argv.push(cstring(option.as_bytes())?);
+        }
+    }
+    Ok(())
+}
+
+/// `PROGRAM` (the shell, found) and `ARGV0 -c COMMAND`.
+fn shell_command(shell: &Path, command: &str) -> io::Result<(PathBuf, [OsString; 3])> {
+    Ok((
+        find_program(shell)?,
+        [
+            shell.as_os_str().to_owned(),
+            OsString::from("-c"),
+            OsString::from(command),
+        ],
+    ))
+}
+
+/// The command's environment: the host's (only the `inherit` names, if given; without the
+/// secret ones when confined), the sandbox's variables, then `env` (which wins).
+fn environment(
+    env: &[(String, String)],
+    inherit: Option<&[String]>,
+    confine: Option<&Prepared>,
+) -> Vec<(OsString, OsString)> {
+    let set_by_sandbox = |key: &OsStr| {
+        confine.is_some_and(|prepared| prepared.env.iter().any(|(name, _)| OsStr::new(name) == key))
+    };
+    let mut vars: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(key, value)| match inherit {
+            Some(names) => names.iter().any(|name| OsStr::new(name) == key),
+            None => confine.is_none() || !is_secret_variable(key, value),
+        })
+        .filter(|(key, _)| !set_by_sandbox(key))
+        .filter(|(key, _)| !env.iter().any(|(name, _)| OsStr::new(name) == key))
+        .collect();
+    if let Some(prepared) = confine {
+        vars.extend(
+            prepared
+                .env
+                .iter()
+                .filter(|(name, _)| !env.iter().any(|(set, _)| set == name))
+                .map(|(k, v)| (OsString::from(k), OsString::from(v))),
+        );
+    }
+    vars.extend(
+        env.iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v))),
+    );
+    vars
+}
+
+/// `NAME=VALUE`.
+fn pair(key: &OsStr, value: &OsStr) -> Vec<u8> {
+    let mut pair = Vec::with_capacity(key.len() + value.len() + 1);
+    pair.extend_from_slice(key.as_bytes());
+    pair.push(b'=');
+    pair.extend_from_slice(value.as_bytes());
+    pair
 }
 
 fn cstring(bytes: &[u8]) -> io::Result<CString> {

@@ -23,7 +23,7 @@ fn test_config(dir: &Path) -> ProcessManagerConfig {
     }
 }
 
-fn manager_with(
+pub(super) fn manager_with(
     edit: impl FnOnce(&mut ProcessManagerConfig),
 ) -> (tempfile::TempDir, Arc<ProcessManager>) {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -1,0 +1,370 @@
+//! Keepers prepared ahead: per scope and profile, a keeper already in its future command's
+//! cgroups and the scope's namespaces waits on its control socket, so that a confined start
+//! only hands it the command (`keeper::send_start`) and it only forks and execs.
+//!
+//! - One is made after a confined start of a scope and profile, off the call path, once that
+//!   command ended (or 50 ms after its start), when none is ready or being made for them:
+//!   only for profiles a scope has used. A start that finds one being spawned for its scope
+//!   and profile waits for it (20 ms at most) rather than make its own.
+//! - They are bounded: [`PER_SCOPE`] profiles per scope, and the host's
+//!   [`ProcessManagerConfig::ready_keepers`](super::ProcessManagerConfig::ready_keepers) in
+//!   all (0: none, every start takes the path of a keeper made for it).
+//! - They are released after
+//!   [`ProcessManagerConfig::ready_keeper_idle`](super::ProcessManagerConfig::ready_keeper_idle)
+//!   unused, when their scope ends, and when the manager shuts down or is dropped. Releasing
+//!   one closes its control socket (the keeper exits: nothing ever ran under it), reaps it,
+//!   then removes the cgroups made for its command.
+//! - One is used only by a start of its own scope, with a profile equal to its own, whose
+//!   layers are the very ones it was made with (a scope's layers made again, e.g. after its
+//!   namespaces ended, make every keeper prepared with the old ones stale: released, never
+//!   used). The Landlock ruleset is sent with the command, as current at that start.
+//! - They are not processes of the scope: `process_list` does not show them and they hold no
+//!   slot of `max_running_per_scope`. Each counts in the cgroups made for its command (one
+//!   or two processes, as a keeper made at the start does) and holds four of the host's
+//!   descriptors (control socket, status pipe, pidfd, and a cgroup file per controller).
+//! - They are spawned from the manager's spawner thread, like every keeper, so their
+//!   parent-death signal holds; when the host dies the kernel closes their control sockets.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[cfg(test)]
+use nix::unistd::Pid;
+
+use super::keeper::{self, HostEnds};
+use super::reap;
+use super::spawner::{Spawned, Spawner};
+use super::spec::ChildSpec;
+use crate::sandbox::namespaces::NamespaceKind;
+use crate::sandbox::{CommandCgroups, ParentCgroups, Prepared, Profile};
+
+/// The most profiles of one scope with a keeper prepared ahead.
+pub(super) const PER_SCOPE: usize = 2;
+
+/// A keeper prepared ahead for a command of `scope` with `profile`.
+pub(super) struct ReadyKeeper {
+    scope: String,
+    profile: Profile,
+    /// The layers it was made with (compared by identity).
+    prepared: Arc<Prepared>,
+    /// Its number in the pool, for the idle release.
+    serial: u64,
+    pub(super) spawned: Spawned,
+    /// The host's ends of its channels.
+    pub(super) host: HostEnds,
+    /// The cgroups made for its command; the command's from the start on.
+    pub(super) cgroups: Option<CommandCgroups>,
+}
+
+impl ReadyKeeper {
+    /// Release it: close its control socket (it exits, having run nothing), stop it, reap it,
+    /// then remove its command's cgroups (empty once it is reaped). Blocks until then: call it
+    /// from a blocking thread.
+    pub(super) fn release(self) {
+        let ReadyKeeper {
+            spawned,
+            host,
+            cgroups,
+            ..
+        } = self;
+        drop(host);
+        let pid = spawned.release();
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let _ = reap::wait_exited(pid, false);
+        drop(cgroups);
+    }
+
+    /// Its pid, for tests.
+    #[cfg(test)]
+    pub(super) fn pid(&self) -> Pid {
+        self.spawned.pid()
+    }
+}
+
+/// Release `keepers` on a short-lived thread, so that the caller never waits. Without a
+/// thread they are dropped: each keeper is then stopped and reaped as any spawned one, and
+/// its cgroups may stay (empty) until the host's are removed.
+pub(super) fn release_soon(keepers: Vec<ReadyKeeper>) {
+    if keepers.is_empty() {
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("toolhost-reaper".to_owned())
+        .spawn(move || keepers.into_iter().for_each(ReadyKeeper::release));
+    if let Err(error) = spawned {
+        tracing::warn!(%error, "cannot start a thread to release keepers prepared ahead");
+    }
+}
+
+/// The pool of keepers prepared ahead (see the module documentation).
+pub(super) struct ReadyKeepers {
+    state: Mutex<State>,
+    /// Woken whenever one being made is put in (or failed).
+    made: tokio::sync::Notify,
+    /// The most keepers ready or being made, on the host.
+    per_host: usize,
+    idle: Duration,
+}
+
+#[derive(Default)]
+struct State {
+    ready: Vec<ReadyKeeper>,
+    /// Being made: (serial, scope, profile).
+    making: Vec<(u64, String, Profile)>,
+    /// The serials of those being spawned right now (not waiting for their turn to start).
+    spawning: Vec<u64>,
+    next: u64,
+    closed: bool,
+}
+
+impl State {
+    /// Whether one is ready or being made for `scope` and `profile`.
+    fn has(&self, scope: &str, profile: &Profile) -> bool {
+        self.ready
+            .iter()
+            .any(|k| k.scope == scope && k.profile == *profile)
+            || self
+                .making
+                .iter()
+                .any(|(_, s, p)| s == scope && p == profile)
+    }
+
+    /// How many profiles of `scope` have one ready or being made (at most one each: see
+    /// [`ReadyKeepers::turn`]).
+    fn profiles_of(&self, scope: &str) -> usize {
+        self.ready.iter().filter(|k| k.scope == scope).count()
+            + self.making.iter().filter(|(_, s, _)| s == scope).count()
+    }
+}
+
+impl ReadyKeepers {
+    pub(super) fn new(per_host: usize, idle: Duration) -> Self {
+        Self {
+            state: Mutex::new(State::default()),
+            made: tokio::sync::Notify::new(),
+            per_host,
+            idle,
+        }
+    }
+
+    /// How long an unused one is kept.
+    pub(super) fn idle(&self) -> Duration {
+        self.idle
+    }
+
+    /// The one ready for a start of `scope` with `profile` and the layers `prepared`, taken
+    /// out; and the stale ones of that scope and profile (made with other layers), taken out
+    /// to be released.
+    pub(super) fn take(
+        &self,
+        scope: &str,
+        profile: &Profile,
+        prepared: &Arc<Prepared>,
+    ) -> (Option<ReadyKeeper>, Vec<ReadyKeeper>) {
+        let mut state = crate::lock(&self.state);
+        let mut found = None;
+        let mut stale = Vec::new();
+        let mut index = 0;
+        while index < state.ready.len() {
+            let keeper = &state.ready[index];
+            if keeper.scope == scope && keeper.profile == *profile {
+                let keeper = state.ready.swap_remove(index);
+                if found.is_none() && Arc::ptr_eq(&keeper.prepared, prepared) {
+                    found = Some(keeper);
+                } else {
+                    stale.push(keeper);
+                }
+                continue;
+            }
+            index += 1;
+        }
+        (found, stale)
+    }
+
+    /// A turn to make one for `scope` and `profile`: `None` when one is ready or being made
+    /// for them already, or a bound is reached.
+    pub(super) fn turn(&self, scope: &str, profile: &Profile) -> Option<u64> {
+        let mut state = crate::lock(&self.state);
+        if state.closed
+            || state.has(scope, profile)
+            || state.ready.len() + state.making.len() >= self.per_host
+            || state.profiles_of(scope) >= PER_SCOPE
+        {
+            return None;
+        }
+        state.next += 1;
+        let serial = state.next;
+        state
+            .making
+            .push((serial, scope.to_owned(), profile.clone()));
+        Some(serial)
+    }
+
+    /// The one of turn `serial` is being spawned now.
+    pub(super) fn spawning(&self, serial: u64) {
+        crate::lock(&self.state).spawning.push(serial);
+    }
+
+    /// Wait until the keeper being spawned for `scope` and `profile`, if any, is put in, for
+    /// `limit` at most: waiting for it costs less than making another.
+    pub(super) async fn wait_spawning(&self, scope: &str, profile: &Profile, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let notified = self.made.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let state = crate::lock(&self.state);
+                let spawning = state.making.iter().any(|(serial, s, p)| {
+                    s == scope && p == profile && state.spawning.contains(serial)
+                });
+                if !spawning {
+                    return;
+                }
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Put in the one made in turn `serial`; it comes back (to be released) when its scope
+    /// ended or the pool closed meanwhile. `None`: failed to make it.
+    pub(super) fn put(&self, serial: u64, made: Option<ReadyKeeper>) -> Option<ReadyKeeper> {
+        let back = {
+            let mut state = crate::lock(&self.state);
+            state.spawning.retain(|s| *s != serial);
+            match state.making.iter().position(|(s, _, _)| *s == serial) {
+                None => made,
+                Some(at) => {
+                    state.making.swap_remove(at);
+                    made.and_then(|mut made| {
+                        made.serial = serial;
+                        state.ready.push(made);
+                        None
+                    })
+                }
+            }
+        };
+        self.made.notify_waiters();
+        back
+    }
+
+    /// Take out the one of turn `serial` if it is still unused (its idle time is over).
+    pub(super) fn expire(&self, serial: u64) -> Option<ReadyKeeper> {
+        let mut state = crate::lock(&self.state);
+        let at = state.ready.iter().position(|k| k.serial == serial)?;
+        Some(state.ready.swap_remove(at))
+    }
+
+    /// Take out every one of `scope`, and forget those being made for it.
+    pub(super) fn end_scope(&self, scope: &str) -> Vec<ReadyKeeper> {
+        let mut state = crate::lock(&self.state);
+        let State {
+            making, spawning, ..
+        } = &mut *state;
+        making.retain(|(serial, s, _)| {
+            let keep = s != scope;
+            if !keep {
+                spawning.retain(|other| other != serial);
+            }
+            keep
+        });
+        let (gone, kept) = std::mem::take(&mut state.ready)
+            .into_iter()
+            .partition(|k| k.scope == scope);
+        state.ready = kept;
+        gone
+    }
+
+    /// Make no more; take out every one.
+    pub(super) fn close(&self) -> Vec<ReadyKeeper> {
+        let mut state = crate::lock(&self.state);
+        state.closed = true;
+        state.making.clear();
+        state.spawning.clear();
+        std::mem::take(&mut state.ready)
+    }
+
+    /// How many are ready, per scope (for tests and reports).
+    pub(super) fn count(&self, scope: Option<&str>) -> usize {
+        let state = crate::lock(&self.state);
+        state
+            .ready
+            .iter()
+            .filter(|k| scope.is_none_or(|scope| k.scope == scope))
+            .count()
+    }
+
+    /// The pids of those ready for `scope` and `profile` (for tests).
+    #[cfg(test)]
+    pub(super) fn pids_for(&self, scope: &str, profile: &Profile) -> Vec<Pid> {
+        let state = crate::lock(&self.state);
+        state
+            .ready
+            .iter()
+            .filter(|k| k.scope == scope && k.profile == *profile)
+            .map(ReadyKeeper::pid)
+            .collect()
+    }
+
+    /// The pids of those ready for `scope` (for tests).
+    #[cfg(test)]
+    pub(super) fn pids(&self, scope: &str) -> Vec<Pid> {
+        let state = crate::lock(&self.state);
+        state
+            .ready
+            .iter()
+            .filter(|k| k.scope == scope)
+            .map(ReadyKeeper::pid)
+            .collect()
+    }
+}
+
+/// What making one takes, gathered on the call path (cheap), used off it.
+pub(super) struct Recipe {
+    pub(super) scope: String,
+    pub(super) profile: Profile,
+    pub(super) prepared: Arc<Prepared>,
+    /// The scope's cgroup, where the command's are made.
+    pub(super) session_cgroups: Option<Arc<ParentCgroups>>,
+    pub(super) nice: i32,
+}
+
+/// Make a keeper prepared ahead: its command's cgroups, its channels, the keeper itself (on
+/// the spawner thread). `Err` says why not.
+pub(super) async fn make(spawner: &Spawner, recipe: Recipe) -> Result<ReadyKeeper, String> {
+    let Recipe {
+        scope,
+        profile,
+        prepared,
+        session_cgroups,
+        nice,
+    } = recipe;
+    let keepers = match prepared.namespaces.as_ref() {
+        Some(namespaces) if namespaces.has(NamespaceKind::Pid) => 2,
+        _ => 1,
+    };
+    let cgroups = CommandCgroups::create(
+        session_cgroups,
+        profile.limits.processes.map(|n| n.saturating_add(keepers)),
+        profile.limits.memory_bytes,
+    )
+    .map_err(|error| format!("cannot create the command's cgroups: {error}"))?;
+    let (host, ends) = keeper::channels().map_err(|error| error.to_string())?;
+    let spec = ChildSpec::ready(ends, &prepared, cgroups.as_ref(), nice)
+        .map_err(|error| error.to_string())?;
+    let spawned = spawner
+        .spawn(spec)
+        .await
+        .map_err(|error| error.to_string())?;
+    Ok(ReadyKeeper {
+        scope,
+        profile,
+        prepared,
+        serial: 0,
+        spawned,
+        host,
+        cgroups,
+    })
+}

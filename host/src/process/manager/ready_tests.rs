@@ -1,0 +1,258 @@
+//! Keepers prepared ahead (`ready.rs`): used and replaced, never stale, never another scope's,
+//! gone with their scope, and out of their command's reach. Every wait is on an observable
+//! condition.
+
+use super::tests::{LONG, SCOPE, manager, manager_with, request};
+use super::*;
+use nix::unistd::Pid;
+
+/// Poll `check` every 10 ms for up to 10 s (test-side only).
+async fn until(mut check: impl FnMut() -> bool) -> bool {
+    for _ in 0..1000 {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
+/// Run `command` in `scope` to its end.
+async fn run_in(manager: &ProcessManager, scope: &str, command: &str) -> OutputSnapshot {
+    let id = manager.start(scope, request(command)).await.expect("start");
+    manager
+        .wait(scope, &id, LONG, ReadFrom::All)
+        .await
+        .expect("wait")
+}
+
+/// A command of `scope` ran, and the keeper it made ready for the next one is there: its pid.
+async fn ready_in(manager: &ProcessManager, scope: &str) -> Pid {
+    assert_eq!(run_in(manager, scope, "true").await.exit_code, Some(0));
+    assert!(
+        until(|| manager.ready.count(Some(scope)) == 1).await,
+        "no keeper was prepared ahead in {scope}"
+    );
+    manager.ready.pids(scope)[0]
+}
+
+/// The keeper of a running process.
+fn keeper_of(manager: &ProcessManager, scope: &str, id: &str) -> Option<Pid> {
+    let entry = manager.records.find(scope, id).ok()?;
+    crate::lock(&entry.keeper).pid
+}
+
+/// Whether `pid` is gone (reaped: not even a zombie).
+fn gone(pid: Pid) -> bool {
+    nix::sys::signal::kill(pid, None) == Err(nix::errno::Errno::ESRCH)
+}
+
+async fn wait_for(manager: &ProcessManager, scope: &str, id: &str, needle: &str) -> String {
+    let mut text = String::new();
+    let seen = until(|| {
+        text = manager
+            .read(scope, id, ReadFrom::All)
+            .map(|snapshot| snapshot.text)
+            .unwrap_or_default();
+        text.contains(needle)
+    })
+    .await;
+    assert!(seen, "`{needle}` never appeared: {text:?}");
+    text
+}
+
+#[tokio::test]
+async fn a_ready_keeper_is_used_and_replaced() {
+    let (dir, manager) = manager();
+    let ready = ready_in(&manager, SCOPE).await;
+    let workdir = dir.path().canonicalize().expect("workdir");
+    let id = manager
+        .start(
+            SCOPE,
+            StartRequest {
+                command: "echo \"$PWD $GREETING\"; exec sleep 60".to_owned(),
+                env: vec![("GREETING".to_owned(), "hi".to_owned())],
+                workdir: Some(workdir.clone()),
+                ..StartRequest::default()
+            },
+        )
+        .await
+        .expect("start");
+    assert_eq!(keeper_of(&manager, SCOPE, &id), Some(ready));
+    // The command got its working directory and environment through the hand-over.
+    wait_for(&manager, SCOPE, &id, &format!("{} hi\n", workdir.display())).await;
+    // And its replacement is made, off the call path.
+    assert!(
+        until(|| manager.ready.pids(SCOPE).iter().any(|pid| *pid != ready)).await,
+        "the used keeper was not replaced"
+    );
+    assert_eq!(manager.ready.count(Some(SCOPE)), 1);
+    // Signals reach the command through the keeper that took it over.
+    manager.signal(SCOPE, &id, Signal::Kill).expect("kill");
+    let killed = manager
+        .wait(SCOPE, &id, LONG, ReadFrom::All)
+        .await
+        .expect("wait");
+    assert_eq!(
+        killed.exit_code,
+        Some(128 + nix::libc::SIGKILL),
+        "{killed:?}"
+    );
+    // Not listed: only the commands are processes of the scope.
+    assert_eq!(manager.list(SCOPE).len(), 2);
+}
+
+#[tokio::test]
+async fn a_profile_change_is_never_served_by_a_stale_keeper() {
+    // The workspace is writable in the default profile, not in read-only.
+    let workspace = tempfile::tempdir().expect("workspace");
+    let root = workspace.path().canonicalize().expect("workspace");
+    let (_dir, manager) = manager_with(|config| {
+        config.sandbox.writable.clear();
+        config.default_workdir = Some(root.clone());
+    });
+    let ready = ready_in(&manager, SCOPE).await;
+    let target = root.join("written");
+    let touch = format!(
+        "touch '{}' 2>/dev/null; echo rc=$?; exec sleep 60",
+        target.display()
+    );
+    let mut read_only = manager.default_profile();
+    read_only.mode = sandbox::SandboxMode::ReadOnly;
+    let id = manager
+        .start(
+            SCOPE,
+            StartRequest {
+                command: touch.clone(),
+                profile: Some(read_only),
+                ..StartRequest::default()
+            },
+        )
+        .await
+        .expect("start read-only");
+    assert_ne!(keeper_of(&manager, SCOPE, &id), Some(ready));
+    wait_for(&manager, SCOPE, &id, "rc=1").await;
+    assert!(!target.exists());
+    // The default profile's keeper stays for the default profile, and serves it.
+    assert!(manager.ready.pids(SCOPE).contains(&ready));
+    let id = manager.start(SCOPE, request(&touch)).await.expect("start");
+    assert_eq!(keeper_of(&manager, SCOPE, &id), Some(ready));
+    wait_for(&manager, SCOPE, &id, "rc=0").await;
+
+    // The profile's layers made again (its namespaces ended): the keeper made with the old
+    // ones is never used, and goes.
+    let profile = manager.default_profile();
+    assert!(
+        until(|| {
+            let made = manager.ready.pids_for(SCOPE, &profile);
+            made.len() == 1 && made[0] != ready
+        })
+        .await,
+        "the used keeper was not replaced"
+    );
+    let stale = manager.ready.pids_for(SCOPE, &profile)[0];
+    let prepared = manager
+        .scope_sandbox(SCOPE)
+        .ready(&profile)
+        .flatten()
+        .expect("the default profile's layers");
+    let Some(namespaces) = prepared.namespaces.as_ref() else {
+        eprintln!("no namespaces here: no layers to make again");
+        return;
+    };
+    nix::sys::signal::kill(
+        Pid::from_raw(namespaces.holder()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill the holder");
+    assert!(until(|| !namespaces.holder_alive()).await);
+    let id = manager
+        .start(SCOPE, request("echo fresh; exec sleep 60"))
+        .await
+        .expect("start after the layers ended");
+    let keeper = keeper_of(&manager, SCOPE, &id).expect("a keeper");
+    assert_ne!(keeper, stale, "served by a stale keeper");
+    wait_for(&manager, SCOPE, &id, "fresh").await;
+    // The stale one of the default profile is released.
+    assert!(until(|| gone(stale)).await, "the stale keeper stayed");
+    manager.end_scope(SCOPE).await;
+}
+
+#[tokio::test]
+async fn ready_keepers_go_when_their_scope_ends() {
+    let (_dir, manager) = manager();
+    let ready = ready_in(&manager, SCOPE).await;
+    manager.end_scope(SCOPE).await;
+    // Released and reaped before `end_scope` returns.
+    assert_eq!(manager.ready.count(Some(SCOPE)), 0);
+    assert!(gone(ready), "the keeper prepared ahead outlived its scope");
+}
+
+#[tokio::test]
+async fn a_keeper_prepared_for_one_scope_is_never_used_by_another() {
+    let (_dir, manager) = manager();
+    let ready = ready_in(&manager, "a").await;
+    let id = manager
+        .start("b", request("exec sleep 60"))
+        .await
+        .expect("start in b");
+    assert_ne!(keeper_of(&manager, "b", &id), Some(ready));
+    assert_eq!(manager.ready.pids("a"), vec![ready]);
+    manager.end_scope("b").await;
+    manager.end_scope("a").await;
+}
+
+#[tokio::test]
+async fn a_command_cannot_signal_the_keeper_it_was_handed_to() {
+    if crate::sandbox::probe::support().landlock_abi < 6 {
+        eprintln!("Landlock ABI < 6: signals are not scoped here; nothing to check");
+        return;
+    }
+    let (_dir, manager) = manager();
+    let ready = ready_in(&manager, SCOPE).await;
+    let id = manager
+        .start(
+            SCOPE,
+            request("kill -KILL $PPID 2>/dev/null; echo rc=$?; exec sleep 60"),
+        )
+        .await
+        .expect("start");
+    assert_eq!(keeper_of(&manager, SCOPE, &id), Some(ready));
+    wait_for(&manager, SCOPE, &id, "rc=1").await;
+    // The keeper is still there, and still stops its command.
+    assert!(!gone(ready));
+    manager.signal(SCOPE, &id, Signal::Kill).expect("kill");
+    let killed = manager
+        .wait(SCOPE, &id, LONG, ReadFrom::All)
+        .await
+        .expect("wait");
+    assert_eq!(
+        killed.exit_code,
+        Some(128 + nix::libc::SIGKILL),
+        "{killed:?}"
+    );
+}
+
+#[test]
+fn ready_keepers_are_bounded_per_scope_and_per_host() {
+    let pool = ReadyKeepers::new(3, Duration::from_secs(60));
+    let mut profile = crate::sandbox::SandboxSettings::default().profile();
+    let first = profile.clone();
+    assert!(pool.turn("a", &first).is_some());
+    // One per scope and profile.
+    assert!(pool.turn("a", &first).is_none());
+    profile.mode = sandbox::SandboxMode::ReadOnly;
+    let second = profile.clone();
+    assert!(pool.turn("a", &second).is_some());
+    // At most two profiles per scope.
+    profile.limits.processes = Some(7);
+    assert!(pool.turn("a", &profile).is_none());
+    // At most three on the host.
+    assert!(pool.turn("b", &first).is_some());
+    assert!(pool.turn("c", &first).is_none());
+    // A scope that ended takes back its turns; what was being made for it comes back.
+    assert!(pool.end_scope("a").is_empty());
+    let turn = pool.turn("c", &first).expect("room again");
+    assert!(pool.put(turn, None).is_none());
+    assert_eq!(pool.count(None), 0);
+}
