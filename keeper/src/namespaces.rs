@@ -336,18 +336,34 @@ fn mask(path: &Path) -> io::Result<()> {
     let Some(fd) = open_no_symlinks(path, libc::O_DIRECTORY)? else {
         return Ok(());
     };
-    let target = fd_path(&fd)?;
+    mount_tmpfs(
+        &fd,
+        libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        "mode=000,size=4k",
+    )
+    .map_err(|error| io::Error::new(error.kind(), format!("masking {}: {error}", path.display())))
+}
+
+/// Mount a new tmpfs with `flags` and `options` on the directory `place`.
+fn mount_tmpfs(place: &OwnedFd, flags: libc::c_ulong, options: &str) -> io::Result<()> {
+    let target = fd_path(place)?;
+    let data =
+        CString::new(options).map_err(|_| invalid("a NUL byte in the tmpfs options".to_owned()))?;
     // SAFETY: NUL-terminated strings for source, target, type and data.
-    let ok = unsafe {
+    let mounted = unsafe {
         libc::mount(
             c"tmpfs".as_ptr(),
             target.as_ptr(),
             c"tmpfs".as_ptr(),
-            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            c"mode=000,size=4k".as_ptr().cast(),
+            flags,
+            data.as_ptr().cast(),
         )
     } == 0;
-    step(&format!("masking {}", path.display()), ok)
+    if mounted {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// What `/tmp` is in the view.
@@ -384,24 +400,14 @@ impl Scratch {
                 dir.display()
             ))
         })?;
-        let target = fd_path(&place)?;
-        let data = match size {
+        let options = match size {
             Some(size) => format!("mode=700,size={size}"),
             None => "mode=700".to_owned(),
         };
-        let data = CString::new(data)
-            .map_err(|_| invalid("a NUL byte in the tmpfs options".to_owned()))?;
-        // SAFETY: NUL-terminated strings for source, target, type and data.
-        let mounted = unsafe {
-            libc::mount(
-                c"tmpfs".as_ptr(),
-                target.as_ptr(),
-                c"tmpfs".as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV,
-                data.as_ptr().cast(),
-            )
-        } == 0;
-        step("mounting the session's tmpfs", mounted)?;
+        step(
+            "mounting the session's tmpfs",
+            mount_tmpfs(&place, libc::MS_NOSUID | libc::MS_NODEV, &options).is_ok(),
+        )?;
         let root = open_no_symlinks(dir, libc::O_DIRECTORY)?
             .ok_or_else(|| invalid("the session's tmpfs went away".to_owned()))?;
         let scratch = Scratch { root };
@@ -505,20 +511,11 @@ fn private_shm(size: u64) -> io::Result<()> {
         // No /dev/shm on this machine (or a link): nothing to stand in for.
         return Ok(());
     };
-    let target = fd_path(&place)?;
-    let data = CString::new(format!("mode=1777,size={size}"))
-        .map_err(|_| invalid("a NUL byte in the tmpfs options".to_owned()))?;
-    // SAFETY: NUL-terminated strings for source, target, type and data.
-    let mounted = unsafe {
-        libc::mount(
-            c"tmpfs".as_ptr(),
-            target.as_ptr(),
-            c"tmpfs".as_ptr(),
-            libc::MS_NOSUID | libc::MS_NODEV,
-            data.as_ptr().cast(),
-        )
-    } == 0;
-    step("mounting the private /dev/shm", mounted)
+    let options = format!("mode=1777,size={size}");
+    step(
+        "mounting the private /dev/shm",
+        mount_tmpfs(&place, libc::MS_NOSUID | libc::MS_NODEV, &options).is_ok(),
+    )
 }
 
 /// `AT_RECURSIVE` of open_tree(2) and mount_setattr(2).
@@ -564,24 +561,10 @@ fn read_only_view(plan: &Plan, scratch: Option<Scratch>) -> io::Result<Tmp> {
         None => (Tmp::Host, None),
     };
     // 8. Everything read-only, then the private /tmp on top.
-    let attr = libc::mount_attr {
-        attr_set: libc::MOUNT_ATTR_RDONLY,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: 0,
-    };
-    // SAFETY: a NUL-terminated path and a valid mount_attr of the size passed.
-    let read_only = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
-            c"/".as_ptr(),
-            AT_RECURSIVE,
-            &raw const attr,
-            std::mem::size_of::<libc::mount_attr>(),
-        )
-    } == 0;
-    step("making / read-only", read_only)?;
+    step(
+        "making / read-only",
+        mount_read_only(libc::AT_FDCWD, c"/", AT_RECURSIVE),
+    )?;
     if let Some(copy) = tmp_copy {
         let place = open_no_symlinks(Path::new("/tmp"), libc::O_DIRECTORY)?
             .ok_or_else(|| invalid("/tmp is missing or a link".to_owned()))?;
@@ -669,25 +652,34 @@ fn private_tmp(plan: &Plan, scratch: &Scratch) -> io::Result<Tmp> {
 
 /// Make the detached `copy` of `path` read-only, with everything mounted inside it.
 fn set_read_only(copy: &OwnedFd, path: &Path) -> io::Result<()> {
+    let flags = AT_RECURSIVE | libc::AT_EMPTY_PATH as libc::c_uint;
+    step(
+        &format!("making {} read-only", path.display()),
+        mount_read_only(copy.as_raw_fd(), c"", flags),
+    )
+}
+
+/// `mount_setattr(dir, path, flags)` making the mounts read-only; whether it worked.
+fn mount_read_only(dir: RawFd, path: &std::ffi::CStr, flags: libc::c_uint) -> bool {
     let attr = libc::mount_attr {
         attr_set: libc::MOUNT_ATTR_RDONLY,
         attr_clr: 0,
         propagation: 0,
         userns_fd: 0,
     };
-    // SAFETY: an open descriptor, an empty NUL-terminated path and a valid mount_attr of the
-    // size passed.
-    let done = unsafe {
+    // SAFETY: an open descriptor (or AT_FDCWD), a NUL-terminated path and a valid
+    // mount_attr of the size passed.
+    let result = unsafe {
         libc::syscall(
             libc::SYS_mount_setattr,
-            copy.as_raw_fd(),
-            c"".as_ptr(),
-            AT_RECURSIVE | libc::AT_EMPTY_PATH as libc::c_uint,
+            dir,
+            path.as_ptr(),
+            flags,
             &raw const attr,
             std::mem::size_of::<libc::mount_attr>(),
         )
-    } == 0;
-    step(&format!("making {} read-only", path.display()), done)
+    };
+    result == 0
 }
 
 /// A detached copy of the mounts at and under `path` (`None`: missing, or reached through a

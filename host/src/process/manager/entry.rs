@@ -660,10 +660,7 @@ impl Entry {
                 .log_path
                 .as_ref()
                 .map(|_| self.log_bytes.load(Ordering::Acquire)),
-            // The log is written before the buffer (`monitor.rs`), so a shortfall is a cap.
-            log_capped: state.log_path.is_some()
-                && self.log_bytes.load(Ordering::Acquire)
-                    < self.output_bytes.load(Ordering::Acquire),
+            log_capped: state.log_path.is_some() && self.log_capped(),
             duration_ms: state
                 .end
                 .map_or_else(|| millis(self.started_at.elapsed()), |end| end.duration_ms),
@@ -753,6 +750,12 @@ impl Entry {
     /// The log file, once created.
     pub(super) fn log_path(&self) -> Option<PathBuf> {
         lock(&self.state).log_path.clone()
+    }
+
+    /// The log lacks output the process wrote: the log is written before the buffer
+    /// (`monitor.rs`), so a shortfall is a cap.
+    pub(super) fn log_capped(&self) -> bool {
+        self.log_bytes.load(Ordering::Acquire) < self.output_bytes.load(Ordering::Acquire)
     }
 }
 

@@ -1122,8 +1122,7 @@ impl ProcessBackend for ProcessManager {
         max_bytes: u64,
     ) -> Result<LogPage, ProcessError> {
         let entry = self.records.find(scope, id)?;
-        let snapshot = entry.snapshot(ReadFrom::Cursor(u64::MAX));
-        let path = snapshot.log_path.ok_or_else(|| super::no_log(id))?;
+        let path = entry.log_path().ok_or_else(|| super::no_log(id))?;
         let max = max_bytes.min(super::MAX_LOG_PAGE_BYTES);
         let (text, offset, next_offset, total_bytes) = output_log::read_page(&path, offset, max)
             .map_err(|error| {
@@ -1134,8 +1133,8 @@ impl ProcessBackend for ProcessManager {
             offset,
             next_offset,
             total_bytes,
-            capped: snapshot.log_capped,
-            running: snapshot.running,
+            capped: entry.log_capped(),
+            running: entry.is_running(),
         })
     }
 
