@@ -91,9 +91,11 @@ struct Cli {
     #[arg(long = "sandbox", value_name = "MODE", default_value = "workspace-write", value_parser = parse_mode, global = true)]
     sandbox_mode: SandboxMode,
 
-    /// Network access of confined commands: `full` or `none` (no sockets but Unix ones).
-    #[arg(long, value_name = "ACCESS", default_value = "full", value_parser = parse_network, global = true)]
-    network: Network,
+    /// Network access of confined commands: `full`, `none` (no sockets but Unix ones), or
+    /// `allow=HOST[,HOST...]`: only those hosts, through a proxy of the host's (`example.com`,
+    /// `*.example.com`, an address; each with an optional `:PORT`; repeatable).
+    #[arg(long, value_name = "ACCESS", value_parser = parse_network, global = true)]
+    network: Vec<Network>,
 
     /// A directory confined commands may write besides the workdir (repeatable; `/tmp` shares
     /// the host's /tmp with them instead of a private one).
@@ -272,7 +274,7 @@ fn parse_mode(text: &str) -> Result<SandboxMode, String> {
 }
 
 fn parse_network(text: &str) -> Result<Network, String> {
-    Network::parse(text).ok_or_else(|| format!("`{text}` is not one of full, none"))
+    Network::parse_setting(text)
 }
 
 fn parse_memory(text: &str) -> Result<u64, String> {
@@ -454,9 +456,27 @@ async fn build_host(cli: &Cli) -> Result<ToolHost> {
 
 /// The operator's sandbox settings from the flags.
 fn sandbox_settings(cli: &Cli) -> Result<SandboxSettings> {
+    let network =
+        Network::combine(&cli.network).map_err(|error| anyhow::anyhow!("--network: {error}"))?;
+    if network.allow_list().is_some() {
+        if cli.sandbox_mode == SandboxMode::Off {
+            anyhow::bail!(
+                "--network allow=... needs a confined sandbox: with `--sandbox off` commands \
+                 reach every host"
+            );
+        }
+        if let Err(error) = toolhost::process::namespaces_here() {
+            anyhow::bail!(
+                "--network allow=... needs the namespaces layer, missing here ({error}): \
+                 without a network namespace no route can be taken away (Landlock filters TCP \
+                 by port only, and seccomp cannot read a connect address). Use `--network \
+                 none` or `full` (see `toolhost sandbox`)"
+            );
+        }
+    }
     let mut settings = SandboxSettings {
         mode: cli.sandbox_mode,
-        network: cli.network,
+        network,
         ..SandboxSettings::default()
     };
     for dir in &cli.writable {

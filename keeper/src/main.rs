@@ -38,6 +38,7 @@
 
 mod confine;
 mod namespaces;
+mod network;
 mod start;
 mod tree;
 

@@ -2,7 +2,7 @@
 //! run in a helper mode, and joined by every command of that profile (`--namespaces=...`, see
 //! `confine.rs`).
 //!
-//! `toolhost-keeper --make-namespaces [--net] [--pid] [--mask=DIR]... [--mask-file=FILE]...
+//! `toolhost-keeper --make-namespaces [--net [--proxy]] [--pid] [--mask=DIR]... [--mask-file=FILE]...
 //! [--writable=PATH]... [--read-only=PATH]... [--private-tmp=DIR [--tmp-size=BYTES]
 //! [--tmp-overlay]] [--private-shm=BYTES]`
 //!
@@ -18,7 +18,8 @@
 //! 4. Every `--mask` directory is covered by an empty, read-only, mode-000 tmpfs, so that not
 //!    even the names inside show.
 //! 5. Every `--mask-file` file is covered by the empty mode-000 file, bound over it, so no
-//!    directory around the covered file is touched.
+//!    directory around the covered file is touched. With `--proxy`, `/etc/resolv.conf` is
+//!    covered by one that names the namespace's loopback (`network.rs`).
 //! 6. Copies of the `--writable` and `--read-only` paths are taken, with what is mounted
 //!    inside them (covers included). They are taken from the host's tree, before anything is
 //!    mounted on `/tmp`, so that a path under `/tmp` is the host's and not the session's.
@@ -32,7 +33,9 @@
 //! 10. The copies are put in place, shortest path first: `--writable` ones read-write,
 //!     `--read-only` ones read-only. One under the private `/tmp` or `/dev/shm` gets a place
 //!     made there to mount it on.
-//! 11. With `--pid`, a PID namespace whose init is the *holder* below, with its own `/proc`.
+//! 11. With `--proxy`, the sockets of the session's network gate are opened on the network
+//!     namespace's loopback (`network.rs`).
+//! 12. With `--pid`, a PID namespace whose init is the *holder* below, with its own `/proc`.
 //!
 //! The namespaces are held by a *holder* process forked at the end as the host's own child
 //! (with `--pid` it is the new PID namespace's init): it reaps what is re-parented to it and exits at end-of-file on
@@ -40,7 +43,9 @@
 //! the holder exits, and with it (as the init) every process left in the PID namespace.
 //!
 //! On success the helper prints `ready HOLDER_PID TMP pid` (or `ready HOLDER_PID TMP -REASON`
-//! when the PID namespace could not be made) and exits; `TMP` says what `/tmp` is; the host opens `/proc/HOLDER_PID/ns/*`. On
+//! when the PID namespace could not be made) and exits; `TMP` says what `/tmp` is; the host opens `/proc/HOLDER_PID/ns/*`.
+//! With `--proxy` the answer carries the gate's sockets (`SCM_RIGHTS`; stdout is then a Unix
+//! socket). On
 //! failure it prints `error: ...` and exits non-zero; the message starts with [`REFUSED`] when
 //! the kernel refuses the user namespace, or with [`POWERLESS`] when it makes one but denies the
 //! first privileged operation in it. The host decides what either means. The options and the
@@ -55,7 +60,7 @@ use std::path::{Path, PathBuf};
 
 use toolhost_keeper_protocol::helper::{
     ERROR, MASK, MASK_FILE, NET, NO_PID_NAMESPACE, PID, PID_NAMESPACE, POWERLESS, PRIVATE_SHM,
-    PRIVATE_TMP, READ_ONLY, READY, REFUSED, SEPARATOR, TMP_HOST, TMP_OVERLAID, TMP_OVERLAY,
+    PRIVATE_TMP, PROXY, READ_ONLY, READY, REFUSED, SEPARATOR, TMP_HOST, TMP_OVERLAID, TMP_OVERLAY,
     TMP_PRIVATE, TMP_SIZE, WRITABLE,
 };
 
@@ -63,6 +68,8 @@ use toolhost_keeper_protocol::helper::{
 #[derive(Debug, Default)]
 struct Plan {
     net: bool,
+    /// Open the network gate's sockets (needs `net` and a private `/tmp`).
+    proxy: bool,
     pid: bool,
     masks: Vec<PathBuf>,
     mask_files: Vec<PathBuf>,
@@ -88,6 +95,8 @@ impl Plan {
             };
             if bytes == NET.as_bytes() {
                 plan.net = true;
+            } else if bytes == PROXY.as_bytes() {
+                plan.proxy = true;
             } else if bytes == PID.as_bytes() {
                 plan.pid = true;
             } else if let Some(path) = path(MASK.as_bytes()) {
@@ -112,6 +121,9 @@ impl Plan {
                     arg.to_string_lossy()
                 )));
             }
+        }
+        if plan.proxy && (!plan.net || plan.private_tmp.is_none()) {
+            return Err(invalid(format!("{PROXY} needs {NET} and {PRIVATE_TMP}DIR")));
         }
         for path in plan
             .masks
@@ -158,6 +170,7 @@ pub(crate) fn make(args: &[OsString]) -> io::Result<()> {
                 pid,
                 tmp,
                 pid_namespace,
+                sockets,
             },
         )) => {
             let pid_namespace = match pid_namespace {
@@ -171,11 +184,14 @@ pub(crate) fn make(args: &[OsString]) -> io::Result<()> {
                 Tmp::Private(None) => TMP_PRIVATE.to_owned(),
                 Tmp::Private(Some(errno)) => format!("{TMP_PRIVATE}:{errno}"),
             };
-            writeln!(
-                stdout,
-                "{READY}{pid}{SEPARATOR}{tmp}{SEPARATOR}{pid_namespace}"
-            )?;
-            stdout.flush()
+            let answer = format!("{READY}{pid}{SEPARATOR}{tmp}{SEPARATOR}{pid_namespace}\n");
+            if sockets.is_empty() {
+                stdout.write_all(answer.as_bytes())?;
+                stdout.flush()
+            } else {
+                stdout.flush()?;
+                super::network::send_with_fds(libc::STDOUT_FILENO, answer.as_bytes(), &sockets)
+            }
         }
         Err(error) => {
             writeln!(stdout, "{ERROR}{error}")?;
@@ -208,6 +224,8 @@ struct Holder {
     /// Whether it is the init of a PID namespace of its own (`Ok(false)`: none was asked
     /// for; `Err`: asked for, but why it could not be made).
     pid_namespace: Result<bool, String>,
+    /// The network gate's sockets, for the host (`--proxy`).
+    sockets: Vec<OwnedFd>,
 }
 
 fn setup(plan: &Plan) -> io::Result<Holder> {
@@ -250,10 +268,20 @@ fn setup(plan: &Plan) -> io::Result<Holder> {
         mask(path)?;
     }
     cover_files(&plan.mask_files, scratch.as_ref())?;
+    if plan.proxy
+        && let Some(scratch) = &scratch
+    {
+        super::network::point_resolver_at_stub(&scratch.path(RESOLV_CONF)?)?;
+    }
     let tmp = read_only_view(plan, scratch)?;
     if plan.net {
         loopback_up()?;
     }
+    let sockets = if plan.proxy {
+        super::network::open_sockets()?
+    } else {
+        Vec::new()
+    };
     if plan.pid {
         // SAFETY: an integer argument; the next child forked is the new namespace's init.
         let unshared = unsafe { libc::unshare(libc::CLONE_NEWPID) } == 0;
@@ -261,6 +289,7 @@ fn setup(plan: &Plan) -> io::Result<Holder> {
     }
     let mut holder = hold(plan.pid)?;
     holder.tmp = tmp;
+    holder.sockets = sockets;
     Ok(holder)
 }
 
@@ -388,6 +417,7 @@ struct Scratch {
 const UPPER: &str = "upper";
 const WORK: &str = "work";
 const COVER: &str = "hidden";
+const RESOLV_CONF: &str = "resolv.conf";
 
 impl Scratch {
     /// Mount a tmpfs of at most `size` bytes (the kernel's default without) on `dir`, and make
@@ -833,6 +863,7 @@ fn hold(pid_namespace: bool) -> io::Result<Holder> {
     Ok(Holder {
         pid: child,
         tmp: Tmp::Host,
+        sockets: Vec::new(),
         pid_namespace: match (pid_namespace, error) {
             (false, _) => Ok(false),
             (true, 0) => Ok(true),

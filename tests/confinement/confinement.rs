@@ -17,12 +17,12 @@ use toolhost_e2e::{
 };
 
 /// A fake user: home with secrets, a workspace, a state directory, a plugin directory.
-struct Machine {
+pub(crate) struct Machine {
     root: TempDir,
 }
 
 impl Machine {
-    fn new() -> Machine {
+    pub(crate) fn new() -> Machine {
         let root = tempfile::tempdir_in(machines_root()).expect("root");
         let machine = Machine { root };
         for dir in [
@@ -48,7 +48,7 @@ impl Machine {
         machine
     }
 
-    fn path(&self, relative: &str) -> PathBuf {
+    pub(crate) fn path(&self, relative: &str) -> PathBuf {
         self.root.path().join(relative)
     }
 
@@ -57,7 +57,7 @@ impl Machine {
         self.execute_with(flags, command, &[])
     }
 
-    fn execute_with(
+    pub(crate) fn execute_with(
         &self,
         flags: &[&str],
         command: &str,
@@ -72,7 +72,12 @@ impl Machine {
         json(&String::from_utf8_lossy(&output.stdout))
     }
 
-    fn run(&self, flags: &[&str], command: &str, env: &[(&str, &str)]) -> std::process::Output {
+    pub(crate) fn run(
+        &self,
+        flags: &[&str],
+        command: &str,
+        env: &[(&str, &str)],
+    ) -> std::process::Output {
         let args = serde_json::json!({ "command": command, "timeout": "60s" });
         self.call(flags, "execute", &args, env)
     }

@@ -5,7 +5,8 @@
 //!   (CI runs this module a second time with the machines' root under `/tmp`);
 //! - `limits`: the process and memory limits of commands;
 //! - `git_guard`: what git would run later outside the sandbox, undone within a session;
-//! - `live`: what a session's later commands see of the directories around hidden paths.
+//! - `live`: what a session's later commands see of the directories around hidden paths;
+//! - `network`: an allow-list of hosts, reached through the session's proxy.
 //!
 //! The `limits` tests lower the priority of their own threads, and the fork bombs they start
 //! inherit it: the bombs cannot starve the tests running beside them on a small machine. Linux
@@ -16,3 +17,4 @@ mod confinement;
 mod git_guard;
 mod limits;
 mod live;
+mod network;

@@ -519,7 +519,8 @@ async fn a_0_2_0_component_runs_a_real_command() {
 
 #[tokio::test]
 async fn a_policys_request_tightens_its_commands_and_one_looser_than_its_grant_is_refused() {
-    // The guarded policy asks for workspace-write and network none on every command.
+    // The guarded policy asks for workspace-write on every command; it leaves the network to
+    // its grant (an allow-list in its own manifest; none in this test's).
     let dir = tempfile::tempdir().expect("dir");
     install(dir.path(), "strict", bundled::GUARDED.bytes, Some(GRANT));
     let fake = FakeProcesses::new();
@@ -536,7 +537,7 @@ async fn a_policys_request_tightens_its_commands_and_one_looser_than_its_grant_i
         .expect("runs");
     let profile = fake.starts()[0].request.profile.clone().expect("a profile");
     assert_eq!(profile.mode, toolhost::sandbox::SandboxMode::WorkspaceWrite);
-    assert_eq!(profile.network, toolhost::sandbox::Network::None);
+    assert_eq!(profile.network, toolhost::sandbox::Network::Full);
     assert_eq!(profile.limits, operator.limits);
 
     // Its manifest grants only read-only: asking for workspace-write is a policy bug.
@@ -605,13 +606,16 @@ async fn tool_descriptions_say_what_commands_may_do() {
         "{}",
         description(&host)
     );
-    // The guarded policy's commands stay confined under --sandbox off, and it says so.
+    // The guarded policy's commands stay confined under --sandbox off, and it says so: its
+    // grant's allow-list is named.
     let host = host_with(dir.path(), FakeProcesses::new(), off, Some("guarded"))
         .await
         .expect("loads");
     let text = description(&host);
     assert!(
-        text.contains("confined") && text.contains("no network"),
+        text.contains("confined")
+            && text.contains("network reaches only")
+            && text.contains("pypi.org"),
         "{text}"
     );
 }

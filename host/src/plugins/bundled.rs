@@ -61,7 +61,7 @@ const DEFAULT_MANIFEST: &str = "\
 process = true
 # How confined its commands are at least (the operator's flags may make them stricter):
 # sandbox = \"workspace-write\"   # or \"read-only\"; \"off\" leaves it to the operator
-# network = \"none\"              # or \"full\"
+# network = \"none\"              # or \"full\", or \"allow=pypi.org,*.pythonhosted.org\"
 # memory_limit = \"2GiB\"         # memory of a command and all it started
 # process_limit = 256             # processes of a command at once
 # cpu_limit = \"10m\"             # CPU time of each of its processes
@@ -77,14 +77,17 @@ wall_time = \"1h\"
 ";
 
 /// The guarded policy's manifest: its commands are confined whatever the operator allows:
-/// the workspace is all they write, no network, tight limits.
+/// the workspace is all they write, the network only to package registries and code hosts
+/// (through the session's proxy), tight limits.
 const GUARDED_MANIFEST: &str = "\
 # Grants and limits of this plugin (see docs/writing-a-policy.md).
 [grants]
 process = true
 # How confined its commands are at least (the operator's flags may make them stricter).
 sandbox = \"workspace-write\"
-network = \"none\"
+# Package registries and code hosts, through the session's proxy (no network at all where the
+# machine has no namespaces layer).
+network = \"allow=pypi.org,files.pythonhosted.org,registry.npmjs.org,crates.io,index.crates.io,static.crates.io,github.com,codeload.github.com,objects.githubusercontent.com,proxy.golang.org,sum.golang.org\"
 memory_limit = \"2GiB\"
 process_limit = 256
 cpu_limit = \"10m\"

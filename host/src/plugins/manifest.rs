@@ -10,7 +10,7 @@
 //!                                # but secret-named ones when confined)
 //! sandbox = "workspace-write"    # its commands at least this confined: "workspace-write",
 //!                                # "read-only" or "off" (absent: the operator's --sandbox)
-//! network = "none"               # "none" or "full" (absent: the operator's --network)
+//! network = "none"               # "none", "full" or "allow=HOST,..." (absent: the operator's --network)
 //! memory_limit = "2GiB"          # memory of a command and all it started, at most
 //! process_limit = 256            # processes of a command at once, at most
 //! cpu_limit = "10m"              # CPU time of each process of a command, at most
@@ -158,9 +158,8 @@ impl Manifest {
                 .network
                 .as_deref()
                 .map(|name| {
-                    Network::parse(name).ok_or_else(|| {
-                        invalid(format!("`network` = {name:?} is not \"full\" or \"none\""))
-                    })
+                    Network::parse_setting(name)
+                        .map_err(|error| invalid(format!("`network` = {name:?}: {error}")))
                 })
                 .transpose()?,
             limits: Limits {
@@ -283,7 +282,10 @@ mod tests {
             guarded.grants.sandbox.mode,
             Some(SandboxMode::WorkspaceWrite)
         );
-        assert_eq!(guarded.grants.sandbox.network, Some(Network::None));
+        let network = guarded.grants.sandbox.network.expect("a network grant");
+        let list = network.allow_list().expect("an allow-list");
+        let host = crate::sandbox::network::Host::parse("pypi.org").expect("a host");
+        assert!(list.allows(&host, 443), "{list}");
     }
 
     #[test]

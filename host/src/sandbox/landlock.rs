@@ -528,7 +528,7 @@ pub(super) fn build(
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(all)?
         .scope(Scope::from_all(ABI_WANTED))?;
-    if network == Network::None && !private_network {
+    if network != Network::Full && !private_network {
         ruleset = ruleset.handle_access(AccessNet::from_all(ABI_WANTED))?;
     }
     let mut created = ruleset.create()?;

@@ -26,6 +26,7 @@ pub(crate) mod cgroup;
 pub(crate) mod git_guard;
 mod landlock;
 pub(crate) mod namespaces;
+pub mod network;
 mod prepare;
 pub mod probe;
 mod profile;

@@ -11,7 +11,8 @@
 //! - a PID namespace with its own `/proc`, whose init (the *holder*) ends when the scope ends
 //!   or the host dies, taking every process left in it along; where `/proc` cannot be mounted
 //!   (a container that masks parts of it) commands share the host's PID namespace;
-//! - with network `none`, a network namespace with only its own loopback.
+//! - with network `none`, a network namespace with only its own loopback; with an allow-list,
+//!   the same, where the session's network gate listens (`network/`).
 //!
 //! Landlock still carves every hidden path out and bounds writes underneath: a cover
 //! disappears when what it covers is replaced from outside, and the carving keeps the
@@ -78,6 +79,9 @@ pub(crate) struct Request<'a> {
     pub(crate) tmp_overlay: bool,
     /// A network namespace with only its own loopback.
     pub(crate) private_network: bool,
+    /// The network gate's sockets on that loopback (`network/`), and `/etc/resolv.conf`
+    /// naming it; needs `private_network` and `private_tmp`.
+    pub(crate) gate: bool,
     /// A PID namespace with its own `/proc`.
     pub(crate) pid: bool,
     /// A `/dev/shm` of the namespaces' own, a tmpfs of at most this many bytes.
@@ -101,6 +105,9 @@ pub(crate) struct Namespaces {
     private_shm: bool,
     /// What `/tmp` is in the view.
     pub(crate) tmp: TmpView,
+    /// The network gate's sockets, opened in the network namespace (see `Request::gate`);
+    /// taken by the gate when it starts.
+    pub(crate) gate_sockets: Vec<OwnedFd>,
 }
 
 /// What `/tmp` is in a scope's view.
@@ -275,6 +282,9 @@ pub(crate) fn make(
         .env_clear();
     if request.private_network {
         command.arg(helper::NET);
+        if request.gate {
+            command.arg(helper::PROXY);
+        }
     }
     if request.pid {
         command.arg(helper::PID);
@@ -309,14 +319,30 @@ pub(crate) fn make(
             command.arg(arg);
         }
     }
+    // With the gate, the answer carries descriptors: stdout is a Unix socket.
+    let (answer, stdout) = if request.gate && request.private_network {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair()
+            .map_err(|e| failed("a socket for the helper's answer", e))?;
+        (Some(ours), Stdio::from(OwnedFd::from(theirs)))
+    } else {
+        (None, Stdio::piped())
+    };
     let mut child = command
         .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
+        .stdout(stdout)
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| failed("running the keeper", e))?;
     let mut line = String::new();
-    let read = child.stdout.take().map(|out| {
+    let mut sockets = Vec::new();
+    let source: Option<OwnedFd> = match answer {
+        Some(ours) => Some(OwnedFd::from(ours)),
+        None => child.stdout.take().map(OwnedFd::from),
+    };
+    // The command holds the other end of the socket: dropped here, the answer ends at the
+    // helper's exit.
+    drop(command);
+    let read = source.map(|out| {
         // A helper stuck on a mount (a hung network filesystem) must not hold the scope.
         if !readable_within(out.as_fd(), HELPER_TIMEOUT) {
             let _ = child.kill();
@@ -325,12 +351,19 @@ pub(crate) fn make(
                 format!("no answer within {} s", HELPER_TIMEOUT.as_secs()),
             ));
         }
-        BufReader::new(out).read_line(&mut line)
+        if request.gate && request.private_network {
+            read_line_with_fds(&out, &mut line, &mut sockets)
+        } else {
+            BufReader::new(std::fs::File::from(out)).read_line(&mut line)
+        }
     });
     let stdin = child.stdin.take().map(OwnedFd::from);
     let result = match read {
         Some(Ok(_)) => match line.trim_end().strip_prefix(helper::READY) {
-            Some(ready) => open_all(ready, request, stdin),
+            Some(ready) => open_all(ready, request, stdin).map(|mut namespaces| {
+                namespaces.gate_sockets = std::mem::take(&mut sockets);
+                namespaces
+            }),
             None => Err(NamespaceError(
                 line.trim_end()
                     .strip_prefix(helper::ERROR)
@@ -348,6 +381,45 @@ pub(crate) fn make(
         EVER_MADE.store(true, Ordering::Relaxed);
     }
     result
+}
+
+/// Read one line from the socket `socket`, with the descriptors sent along with it.
+fn read_line_with_fds(
+    socket: &OwnedFd,
+    line: &mut String,
+    fds: &mut Vec<OwnedFd>,
+) -> std::io::Result<usize> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+    let mut bytes = Vec::new();
+    while !bytes.ends_with(b"\n") && bytes.len() < 4096 {
+        let mut buffer = [0u8; 512];
+        let mut space = nix::cmsg_space!([std::os::fd::RawFd; 8]);
+        let mut iov = [std::io::IoSliceMut::new(&mut buffer)];
+        let message = recvmsg::<()>(
+            socket.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )?;
+        let read = message.bytes;
+        for control in message.cmsgs()? {
+            if let ControlMessageOwned::ScmRights(received) = control {
+                // SAFETY: the kernel installed these descriptors for us; nothing else owns
+                // them.
+                fds.extend(
+                    received
+                        .into_iter()
+                        .map(|fd| unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) }),
+                );
+            }
+        }
+        if read == 0 {
+            break;
+        }
+        bytes.extend_from_slice(&buffer[..read]);
+    }
+    line.push_str(&String::from_utf8_lossy(&bytes));
+    Ok(bytes.len())
 }
 
 /// Longest the helper may take to make the namespaces.
@@ -394,6 +466,7 @@ fn open_all(
         private_shm: request.private_shm.is_some()
             && std::fs::symlink_metadata("/dev/shm").is_ok_and(|meta| meta.is_dir()),
         tmp,
+        gate_sockets: Vec::new(),
     };
     let mut kinds = vec![NamespaceKind::User, NamespaceKind::Mount];
     if request.private_network {

@@ -150,6 +150,8 @@ pub(crate) struct Prepared {
     pub(crate) namespaces: Option<Namespaces>,
     /// `RLIMIT_NPROC` in the namespaces holds the process limit (no pids cgroup).
     pub(crate) nproc_rlimit: bool,
+    /// The session's network gate, for an allow-list (`network/`).
+    pub(crate) gate: Option<super::network::Gate>,
     /// The sizes of the session's own `/tmp` and `/dev/shm` when they are tmpfs of bounded
     /// size (`None` without namespaces), for the note when a command fills one.
     pub(crate) private_space: Option<PrivateSpace>,
@@ -205,6 +207,8 @@ impl PrivateSpace {
 #[derive(Debug)]
 pub(crate) struct ScopeSandbox {
     context: Arc<Context>,
+    /// The scope's name, for what is logged about it.
+    scope: String,
     temp: Mutex<Option<tempfile::TempDir>>,
     /// The profiles built so far (locked only to look one up or add one).
     prepared: Mutex<HashMap<Profile, Arc<Prepared>>>,
@@ -220,9 +224,10 @@ pub(crate) struct ScopeSandbox {
 
 impl ScopeSandbox {
     /// An empty state; nothing is built before the first confined command.
-    pub(crate) fn new(context: Arc<Context>) -> Self {
+    pub(crate) fn new(context: Arc<Context>, scope: &str) -> Self {
         ScopeSandbox {
             context,
+            scope: scope.to_owned(),
             temp: Mutex::new(None),
             prepared: Mutex::new(HashMap::new()),
             failed: Mutex::new(HashMap::new()),
@@ -321,7 +326,7 @@ impl ScopeSandbox {
         }
         match self
             .temp_dir()
-            .and_then(|temp| build(&self.context, profile, &temp))
+            .and_then(|temp| build(&self.context, profile, &temp, &self.scope))
         {
             Ok(built) => {
                 lock(&self.failed).remove(profile);
@@ -419,7 +424,12 @@ fn sweep(dir: &Path) {
 }
 
 /// Build the layers of `profile`.
-fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, PrepareError> {
+fn build(
+    context: &Context,
+    profile: &Profile,
+    temp: &Path,
+    scope: &str,
+) -> Result<Prepared, PrepareError> {
     let home = std::env::var_os("HOME")
         .map(PathBuf::from)
         .filter(|home| home.is_absolute());
@@ -476,6 +486,7 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
         .cloned()
         .collect();
     let read_only = read_only_roots(context, profile, &view);
+    let allow_list = profile.network.allow_list();
     let request = namespaces::Request {
         masks: &masks,
         mask_files: &mask_files,
@@ -484,13 +495,42 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
         private_tmp: Some(&temp),
         tmp_bytes: (context.tmp_bytes > 0).then_some(context.tmp_bytes),
         tmp_overlay: !probe::disabled("overlay"),
-        private_network: profile.network == Network::None,
+        private_network: profile.network != Network::Full,
+        gate: allow_list.is_some(),
         pid: !probe::disabled("pid"),
         // Shared memory of the session's own: another session's files, and the host's, are
         // out of view, and the size is bounded.
         private_shm: (context.shm_bytes > 0).then_some(context.shm_bytes),
     };
-    let namespaces = make_namespaces(context, &request)?;
+    let mut namespaces = make_namespaces(context, &request)?;
+    // An allow-list: the session's gate serves the sockets the helper opened in the network
+    // namespace. Without namespaces there is no gate: commands get no network at all, like
+    // `none` (the operator's `allow=` is refused at start there; a plugin's grant falls back).
+    let gate = match (&allow_list, namespaces.as_mut()) {
+        (Some(list), Some(made)) => Some(
+            super::network::Gate::start(
+                list.clone(),
+                std::mem::take(&mut made.gate_sockets),
+                scope,
+            )
+            .map_err(|error| {
+                PrepareError::Namespaces(NamespaceError(format!(
+                    "starting the network gate: {error}"
+                )))
+            })?,
+        ),
+        (Some(_), None) => {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                tracing::warn!(
+                    "a network allow-list needs the namespaces layer, missing here: commands \
+                     under one get no network at all (as with `none`)"
+                );
+            });
+            None
+        }
+        _ => None,
+    };
     if let Some(TmpView::Private(Some(reason))) = namespaces.as_ref().map(|ns| &ns.tmp) {
         static SAID: std::sync::Once = std::sync::Once::new();
         SAID.call_once(|| {
@@ -614,14 +654,17 @@ fn build(context: &Context, profile: &Profile, temp: &Path) -> Result<Prepared, 
         seccomp,
         keeper_args,
         // In the namespaces the private directory is `/tmp` itself.
-        env: vec![(
+        env: std::iter::once((
             "TMPDIR".to_owned(),
             if namespaces.is_some() {
                 "/tmp".to_owned()
             } else {
                 temp.display().to_string()
             },
-        )],
+        ))
+        .chain(gate.iter().flat_map(super::network::Gate::env))
+        .collect(),
+        gate,
         private_space: namespaces.as_ref().map(|ns| PrivateSpace {
             tmp: (ns.tmp != TmpView::Host && context.tmp_bytes > 0).then_some(context.tmp_bytes),
             shm: ns.shm_root().and(Some(context.shm_bytes)),
@@ -785,10 +828,13 @@ mod tests {
     /// A scope's sandbox with the workspace `workdir`, and the default profile; `None` (said)
     /// where this machine lacks a layer of that profile, so nothing can be built.
     fn sandbox_with(workdir: &Path) -> Option<(Arc<ScopeSandbox>, Profile)> {
-        let sandbox = Arc::new(ScopeSandbox::new(Arc::new(Context {
-            workdir: workdir.to_path_buf(),
-            ..Context::default()
-        })));
+        let sandbox = Arc::new(ScopeSandbox::new(
+            Arc::new(Context {
+                workdir: workdir.to_path_buf(),
+                ..Context::default()
+            }),
+            "test",
+        ));
         let profile = crate::sandbox::SandboxSettings::default().profile();
         if probe::support().missing_for(&profile).is_some() {
             eprintln!("this machine lacks a layer of the default profile: nothing is built");

@@ -7,6 +7,8 @@
 //! (a policy bug), never silently widened or narrowed.
 
 use std::fmt;
+
+use super::network::{AllowList, AllowListId};
 use std::path::PathBuf;
 
 /// How much of the filesystem a command may write. Ordered from loosest to strictest.
@@ -56,32 +58,95 @@ pub enum Network {
     /// Any address the host can reach.
     #[default]
     Full,
+    /// Only the hosts of an allow-list, through the session's proxy (`allow=PATTERN,...`): a
+    /// network namespace with no route out.
+    Allow(AllowListId),
     /// No network sockets at all (Unix sockets and socket pairs still work).
     None,
 }
 
 impl Network {
-    /// The name used by flags, manifests and tools: `full`, `none`.
+    /// The kind's name: `full`, `allow`, `none`.
     pub fn name(self) -> &'static str {
         match self {
             Network::Full => "full",
+            Network::Allow(_) => "allow",
             Network::None => "none",
         }
     }
 
-    /// Parse a name as [`Network::name`] writes it.
-    pub fn parse(name: &str) -> Option<Self> {
-        match name {
-            "full" => Some(Network::Full),
-            "none" => Some(Network::None),
+    /// Parse a setting as [`Network`]'s `Display` writes it: `full`, `none`,
+    /// `allow=PATTERN[,PATTERN...]`.
+    pub fn parse(text: &str) -> Option<Self> {
+        Network::parse_setting(text).ok()
+    }
+
+    /// Parse a setting as [`Network::parse`] does, with the reason when it is not one.
+    pub fn parse_setting(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "full" => Ok(Network::Full),
+            "none" => Ok(Network::None),
+            other => match other.strip_prefix("allow=") {
+                Some(list) => AllowList::parse(list)
+                    .map(|list| Network::Allow(AllowListId::of(list)))
+                    .map_err(|error| error.to_string()),
+                None => Err(format!(
+                    "`{other}` is not one of full, none, allow=HOST[,HOST...]"
+                )),
+            },
+        }
+    }
+
+    /// The stricter of two settings; of two allow-lists, what both allow.
+    pub fn stricter(self, other: Network) -> Network {
+        match (self, other) {
+            (Network::Allow(a), Network::Allow(b)) if a != b => {
+                Network::Allow(AllowListId::of(a.list().both(&b.list())))
+            }
+            _ => self.max(other),
+        }
+    }
+
+    /// The allow-list, for `allow`.
+    pub fn allow_list(self) -> Option<std::sync::Arc<AllowList>> {
+        match self {
+            Network::Allow(id) => Some(id.list()),
             _ => None,
+        }
+    }
+
+    /// Several settings together (the repeated `--network` flag): allow-lists add up; `full` or
+    /// `none` stand alone.
+    pub fn combine(settings: &[Network]) -> Result<Network, String> {
+        match settings {
+            [] => Ok(Network::Full),
+            [one] => Ok(*one),
+            many => {
+                let mut list: Option<AllowList> = None;
+                for setting in many {
+                    let Network::Allow(id) = setting else {
+                        return Err(format!(
+                            "`{setting}` cannot be combined with other network settings; repeat                              only `allow=...`"
+                        ));
+                    };
+                    let more = id.list();
+                    list = Some(match list {
+                        Some(list) => list.either(&more),
+                        None => (*more).clone(),
+                    });
+                }
+                Ok(list.map_or(Network::Full, |list| Network::Allow(AllowListId::of(list))))
+            }
         }
     }
 }
 
 impl fmt::Display for Network {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        match self {
+            Network::Allow(id) => write!(f, "allow={}", id.list()),
+            other => f.write_str(other.name()),
+        }
     }
 }
 
@@ -289,7 +354,10 @@ impl Profile {
             return "off (unconfined)".to_owned();
         }
         let mut parts = vec![self.mode.name().to_string()];
-        parts.push(format!("network {}", self.network));
+        parts.push(match self.network.allow_list() {
+            Some(list) => format!("network only to {} (through a proxy)", list.for_people()),
+            None => format!("network {}", self.network),
+        });
         let cgroups = super::cgroup::hierarchies();
         if let Some(bytes) = self.limits.memory_bytes {
             let per = if cgroups.memory.is_some() {
@@ -339,9 +407,9 @@ pub fn bound(operator: &SandboxSettings, grant: &SandboxGrant) -> Profile {
         mode: grant
             .mode
             .map_or(operator.mode, |mode| mode.max(operator.mode)),
-        network: grant
-            .network
-            .map_or(operator.network, |network| network.max(operator.network)),
+        network: grant.network.map_or(operator.network, |network| {
+            network.stricter(operator.network)
+        }),
         hidden: Vec::new(),
         limits: operator.limits.stricter(grant.limits),
     }
@@ -388,7 +456,7 @@ pub fn resolve(
         mode: request.mode.map_or(bound_mode, |mode| mode.max(bound_mode)),
         network: request
             .network
-            .map_or(bound_network, |network| network.max(bound_network)),
+            .map_or(bound_network, |network| network.stricter(bound_network)),
         hidden: request.hidden.clone(),
         limits: bound_limits.stricter(request.limits),
     })

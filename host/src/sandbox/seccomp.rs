@@ -129,7 +129,8 @@ pub(super) fn programs(network: Network, private_network: bool) -> Result<OwnedF
         SeccompAction::Errno(libc::ENOSYS.cast_unsigned()),
         arch,
     )?)?);
-    if network == Network::None {
+    // An allow-list is `none` with the session's gate on its loopback.
+    if network != Network::Full {
         let mut allowed = vec![libc::AF_UNIX];
         if private_network {
             allowed.extend([libc::AF_INET, libc::AF_INET6, libc::AF_NETLINK]);

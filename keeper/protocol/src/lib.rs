@@ -362,6 +362,13 @@ pub mod helper {
     pub const NET: &str = "--net";
     /// Make a PID namespace whose init is the holder, with its own `/proc`.
     pub const PID: &str = "--pid";
+    /// Open the session's network gate in the network namespace ([`NET`]; it needs
+    /// [`PRIVATE_TMP`] too): `/etc/resolv.conf` names the namespace's loopback, and the answer
+    /// carries by `SCM_RIGHTS` a TCP listener on `127.0.0.1` (a port the kernel picks), one on
+    /// `[::1]` at the same port where there is `::1`, and UDP sockets on port 53 of both.
+    /// The host tells them apart by type and address.
+    /// Stdout must then be a Unix socket.
+    pub const PROXY: &str = "--proxy";
     /// `--mask=DIR`: cover directory `DIR` with an empty, read-only, mode-000 tmpfs.
     pub const MASK: &str = "--mask=";
     /// `--mask-file=FILE`: cover file `FILE` with an empty mode-000 file.

@@ -6,7 +6,7 @@
 //! [`toolhost_policy::export!`].
 
 use std::time::Duration;
-use toolhost_policy::{Confinement, Mode, Network, OnTimeout, Policy, Settings, Texts};
+use toolhost_policy::{Confinement, Mode, OnTimeout, Policy, Settings, Texts};
 
 const POLICY: Policy = Policy {
     settings: Settings {
@@ -16,10 +16,12 @@ const POLICY: Policy = Policy {
     },
     deny: toolhost_policy::GUARDED_RULES,
     // Its manifest's grant already bounds its commands this way; asking as well keeps the
-    // policy confined under a manifest that grants more.
+    // policy confined under a manifest that grants more. The network is left to the grant: its
+    // allow-list (registries and code hosts) is stricter than `full`, and this WIT cannot ask
+    // for one.
     confinement: Confinement {
         mode: Some(Mode::WorkspaceWrite),
-        network: Some(Network::None),
+        network: None,
     },
     // Every rule of this policy is about destruction: say so in `execute`'s description.
     texts: Texts {

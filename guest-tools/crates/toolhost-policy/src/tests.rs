@@ -546,3 +546,37 @@ fn signalling_what_an_exited_process_left_says_how_many_it_stopped() {
         "{message}"
     );
 }
+
+#[test]
+fn the_execute_description_names_an_allow_list_and_says_none_otherwise() {
+    let description = |policy: &Policy, summary: &str| {
+        let sandbox = SandboxSettings {
+            network: Network::None,
+            summary: summary.into(),
+            ..sandbox()
+        };
+        let list = tools(policy, "{}", &sandbox).unwrap();
+        list.into_iter()
+            .find(|tool| tool.name == "execute")
+            .unwrap()
+            .description
+    };
+    let allowed = "workspace-write, network only to pypi.org, *.github.com (through a proxy)";
+    let plain = Policy::new("plain");
+    let text = description(&plain, allowed);
+    assert!(
+        text.contains("reaches only pypi.org, *.github.com, through the proxy"),
+        "{text}"
+    );
+    assert!(!text.contains("no network"), "{text}");
+    assert!(description(&plain, "workspace-write, network none").contains("no network"));
+    // A policy that asks for none itself gets none, whatever the grant allows.
+    let strict = Policy {
+        confinement: Confinement {
+            mode: None,
+            network: Some(Network::None),
+        },
+        ..Policy::new("strict")
+    };
+    assert!(description(&strict, allowed).contains("no network"));
+}

@@ -245,7 +245,9 @@ impl From<sandbox::Network> for wit_sandbox::Network {
     fn from(network: sandbox::Network) -> Self {
         match network {
             sandbox::Network::Full => Self::Full,
-            sandbox::Network::None => Self::None,
+            // No route out but through the gate: of the two this WIT names, the one that does
+            // not claim more (`settings.summary` names the allowed hosts).
+            sandbox::Network::Allow(_) | sandbox::Network::None => Self::None,
         }
     }
 }

@@ -22,6 +22,7 @@ use crate::buffer::HeadTailBuffer;
 use crate::lock;
 use crate::process::{OutputSnapshot, ProcessInfo, ReadFrom, Signal, Until};
 use crate::sandbox::git_guard::{GitGuard, Moment};
+use crate::sandbox::network::{AllowList, Refusals};
 use crate::sandbox::{
     CommandCgroups, HiddenPaths, MemoryKill, Network, PrivateSpace, Profile, SandboxMode,
 };
@@ -68,6 +69,8 @@ pub(super) struct Entry {
     pub(super) nproc_rlimit: bool,
     /// The sizes of its session's own `/tmp` and `/dev/shm`, when bounded.
     pub(super) private_space: Option<PrivateSpace>,
+    /// What its session's network gate refuses, and the allow-list, under `allow=`.
+    pub(super) network_gate: Option<(Arc<Refusals>, Arc<AllowList>)>,
     /// The paths hidden from it by the operator's settings, when it runs confined.
     pub(super) hidden: Option<Arc<HiddenPaths>>,
     /// Its scope's git guard, when it runs confined (see `sandbox/git_guard/`).
@@ -150,6 +153,8 @@ pub(super) struct EntrySpec {
     pub(super) nproc_rlimit: bool,
     /// The sizes of its session's own `/tmp` and `/dev/shm`, when bounded.
     pub(super) private_space: Option<PrivateSpace>,
+    /// What its session's network gate refuses, and the allow-list, under `allow=`.
+    pub(super) network_gate: Option<(Arc<Refusals>, Arc<AllowList>)>,
     /// The paths hidden from it by the operator's settings, when it runs confined.
     pub(super) hidden: Option<Arc<HiddenPaths>>,
     /// Its scope's git guard, when it runs confined.
@@ -183,6 +188,7 @@ impl Entry {
             profile: spec.profile,
             nproc_rlimit: spec.nproc_rlimit,
             private_space: spec.private_space,
+            network_gate: spec.network_gate,
             hidden: spec.hidden,
             git_guard: spec.git_guard,
             git_note: spec.git_note,
@@ -231,10 +237,15 @@ impl Entry {
     /// failed with a permission error while confined, what the confinement refuses.
     pub(super) fn notes(&self, exit: Option<Exit>) -> Option<String> {
         let mut note = self.limit_notes();
+        if let Some((refusals, list)) = &self.network_gate
+            && let Some(refused) = crate::sandbox::network::note(refusals, list, self.started_ms)
+        {
+            note.push_str(&refused);
+        }
         let failed = exit.is_some_and(|exit| exit.exit_code() != 0);
         if failed && note.is_empty() && self.profile.mode != SandboxMode::Off {
             let text = lock(&self.state).buffer.render().text;
-            let network_none = self.profile.network == Network::None;
+            let network_none = self.profile.network != Network::Full;
             let denied = DENIALS.iter().any(|denial| text.contains(denial))
                 || (network_none && NETWORK_DENIALS.iter().any(|denial| text.contains(denial)));
             let hidden = self

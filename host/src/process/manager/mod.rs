@@ -708,6 +708,12 @@ impl ProcessManager {
                 .as_ref()
                 .is_some_and(|prepared| prepared.nproc_rlimit),
             private_space: confine.as_ref().and_then(|prepared| prepared.private_space),
+            network_gate: confine.as_ref().and_then(|prepared| {
+                prepared
+                    .gate
+                    .as_ref()
+                    .map(|gate| (gate.refusals(), gate.list()))
+            }),
             hidden: confine
                 .is_some()
                 .then(|| self.sandbox_context.hidden.clone()),
@@ -894,7 +900,7 @@ impl ProcessManager {
             .unwrap_or_else(PoisonError::into_inner);
         sandboxes
             .entry(scope.to_owned())
-            .or_insert_with(|| Arc::new(ScopeSandbox::new(self.sandbox_context.clone())))
+            .or_insert_with(|| Arc::new(ScopeSandbox::new(self.sandbox_context.clone(), scope)))
             .clone()
     }
 

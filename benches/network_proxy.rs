@@ -1,0 +1,129 @@
+//! What the network gate's proxy costs a download (`--network allow=...`), against the same
+//! download made directly (`--network full`), in the same run, interleaved round by round:
+//!
+//! 1. latency: 50 small `GET`s in one command, each `curl`'s own time (`time_total`), the
+//!    median of all; through the proxy it includes the host's check and its connection;
+//! 2. throughput: one download of 256 MiB, `curl`'s average speed.
+//!
+//! The server is Python's `http.server` on the host's loopback; the test-only resolver map
+//! (`TOOLHOST_TEST_RESOLVE`) names it `allowed.test`. Nothing leaves the machine. Asserts
+//! nothing about time.
+//!
+//! Run with `cargo bench -p toolhost-e2e --bench network_proxy` (`TOOLHOST_ROUNDS`, default 5).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use toolhost_e2e::{json, toolhost_bin};
+
+const SERVER: &str = r#"
+import functools, http.server, sys
+class Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args): pass
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=sys.argv[1]))
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"#;
+
+/// `toolhost [flags] call execute {command}` from `dir`; the command's output.
+fn execute(dir: &std::path::Path, flags: &[&str], command: &str) -> String {
+    let args = serde_json::json!({ "command": command, "timeout": "10m" }).to_string();
+    let output = Command::new(toolhost_bin())
+        .current_dir(dir)
+        .env("TOOLHOST_TEST_RESOLVE", "allowed.test=127.0.0.1")
+        .env("TOOLHOST_TEST_PUBLIC", "127.0.0.1")
+        .env("TOOLHOST_LOG", "error")
+        .args(flags)
+        .args(["call", "execute", &args])
+        .stdin(Stdio::null())
+        .output()
+        .expect("toolhost runs");
+    let result = json(&String::from_utf8_lossy(&output.stdout));
+    assert_eq!(result["exit_code"], 0, "{result}");
+    result["output"].as_str().unwrap_or_default().to_owned()
+}
+
+/// The numbers `curl -w` printed, one per line.
+fn numbers(text: &str) -> Vec<f64> {
+    text.lines()
+        .filter_map(|line| line.trim().parse().ok())
+        .collect()
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn main() {
+    let rounds: usize = std::env::var("TOOLHOST_ROUNDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(5);
+    let served = tempfile::tempdir().expect("served");
+    std::fs::write(served.path().join("small"), "ok\n").expect("small");
+    let big = std::fs::File::create(served.path().join("big")).expect("big");
+    big.set_len(256 * 1024 * 1024).expect("256 MiB");
+    let workspace = tempfile::tempdir().expect("workspace");
+    let mut server = Command::new("python3")
+        .arg("-c")
+        .arg(SERVER)
+        .arg(served.path())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("the port");
+    let port: u16 = line.trim().parse().expect("a port");
+
+    let small = |host: &str| {
+        format!(
+            "for i in $(seq 50); do curl -s -o /dev/null -w '%{{time_total}}\\n' \
+             http://{host}:{port}/small; done"
+        )
+    };
+    let big = |host: &str| {
+        format!("curl -s -o /dev/null -w '%{{speed_download}}\\n' http://{host}:{port}/big")
+    };
+    let cases: [(&str, &[&str], &str); 2] = [
+        (
+            "direct (--network full)",
+            &["--network", "full"],
+            "127.0.0.1",
+        ),
+        (
+            "through the proxy (--network allow=allowed.test)",
+            &["--network", "allow=allowed.test"],
+            "allowed.test",
+        ),
+    ];
+    let mut latency = [Vec::new(), Vec::new()];
+    let mut speed = [Vec::new(), Vec::new()];
+    for round in 0..rounds {
+        for turn in 0..cases.len() {
+            let index = (turn + round) % cases.len();
+            let (_, flags, host) = cases[index];
+            latency[index].extend(numbers(&execute(workspace.path(), flags, &small(host))));
+            speed[index].extend(numbers(&execute(workspace.path(), flags, &big(host))));
+        }
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+
+    println!("network_proxy: {rounds} rounds, interleaved");
+    let mut medians = Vec::new();
+    for (index, (name, _, _)) in cases.iter().enumerate() {
+        let latency = median(latency[index].clone()) * 1e6;
+        let speed = median(speed[index].clone()) / (1024.0 * 1024.0);
+        println!("  {name}: GET median {latency:.0} us, download {speed:.0} MiB/s");
+        medians.push((latency, speed));
+    }
+    let (direct, proxied) = (medians[0], medians[1]);
+    println!(
+        "  the proxy adds {:.0} us per request ({:.2}x) and keeps {:.2}x of the direct throughput",
+        proxied.0 - direct.0,
+        proxied.0 / direct.0,
+        proxied.1 / direct.1
+    );
+}

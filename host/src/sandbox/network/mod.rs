@@ -1,0 +1,324 @@
+//! Network by name (`--network allow=PATTERN,...`): a session's commands run in a network
+//! namespace with no route out, and reach the hosts of an allow-list through a proxy of the
+//! host's, the session's *gate*.
+//!
+//! 1. The namespaces helper opens the gate's sockets on the namespace's loopback and hands
+//!    them to the host (`keeper/src/network.rs`); the view's `/etc/resolv.conf` names that
+//!    loopback.
+//! 2. [`Gate::start`] serves them on the gate's own runtime: the proxy ([`proxy`]) on the TCP
+//!    listeners, the resolver stub ([`dns`]) on the UDP sockets.
+//! 3. Commands get the proxy in their variables ([`Gate::env`]).
+//! 4. Every refusal is recorded ([`Refusals`]) and logged once per host; a command's output
+//!    ends with a note naming the hosts refused while it ran ([`Gate::note`]).
+//!
+//! [`allow`] parses and matches the list; [`resolve`] decides where an allowed name may be
+//! reached.
+
+mod allow;
+mod dns;
+mod proxy;
+mod resolve;
+
+pub use allow::{AllowList, AllowListId, Host, Pattern, PatternError};
+pub use resolve::{Resolver, TEST_PUBLIC, TEST_RESOLVE, non_public};
+
+use std::collections::{HashSet, VecDeque};
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::lock;
+
+/// Most refusals a gate remembers (the oldest go first).
+const MAX_REFUSALS: usize = 256;
+/// Most connections a gate serves at once; more wait to be accepted.
+const MAX_CONNECTIONS: usize = 256;
+/// Most refused hosts one note names.
+const MAX_NAMED: usize = 8;
+
+/// One refused connection or lookup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    /// When (milliseconds since the Unix epoch).
+    pub(crate) at_ms: u64,
+    /// The host asked for, with its port for a connection.
+    pub(crate) host: String,
+    /// Why.
+    pub(crate) reason: String,
+}
+
+/// What a gate refused, newest last.
+#[derive(Debug, Default)]
+pub(crate) struct Refusals {
+    /// The scope (session) whose gate it is, for the log (and the session's MCP log).
+    scope: String,
+    entries: Mutex<VecDeque<Refusal>>,
+    /// Hosts logged already (each is logged once).
+    logged: Mutex<HashSet<String>>,
+}
+
+impl Refusals {
+    /// Record a refusal of `host`, and log it the first time.
+    fn record(&self, host: String, reason: String) {
+        {
+            let mut logged = lock(&self.logged);
+            if logged.len() < MAX_REFUSALS && logged.insert(host.clone()) {
+                tracing::warn!(
+                    scope = %self.scope,
+                    %host,
+                    %reason,
+                    "the network gate refused a confined command"
+                );
+            }
+        }
+        let mut entries = lock(&self.entries);
+        if entries.len() == MAX_REFUSALS {
+            entries.pop_front();
+        }
+        entries.push_back(Refusal {
+            at_ms: unix_ms(),
+            host,
+            reason,
+        });
+    }
+
+    /// The refusals since `since_ms`, one per host (its first reason), oldest first.
+    pub(crate) fn since(&self, since_ms: u64) -> Vec<Refusal> {
+        let entries = lock(&self.entries);
+        let mut seen = HashSet::new();
+        entries
+            .iter()
+            .filter(|refusal| refusal.at_ms >= since_ms)
+            .filter(|refusal| seen.insert(refusal.host.clone()))
+            .cloned()
+            .collect()
+    }
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| {
+            u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
+        })
+}
+
+/// What the proxy and the stub share.
+#[derive(Debug)]
+struct Shared {
+    list: Arc<AllowList>,
+    resolver: Arc<Resolver>,
+    refusals: Arc<Refusals>,
+}
+
+/// The runtime that serves every gate of the process: its own, so that a gate works whatever
+/// runtime (or none) the embedder runs, and a busy proxy does not slow the host's calls.
+fn runtime() -> std::io::Result<&'static tokio::runtime::Runtime> {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    if let Some(runtime) = RUNTIME.get() {
+        return Ok(runtime);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("toolhost-gate")
+        .enable_all()
+        .build()?;
+    Ok(RUNTIME.get_or_init(|| runtime))
+}
+
+/// The resolver every gate uses (the system's, or a test's map: see [`resolve`]).
+fn resolver() -> Arc<Resolver> {
+    static RESOLVER: OnceLock<Arc<Resolver>> = OnceLock::new();
+    RESOLVER
+        .get_or_init(|| Arc::new(Resolver::from_env()))
+        .clone()
+}
+
+/// A session's gate for one profile: served while it lives.
+#[derive(Debug)]
+pub(crate) struct Gate {
+    shared: Arc<Shared>,
+    /// The proxy's port on the namespace's loopback.
+    port: u16,
+    tasks: Vec<tokio::task::AbortHandle>,
+}
+
+impl Gate {
+    /// Serve `sockets` (from the namespaces helper: TCP listeners and UDP sockets, told apart
+    /// by type) for `list`, for the session `scope`.
+    pub(crate) fn start(
+        list: Arc<AllowList>,
+        sockets: Vec<OwnedFd>,
+        scope: &str,
+    ) -> std::io::Result<Gate> {
+        let runtime = runtime()?;
+        let shared = Arc::new(Shared {
+            list,
+            resolver: resolver(),
+            refusals: Arc::new(Refusals {
+                scope: scope.to_owned(),
+                ..Refusals::default()
+            }),
+        });
+        let limit = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+        let mut port = None;
+        let mut tasks = Vec::new();
+        let _entered = runtime.enter();
+        for socket in sockets {
+            let kind = nix::sys::socket::getsockopt(&socket, nix::sys::socket::sockopt::SockType)
+                .map_err(std::io::Error::from)?;
+            if kind == nix::sys::socket::SockType::Stream {
+                let listener = std::net::TcpListener::from(socket);
+                listener.set_nonblocking(true)?;
+                port.get_or_insert(listener.local_addr()?.port());
+                let listener = tokio::net::TcpListener::from_std(listener)?;
+                let (shared, limit) = (shared.clone(), limit.clone());
+                tasks.push(
+                    runtime
+                        .spawn(async move {
+                            loop {
+                                let Ok(permit) = limit.clone().acquire_owned().await else {
+                                    return;
+                                };
+                                let Ok((stream, _)) = listener.accept().await else {
+                                    continue;
+                                };
+                                let shared = shared.clone();
+                                tokio::spawn(async move {
+                                    proxy::serve(stream, shared).await;
+                                    drop(permit);
+                                });
+                            }
+                        })
+                        .abort_handle(),
+                );
+            } else {
+                let socket = std::net::UdpSocket::from(socket);
+                socket.set_nonblocking(true)?;
+                let socket = tokio::net::UdpSocket::from_std(socket)?;
+                tasks.push(
+                    runtime
+                        .spawn(dns::serve(socket, shared.clone()))
+                        .abort_handle(),
+                );
+            }
+        }
+        let port = port.ok_or_else(|| std::io::Error::other("the gate got no listener"))?;
+        Ok(Gate {
+            shared,
+            port,
+            tasks,
+        })
+    }
+
+    /// The list it allows.
+    pub(crate) fn list(&self) -> Arc<AllowList> {
+        self.shared.list.clone()
+    }
+
+    /// What it refused.
+    pub(crate) fn refusals(&self) -> Arc<Refusals> {
+        self.shared.refusals.clone()
+    }
+
+    /// The variables that send a command's connections through the proxy: both cases of the
+    /// usual proxy variables, `NO_PROXY` for the namespace's own loopback, Node's switch to
+    /// honour them, and the JVM's proxy properties.
+    pub(crate) fn env(&self) -> Vec<(String, String)> {
+        let port = self.port;
+        let url = format!("http://127.0.0.1:{port}");
+        let local = "localhost,127.0.0.1,::1";
+        let mut env = Vec::new();
+        for name in ["http_proxy", "https_proxy", "all_proxy"] {
+            env.push((name.to_owned(), url.clone()));
+            env.push((name.to_ascii_uppercase(), url.clone()));
+        }
+        env.push(("no_proxy".to_owned(), local.to_owned()));
+        env.push(("NO_PROXY".to_owned(), local.to_owned()));
+        env.push(("NODE_USE_ENV_PROXY".to_owned(), "1".to_owned()));
+        env.push((
+            "JAVA_TOOL_OPTIONS".to_owned(),
+            format!(
+                "-Dhttp.proxyHost=127.0.0.1 -Dhttp.proxyPort={port} -Dhttps.proxyHost=127.0.0.1 \
+                 -Dhttps.proxyPort={port} -Dhttp.nonProxyHosts=localhost|127.0.0.1|[::1]"
+            ),
+        ));
+        env
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// The note for a command that started at `since_ms` under `list`: the hosts refused since,
+/// and what it may reach; `None` when nothing was refused.
+pub(crate) fn note(refusals: &Refusals, list: &AllowList, since_ms: u64) -> Option<String> {
+    let refused = refusals.since(since_ms);
+    if refused.is_empty() {
+        return None;
+    }
+    let mut named: Vec<String> = refused
+        .iter()
+        .take(MAX_NAMED)
+        .map(|refusal| format!("{} ({})", refusal.host, refusal.reason))
+        .collect();
+    if refused.len() > MAX_NAMED {
+        named.push(format!("and {} more", refused.len() - MAX_NAMED));
+    }
+    Some(format!(
+        "\n[toolhost: this command's network is limited to {}, through the proxy in \
+         HTTPS_PROXY and HTTP_PROXY. Refused: {}. Do not retry these another way: ask the user \
+         if the task needs another host]",
+        list.for_people(),
+        named.join("; ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_note_names_each_refused_host_once_and_only_those_since_the_start() {
+        let refusals = Refusals::default();
+        refusals.record(
+            "old.test:443".to_owned(),
+            "not in the allow-list".to_owned(),
+        );
+        let start = unix_ms() + 1;
+        while unix_ms() < start {
+            std::thread::yield_now();
+        }
+        let list = AllowList::parse("allowed.test").expect("list");
+        assert_eq!(note(&refusals, &list, start), None);
+        for _ in 0..3 {
+            refusals.record(
+                "denied.test:443".to_owned(),
+                "not in the allow-list".to_owned(),
+            );
+        }
+        refusals.record("denied.test".to_owned(), "looked up directly".to_owned());
+        let note = note(&refusals, &list, start).expect("a note");
+        assert_eq!(note.matches("denied.test:443").count(), 1, "{note}");
+        assert!(note.contains("denied.test (looked up directly)"), "{note}");
+        assert!(!note.contains("old.test"), "{note}");
+        assert!(note.contains("limited to allowed.test,"), "{note}");
+    }
+
+    #[test]
+    fn a_note_is_bounded() {
+        let refusals = Refusals::default();
+        for index in 0..(MAX_REFUSALS + 50) {
+            refusals.record(format!("host{index}.test:1"), "no".to_owned());
+        }
+        assert_eq!(lock(&refusals.entries).len(), MAX_REFUSALS);
+        let list = AllowList::parse("a.test").expect("list");
+        let note = note(&refusals, &list, 0).expect("a note");
+        assert_eq!(note.matches(".test:1").count(), MAX_NAMED, "{note}");
+        assert!(note.contains(&format!("and {} more", MAX_REFUSALS - MAX_NAMED)));
+    }
+}

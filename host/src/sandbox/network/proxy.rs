@@ -1,0 +1,200 @@
+//! The gate's proxy: HTTP `CONNECT` (for HTTPS and any TCP protocol) and plain HTTP
+//! forwarding, served on a listener inside the session's network namespace.
+//!
+//! For each request:
+//! 1. The target is read: the authority of a `CONNECT`, or the absolute URI of a forwarded
+//!    `http://` request. Anything else is answered `400`.
+//! 2. [`Resolver::destinations`] decides: a refusal by the allow-list is recorded and answered
+//!    `403` with the reason; a failed lookup or connection is answered `502`.
+//! 3. The proxy connects to a checked address (never to a name again).
+//! 4. A `CONNECT` is answered `200` and bytes flow both ways until either side closes; a
+//!    forwarded request is sent upstream in origin form and its answer returned.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{Either, Full};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+
+use super::Shared;
+use super::allow::Host;
+use super::resolve::Refused;
+
+/// Longest a connection to an allowed host may take to be made.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
+type Body = Either<Incoming, Full<Bytes>>;
+
+/// Serve one accepted connection of a command.
+pub(super) async fn serve(stream: tokio::net::TcpStream, shared: Arc<Shared>) {
+    let service = hyper::service::service_fn(move |request| {
+        let shared = shared.clone();
+        async move { Ok::<_, Infallible>(handle(request, shared).await) }
+    });
+    let served = hyper::server::conn::http1::Builder::new()
+        .preserve_header_case(true)
+        .title_case_headers(true)
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades()
+        .await;
+    if let Err(error) = served {
+        tracing::debug!(%error, "a proxy connection ended with an error");
+    }
+}
+
+/// A short text answer.
+fn answer(status: StatusCode, text: String) -> Response<Body> {
+    let mut response = Response::new(Either::Right(Full::new(Bytes::from(text + "\n"))));
+    *response.status_mut() = status;
+    response
+}
+
+/// The target of `request`: host and port.
+fn target(request: &Request<Incoming>) -> Result<(String, u16), String> {
+    let uri = request.uri();
+    if request.method() == Method::CONNECT {
+        let authority = uri
+            .authority()
+            .ok_or_else(|| "CONNECT needs HOST:PORT".to_owned())?;
+        let port = authority
+            .port_u16()
+            .ok_or_else(|| "CONNECT needs a port".to_owned())?;
+        return Ok((authority.host().to_owned(), port));
+    }
+    match (uri.scheme_str(), uri.authority()) {
+        (Some("http"), Some(authority)) => Ok((
+            authority.host().to_owned(),
+            authority.port_u16().unwrap_or(80),
+        )),
+        (Some(scheme), Some(_)) => Err(format!(
+            "this proxy forwards only http:// requests; use CONNECT for {scheme}://"
+        )),
+        _ => Err(
+            "this is the sandbox's network proxy: send requests to it as to a proxy \
+             (HTTP_PROXY, HTTPS_PROXY)"
+                .to_owned(),
+        ),
+    }
+}
+
+async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Body> {
+    // 1. The target.
+    let (host_text, port) = match target(&request) {
+        Ok(target) => target,
+        Err(why) => return answer(StatusCode::BAD_REQUEST, why),
+    };
+    let Some(host) = Host::parse(&host_text) else {
+        return answer(
+            StatusCode::BAD_REQUEST,
+            format!("`{host_text}` is not a host name or address"),
+        );
+    };
+    // 2. The decision.
+    let destinations = match shared
+        .resolver
+        .destinations(&shared.list, &host, port)
+        .await
+    {
+        Ok(destinations) => destinations,
+        Err(Refused::Policy(reason)) => {
+            shared
+                .refusals
+                .record(format!("{host}:{port}"), reason.clone());
+            return answer(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "toolhost refused {host}:{port}: {reason}. Commands here may reach only {}",
+                    shared.list
+                ),
+            );
+        }
+        Err(Refused::Failed(reason)) => return answer(StatusCode::BAD_GATEWAY, reason),
+    };
+    // 3. A connection to a checked address.
+    let upstream = match connect(&destinations).await {
+        Ok(upstream) => upstream,
+        Err(reason) => {
+            return answer(
+                StatusCode::BAD_GATEWAY,
+                format!("cannot connect to {host}:{port}: {reason}"),
+            );
+        }
+    };
+    // 4. Tunnel or forward.
+    if request.method() == Method::CONNECT {
+        tokio::spawn(async move {
+            match hyper::upgrade::on(request).await {
+                Ok(upgraded) => {
+                    let mut upstream = upstream;
+                    let _ =
+                        tokio::io::copy_bidirectional(&mut TokioIo::new(upgraded), &mut upstream)
+                            .await;
+                }
+                Err(error) => tracing::debug!(%error, "a CONNECT was not upgraded"),
+            }
+        });
+        return Response::new(Either::Right(Full::new(Bytes::new())));
+    }
+    forward(request, upstream).await
+}
+
+/// Connect to the first of `destinations` that answers.
+async fn connect(destinations: &[SocketAddr]) -> Result<tokio::net::TcpStream, String> {
+    let mut last = "no address".to_owned();
+    for destination in destinations {
+        match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(destination))
+            .await
+        {
+            Ok(Ok(stream)) => return Ok(stream),
+            Ok(Err(error)) => last = format!("{destination}: {error}"),
+            Err(_) => last = format!("{destination}: no answer within {CONNECT_TIMEOUT:?}"),
+        }
+    }
+    Err(last)
+}
+
+/// Send a plain HTTP request upstream in origin form, and return its answer.
+async fn forward(
+    mut request: Request<Incoming>,
+    upstream: tokio::net::TcpStream,
+) -> Response<Body> {
+    let origin = request
+        .uri()
+        .path_and_query()
+        .map_or("/", |path| path.as_str())
+        .to_owned();
+    match origin.parse() {
+        Ok(uri) => *request.uri_mut() = uri,
+        Err(error) => return answer(StatusCode::BAD_REQUEST, format!("bad path: {error}")),
+    }
+    for name in [
+        "proxy-connection",
+        "proxy-authorization",
+        "proxy-authenticate",
+    ] {
+        request.headers_mut().remove(name);
+    }
+    let (mut sender, connection) = match hyper::client::conn::http1::Builder::new()
+        .preserve_header_case(true)
+        .title_case_headers(true)
+        .handshake(TokioIo::new(upstream))
+        .await
+    {
+        Ok(pair) => pair,
+        Err(error) => return answer(StatusCode::BAD_GATEWAY, error.to_string()),
+    };
+    tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            tracing::debug!(%error, "a forwarded connection ended with an error");
+        }
+    });
+    match sender.send_request(request).await {
+        Ok(response) => response.map(Either::Left),
+        Err(error) => answer(StatusCode::BAD_GATEWAY, error.to_string()),
+    }
+}

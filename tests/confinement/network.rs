@@ -1,0 +1,313 @@
+//! `--network allow=...`: commands reach the listed hosts through the session's proxy, nothing
+//! else, and their output names what was refused.
+//!
+//! No test sends a packet beyond the loopback: the servers listen on the host's `127.0.0.1`,
+//! and the test-only resolver map (`TOOLHOST_TEST_RESOLVE`) gives every name a test uses a
+//! loopback address, with `127.0.0.1` counted as public (`TOOLHOST_TEST_PUBLIC`) and
+//! `127.0.0.2` not. Inside the session's network namespace `127.0.0.1` is the namespace's own:
+//! the host's servers are out of reach but through the proxy.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use crate::confinement::Machine;
+
+/// Servers on the host's loopback: HTTPS (a self-signed certificate) and plain HTTP, both
+/// serving `dir` (an `index.html` and a git repository for the "dumb" HTTP protocol).
+struct Servers {
+    child: Child,
+    tls: u16,
+    plain: u16,
+}
+
+impl Drop for Servers {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const SERVER: &str = r#"
+import functools, http.server, ssl, sys, threading
+root, cert, key = sys.argv[1], sys.argv[2], sys.argv[3]
+class Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args): pass
+handler = functools.partial(Quiet, directory=root)
+plain = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+tls = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain(cert, key)
+tls.socket = context.wrap_socket(tls.socket, server_side=True)
+for server in (plain, tls):
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+print(tls.server_address[1], plain.server_address[1], flush=True)
+sys.stdin.read()
+"#;
+
+impl Servers {
+    fn start(dir: &Path) -> Servers {
+        std::fs::write(dir.join("index.html"), "hello from the test server\n").expect("index");
+        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+        let made = Command::new("openssl")
+            .args([
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+            ])
+            .args(["-subj", "/CN=allowed.test", "-keyout"])
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .stderr(Stdio::null())
+            .status()
+            .expect("openssl runs");
+        assert!(made.success(), "a self-signed certificate");
+        // A bare repository with one commit, served as files.
+        let source = dir.join("source");
+        std::fs::create_dir_all(&source).expect("source");
+        let git = |args: &[&str], at: &Path| {
+            let status = Command::new("git")
+                .current_dir(at)
+                .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .expect("git runs");
+            assert!(status.success(), "git {args:?}");
+        };
+        git(&["init", "-q", "-b", "main"], &source);
+        std::fs::write(source.join("README"), "cloned through the proxy\n").expect("readme");
+        git(&["add", "README"], &source);
+        git(&["commit", "-q", "-m", "one"], &source);
+        git(&["clone", "-q", "--bare", "source", "repo.git"], dir);
+        git(&["update-server-info"], &dir.join("repo.git"));
+        let mut child = Command::new("python3")
+            .arg("-c")
+            .arg(SERVER)
+            .arg(dir)
+            .arg(&cert)
+            .arg(&key)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 runs");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("the ports");
+        let ports: Vec<u16> = line
+            .split_whitespace()
+            .map(|port| port.parse().expect("a port"))
+            .collect();
+        Servers {
+            child,
+            tls: ports[0],
+            plain: ports[1],
+        }
+    }
+}
+
+/// The test-only resolver: names a test uses, all on the loopback.
+const RESOLVE: (&str, &str) = (
+    "TOOLHOST_TEST_RESOLVE",
+    "allowed.test=127.0.0.1;denied.test=127.0.0.1;inside.test=127.0.0.2;a.wild.test=127.0.0.1;\
+     ported.test=127.0.0.1",
+);
+const PUBLIC: (&str, &str) = ("TOOLHOST_TEST_PUBLIC", "127.0.0.1");
+
+fn output(result: &serde_json::Value) -> String {
+    result["output"].as_str().unwrap_or_default().to_owned()
+}
+
+/// The note at the end of a command's output, and what came before it.
+fn split_note(result: &serde_json::Value) -> (String, String) {
+    let text = output(result);
+    match text.split_once("[toolhost: this command's network is limited") {
+        Some((before, note)) => (before.to_owned(), note.to_owned()),
+        None => (text, String::new()),
+    }
+}
+
+#[test]
+fn an_allow_list_lets_through_only_its_hosts_and_names_what_was_refused() {
+    let machine = Machine::new();
+    let served = tempfile::tempdir_in(machine.path("outside")).expect("served");
+    let servers = Servers::start(served.path());
+    let (tls, plain) = (servers.tls, servers.plain);
+    let flags = [
+        "--network",
+        "allow=allowed.test,inside.test,*.wild.test",
+        "--network",
+    ];
+    let ported = format!("allow=ported.test:{tls}");
+    let mut flags = flags.to_vec();
+    flags.push(&ported);
+    let env = [RESOLVE, PUBLIC];
+
+    // Allowed: HTTPS through CONNECT, plain HTTP forwarded, a wildcard, a listed port.
+    let allowed = machine.execute_with(
+        &flags,
+        &format!(
+            "curl -sSk https://allowed.test:{tls}/ && curl -sS http://allowed.test:{plain}/ && \
+             curl -sSk https://a.wild.test:{tls}/ && curl -sSk https://ported.test:{tls}/"
+        ),
+        &env,
+    );
+    assert_eq!(allowed["exit_code"], 0, "{allowed}");
+    assert_eq!(
+        output(&allowed)
+            .matches("hello from the test server")
+            .count(),
+        4,
+        "{allowed}"
+    );
+    assert!(
+        !output(&allowed).contains("[toolhost: this command's network"),
+        "{allowed}"
+    );
+
+    // Refused by name, by port, and by address class: the note names each once.
+    let refused = machine.execute_with(
+        &flags,
+        &format!(
+            "curl -sSk https://denied.test:{tls}/; curl -sSk https://denied.test:{tls}/x; \
+             curl -sS http://ported.test:{plain}/; curl -sSk https://inside.test:{tls}/; \
+             curl -sSk https://wild.test:{tls}/; exit 0"
+        ),
+        &env,
+    );
+    let (before, note) = split_note(&refused);
+    assert!(!before.contains("hello from the test server"), "{refused}");
+    assert!(
+        before.contains("403"),
+        "curl shows the proxy's refusal: {refused}"
+    );
+    assert_eq!(
+        note.matches(&format!("denied.test:{tls}")).count(),
+        1,
+        "{refused}"
+    );
+    assert!(
+        note.contains(&format!("ported.test:{plain} (not in the allow-list)")),
+        "{refused}"
+    );
+    assert!(
+        note.contains(&format!("inside.test:{tls}")) && note.contains("127.0.0.2"),
+        "an allowed name at an unmarked loopback address is refused: {refused}"
+    );
+    assert!(
+        note.contains(&format!("wild.test:{tls}")),
+        "a wildcard is not its apex: {refused}"
+    );
+    assert!(
+        note.contains("allowed.test"),
+        "the note says what may be reached: {refused}"
+    );
+
+    // Around the proxy: the host's servers are out of reach, and a lookup gets nothing.
+    let direct = machine.execute_with(
+        &flags,
+        &format!(
+            "curl -sS --noproxy '*' --max-time 5 http://127.0.0.1:{plain}/; echo \"curl=$?\"; \
+             python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {plain}), 5)' \
+             2>&1 | tail -1; getent hosts denied.test; echo \"getent=$?\""
+        ),
+        &env,
+    );
+    let (before, note) = split_note(&direct);
+    assert!(!before.contains("hello from the test server"), "{direct}");
+    assert!(
+        !before.contains("curl=0"),
+        "a direct connection succeeded: {direct}"
+    );
+    assert!(before.contains("ConnectionRefusedError"), "{direct}");
+    assert!(
+        before.contains("getent=2"),
+        "the stub answers no address: {direct}"
+    );
+    assert!(note.contains("denied.test (looked up directly"), "{direct}");
+}
+
+#[test]
+fn git_and_python_clients_go_through_the_proxy() {
+    let machine = Machine::new();
+    let served = tempfile::tempdir_in(machine.path("outside")).expect("served");
+    let servers = Servers::start(served.path());
+    let (tls, plain) = (servers.tls, servers.plain);
+    let result = machine.execute_with(
+        &["--network", "allow=allowed.test"],
+        &format!(
+            "git -c http.sslVerify=false clone -q https://allowed.test:{tls}/repo.git cloned && \
+             cat cloned/README && python3 -c 'import urllib.request; \
+             print(urllib.request.urlopen(\"http://allowed.test:{plain}/\").read().decode())'"
+        ),
+        &[RESOLVE, PUBLIC],
+    );
+    assert_eq!(result["exit_code"], 0, "{result}");
+    let text = output(&result);
+    assert!(text.contains("cloned through the proxy"), "{result}");
+    assert!(text.contains("hello from the test server"), "{result}");
+}
+
+#[test]
+fn without_namespaces_an_operators_allow_list_is_refused_with_the_reason() {
+    let machine = Machine::new();
+    let result = machine.run(
+        &["--network", "allow=allowed.test"],
+        "echo ran",
+        &[("TOOLHOST_SANDBOX_DISABLE", "namespaces"), RESOLVE, PUBLIC],
+    );
+    assert!(!result.status.success(), "it ran");
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(
+        stderr.contains("needs the namespaces layer")
+            && stderr.contains("Landlock filters TCP by port"),
+        "{stderr}"
+    );
+    assert!(!String::from_utf8_lossy(&result.stdout).contains("ran"));
+    let off = machine.run(
+        &["--sandbox", "off", "--network", "allow=a.test"],
+        "echo ran",
+        &[],
+    );
+    assert!(!off.status.success());
+    assert!(String::from_utf8_lossy(&off.stderr).contains("needs a confined sandbox"));
+    let bad = machine.run(&["--network", "allow=bad host"], "echo ran", &[]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("`bad host` is not a host pattern"));
+}
+
+#[test]
+fn the_guarded_policys_allow_list_holds_and_falls_back_to_no_network_without_namespaces() {
+    let machine = Machine::new();
+    let served = tempfile::tempdir_in(machine.path("outside")).expect("served");
+    let servers = Servers::start(served.path());
+    let (tls, plain) = (servers.tls, servers.plain);
+    let command = format!(
+        "echo \"proxy=${{HTTPS_PROXY:+set}}\"; curl -sSk --max-time 5 https://denied.test:{tls}/; \
+         curl -sS --noproxy '*' --max-time 5 http://127.0.0.1:{plain}/; echo ran"
+    );
+    let guarded = machine.execute_with(&["--policy", "guarded"], &command, &[RESOLVE, PUBLIC]);
+    let (before, note) = split_note(&guarded);
+    assert!(
+        before.contains("proxy=set") && before.contains("ran"),
+        "{guarded}"
+    );
+    assert!(!before.contains("hello from the test server"), "{guarded}");
+    assert!(
+        note.contains(&format!("denied.test:{tls}")) && note.contains("pypi.org"),
+        "the note names the refusal and the registries: {guarded}"
+    );
+    // Without namespaces there is no gate: the grant's list becomes no network at all.
+    let fallback = machine.execute_with(
+        &["--policy", "guarded"],
+        &command,
+        &[("TOOLHOST_SANDBOX_DISABLE", "namespaces"), RESOLVE, PUBLIC],
+    );
+    let text = output(&fallback);
+    assert!(
+        text.contains("proxy=\n") && text.contains("ran"),
+        "{fallback}"
+    );
+    assert!(!text.contains("hello from the test server"), "{fallback}");
+}
