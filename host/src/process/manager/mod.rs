@@ -592,8 +592,11 @@ impl ProcessManager {
         // made now.
         let handed = match &confine {
             Some(prepared) => {
-                // One being spawned for this scope and profile is nearly there.
-                self.ready.wait_spawning(scope, &profile, READY_WAIT).await;
+                // None ready, but one being spawned for this scope and profile is nearly
+                // there.
+                if !self.ready.has_ready(scope, &profile) {
+                    self.ready.wait_spawning(scope, &profile, READY_WAIT).await;
+                }
                 self.hand_over(
                     scope,
                     &profile,
@@ -838,16 +841,27 @@ impl ProcessManager {
         else {
             return;
         };
-        let Some(serial) = self.ready.turn(scope, profile) else {
-            return;
-        };
-        let recipe = ready::Recipe {
-            scope: scope.to_owned(),
-            profile: profile.clone(),
-            prepared,
-            session_cgroups: sandbox.cgroups(),
-            nice: self.config.nice,
-        };
+        while let Some(serial) = self.ready.turn(scope, profile) {
+            let recipe = ready::Recipe {
+                scope: scope.to_owned(),
+                profile: profile.clone(),
+                prepared: Arc::clone(&prepared),
+                session_cgroups: sandbox.cgroups(),
+                nice: self.config.nice,
+            };
+            self.make_ready(serial, recipe, spawner.clone(), Arc::clone(&started));
+        }
+    }
+
+    /// Make the keeper of turn `serial` once `started` has finished (or [`READY_AFTER`] after
+    /// its start), put it in the pool, and release it after its idle time unused.
+    fn make_ready(
+        &self,
+        serial: u64,
+        recipe: ready::Recipe,
+        spawner: Spawner,
+        started: Arc<Entry>,
+    ) {
         let pool = Arc::clone(&self.ready);
         self.runtime.spawn(async move {
             started

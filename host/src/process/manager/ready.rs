@@ -2,11 +2,13 @@
 //! cgroups and the scope's namespaces waits on its control socket, so that a confined start
 //! only hands it the command (`keeper::send_start`) and it only forks and execs.
 //!
-//! - One is made after a confined start of a scope and profile, off the call path, once that
-//!   command ended (or 50 ms after its start), when none is ready or being made for them:
-//!   only for profiles a scope has used. A start that finds one being spawned for its scope
-//!   and profile waits for it (20 ms at most) rather than make its own.
-//! - They are bounded: [`PER_SCOPE`] profiles per scope, and the host's
+//! - They are made after a confined start of a scope and profile, off the call path, once that
+//!   command ended (or 50 ms after its start), until [`PER_PROFILE`] are ready or being made
+//!   for them: only for profiles a scope has used. Two, so that a start right after another
+//!   takes one while the one it used is replaced. A start that finds none ready but one being
+//!   spawned for its scope and profile waits for it (20 ms at most) rather than make its own.
+//! - They are bounded: [`PER_PROFILE`] per scope and profile, [`PER_SCOPE`] profiles per
+//!   scope, and the host's
 //!   [`ProcessManagerConfig::ready_keepers`](super::ProcessManagerConfig::ready_keepers) in
 //!   all (0: none, every start takes the path of a keeper made for it).
 //! - They are released after
@@ -40,6 +42,9 @@ use crate::sandbox::{CommandCgroups, ParentCgroups, Prepared, Profile};
 
 /// The most profiles of one scope with a keeper prepared ahead.
 pub(super) const PER_SCOPE: usize = 2;
+
+/// The most keepers ready or being made for one scope and profile.
+pub(super) const PER_PROFILE: usize = 2;
 
 /// A keeper prepared ahead for a command of `scope` with `profile`.
 pub(super) struct ReadyKeeper {
@@ -118,22 +123,39 @@ struct State {
 }
 
 impl State {
-    /// Whether one is ready or being made for `scope` and `profile`.
-    fn has(&self, scope: &str, profile: &Profile) -> bool {
+    /// How many are ready or being made for `scope` and `profile`.
+    fn count_for(&self, scope: &str, profile: &Profile) -> usize {
         self.ready
             .iter()
-            .any(|k| k.scope == scope && k.profile == *profile)
-            || self
+            .filter(|k| k.scope == scope && k.profile == *profile)
+            .count()
+            + self
                 .making
                 .iter()
-                .any(|(_, s, p)| s == scope && p == profile)
+                .filter(|(_, s, p)| s == scope && p == profile)
+                .count()
     }
 
-    /// How many profiles of `scope` have one ready or being made (at most one each: see
-    /// [`ReadyKeepers::turn`]).
-    fn profiles_of(&self, scope: &str) -> usize {
-        self.ready.iter().filter(|k| k.scope == scope).count()
-            + self.making.iter().filter(|(_, s, _)| s == scope).count()
+    /// The profiles of `scope` with one ready or being made.
+    fn profiles_of(&self, scope: &str) -> Vec<&Profile> {
+        let mut profiles: Vec<&Profile> = Vec::new();
+        let all = self
+            .ready
+            .iter()
+            .filter(|k| k.scope == scope)
+            .map(|k| &k.profile)
+            .chain(
+                self.making
+                    .iter()
+                    .filter(|(_, s, _)| s == scope)
+                    .map(|(_, _, p)| p),
+            );
+        for profile in all {
+            if !profiles.contains(&profile) {
+                profiles.push(profile);
+            }
+        }
+        profiles
     }
 }
 
@@ -152,9 +174,9 @@ impl ReadyKeepers {
         self.idle
     }
 
-    /// The one ready for a start of `scope` with `profile` and the layers `prepared`, taken
-    /// out; and the stale ones of that scope and profile (made with other layers), taken out
-    /// to be released.
+    /// One ready for a start of `scope` with `profile` and the layers `prepared`, taken out
+    /// (the others stay ready); and the stale ones of that scope and profile (made with other
+    /// layers), taken out to be released.
     pub(super) fn take(
         &self,
         scope: &str,
@@ -168,27 +190,40 @@ impl ReadyKeepers {
         while index < state.ready.len() {
             let keeper = &state.ready[index];
             if keeper.scope == scope && keeper.profile == *profile {
-                let keeper = state.ready.swap_remove(index);
-                if found.is_none() && Arc::ptr_eq(&keeper.prepared, prepared) {
-                    found = Some(keeper);
-                } else {
-                    stale.push(keeper);
+                let fresh = Arc::ptr_eq(&keeper.prepared, prepared);
+                if !fresh {
+                    stale.push(state.ready.swap_remove(index));
+                    continue;
                 }
-                continue;
+                if found.is_none() {
+                    found = Some(state.ready.swap_remove(index));
+                    continue;
+                }
             }
             index += 1;
         }
         (found, stale)
     }
 
-    /// A turn to make one for `scope` and `profile`: `None` when one is ready or being made
-    /// for them already, or a bound is reached.
+    /// Whether one is ready for `scope` and `profile`.
+    pub(super) fn has_ready(&self, scope: &str, profile: &Profile) -> bool {
+        crate::lock(&self.state)
+            .ready
+            .iter()
+            .any(|k| k.scope == scope && k.profile == *profile)
+    }
+
+    /// A turn to make one for `scope` and `profile`: `None` when [`PER_PROFILE`] are ready or
+    /// being made for them already, or another bound is reached.
     pub(super) fn turn(&self, scope: &str, profile: &Profile) -> Option<u64> {
         let mut state = crate::lock(&self.state);
+        let profiles = state.profiles_of(scope);
+        let new_profile = !profiles.contains(&profile);
+        let too_many_profiles = new_profile && profiles.len() >= PER_SCOPE;
         if state.closed
-            || state.has(scope, profile)
+            || state.count_for(scope, profile) >= PER_PROFILE
             || state.ready.len() + state.making.len() >= self.per_host
-            || state.profiles_of(scope) >= PER_SCOPE
+            || too_many_profiles
         {
             return None;
         }

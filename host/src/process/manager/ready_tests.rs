@@ -26,14 +26,20 @@ async fn run_in(manager: &ProcessManager, scope: &str, command: &str) -> OutputS
         .expect("wait")
 }
 
-/// A command of `scope` ran, and the keeper it made ready for the next one is there: its pid.
-async fn ready_in(manager: &ProcessManager, scope: &str) -> Pid {
+/// A command of `scope` ran, and the keepers it made ready for the next ones are there: their
+/// pids.
+async fn ready_in(manager: &ProcessManager, scope: &str) -> Vec<Pid> {
     assert_eq!(run_in(manager, scope, "true").await.exit_code, Some(0));
     assert!(
-        until(|| manager.ready.count(Some(scope)) == 1).await,
-        "no keeper was prepared ahead in {scope}"
+        until(|| manager.ready.count(Some(scope)) == ready::PER_PROFILE).await,
+        "no keepers were prepared ahead in {scope}"
     );
-    manager.ready.pids(scope)[0]
+    manager.ready.pids(scope)
+}
+
+/// Whether the keeper of `id` is one of `ready`.
+fn handed_to(manager: &ProcessManager, scope: &str, id: &str, ready: &[Pid]) -> bool {
+    keeper_of(manager, scope, id).is_some_and(|keeper| ready.contains(&keeper))
 }
 
 /// The keeper of a running process.
@@ -78,15 +84,24 @@ async fn a_ready_keeper_is_used_and_replaced() {
         )
         .await
         .expect("start");
-    assert_eq!(keeper_of(&manager, SCOPE, &id), Some(ready));
+    assert!(handed_to(&manager, SCOPE, &id, &ready));
+    // The other one stays ready, for a start right after.
+    let used = keeper_of(&manager, SCOPE, &id).expect("a keeper");
+    let other: Vec<Pid> = ready.iter().copied().filter(|pid| *pid != used).collect();
+    assert_eq!(manager.ready.pids(SCOPE), other);
     // The command got its working directory and environment through the hand-over.
     wait_for(&manager, SCOPE, &id, &format!("{} hi\n", workdir.display())).await;
     // And its replacement is made, off the call path.
     assert!(
-        until(|| manager.ready.pids(SCOPE).iter().any(|pid| *pid != ready)).await,
+        until(|| manager
+            .ready
+            .pids(SCOPE)
+            .iter()
+            .any(|pid| !ready.contains(pid)))
+        .await,
         "the used keeper was not replaced"
     );
-    assert_eq!(manager.ready.count(Some(SCOPE)), 1);
+    assert_eq!(manager.ready.count(Some(SCOPE)), ready::PER_PROFILE);
     // Signals reach the command through the keeper that took it over.
     manager.signal(SCOPE, &id, Signal::Kill).expect("kill");
     let killed = manager
@@ -130,13 +145,15 @@ async fn a_profile_change_is_never_served_by_a_stale_keeper() {
         )
         .await
         .expect("start read-only");
-    assert_ne!(keeper_of(&manager, SCOPE, &id), Some(ready));
+    assert!(!handed_to(&manager, SCOPE, &id, &ready));
     wait_for(&manager, SCOPE, &id, "rc=1").await;
     assert!(!target.exists());
-    // The default profile's keeper stays for the default profile, and serves it.
-    assert!(manager.ready.pids(SCOPE).contains(&ready));
+    // The default profile's keepers stay for the default profile, and serve it.
+    let default = manager.default_profile();
+    assert_eq!(manager.ready.pids_for(SCOPE, &default).len(), ready.len());
     let id = manager.start(SCOPE, request(&touch)).await.expect("start");
-    assert_eq!(keeper_of(&manager, SCOPE, &id), Some(ready));
+    assert!(handed_to(&manager, SCOPE, &id, &ready));
+    let used = keeper_of(&manager, SCOPE, &id).expect("a keeper");
     wait_for(&manager, SCOPE, &id, "rc=0").await;
 
     // The profile's layers made again (its namespaces ended): the keeper made with the old
@@ -145,12 +162,12 @@ async fn a_profile_change_is_never_served_by_a_stale_keeper() {
     assert!(
         until(|| {
             let made = manager.ready.pids_for(SCOPE, &profile);
-            made.len() == 1 && made[0] != ready
+            made.len() == ready::PER_PROFILE && !made.contains(&used)
         })
         .await,
         "the used keeper was not replaced"
     );
-    let stale = manager.ready.pids_for(SCOPE, &profile)[0];
+    let stale = manager.ready.pids_for(SCOPE, &profile);
     let prepared = manager
         .scope_sandbox(SCOPE)
         .ready(&profile)
@@ -170,11 +187,16 @@ async fn a_profile_change_is_never_served_by_a_stale_keeper() {
         .start(SCOPE, request("echo fresh; exec sleep 60"))
         .await
         .expect("start after the layers ended");
-    let keeper = keeper_of(&manager, SCOPE, &id).expect("a keeper");
-    assert_ne!(keeper, stale, "served by a stale keeper");
+    assert!(
+        !handed_to(&manager, SCOPE, &id, &stale),
+        "served by a stale keeper"
+    );
     wait_for(&manager, SCOPE, &id, "fresh").await;
-    // The stale one of the default profile is released.
-    assert!(until(|| gone(stale)).await, "the stale keeper stayed");
+    // The stale ones of the default profile are released.
+    assert!(
+        until(|| stale.iter().all(|pid| gone(*pid))).await,
+        "a stale keeper stayed"
+    );
     manager.end_scope(SCOPE).await;
 }
 
@@ -185,7 +207,10 @@ async fn ready_keepers_go_when_their_scope_ends() {
     manager.end_scope(SCOPE).await;
     // Released and reaped before `end_scope` returns.
     assert_eq!(manager.ready.count(Some(SCOPE)), 0);
-    assert!(gone(ready), "the keeper prepared ahead outlived its scope");
+    assert!(
+        ready.iter().all(|pid| gone(*pid)),
+        "a keeper prepared ahead outlived its scope"
+    );
 }
 
 #[tokio::test]
@@ -196,8 +221,8 @@ async fn a_keeper_prepared_for_one_scope_is_never_used_by_another() {
         .start("b", request("exec sleep 60"))
         .await
         .expect("start in b");
-    assert_ne!(keeper_of(&manager, "b", &id), Some(ready));
-    assert_eq!(manager.ready.pids("a"), vec![ready]);
+    assert!(!handed_to(&manager, "b", &id, &ready));
+    assert_eq!(manager.ready.pids("a"), ready);
     manager.end_scope("b").await;
     manager.end_scope("a").await;
 }
@@ -217,10 +242,11 @@ async fn a_command_cannot_signal_the_keeper_it_was_handed_to() {
         )
         .await
         .expect("start");
-    assert_eq!(keeper_of(&manager, SCOPE, &id), Some(ready));
+    assert!(handed_to(&manager, SCOPE, &id, &ready));
+    let keeper = keeper_of(&manager, SCOPE, &id).expect("a keeper");
     wait_for(&manager, SCOPE, &id, "rc=1").await;
     // The keeper is still there, and still stops its command.
-    assert!(!gone(ready));
+    assert!(!gone(keeper));
     manager.signal(SCOPE, &id, Signal::Kill).expect("kill");
     let killed = manager
         .wait(SCOPE, &id, LONG, ReadFrom::All)
@@ -235,11 +261,12 @@ async fn a_command_cannot_signal_the_keeper_it_was_handed_to() {
 
 #[test]
 fn ready_keepers_are_bounded_per_scope_and_per_host() {
-    let pool = ReadyKeepers::new(3, Duration::from_secs(60));
+    let pool = ReadyKeepers::new(5, Duration::from_secs(60));
     let mut profile = crate::sandbox::SandboxSettings::default().profile();
     let first = profile.clone();
     assert!(pool.turn("a", &first).is_some());
-    // One per scope and profile.
+    assert!(pool.turn("a", &first).is_some());
+    // Two per scope and profile.
     assert!(pool.turn("a", &first).is_none());
     profile.mode = sandbox::SandboxMode::ReadOnly;
     let second = profile.clone();
@@ -247,7 +274,8 @@ fn ready_keepers_are_bounded_per_scope_and_per_host() {
     // At most two profiles per scope.
     profile.limits.processes = Some(7);
     assert!(pool.turn("a", &profile).is_none());
-    // At most three on the host.
+    // At most five on the host.
+    assert!(pool.turn("b", &first).is_some());
     assert!(pool.turn("b", &first).is_some());
     assert!(pool.turn("c", &first).is_none());
     // A scope that ended takes back its turns; what was being made for it comes back.
