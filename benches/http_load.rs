@@ -484,6 +484,7 @@ async fn run() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3);
+    let mut both: Vec<Vec<Figures>> = Vec::new();
     for (label, extra) in [
         ("confined, the default profile", &[][..]),
         ("--sandbox off", &["--sandbox", "off"][..]),
@@ -500,6 +501,22 @@ async fn run() {
             natives.push(native);
         }
         print_summary(&figures, &natives);
+        both.push(figures);
+    }
+    // Confined beside unconfined at each N: what confinement costs under load.
+    if let [confined, off] = &both[..] {
+        println!("http_load: confined against --sandbox off");
+        for (confined, off) in confined.iter().zip(off) {
+            println!(
+                "  N={}: achieved {:.1}/s against {:.1}/s ({:.2}x), p50 {:.2}x, p99 {:.2}x",
+                confined.n,
+                confined.achieved,
+                off.achieved,
+                confined.achieved / off.achieved,
+                ratio(confined.p50, off.p50),
+                ratio(confined.p99, off.p99)
+            );
+        }
     }
 }
 

@@ -14,11 +14,14 @@ use std::process::{Child, Command, Stdio};
 use crate::confinement::Machine;
 
 /// Servers on the host's loopback: HTTPS (a self-signed certificate) and plain HTTP, both
-/// serving `dir` (an `index.html` and a git repository for the "dumb" HTTP protocol).
+/// serving `dir` (an `index.html` and a git repository for the "dumb" HTTP protocol), and
+/// plain HTTP on `[::1]` where the host has IPv6.
 struct Servers {
     child: Child,
     tls: u16,
     plain: u16,
+    /// 0 without IPv6.
+    six: u16,
 }
 
 impl Drop for Servers {
@@ -29,7 +32,7 @@ impl Drop for Servers {
 }
 
 const SERVER: &str = r#"
-import functools, http.server, ssl, sys, threading
+import functools, http.server, socket, ssl, sys, threading
 root, cert, key = sys.argv[1], sys.argv[2], sys.argv[3]
 class Quiet(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args): pass
@@ -39,9 +42,18 @@ tls = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
 context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 context.load_cert_chain(cert, key)
 tls.socket = context.wrap_socket(tls.socket, server_side=True)
-for server in (plain, tls):
+servers = [plain, tls]
+try:
+    class Six(http.server.ThreadingHTTPServer):
+        address_family = socket.AF_INET6
+    six = Six(("::1", 0), handler)
+    servers.append(six)
+    six_port = six.server_address[1]
+except OSError:
+    six_port = 0
+for server in servers:
     threading.Thread(target=server.serve_forever, daemon=True).start()
-print(tls.server_address[1], plain.server_address[1], flush=True)
+print(tls.server_address[1], plain.server_address[1], six_port, flush=True)
 sys.stdin.read()
 "#;
 
@@ -103,6 +115,7 @@ impl Servers {
             child,
             tls: ports[0],
             plain: ports[1],
+            six: ports[2],
         }
     }
 }
@@ -111,9 +124,9 @@ impl Servers {
 const RESOLVE: (&str, &str) = (
     "TOOLHOST_TEST_RESOLVE",
     "allowed.test=127.0.0.1;denied.test=127.0.0.1;inside.test=127.0.0.2;a.wild.test=127.0.0.1;\
-     ported.test=127.0.0.1",
+     ported.test=127.0.0.1;six.test=::1",
 );
-const PUBLIC: (&str, &str) = ("TOOLHOST_TEST_PUBLIC", "127.0.0.1");
+const PUBLIC: (&str, &str) = ("TOOLHOST_TEST_PUBLIC", "127.0.0.1,::1");
 
 fn output(result: &serde_json::Value) -> String {
     result["output"].as_str().unwrap_or_default().to_owned()
@@ -136,7 +149,7 @@ fn an_allow_list_lets_through_only_its_hosts_and_names_what_was_refused() {
     let (tls, plain) = (servers.tls, servers.plain);
     let flags = [
         "--network",
-        "allow=allowed.test,inside.test,*.wild.test",
+        "allow=allowed.test,inside.test,*.wild.test,six.test",
         "--network",
     ];
     let ported = format!("allow=ported.test:{tls}");
@@ -165,6 +178,27 @@ fn an_allow_list_lets_through_only_its_hosts_and_names_what_was_refused() {
         !output(&allowed).contains("[toolhost: this command's network"),
         "{allowed}"
     );
+
+    // IPv6: the proxy listens on the namespace's `::1` too, and reaches a name at `::1`.
+    if servers.six != 0 {
+        let six = servers.six;
+        let result = machine.execute_with(
+            &flags,
+            &format!(
+                "curl -sS -x \"http://[::1]:${{HTTP_PROXY##*:}}\" http://allowed.test:{plain}/ && \
+                 curl -sS http://six.test:{six}/"
+            ),
+            &env,
+        );
+        assert_eq!(result["exit_code"], 0, "{result}");
+        assert_eq!(
+            output(&result)
+                .matches("hello from the test server")
+                .count(),
+            2,
+            "{result}"
+        );
+    }
 
     // Refused by name, by port, and by address class: the note names each once.
     let refused = machine.execute_with(
@@ -228,10 +262,14 @@ fn an_allow_list_lets_through_only_its_hosts_and_names_what_was_refused() {
     assert!(note.contains("denied.test (looked up directly"), "{direct}");
 }
 
+/// A package document of an npm registry, as `npm view` reads it.
+const PACKUMENT: &str = r#"{"name":"left-pad","dist-tags":{"latest":"1.3.0"},"versions":{"1.3.0":{"name":"left-pad","version":"1.3.0","dist":{"tarball":"http://allowed.test/left-pad-1.3.0.tgz","shasum":"0"}}}}"#;
+
 #[test]
-fn git_and_python_clients_go_through_the_proxy() {
+fn git_python_and_npm_go_through_the_proxy_and_a_program_ignoring_it_is_named() {
     let machine = Machine::new();
     let served = tempfile::tempdir_in(machine.path("outside")).expect("served");
+    std::fs::write(served.path().join("left-pad"), PACKUMENT).expect("packument");
     let servers = Servers::start(served.path());
     let (tls, plain) = (servers.tls, servers.plain);
     let result = machine.execute_with(
@@ -239,14 +277,31 @@ fn git_and_python_clients_go_through_the_proxy() {
         &format!(
             "git -c http.sslVerify=false clone -q https://allowed.test:{tls}/repo.git cloned && \
              cat cloned/README && python3 -c 'import urllib.request; \
-             print(urllib.request.urlopen(\"http://allowed.test:{plain}/\").read().decode())'"
+             print(urllib.request.urlopen(\"http://allowed.test:{plain}/\").read().decode())' && \
+             npm view left-pad version --registry http://allowed.test:{plain}/ \
+             --cache \"$TMPDIR/npm\" && node -e 'require(\"http\").get(\"http://allowed.test:{plain}/\", \
+             r => console.log(r.statusCode)).on(\"error\", e => console.log(\"node:\", e.code))'"
         ),
         &[RESOLVE, PUBLIC],
     );
     assert_eq!(result["exit_code"], 0, "{result}");
-    let text = output(&result);
-    assert!(text.contains("cloned through the proxy"), "{result}");
-    assert!(text.contains("hello from the test server"), "{result}");
+    let (before, note) = split_note(&result);
+    assert!(before.contains("cloned through the proxy"), "git: {result}");
+    assert!(
+        before.contains("hello from the test server"),
+        "python: {result}"
+    );
+    assert!(before.contains("1.3.0\n"), "npm: {result}");
+    // Node's own `http` ignores the proxy variables before Node 24 (NODE_USE_ENV_PROXY): its
+    // lookup reaches the stub, and the note says why it failed.
+    if before.contains("node: EAI_AGAIN") {
+        assert!(
+            note.contains("allowed.test (allowed, but only through the proxy"),
+            "{result}"
+        );
+    } else {
+        assert!(before.contains("\n200\n"), "node: {result}");
+    }
 }
 
 #[test]
