@@ -14,7 +14,10 @@
 //! - the MCP bundle: validated and unpacked by the official `mcpb` CLI (from npm), then the
 //!   command of its manifest run;
 //! - `server.json`: each package it names is one of these, at this version, and the MCP name
-//!   is the one the README, the wheel and the npm package carry.
+//!   is the one the README, the wheel and the npm package carry;
+//! - every client block of `docs/clients.md`: its `npx -y toolhost@VERSION` and `uvx --from
+//!   toolhost-mcp==VERSION toolhost` commands run as written, with npm and uv pointed at the
+//!   packages; a `toolhost` command runs the binary the crate installed.
 //!
 //! The tests need the packages, so they are ignored by `cargo test`; `.ci/run` runs them after
 //! the packaging script:
@@ -27,6 +30,7 @@
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use toolhost_e2e::client_blocks::{Launch, blocks, command_of, launch_of};
 use toolhost_e2e::mcp_client::StdioClient;
 
 /// uv and pipx, installed from PyPI to run the wheel as their users do.
@@ -138,6 +142,25 @@ fn has_interpreter(path: &Path) -> bool {
         let at = phoff + i * size;
         u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) == 3 // PT_INTERP
     })
+}
+
+/// The npm tarballs: the binary's package, then the launcher's.
+fn npm_tarballs(dist: &Path) -> (PathBuf, PathBuf) {
+    let npm = dist.join("npm");
+    (
+        npm.join(format!("toolhost-linux-x64-{}.tgz", version())),
+        npm.join(format!("toolhost-{}.tgz", version())),
+    )
+}
+
+/// `npm install --prefix DIR TARBALLS...`, offline, with a cache of its own in `DIR`.
+fn npm_install(dir: &Path, tarballs: &[&Path]) {
+    run(Command::new("npm")
+        .args(["install", "--offline", "--no-audit", "--no-fund", "--cache"])
+        .arg(dir.join(".npm-cache"))
+        .arg("--prefix")
+        .arg(dir)
+        .args(tarballs));
 }
 
 /// `<target>/packaging-tools`: a venv with uv and pipx, and the `mcpb` CLI, installed on the
@@ -275,20 +298,9 @@ async fn the_wheel_installs_with_pip_uv_and_pipx() {
 #[ignore = "needs packaging/build.sh's output in TOOLHOST_DIST (.ci/run runs it)"]
 async fn the_npm_packages_install_and_serve_through_npx() {
     let dist = dist();
-    let npm = dist.join("npm");
-    let main = npm.join(format!("toolhost-{}.tgz", version()));
-    let platform = npm.join(format!("toolhost-linux-x64-{}.tgz", version()));
+    let (platform, main) = npm_tarballs(&dist);
     let prefix = tempfile::tempdir().expect("prefix");
-    let cache = prefix.path().join(".npm-cache");
-    let install = |dir: &Path, tarballs: &[&Path]| {
-        run(Command::new("npm")
-            .args(["install", "--offline", "--no-audit", "--no-fund", "--cache"])
-            .arg(&cache)
-            .arg("--prefix")
-            .arg(dir)
-            .args(tarballs));
-    };
-    install(prefix.path(), &[&platform, &main]);
+    npm_install(prefix.path(), &[&platform, &main]);
     let launcher = prefix.path().join("node_modules/.bin/toolhost");
     serve_and_execute("npm: node_modules/.bin/toolhost", &launcher, &serve()).await;
     // npx finds the version installed in the directory it runs in, as it would the one it
@@ -304,7 +316,7 @@ async fn the_npm_packages_install_and_serve_through_npx() {
     // Without the platform package (npm skips an optional dependency it cannot fetch), the
     // launcher names it.
     let alone = tempfile::tempdir().expect("prefix");
-    install(alone.path(), &[&main]);
+    npm_install(alone.path(), &[&main]);
     let output = Command::new(alone.path().join("node_modules/.bin/toolhost"))
         .arg("--version")
         .output()
@@ -424,4 +436,59 @@ fn server_json_names_these_packages() {
         bundle["fileSha256"].as_str(),
         digest.split_whitespace().next()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs packaging/build.sh's output in TOOLHOST_DIST (.ci/run runs it)"]
+async fn every_client_block_runs_through_its_package() {
+    let dist = dist();
+    // npx finds the packages installed in the directory it runs in.
+    let npm_dir = tempfile::tempdir().expect("dir");
+    let (platform, main) = npm_tarballs(&dist);
+    npm_install(npm_dir.path(), &[&platform, &main]);
+    // uvx (on the PATH) finds the wheel in the packages' directory, and nothing else.
+    let home = tempfile::tempdir().expect("dir");
+    let path = format!(
+        "{}:{}",
+        tools().join("venv/bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let uv_cache = home.path().join("uv-cache");
+    let wheels = dist.join("python");
+    let uv_env = [
+        ("PATH", path.as_str()),
+        ("UV_CACHE_DIR", uv_cache.to_str().expect("UTF-8")),
+        ("UV_PYTHON_DOWNLOADS", "never"),
+        ("UV_OFFLINE", "1"),
+        ("UV_NO_INDEX", "1"),
+        ("UV_FIND_LINKS", wheels.to_str().expect("UTF-8")),
+    ];
+
+    let mut forms = Vec::new();
+    for block in blocks().iter().filter(|block| block.client != "http") {
+        let (command, args) = command_of(block);
+        let mut line: Vec<&str> = vec![&command];
+        line.extend(args.iter().map(String::as_str));
+        let label = format!("{}: {}", block.client, line.join(" "));
+        let launch = launch_of(&block.client, &command, &args);
+        match &launch {
+            // The binary the crate installed, standing for the one on the PATH.
+            Launch::Installed(args) => {
+                let binary = dist.join("cargo-root/bin/toolhost");
+                serve_and_execute(&label, &binary, args).await;
+            }
+            Launch::Npx(_) => {
+                let (program, args) =
+                    with_env(npm_dir.path(), &[("npm_config_offline", "true")], &line);
+                serve_and_execute(&label, &program, &args).await;
+            }
+            Launch::Uvx(_) => {
+                let (program, args) = with_env(home.path(), &uv_env, &line);
+                serve_and_execute(&label, &program, &args).await;
+            }
+        }
+        forms.push(launch);
+    }
+    assert!(forms.iter().any(|form| matches!(form, Launch::Npx(_))));
+    assert!(forms.iter().any(|form| matches!(form, Launch::Uvx(_))));
 }
