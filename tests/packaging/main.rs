@@ -4,7 +4,8 @@
 //! `execute`, and runs `echo ok` through it.
 //!
 //! - the crate: `cargo install --path OUT/crates/toolhost-VERSION` offline
-//!   (`packaging/install-crate.sh`), and the binary is static (no program interpreter);
+//!   (`packaging/install-crate.sh`); the binary is static (no program interpreter), and its
+//!   `new-policy` writes every file of the repository's policy SDK;
 //! - the wheel: `pip install` into a fresh venv (both `toolhost` and `toolhost-mcp`), `uvx
 //!   --from WHEEL toolhost serve`, `uvx toolhost-mcp serve` and `pipx run --spec WHEEL toolhost
 //!   serve` (uv and pipx are installed from PyPI into `<target>/packaging-tools`);
@@ -225,6 +226,43 @@ async fn the_crate_installs_offline_and_serves() {
         binary.display()
     );
     serve_and_execute("cargo install", &binary, &serve()).await;
+
+    // `toolhost new-policy` writes the SDK the crate carries: every file of the repository's
+    // (its manifest made standalone).
+    let work = tempfile::tempdir().expect("dir");
+    run(Command::new(&binary)
+        .args(["new-policy", "mine", "--dir"])
+        .arg(work.path()));
+    let written = work.path().join("mine/toolhost-policy");
+    let sdk = toolhost_e2e::repo_root().join("guest-tools/crates/toolhost-policy");
+    assert!(written.join("Cargo.toml").is_file());
+    for file in files_under(&sdk) {
+        let relative = file.strip_prefix(&sdk).expect("under the SDK");
+        if relative != Path::new("Cargo.toml") {
+            assert_eq!(
+                std::fs::read(written.join(relative)).ok(),
+                std::fs::read(&file).ok(),
+                "the SDK's {}",
+                relative.display()
+            );
+        }
+    }
+}
+
+/// Every file under `dir`, but build output (`target/`).
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("read dir") {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            if path.file_name().is_some_and(|name| name != "target") {
+                files.extend(files_under(&path));
+            }
+        } else {
+            files.push(path);
+        }
+    }
+    files
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
