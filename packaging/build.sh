@@ -95,11 +95,23 @@ step "crate packages (cargo package)"
 # builds the same package.
 cargo package --locked --offline --no-verify --allow-dirty \
     -p toolhost-keeper-protocol -p toolhost
-rm -rf "$out"
+# Everything but the unpacked crates, which are kept while their content is the same.
+rm -rf "$out/python" "$out/npm" "$out/cargo-root" "$out"/*.mcpb "$out/server.json"
 mkdir -p "$out/crates" "$out/python" "$out/npm"
+# cargo package gives every file the same old time, and cargo tells a fresh build by times:
+# unpacked as they are, changed sources would look older than the last build. So they are
+# unpacked with the current time (-m), and replace the last ones only if something changed
+# (but the commit they were packaged from).
 for crate in toolhost toolhost-keeper-protocol; do
     cp "$CARGO_TARGET_DIR/package/$crate-$version.crate" "$out/crates/"
-    tar -xzf "$out/crates/$crate-$version.crate" -C "$out/crates"
+    unpacked="$(mktemp -d)"
+    tar -m -xzf "$out/crates/$crate-$version.crate" -C "$unpacked"
+    if ! diff -rq -x .cargo_vcs_info.json "$unpacked/$crate-$version" "$out/crates/$crate-$version" \
+        >/dev/null 2>&1; then
+        rm -rf "$out/crates/$crate-$version"
+        mv "$unpacked/$crate-$version" "$out/crates/"
+    fi
+    rm -rf "$unpacked"
 done
 
 step "the release build: cargo install from the packaged crate, offline, for $target"
