@@ -9,7 +9,7 @@
 #   OUT/python/toolhost_mcp-VERSION-*.whl        the PyPI wheel (`uvx --from toolhost-mcp`);
 #   OUT/npm/toolhost-VERSION.tgz                 the npm launcher package (`npx toolhost`),
 #   OUT/npm/toolhost-linux-x64-VERSION.tgz       and its Linux x86-64 binary package;
-#   OUT/toolhost-VERSION-linux-x64.mcpb          the MCP bundle for Claude Desktop;
+#   OUT/toolhost-VERSION-linux-x64.mcpb          the MCP bundle (MCPB);
 #   OUT/server.json                              the MCP registry's description of all these.
 #
 # The binary is the one `cargo install` builds from the packaged crate, so the crate package is
@@ -24,6 +24,7 @@ repo="$PWD"
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}"
 out="${1:-$CARGO_TARGET_DIR/dist}"
+# The target packaging/install-crate.sh builds for.
 target=x86_64-unknown-linux-musl
 
 step() { printf '\n== packaging: %s\n' "$*"; }
