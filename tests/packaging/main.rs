@@ -165,8 +165,13 @@ fn npm_install(dir: &Path, tarballs: &[&Path]) {
 }
 
 /// `<target>/packaging-tools`: a venv with uv and pipx, and the `mcpb` CLI, installed on the
-/// first run (a marker records the versions).
+/// first run (a marker records the versions), once for all the tests of this process.
 fn tools() -> PathBuf {
+    static TOOLS: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    TOOLS.get_or_init(install_tools).clone()
+}
+
+fn install_tools() -> PathBuf {
     let dir = toolhost_e2e::target_dir().join("packaging-tools");
     let marker = dir.join("installed");
     let wanted = format!("uv {UV_VERSION}, pipx {PIPX_VERSION}, mcpb {MCPB_VERSION}\n");
