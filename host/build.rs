@@ -13,6 +13,20 @@
 //! - the list of the policy SDK's files (`guest-tools/crates/toolhost-policy`), each embedded
 //!   with `include_bytes!` in `$OUT_DIR/sdk_files.rs`, which `src/cli/scaffold.rs`
 //!   includes: `toolhost new-policy` writes a copy of the SDK of the binary's own version.
+//!
+//! It reads these from one of two places:
+//!
+//! - in the repository (`../guest-tools`, `../keeper` and `../wit` exist), the sources
+//!   themselves: the guests are built here, which needs the `wasm32-wasip2` target (added with
+//!   rustup when missing);
+//! - in a packaged crate (`cargo package`, `cargo install toolhost`), `packaged/`, which
+//!   `packaging/build.sh` fills before packaging: the guest components already built (they are
+//!   the same on every machine), the SDK's files, the guest workspace's manifest and lock file,
+//!   the toolchain file, and the keeper's sources as a workspace of their own with its lock
+//!   file. Every `Cargo.toml` there is stored as `Cargo.toml.vendored`, since `cargo package`
+//!   leaves out any directory holding a `Cargo.toml`. Nothing outside the package is read,
+//!   and rustup is not run: the keeper is built for musl when that target is installed, else
+//!   statically against glibc.
 
 use sha2::Digest;
 use std::env;
@@ -23,7 +37,29 @@ const TARGET: &str = "wasm32-wasip2";
 
 fn main() {
     let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
-    let root = manifest_dir.parent().expect("host/ lives in the workspace");
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets it"));
+    let root = manifest_dir.parent().expect("a crate lives in a directory");
+    let in_repository = ["guest-tools/Cargo.toml", "keeper/Cargo.toml", "wit"]
+        .iter()
+        .all(|path| root.join(path).exists());
+    if in_repository {
+        from_repository(root, &out_dir);
+    } else {
+        let packaged = manifest_dir.join("packaged");
+        assert!(
+            packaged.join("guests").is_dir(),
+            "neither the toolhost repository ({}) nor the packaged sources ({}) are there: \
+             build from a clone, or package with packaging/build.sh",
+            root.display(),
+            packaged.display()
+        );
+        from_package(&packaged, &out_dir);
+    }
+}
+
+/// The build in the repository: the guests built from `guest-tools/`, the keeper from
+/// `keeper/`, the SDK's files from `guest-tools/crates/toolhost-policy`.
+fn from_repository(root: &Path, out_dir: &Path) {
     let guests = root.join("guest-tools");
     println!(
         "cargo:rerun-if-changed={}",
@@ -37,19 +73,29 @@ fn main() {
         println!("cargo:rerun-if-changed={}", guests.join(dir).display());
     }
     println!("cargo:rerun-if-changed={}", root.join("wit").display());
+    let toolchain = root.join("rust-toolchain.toml");
+    println!("cargo:rerun-if-changed={}", toolchain.display());
+    scaffold_files(
+        &guests.join("Cargo.toml"),
+        &guests.join("Cargo.lock"),
+        &toolchain,
+    );
 
-    let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets it"));
     // OUT_DIR is <target>/<profile>/build/toolhost-<hash>/out: share one guest target dir
     // between profiles and `cargo check`/`clippy`, so the guests build once.
-    let target_dir = out_dir
-        .ancestors()
-        .nth(4)
-        .map(|t| t.join("wasm-guests"))
-        .unwrap_or_else(|| out_dir.join("wasm-guests"));
+    let target_dir = shared_dir(out_dir, "wasm-guests");
 
-    build_keeper(root, &out_dir);
-    embed_sdk(&guests.join("crates").join("toolhost-policy"), &out_dir);
-    if !ensure_target(TARGET) {
+    let keeper = root.join("keeper");
+    println!("cargo:rerun-if-changed={}", keeper.display());
+    // The protocol crate the keeper shares with the host. It lies inside `keeper/`, and is
+    // named here so that moving it out does not lose the rebuild.
+    println!(
+        "cargo:rerun-if-changed={}",
+        keeper.join("protocol").display()
+    );
+    build_keeper(&root.join("Cargo.toml"), out_dir, true);
+    embed_sdk(&guests.join("crates").join("toolhost-policy"), out_dir);
+    if !ensure_target(TARGET, true) {
         println!(
             "cargo:warning=could not install the {TARGET} target; run `rustup target add {TARGET}`"
         );
@@ -72,10 +118,55 @@ fn main() {
         .status()
         .expect("failed to run cargo for the guest components");
     assert!(status.success(), "building the guest components failed");
+    announce_guests(&target_dir.join(TARGET).join("release"));
+}
 
-    let release = target_dir.join(TARGET).join("release");
+/// The build of a packaged crate, from `packaged/` alone (see the module's comment).
+fn from_package(packaged: &Path, out_dir: &Path) {
+    println!("cargo:rerun-if-changed={}", packaged.display());
+    scaffold_files(
+        &packaged.join("guest-workspace.toml"),
+        &packaged.join("guest-workspace.lock"),
+        &packaged.join("rust-toolchain.toml"),
+    );
+    // The keeper's workspace, copied under OUT_DIR with its manifests named back.
+    let keeper = out_dir.join("keeper-workspace");
+    copy_unvendored(&packaged.join("keeper"), &keeper);
+    build_keeper(&keeper.join("Cargo.toml"), out_dir, false);
+    embed_sdk(&packaged.join("sdk"), out_dir);
+    announce_guests(&packaged.join("guests"));
+}
+
+/// `<target>/NAME`, the directory of a nested build shared by every profile (`OUT_DIR` is
+/// `<target>/<profile>/build/toolhost-<hash>/out`).
+fn shared_dir(out_dir: &Path, name: &str) -> PathBuf {
+    out_dir
+        .ancestors()
+        .nth(4)
+        .map(|t| t.join(name))
+        .unwrap_or_else(|| out_dir.join(name))
+}
+
+/// The files `src/cli/scaffold.rs` includes: the guest workspace's manifest and lock file and
+/// the toolchain file, by absolute path.
+fn scaffold_files(guest_workspace: &Path, guest_lock: &Path, toolchain: &Path) {
+    for (var, path) in [
+        ("TOOLHOST_SCAFFOLD_GUEST_WORKSPACE", guest_workspace),
+        ("TOOLHOST_SCAFFOLD_GUEST_LOCK", guest_lock),
+        ("TOOLHOST_SCAFFOLD_TOOLCHAIN", toolchain),
+    ] {
+        assert!(path.is_file(), "{} is missing", path.display());
+        println!("cargo:rustc-env={var}={}", path.display());
+    }
+}
+
+/// For every component `NAME.wasm` in `dir`, set `TOOLHOST_GUEST_<NAME>` to its path and
+/// `TOOLHOST_GUEST_<NAME>_SHA256` to its digest.
+fn announce_guests(dir: &Path) {
     let mut found = 0;
-    for entry in std::fs::read_dir(&release).expect("guest build output exists") {
+    for entry in std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("cannot read the guest components in {}: {e}", dir.display()))
+    {
         let path = entry.expect("readable dir entry").path();
         if path.extension().is_some_and(|e| e == "wasm") {
             let stem = path
@@ -95,11 +186,41 @@ fn main() {
             found += 1;
         }
     }
-    assert!(
-        found > 0,
-        "no guest component was built in {}",
-        release.display()
-    );
+    assert!(found > 0, "no guest component in {}", dir.display());
+}
+
+/// A file's name as it is used: `Cargo.toml.vendored` (how a packaged crate stores a nested
+/// manifest) is `Cargo.toml`.
+fn unvendored(name: &str) -> &str {
+    if name == "Cargo.toml.vendored" {
+        "Cargo.toml"
+    } else {
+        name
+    }
+}
+
+/// Copy the tree `from` to `to`, naming manifests back (`unvendored`). A file whose content
+/// is already there is not rewritten, so that the nested build stays fresh.
+fn copy_unvendored(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap_or_else(|e| panic!("create {}: {e}", to.display()));
+    for entry in std::fs::read_dir(from).unwrap_or_else(|e| panic!("read {}: {e}", from.display()))
+    {
+        let path = entry.expect("readable dir entry").path();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .expect("a UTF-8 file name");
+        let target = to.join(unvendored(name));
+        if path.is_dir() {
+            copy_unvendored(&path, &target);
+        } else {
+            let bytes = std::fs::read(&path).expect("read a packaged file");
+            if std::fs::read(&target).ok().as_deref() != Some(&bytes[..]) {
+                std::fs::write(&target, bytes)
+                    .unwrap_or_else(|e| panic!("write {}: {e}", target.display()));
+            }
+        }
+    }
 }
 
 /// Write `$OUT_DIR/sdk_files.rs`: `SDK_FILES`, every file under the SDK crate's directory `sdk`
@@ -129,7 +250,7 @@ fn embed_sdk(sdk: &Path, out_dir: &Path) {
                     .strip_prefix(base)
                     .expect("under the SDK directory")
                     .components()
-                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                    .map(|c| unvendored(&c.as_os_str().to_string_lossy()).to_owned())
                     .collect::<Vec<_>>()
                     .join("/");
                 files.push((relative, path));
@@ -159,9 +280,10 @@ fn embed_sdk(sdk: &Path, out_dir: &Path) {
 }
 
 /// rustup installs the targets named in rust-toolchain.toml only when it installs the toolchain
-/// itself; on a machine that already had the toolchain, add the target here. Whether `target`'s
-/// standard library is there afterwards.
-fn ensure_target(target: &str) -> bool {
+/// itself; on a machine that already had the toolchain, add the target here (when `install`:
+/// in the repository, never for a packaged crate). Whether `target`'s standard library is
+/// there afterwards.
+fn ensure_target(target: &str, install: bool) -> bool {
     let installed = || {
         let rustc = env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
         Command::new(rustc)
@@ -171,8 +293,8 @@ fn ensure_target(target: &str) -> bool {
             .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
             .is_some_and(|s| s.join("lib/rustlib").join(target).join("lib").exists())
     };
-    if installed() {
-        return true;
+    if installed() || !install {
+        return installed();
     }
     let mut cmd = Command::new("rustup");
     cmd.args(["target", "add", target]);
@@ -202,42 +324,32 @@ fn isolate(cmd: &mut Command) {
     }
 }
 
-/// Build `keeper/` (a member of this workspace) in release mode, statically linked, for the
-/// machine the host is built for, and set `TOOLHOST_KEEPER` to the executable.
+/// Build the keeper (the package `toolhost-keeper` of the workspace `manifest`: this
+/// repository's, or the one a packaged crate carries) in release mode, statically linked, for
+/// the machine the host is built for, and set `TOOLHOST_KEEPER` to the executable.
 ///
 /// Every command pays the keeper's start, so it is built to start fast: statically (no dynamic
 /// loader) and, on a `-linux-gnu` host, against musl, whose start-up is a few system calls.
 /// glibc's, even static, probes the CPU's caches with `cpuid`, which traps to the hypervisor on
 /// a virtual machine: measured here, 720 µs per exec against 160 µs with musl. Where the musl
-/// target cannot be installed, the keeper is linked statically against glibc instead.
-fn build_keeper(root: &Path, out_dir: &Path) {
-    let keeper = root.join("keeper");
-    println!("cargo:rerun-if-changed={}", keeper.display());
-    // The protocol crate the keeper shares with the host. It lies inside `keeper/`, and is
-    // named here so that moving it out does not lose the rebuild.
-    println!(
-        "cargo:rerun-if-changed={}",
-        keeper.join("protocol").display()
-    );
+/// target is not installed (and, when `install`, cannot be), the keeper is linked statically
+/// against glibc instead.
+fn build_keeper(manifest: &Path, out_dir: &Path, install: bool) {
     let host_target = env::var("TARGET").expect("cargo sets it");
     let musl = host_target
         .strip_suffix("-linux-gnu")
         .map(|arch| format!("{arch}-linux-musl"));
     let target = match musl {
-        Some(musl) if ensure_target(&musl) => musl,
+        Some(musl) if ensure_target(&musl, install) => musl,
         Some(musl) => {
             println!(
-                "cargo:warning=the keeper is linked against glibc: the {musl} target could not be installed, and every command starts about 0.5 ms slower"
+                "cargo:warning=the keeper is linked against glibc: the {musl} target is not installed (`rustup target add {musl}`), and every command starts about 0.5 ms slower"
             );
             host_target.clone()
         }
         None => host_target.clone(),
     };
-    let target_dir = out_dir
-        .ancestors()
-        .nth(4)
-        .map(|t| t.join("keeper"))
-        .unwrap_or_else(|| out_dir.join("keeper"));
+    let target_dir = shared_dir(out_dir, "keeper");
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.arg("build")
@@ -248,7 +360,7 @@ fn build_keeper(root: &Path, out_dir: &Path) {
         .arg("--target")
         .arg(&target)
         .arg("--manifest-path")
-        .arg(root.join("Cargo.toml"))
+        .arg(manifest)
         .arg("--target-dir")
         .arg(&target_dir);
     isolate(&mut cmd);

@@ -1,129 +1,24 @@
 //! Every client block of `docs/clients.md`, read as its client reads it: the JSON or TOML is
 //! parsed, the server entry found where that client looks for it, and the command it names
-//! started (the built binary standing for `toolhost` on the `PATH`) through an MCP handshake
-//! and `tools/list`. The HTTP block's command is run with a free port and a token file of the
-//! test's.
+//! started through an MCP handshake and `tools/list`, the built binary standing for the
+//! `toolhost` it starts (installed, or through `npx -y toolhost@VERSION` or `uvx --from
+//! toolhost-mcp==VERSION toolhost`, pinned to this version). `tests/packaging` runs the `npx`
+//! and `uvx` forms themselves against the packages. The HTTP block's command is run with a
+//! free port and a token file of the test's.
 
-use serde_json::{Value, json};
-use std::path::Path;
+use serde_json::json;
+use toolhost_e2e::client_blocks::{Launch, blocks, command_of, launch_of};
 use toolhost_e2e::http_session::try_post;
 use toolhost_e2e::mcp_client::StdioClient;
 use toolhost_e2e::toolhost_bin;
 
-/// One fenced block of the page: its language, its `client=` name and its text.
-struct Block {
-    language: String,
-    client: String,
-    text: String,
-}
-
-fn blocks() -> Vec<Block> {
-    let page =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/clients.md"))
-            .expect("docs/clients.md");
-    let mut blocks = Vec::new();
-    let mut open: Option<Block> = None;
-    for line in page.lines() {
-        match (&mut open, line.strip_prefix("```")) {
-            (None, Some(info)) => {
-                let mut words = info.split_whitespace();
-                let language = words.next().unwrap_or_default().to_owned();
-                let client = words
-                    .find_map(|word| word.strip_prefix("client="))
-                    .unwrap_or_default()
-                    .to_owned();
-                open = Some(Block {
-                    language,
-                    client,
-                    text: String::new(),
-                });
-            }
-            (Some(_), Some("")) => blocks.extend(open.take()),
-            (Some(block), _) => {
-                block.text.push_str(line);
-                block.text.push('\n');
-            }
-            (None, None) => {}
-        }
-    }
-    blocks
-}
-
-/// The command and arguments a client starts for `block` (the server entry where that client
-/// looks for it).
-fn command_of(block: &Block) -> (String, Vec<String>) {
-    let strings = |value: &Value| -> Vec<String> {
-        value
-            .as_array()
-            .map(|items| {
-                items
-                    .iter()
-                    .map(|item| item.as_str().expect("a string argument").to_owned())
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let entry = |parsed: &Value, key: &str| -> (String, Vec<String>) {
-        let server = &parsed[key]["toolhost"];
-        let command = server["command"]
-            .as_str()
-            .unwrap_or_else(|| panic!("{}: no {key}.toolhost.command", block.client));
-        (command.to_owned(), strings(&server["args"]))
-    };
-    match (block.language.as_str(), block.client.as_str()) {
-        ("sh", "claude-code") => {
-            let words: Vec<&str> = block.text.split_whitespace().collect();
-            assert_eq!(
-                &words[..4],
-                ["claude", "mcp", "add", "toolhost"],
-                "{}",
-                block.text
-            );
-            let split = words.iter().position(|word| *word == "--").expect("`--`");
-            let rest: Vec<String> = words[split + 1..].iter().map(|w| (*w).to_owned()).collect();
-            (rest[0].clone(), rest[1..].to_vec())
-        }
-        ("toml", "codex") => {
-            let parsed: toml::Value = toml::from_str(&block.text).expect("TOML as Codex reads it");
-            let server = &parsed["mcp_servers"]["toolhost"];
-            let command = server["command"].as_str().expect("command").to_owned();
-            let args = server["args"]
-                .as_array()
-                .expect("args")
-                .iter()
-                .map(|arg| arg.as_str().expect("a string").to_owned())
-                .collect();
-            assert!(
-                server["tool_timeout_sec"]
-                    .as_integer()
-                    .is_some_and(|t| t >= 60)
-            );
-            (command, args)
-        }
-        ("json", client) => {
-            let parsed: Value = serde_json::from_str(&block.text)
-                .unwrap_or_else(|error| panic!("{client}: not JSON ({error}): {}", block.text));
-            match client {
-                "vscode" => {
-                    assert_eq!(parsed["servers"]["toolhost"]["type"], "stdio");
-                    entry(&parsed, "servers")
-                }
-                "zed" => entry(&parsed, "context_servers"),
-                _ => entry(&parsed, "mcpServers"),
-            }
-        }
-        (language, client) => panic!("a block the test does not know: {language} {client}"),
-    }
-}
-
-/// Run `command args` as the client would, `toolhost` (or a path ending in it) being the
-/// built binary, through an MCP handshake and `tools/list`.
+/// Run `command args` as the client would, the built binary standing for the `toolhost` the
+/// command starts, through an MCP handshake and `tools/list`.
 async fn handshake(client: &str, command: &str, args: &[String]) {
-    assert!(
-        command == "toolhost" || command.ends_with("/toolhost"),
-        "{client}: runs {command}"
-    );
-    let mut server = StdioClient::spawn_command(&toolhost_bin(), args);
+    let args = match launch_of(client, command, args) {
+        Launch::Installed(args) | Launch::Npx(args) | Launch::Uvx(args) => args,
+    };
+    let mut server = StdioClient::spawn_command(&toolhost_bin(), &args);
     let init = server.initialize().await;
     assert!(init.get("result").is_some(), "{client}: {init}");
     let tools = server.request("tools/list", json!({})).await;

@@ -1,6 +1,7 @@
 //! Helpers shared by the end-to-end tests (the test binaries beside this directory) and the
 //! benchmarks (`benches/`), as the library `toolhost_e2e`:
 //!
+//! - [`client_blocks`]: the client blocks of `docs/clients.md`, parsed as their clients do;
 //! - [`paths`]: the target directory, the repository, the `toolhost` binary (built on demand),
 //!   the component caches, the directory shared with confined commands, the fake machines' root;
 //! - [`fixtures`]: the fixture components the host's build script builds;
@@ -15,6 +16,7 @@
 //!
 //! The items the tests use most are re-exported here.
 
+pub mod client_blocks;
 pub mod commands;
 pub mod fixtures;
 pub mod hosts;

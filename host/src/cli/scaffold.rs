@@ -19,12 +19,15 @@ use std::path::{Path, PathBuf};
 // `SDK_FILES`: every file of `guest-tools/crates/toolhost-policy`, written by `build.rs`.
 include!(concat!(env!("OUT_DIR"), "/sdk_files.rs"));
 
+// The next three are `guest-tools/Cargo.toml`, `guest-tools/Cargo.lock` and
+// `rust-toolchain.toml` of the repository, or their copies in a packaged crate (`build.rs`
+// names them).
 /// The guest workspace's manifest: the values the SDK's manifest inherits.
-const GUEST_WORKSPACE: &str = include_str!("../../../guest-tools/Cargo.toml");
+const GUEST_WORKSPACE: &str = include_str!(env!("TOOLHOST_SCAFFOLD_GUEST_WORKSPACE"));
 /// The guest workspace's lock file: the versions the SDK is built with.
-const GUEST_LOCK: &str = include_str!("../../../guest-tools/Cargo.lock");
+const GUEST_LOCK: &str = include_str!(env!("TOOLHOST_SCAFFOLD_GUEST_LOCK"));
 /// This repository's toolchain file: its compiler channel.
-const TOOLCHAIN: &str = include_str!("../../../rust-toolchain.toml");
+const TOOLCHAIN: &str = include_str!(env!("TOOLHOST_SCAFFOLD_TOOLCHAIN"));
 
 /// Templates of the crate's own files; `{{name}}`, `{{crate_name}}` and
 /// `{{toolhost_version}}` are replaced.

@@ -11,7 +11,7 @@ pub use super::latest::GuestBuffer;
 use super::latest::{wit_buffer, wit_process};
 
 wasmtime::component::bindgen!({
-    path: "../wit/v0.1.0",
+    path: "wit/v0.1.0",
     world: "toolhost:plugin/shell-tools",
     imports: { default: async | trappable },
     exports: { default: async },

@@ -15,7 +15,7 @@ pub use super::latest::GuestBuffer;
 use super::latest::{self, wit_buffer, wit_process, wit_sandbox};
 
 wasmtime::component::bindgen!({
-    path: "../wit/v0.2.0",
+    path: "wit/v0.2.0",
     world: "toolhost:plugin/shell-tools",
     imports: { default: async | trappable },
     exports: { default: async },

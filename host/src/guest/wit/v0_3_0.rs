@@ -8,8 +8,10 @@ use crate::process::{self, ProcessError, ReadFrom, Signal, Stdin, Until};
 use crate::sandbox::{self, SandboxMode};
 use crate::terminal::{Key, Screen, TerminalSize};
 
+// `host/wit` is a symbolic link to the repository's `wit/`, so that a packaged crate carries
+// the WIT files (`cargo package` copies what the link points to).
 wasmtime::component::bindgen!({
-    path: "../wit",
+    path: "wit",
     world: "toolhost:plugin/shell-tools",
     imports: { default: async | trappable },
     exports: { default: async },
