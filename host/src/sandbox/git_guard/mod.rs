@@ -40,6 +40,8 @@
 //! 7. Checks run right before each confined command of the scope starts (catching what a
 //!    leftover process did meanwhile), right after it ends (the note goes into its result), and
 //!    when the scope ends.
+//! 8. A check begins with the watches on every directory the last full check read
+//!    (`watch.rs`, inotify): when none saw a relevant change, it ends there, reading nothing.
 //!
 //! Deleting a hook or a setting is accepted: it runs nothing.
 //! A top-level `hooks/*.sample` file is ignored: git never runs it, and `git init` writes them.
@@ -106,9 +108,11 @@ mod config;
 mod fs;
 #[cfg(test)]
 mod tests;
+mod watch;
 
 pub(crate) use config::{Setting, parse, without};
 use fs::*;
+use watch::{Role, Watches};
 
 /// Most git directories one guard watches.
 const MAX_GIT_DIRS: usize = 256;
@@ -178,6 +182,11 @@ impl GitGuard {
     /// first check records the accepted state and refuses nothing.
     pub(crate) async fn check(&self, moment: Moment) -> Option<String> {
         let mut state = self.state.clone().lock_owned().await;
+        // Nothing the guard reads changed: no thread, no file read.
+        if state.quiet() {
+            state.skipped += 1;
+            return None;
+        }
         let roots = self.roots.clone();
         let refusals = tokio::task::spawn_blocking(move || state.check(&roots))
             .await
@@ -281,6 +290,12 @@ fn note(moment: Moment, refusals: &[Refusal]) -> Option<String> {
 struct State {
     /// The first check was made (it records, and refuses nothing).
     baseline: bool,
+    /// The watches on what the last full check read (made by the first check).
+    watches: Option<Watches>,
+    /// The watches saw a change that no full check has looked at yet.
+    pending: bool,
+    /// Checks that ended at the watches, nothing having changed (for tests).
+    skipped: u64,
     /// Per git directory.
     repos: HashMap<PathBuf, Repo>,
     /// Per `.git` file or link and `commondir`.
@@ -351,16 +366,38 @@ enum PointerKind {
 }
 
 impl State {
-    /// One check (blocking): see the module documentation.
+    /// Whether nothing the guard reads changed since the last full check (`watch.rs`). A
+    /// change seen stays seen until a full check begins.
+    fn quiet(&mut self) -> bool {
+        if !self.baseline || self.pending {
+            return false;
+        }
+        let changed = self.watches.as_mut().is_none_or(Watches::changed);
+        self.pending = changed;
+        !changed
+    }
+
+    /// One check (blocking): see the module documentation. It ends at once when the watches
+    /// saw no change.
     fn check(&mut self, roots: &[PathBuf]) -> Vec<Refusal> {
+        if self.quiet() {
+            self.skipped += 1;
+            return Vec::new();
+        }
         let judge = self.baseline;
         self.baseline = true;
+        self.pending = false;
+        let mut watches = self.watches.take().unwrap_or_else(Watches::new);
+        // What happened before this point is read below; what happens after it is seen by
+        // the next check.
+        watches.changed();
         let mut checker = Checker {
             roots,
             judge,
             refusals: Vec::new(),
             budget: MAX_KEPT_BYTES.saturating_sub(self.kept_bytes()),
             bounded: false,
+            watches: &mut watches,
         };
         let mut pointers = HashMap::new();
         let gitdirs = checker.discover(&self.pointers, &mut pointers);
@@ -369,6 +406,7 @@ impl State {
             let Ok(dir) = open_dir(&gitdir) else {
                 continue;
             };
+            checker.watches.add(&dir, Role::Git);
             let repo = checker.repo(&dir, &gitdir, self.repos.get(&gitdir));
             repos.insert(gitdir, repo);
         }
@@ -380,9 +418,11 @@ impl State {
             }
             repos.entry(path).or_insert(repo);
         }
+        let (bounded, refusals) = (checker.bounded, checker.refusals);
+        self.watches = Some(watches);
         self.repos = repos;
         self.pointers = pointers;
-        if checker.bounded && !self.warned {
+        if bounded && !self.warned {
             self.warned = true;
             tracing::warn!(
                 "the git guard reached one of its bounds (at most {MAX_GIT_DIRS} git directories, \
@@ -392,7 +432,7 @@ impl State {
                 MAX_KEPT_BYTES / (1024 * 1024)
             );
         }
-        checker.refusals
+        refusals
     }
 
     /// The bytes of content this state keeps.
@@ -436,6 +476,8 @@ struct Checker<'a> {
     budget: usize,
     /// A bound was reached.
     bounded: bool,
+    /// Every directory read is watched.
+    watches: &'a mut Watches,
 }
 
 impl Checker<'_> {
@@ -476,6 +518,7 @@ impl Checker<'_> {
             let Ok(root_dir) = open_dir(root) else {
                 continue;
             };
+            self.watches.add(&root_dir, Role::Root);
             self.dot_git(&root_dir, root, old, new, &mut queue);
             for name in names(&root_dir, MAX_CHILDREN, &mut self.bounded) {
                 if name == ".git" || !is_dir_at(&root_dir, &name) {
@@ -484,6 +527,7 @@ impl Checker<'_> {
                 let Ok(child) = open_subdir(&root_dir, &name) else {
                     continue;
                 };
+                self.watches.add(&child, Role::Holder);
                 self.dot_git(&child, &root.join(&name), old, new, &mut queue);
             }
         }
@@ -500,6 +544,7 @@ impl Checker<'_> {
             let Ok(dir) = open_dir(&gitdir) else {
                 continue;
             };
+            self.watches.add(&dir, Role::Git);
             found.push(gitdir.clone());
             if let Some(common) = self.pointer(&dir, &gitdir, "commondir", &gitdir, old, new) {
                 queue.push_back(common);
@@ -507,11 +552,13 @@ impl Checker<'_> {
             if is_dir_at(&dir, OsStr::new("modules"))
                 && let Ok(modules) = open_subdir(&dir, OsStr::new("modules"))
             {
+                self.watches.add(&modules, Role::Git);
                 self.modules(&modules, &gitdir.join("modules"), 0, &mut queue);
             }
             if is_dir_at(&dir, OsStr::new("worktrees"))
                 && let Ok(worktrees) = open_subdir(&dir, OsStr::new("worktrees"))
             {
+                self.watches.add(&worktrees, Role::Git);
                 for name in names(&worktrees, MAX_CHILDREN, &mut self.bounded) {
                     if is_dir_at(&worktrees, &name) {
                         queue.push_back(gitdir.join("worktrees").join(name));
@@ -647,6 +694,7 @@ impl Checker<'_> {
             let Ok(sub) = open_subdir(dir, &name) else {
                 continue;
             };
+            self.watches.add(&sub, Role::Git);
             let sub_path = path.join(&name);
             if matches!(stat_at(&sub, OsStr::new("HEAD")), Ok(Some(_))) {
                 queue.push_back(sub_path);
@@ -710,7 +758,15 @@ impl Checker<'_> {
                 };
                 let mut current = BTreeMap::new();
                 let mut room = MAX_HOOK_ENTRIES;
-                scan(&dir, Path::new(""), 0, &mut current, &mut room);
+                self.watches.add(&dir, Role::Git);
+                scan(
+                    &dir,
+                    Path::new(""),
+                    0,
+                    &mut current,
+                    &mut room,
+                    self.watches,
+                );
                 if room == 0 {
                     self.bounded = true;
                 }
@@ -1113,6 +1169,7 @@ fn scan(
     depth: usize,
     out: &mut BTreeMap<PathBuf, Stat>,
     room: &mut usize,
+    watches: &mut Watches,
 ) {
     let mut bounded = false;
     for name in names(dir, *room, &mut bounded) {
@@ -1132,7 +1189,8 @@ fn scan(
             && depth < MAX_HOOK_DEPTH
             && let Ok(sub) = open_subdir(dir, &name)
         {
-            scan(&sub, &rel, depth + 1, out, room);
+            watches.add(&sub, Role::Git);
+            scan(&sub, &rel, depth + 1, out, room, watches);
         }
     }
     if bounded {

@@ -468,3 +468,77 @@ fn the_note_names_the_file_what_was_refused_and_says_not_to_retry() {
     assert!(text.ends_with(']'), "{text}");
     assert!(note(Moment::ScopeEnd, &[refusal]).is_none());
 }
+
+/// A check that read nothing (the watches saw no change) refuses nothing and is counted.
+fn skipped_check(ws: &mut Workspace) -> bool {
+    let before = ws.state.skipped;
+    let refused = ws.check();
+    assert!(refused.is_empty(), "{refused:?}");
+    ws.state.skipped == before + 1
+}
+
+#[test]
+fn a_check_reads_again_only_what_the_watches_saw_change() {
+    let mut ws = Workspace::new(|root| {
+        init(root);
+        std::fs::create_dir(root.join("sub")).expect("dir");
+    });
+    if ws
+        .state
+        .watches
+        .as_mut()
+        .is_none_or(|watches| watches.changed())
+    {
+        eprintln!("no inotify here: every check is a full one");
+        return;
+    }
+    assert!(skipped_check(&mut ws), "nothing changed, yet it read again");
+    // Files in the workspace and in a directory of it, and a file in a new directory below
+    // one: nothing git runs. The check ends at the watches.
+    std::fs::write(ws.path("out.txt"), "build output").expect("write");
+    std::fs::write(ws.path("sub/notes.md"), "notes").expect("write");
+    assert!(skipped_check(&mut ws), "a plain file made it read again");
+
+    // Each place a change matters is seen, and judged.
+    let changes: [(&str, fn(&Workspace)); 6] = [
+        ("a new hook", |ws| {
+            write_exec(&ws.path(".git/hooks/post-merge"), "evil")
+        }),
+        ("a new file in the hooks", |ws| {
+            std::fs::write(ws.path(".git/hooks/post-commit"), "evil").expect("write");
+        }),
+        ("a setting", |ws| {
+            let mut config = std::fs::read_to_string(ws.path(".git/config")).expect("read");
+            config.push_str("[core]\n\thooksPath = /tmp/evil\n");
+            std::fs::write(ws.path(".git/config"), config).expect("write");
+        }),
+        ("a .git file in a directory of the workspace", |ws| {
+            std::fs::write(ws.path("sub/.git"), "gitdir: ../.git\n").expect("write");
+        }),
+        ("a new repository in a new directory", |ws| {
+            init(&ws.path("fresh"));
+            write_exec(&ws.path("fresh/.git/hooks/pre-commit"), "evil");
+        }),
+        ("a directory moved into the workspace", |ws| {
+            let elsewhere = ws.dir.path().join("moved");
+            init(&elsewhere);
+            std::fs::rename(&elsewhere, ws.path("moved")).expect("rename");
+        }),
+    ];
+    for (what, change) in changes {
+        change(&ws);
+        let before = ws.state.skipped;
+        let _ = ws.check();
+        assert_eq!(ws.state.skipped, before, "{what}: not read again");
+        // What it accepted or put back is quiet again.
+        let _ = ws.check();
+        assert!(
+            skipped_check(&mut ws),
+            "{what}: read again with nothing changed"
+        );
+    }
+    assert!(
+        !ws.path("fresh/.git/hooks/pre-commit").exists(),
+        "judged from nothing"
+    );
+}
