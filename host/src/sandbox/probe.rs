@@ -135,7 +135,7 @@ pub fn report(
                 "  namespaces: user; mount (a read-only view of /, the writable roots bound \
                  read-write, git hooks bound read-only, a private /tmp and /dev/shm of bounded \
                  size, hidden directories covered); network with only its own loopback for \
-                 network none"
+                 network none, and for an allow-list with the session's proxy on it"
             );
             match &here.tmp_overlay {
                 Ok(()) => {
@@ -206,7 +206,8 @@ pub fn report(
     let _ = writeln!(
         out,
         "  seccomp: {} (mount, namespaces, ptrace, bpf, io_uring, ...; sockets other than Unix \
-         with network none)",
+         with network none or an allow-list; in a network namespace of the session's own, IPv4, IPv6 and \
+         netlink sockets too, which reach only its loopback)",
         yes(support.seccomp)
     );
     let cgroups = super::cgroup::hierarchies();
