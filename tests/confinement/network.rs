@@ -36,6 +36,14 @@ import functools, http.server, socket, ssl, sys, threading
 root, cert, key = sys.argv[1], sys.argv[2], sys.argv[3]
 class Quiet(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args): pass
+    def do_GET(self):
+        if self.path != "/host":
+            return super().do_GET()
+        body = ("host=" + self.headers.get("Host", "") + "\n").encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 handler = functools.partial(Quiet, directory=root)
 plain = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
 tls = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -162,9 +170,14 @@ fn an_allow_list_lets_through_only_its_hosts_and_names_what_was_refused() {
         &flags,
         &format!(
             "curl -sSk https://allowed.test:{tls}/ && curl -sS http://allowed.test:{plain}/ && \
-             curl -sSk https://a.wild.test:{tls}/ && curl -sSk https://ported.test:{tls}/"
+             curl -sSk https://a.wild.test:{tls}/ && curl -sSk https://ported.test:{tls}/ && \
+             curl -sS -H 'Host: denied.test' http://allowed.test:{plain}/host"
         ),
         &env,
+    );
+    assert!(
+        output(&allowed).contains(&format!("host=allowed.test:{plain}\n")),
+        "a forwarded request names the host that was checked: {allowed}"
     );
     assert_eq!(allowed["exit_code"], 0, "{allowed}");
     assert_eq!(

@@ -8,7 +8,8 @@
 //!    `403` with the reason; a failed lookup or connection is answered `502`.
 //! 3. The proxy connects to a checked address (never to a name again).
 //! 4. A `CONNECT` is answered `200` and bytes flow both ways until either side closes; a
-//!    forwarded request is sent upstream in origin form and its answer returned.
+//!    forwarded request is sent upstream in origin form, with the `Host` it was checked for,
+//!    and its answer returned.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -168,6 +169,13 @@ async fn forward(
         .path_and_query()
         .map_or("/", |path| path.as_str())
         .to_owned();
+    // The `Host` the request names is the host that was checked: a different one would reach
+    // another site served at the same address.
+    if let Some(authority) = request.uri().authority()
+        && let Ok(host) = hyper::header::HeaderValue::from_str(authority.as_str())
+    {
+        request.headers_mut().insert(hyper::header::HOST, host);
+    }
     match origin.parse() {
         Ok(uri) => *request.uri_mut() = uri,
         Err(error) => return answer(StatusCode::BAD_REQUEST, format!("bad path: {error}")),
