@@ -3,12 +3,14 @@
 //!
 //! - `cli`: `toolhost tools`, `call`, `plugins export`, exit codes and streams;
 //! - `clients`: every client block of `docs/clients.md`, parsed and started as its client would;
+//! - `clients_real`: Claude Code, Codex and Gemini CLI themselves reading their blocks;
 //! - `mcp_stdio`: `toolhost serve` over stdio;
 //! - `mcp_http`: `toolhost serve --http` over plain HTTP;
 //! - `scenarios`: `toolhost test` on scenario files.
 
 mod cli;
 mod clients;
+mod clients_real;
 mod mcp_http;
 mod mcp_stdio;
 mod scenarios;
