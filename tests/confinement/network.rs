@@ -379,3 +379,48 @@ fn the_guarded_policys_allow_list_holds_and_falls_back_to_no_network_without_nam
     );
     assert!(!text.contains("hello from the test server"), "{fallback}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_reaches_the_sessions_log_over_mcp() {
+    // `env` sets the test-only resolver for the server alone.
+    let args: Vec<String> = [
+        format!("{}={}", RESOLVE.0, RESOLVE.1),
+        format!("{}={}", PUBLIC.0, PUBLIC.1),
+        toolhost_e2e::toolhost_bin().display().to_string(),
+        "--network".to_owned(),
+        "allow=allowed.test".to_owned(),
+        "serve".to_owned(),
+    ]
+    .into();
+    let mut client = toolhost_e2e::mcp_client::StdioClient::spawn_command(Path::new("env"), &args);
+    let init = client.initialize().await;
+    assert!(init.get("result").is_some(), "{init}");
+    let level = client
+        .request("logging/setLevel", serde_json::json!({"level": "warning"}))
+        .await;
+    assert!(level.get("result").is_some(), "{level}");
+    let result = client
+        .call_tool(
+            "execute",
+            serde_json::json!({"command": "curl -sS http://denied.test:1/; exit 0"}),
+        )
+        .await;
+    assert!(result.to_string().contains("denied.test:1"), "{result}");
+    let mut seen = Vec::new();
+    let logged = loop {
+        let Some(message) = client
+            .next_notification(std::time::Duration::from_secs(10))
+            .await
+        else {
+            break false;
+        };
+        if message["method"] == "notifications/message"
+            && message["params"].to_string().contains("denied.test:1")
+        {
+            assert_eq!(message["params"]["level"], "warning", "{message}");
+            break true;
+        }
+        seen.push(message);
+    };
+    assert!(logged, "no log message names the refused host: {seen:?}");
+}
