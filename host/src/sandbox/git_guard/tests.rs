@@ -500,7 +500,8 @@ fn a_check_reads_again_only_what_the_watches_saw_change() {
     assert!(skipped_check(&mut ws), "a plain file made it read again");
 
     // Each place a change matters is seen, and judged.
-    let changes: [(&str, fn(&Workspace)); 6] = [
+    type Change = (&'static str, fn(&Workspace));
+    let changes: [Change; 6] = [
         ("a new hook", |ws| {
             write_exec(&ws.path(".git/hooks/post-merge"), "evil")
         }),
