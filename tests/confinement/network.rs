@@ -424,3 +424,78 @@ async fn a_refusal_reaches_the_sessions_log_over_mcp() {
     };
     assert!(logged, "no log message names the refused host: {seen:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_is_told_only_the_refusals_of_its_own_processes() {
+    let args: Vec<String> = [
+        format!("{}={}", RESOLVE.0, RESOLVE.1),
+        format!("{}={}", PUBLIC.0, PUBLIC.1),
+        toolhost_e2e::toolhost_bin().display().to_string(),
+        "--network".to_owned(),
+        "allow=allowed.test".to_owned(),
+        "serve".to_owned(),
+    ]
+    .into();
+    let mut client = toolhost_e2e::mcp_client::StdioClient::spawn_command(Path::new("env"), &args);
+    let init = client.initialize().await;
+    assert!(init.get("result").is_some(), "{init}");
+    // A background command keeps being refused while the next one runs.
+    let background = client
+        .call_tool(
+            "execute",
+            serde_json::json!({
+                "command": "while :; do curl -s http://background.test:1/ >/dev/null; \
+                            getent hosts lookup.test; sleep 0.05; done",
+                "run_in_background": true
+            }),
+        )
+        .await;
+    let id = background["structuredContent"]["background_process_id"]
+        .as_str()
+        .or_else(|| background["structuredContent"]["id"].as_str())
+        .unwrap_or_else(|| panic!("no id: {background}"))
+        .to_owned();
+    // Once it has been refused at least once (its output says nothing; the next call's does
+    // not either), a foreground command runs beside it for a while.
+    let foreground = client
+        .call_tool(
+            "execute",
+            serde_json::json!({
+                "command": "sleep 1; curl -sS http://foreground.test:1/; exit 0"
+            }),
+        )
+        .await;
+    let text = foreground.to_string();
+    assert!(text.contains("foreground.test:1"), "{text}");
+    assert!(
+        !text.contains("background.test") && !text.contains("lookup.test"),
+        "another command's refusals were told to this one: {text}"
+    );
+    // The background command's own note, once it ends, names its refusals.
+    let stopped = client
+        .call_tool(
+            "process_signal",
+            serde_json::json!({"process_id": id, "signal": "kill"}),
+        )
+        .await;
+    assert!(
+        stopped.get("isError").is_none_or(|e| e == false),
+        "{stopped}"
+    );
+    let mut output = String::new();
+    for _ in 0..100 {
+        let read = client
+            .call_tool("process_output", serde_json::json!({"process_id": id}))
+            .await;
+        output = read.to_string();
+        if output.contains("[toolhost: this command's network") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(
+        output.contains("background.test:1") && output.contains("lookup.test"),
+        "{output}"
+    );
+    assert!(!output.contains("foreground.test"), "{output}");
+}

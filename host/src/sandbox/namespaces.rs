@@ -162,8 +162,8 @@ impl Namespaces {
         self.fds.iter().any(|(made, _)| *made == kind)
     }
 
-    /// The holder's pid (for tests that kill it).
-    #[cfg(test)]
+    /// The holder's pid (in the host's PID namespace): its `/proc/PID/net` shows the network
+    /// namespace's sockets.
     pub(crate) fn holder(&self) -> libc::pid_t {
         self.holder
     }

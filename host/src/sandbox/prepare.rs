@@ -512,6 +512,7 @@ fn build(
                 list.clone(),
                 std::mem::take(&mut made.gate_sockets),
                 scope,
+                made.holder(),
             )
             .map_err(|error| {
                 PrepareError::Namespaces(NamespaceError(format!(

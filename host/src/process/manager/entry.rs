@@ -238,7 +238,12 @@ impl Entry {
     pub(super) fn notes(&self, exit: Option<Exit>) -> Option<String> {
         let mut note = self.limit_notes();
         if let Some((refusals, list)) = &self.network_gate
-            && let Some(refused) = crate::sandbox::network::note(refusals, list, self.started_ms)
+            && let Some(refused) = crate::sandbox::network::note(
+                refusals,
+                list,
+                self.started_ms,
+                lock(&self.keeper).pid.map(Pid::as_raw),
+            )
         {
             note.push_str(&refused);
         }

@@ -34,7 +34,14 @@ pub(super) async fn serve(socket: tokio::net::UdpSocket, shared: Arc<Shared>) {
                 "looked up directly (DNS); confined commands reach hosts only through the proxy \
                  in HTTPS_PROXY and HTTP_PROXY"
             };
-            shared.refusals.record(name, reason.to_owned());
+            shared
+                .refuse(
+                    name,
+                    reason.to_owned(),
+                    super::owner::Protocol::Udp,
+                    peer.port(),
+                )
+                .await;
         }
         let _ = socket.send_to(&reply, peer).await;
     }

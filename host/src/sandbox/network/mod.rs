@@ -8,14 +8,16 @@
 //! 2. [`Gate::start`] serves them on the gate's own runtime: the proxy ([`proxy`]) on the TCP
 //!    listeners, the resolver stub ([`dns`]) on the UDP sockets.
 //! 3. Commands get the proxy in their variables ([`Gate::env`]).
-//! 4. Every refusal is recorded ([`Refusals`]) and logged once per host; a command's output
-//!    ends with a note naming the hosts refused while it ran ([`Gate::note`]).
+//! 4. Every refusal is recorded ([`Refusals`]) with the process that made it ([`owner`]), and
+//!    logged once per host; a command's output ends with a note naming the hosts it was refused
+//!    ([`note`]).
 //!
 //! [`allow`] parses and matches the list; [`resolve`] decides where an allowed name may be
 //! reached.
 
 mod allow;
 mod dns;
+mod owner;
 mod proxy;
 mod resolve;
 
@@ -44,6 +46,9 @@ pub(crate) struct Refusal {
     pub(crate) host: String,
     /// Why.
     pub(crate) reason: String,
+    /// The pids of the process that made the request and of its ancestors (a command's keeper
+    /// among them); empty when it could not be told.
+    pub(crate) chain: Vec<i32>,
 }
 
 /// What a gate refused, newest last.
@@ -57,8 +62,9 @@ pub(crate) struct Refusals {
 }
 
 impl Refusals {
-    /// Record a refusal of `host`, and log it the first time.
-    fn record(&self, host: String, reason: String) {
+    /// Record a refusal of `host` to the process `chain` (see [`Refusal::chain`]), and log it
+    /// the first time.
+    fn record(&self, host: String, reason: String, chain: Vec<i32>) {
         {
             let mut logged = lock(&self.logged);
             if logged.len() < MAX_REFUSALS && logged.insert(host.clone()) {
@@ -78,16 +84,32 @@ impl Refusals {
             at_ms: unix_ms(),
             host,
             reason,
+            chain,
         });
     }
 
-    /// The refusals since `since_ms`, one per host (its first reason), oldest first.
-    pub(crate) fn since(&self, since_ms: u64) -> Vec<Refusal> {
+    /// The process chain of the last refusal of `host` (empty when none).
+    fn last_chain(&self, host: &str) -> Vec<i32> {
+        lock(&self.entries)
+            .iter()
+            .rev()
+            .find(|refusal| refusal.host == host)
+            .map(|refusal| refusal.chain.clone())
+            .unwrap_or_default()
+    }
+
+    /// The refusals since `since_ms` of the command whose keeper is `keeper` (and those whose
+    /// process could not be told), one per host (its first reason), oldest first.
+    pub(crate) fn since(&self, since_ms: u64, keeper: Option<i32>) -> Vec<Refusal> {
         let entries = lock(&self.entries);
         let mut seen = HashSet::new();
         entries
             .iter()
             .filter(|refusal| refusal.at_ms >= since_ms)
+            .filter(|refusal| {
+                refusal.chain.is_empty()
+                    || keeper.is_some_and(|keeper| refusal.chain.contains(&keeper))
+            })
             .filter(|refusal| seen.insert(refusal.host.clone()))
             .cloned()
             .collect()
@@ -108,6 +130,20 @@ struct Shared {
     list: Arc<AllowList>,
     resolver: Arc<Resolver>,
     refusals: Arc<Refusals>,
+    owners: Arc<owner::Owners>,
+}
+
+impl Shared {
+    /// Record a refusal of `host` to the client at `port`, told apart off the runtime's threads
+    /// (it reads `/proc`).
+    async fn refuse(&self, host: String, reason: String, protocol: owner::Protocol, port: u16) {
+        let owners = Arc::clone(&self.owners);
+        let chain = tokio::task::spawn_blocking(move || owners.chain(protocol, port))
+            .await
+            .unwrap_or_default();
+        let chain = chain.unwrap_or_else(|| self.refusals.last_chain(&host));
+        self.refusals.record(host, reason, chain);
+    }
 }
 
 /// The runtime that serves every gate of the process: its own, so that a gate works whatever
@@ -144,11 +180,12 @@ pub(crate) struct Gate {
 
 impl Gate {
     /// Serve `sockets` (from the namespaces helper: TCP listeners and UDP sockets, told apart
-    /// by type) for `list`, for the session `scope`.
+    /// by type) for `list`, for the session `scope` whose namespaces' holder is `holder`.
     pub(crate) fn start(
         list: Arc<AllowList>,
         sockets: Vec<OwnedFd>,
         scope: &str,
+        holder: i32,
     ) -> std::io::Result<Gate> {
         let runtime = runtime()?;
         let shared = Arc::new(Shared {
@@ -158,6 +195,7 @@ impl Gate {
                 scope: scope.to_owned(),
                 ..Refusals::default()
             }),
+            owners: Arc::new(owner::Owners::new(holder)),
         });
         let limit = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
         let mut port = None;
@@ -254,10 +292,15 @@ impl Drop for Gate {
     }
 }
 
-/// The note for a command that started at `since_ms` under `list`: the hosts refused since,
-/// and what it may reach; `None` when nothing was refused.
-pub(crate) fn note(refusals: &Refusals, list: &AllowList, since_ms: u64) -> Option<String> {
-    let refused = refusals.since(since_ms);
+/// The note for a command that started at `since_ms` under `list`, with the keeper `keeper`:
+/// the hosts refused to it since, and what it may reach; `None` when nothing was refused.
+pub(crate) fn note(
+    refusals: &Refusals,
+    list: &AllowList,
+    since_ms: u64,
+    keeper: Option<i32>,
+) -> Option<String> {
+    let refused = refusals.since(since_ms, keeper);
     if refused.is_empty() {
         return None;
     }
@@ -288,21 +331,27 @@ mod tests {
         refusals.record(
             "old.test:443".to_owned(),
             "not in the allow-list".to_owned(),
+            Vec::new(),
         );
         let start = unix_ms() + 1;
         while unix_ms() < start {
             std::thread::yield_now();
         }
         let list = AllowList::parse("allowed.test").expect("list");
-        assert_eq!(note(&refusals, &list, start), None);
+        assert_eq!(note(&refusals, &list, start, None), None);
         for _ in 0..3 {
             refusals.record(
                 "denied.test:443".to_owned(),
                 "not in the allow-list".to_owned(),
+                Vec::new(),
             );
         }
-        refusals.record("denied.test".to_owned(), "looked up directly".to_owned());
-        let note = note(&refusals, &list, start).expect("a note");
+        refusals.record(
+            "denied.test".to_owned(),
+            "looked up directly".to_owned(),
+            Vec::new(),
+        );
+        let note = note(&refusals, &list, start, None).expect("a note");
         assert_eq!(note.matches("denied.test:443").count(), 1, "{note}");
         assert!(note.contains("denied.test (looked up directly)"), "{note}");
         assert!(!note.contains("old.test"), "{note}");
@@ -310,14 +359,35 @@ mod tests {
     }
 
     #[test]
+    fn a_command_is_told_only_its_own_refusals_and_those_of_no_known_process() {
+        let refusals = Refusals::default();
+        let record = |host: &str, chain: Vec<i32>| {
+            refusals.record(host.to_owned(), "no".to_owned(), chain);
+        };
+        record("mine.test:1", vec![40, 30, 20]);
+        record("theirs.test:1", vec![41, 31, 21]);
+        record("unknown.test:1", Vec::new());
+        let hosts = |keeper: Option<i32>| -> Vec<String> {
+            refusals
+                .since(0, keeper)
+                .into_iter()
+                .map(|refusal| refusal.host)
+                .collect()
+        };
+        assert_eq!(hosts(Some(30)), ["mine.test:1", "unknown.test:1"]);
+        assert_eq!(hosts(Some(31)), ["theirs.test:1", "unknown.test:1"]);
+        assert_eq!(hosts(None), ["unknown.test:1"]);
+    }
+
+    #[test]
     fn a_note_is_bounded() {
         let refusals = Refusals::default();
         for index in 0..(MAX_REFUSALS + 50) {
-            refusals.record(format!("host{index}.test:1"), "no".to_owned());
+            refusals.record(format!("host{index}.test:1"), "no".to_owned(), Vec::new());
         }
         assert_eq!(lock(&refusals.entries).len(), MAX_REFUSALS);
         let list = AllowList::parse("a.test").expect("list");
-        let note = note(&refusals, &list, 0).expect("a note");
+        let note = note(&refusals, &list, 0, None).expect("a note");
         assert_eq!(note.matches(".test:1").count(), MAX_NAMED, "{note}");
         assert!(note.contains(&format!("and {} more", MAX_REFUSALS - MAX_NAMED)));
     }

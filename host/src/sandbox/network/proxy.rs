@@ -31,11 +31,25 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
 type Body = Either<Incoming, Full<Bytes>>;
 
+/// The ports of a connection to the proxy.
+#[derive(Debug, Clone, Copy)]
+struct Client {
+    /// The client's own.
+    port: u16,
+    /// The proxy's listener's.
+    listener: u16,
+}
+
 /// Serve one accepted connection of a command.
 pub(super) async fn serve(stream: tokio::net::TcpStream, shared: Arc<Shared>) {
+    // Who connected: the client's port, and the listener's at the other end.
+    let client = Client {
+        port: stream.peer_addr().map_or(0, |address| address.port()),
+        listener: stream.local_addr().map_or(0, |address| address.port()),
+    };
     let service = hyper::service::service_fn(move |request| {
         let shared = shared.clone();
-        async move { Ok::<_, Infallible>(handle(request, shared).await) }
+        async move { Ok::<_, Infallible>(handle(request, shared, client).await) }
     });
     let served = hyper::server::conn::http1::Builder::new()
         .preserve_header_case(true)
@@ -83,7 +97,7 @@ fn target(request: &Request<Incoming>) -> Result<(String, u16), String> {
     }
 }
 
-async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Body> {
+async fn handle(request: Request<Incoming>, shared: Arc<Shared>, client: Client) -> Response<Body> {
     // 1. The target.
     let (host_text, port) = match target(&request) {
         Ok(target) => target,
@@ -103,9 +117,17 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Bod
     {
         Ok(destinations) => destinations,
         Err(Refused::Policy(reason)) => {
+            let protocol = super::owner::Protocol::Tcp {
+                listener: client.listener,
+            };
             shared
-                .refusals
-                .record(format!("{host}:{port}"), reason.clone());
+                .refuse(
+                    format!("{host}:{port}"),
+                    reason.clone(),
+                    protocol,
+                    client.port,
+                )
+                .await;
             return answer(
                 StatusCode::FORBIDDEN,
                 format!(
