@@ -287,11 +287,28 @@ impl Records {
     }
 
     /// `entry` let go of its keeper and cgroups: it no longer counts against the host's
-    /// process limit. Doing it again does nothing.
+    /// process limit, and may now be removed. When the host retains too many finished records
+    /// (the oldest ones were still holding theirs when the last one finished), the oldest that
+    /// hold nothing go now. Doing it again does nothing.
     pub(super) fn let_go(&self, entry: &Entry) {
-        let mut table = lock(&self.table);
-        if entry.holding.swap(false, Ordering::Relaxed) {
+        let evicted = {
+            let mut table = lock(&self.table);
+            if !entry.holding.swap(false, Ordering::Relaxed) {
+                return;
+            }
             table.holding = table.holding.saturating_sub(1);
+            let mut evicted = Vec::new();
+            while table.finished > self.max_retained_total {
+                match table.pop_oldest_finished() {
+                    Some(old) => evicted.push(old),
+                    None => break,
+                }
+            }
+            evicted
+        };
+        // Each holds nothing (`pop_oldest_finished` takes only those): no deeper call.
+        for old in evicted {
+            old.dispose();
         }
     }
 
