@@ -295,6 +295,8 @@ pub struct ProcessManager {
     path_roots: PathRoots,
     /// Keepers prepared ahead for confined commands (`ready.rs`).
     ready: Arc<ReadyKeepers>,
+    /// The tasks making keepers ahead, until each is put in the pool or released.
+    ready_making: tokio_util::task::TaskTracker,
 }
 
 /// The roots the `workdir` check compares a request's directory with, resolved once.
@@ -452,6 +454,7 @@ impl ProcessManager {
             sandbox_context,
             sandboxes: Mutex::new(HashMap::new()),
             git_guards: Mutex::new(HashMap::new()),
+            ready_making: tokio_util::task::TaskTracker::new(),
             ready: Arc::new(ReadyKeepers::new(
                 config.ready_keepers,
                 config.ready_keeper_idle,
@@ -499,6 +502,9 @@ impl ProcessManager {
     pub async fn shutdown(&self) {
         let entries = self.records.close();
         self.release(self.ready.close()).await;
+        // Keepers being made: each is released as it comes (the pool is closed).
+        self.ready_making.close();
+        let _ = tokio::time::timeout(LAST_WAIT, self.ready_making.wait()).await;
         self.stop_all(&entries).await;
         // On a loaded machine killing can outlast the settle time: what is not gone yet gets
         // its control socket closed (its keeper kills everything and exits) and a last
@@ -863,11 +869,17 @@ impl ProcessManager {
         started: Arc<Entry>,
     ) {
         let pool = Arc::clone(&self.ready);
-        self.runtime.spawn(async move {
+        // Making it is tracked: shutdown waits for a keeper being spawned, so that none is left
+        // half-made (a child of the spawner thread not yet the keeper) when the host exits.
+        let making = self.ready_making.track_future(async move {
             started
                 .wait_finished(Instant::now().checked_add(READY_AFTER))
                 .await;
             drop(started);
+            if pool.is_closed() {
+                pool.put(serial, None);
+                return None;
+            }
             pool.spawning(serial);
             let made = match ready::make(&spawner, recipe).await {
                 Ok(made) => Some(made),
@@ -880,8 +892,14 @@ impl ProcessManager {
             if let Some(unwanted) = pool.put(serial, made) {
                 // Its scope ended, or the host shut down, meanwhile.
                 let _ = tokio::task::spawn_blocking(move || unwanted.release()).await;
-                return;
+                return None;
             }
+            Some((pool, was_made))
+        });
+        self.runtime.spawn(async move {
+            let Some((pool, was_made)) = making.await else {
+                return;
+            };
             if was_made {
                 tokio::time::sleep(pool.idle()).await;
                 if let Some(idle) = pool.expire(serial) {

@@ -312,6 +312,11 @@ impl ReadyKeepers {
         gone
     }
 
+    /// Whether it was closed ([`ReadyKeepers::close`]).
+    pub(super) fn is_closed(&self) -> bool {
+        crate::lock(&self.state).closed
+    }
+
     /// Make no more; take out every one.
     pub(super) fn close(&self) -> Vec<ReadyKeeper> {
         let mut state = crate::lock(&self.state);
