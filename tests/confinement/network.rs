@@ -380,9 +380,9 @@ fn the_guarded_policys_allow_list_holds_and_falls_back_to_no_network_without_nam
     assert!(!text.contains("hello from the test server"), "{fallback}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refusal_reaches_the_sessions_log_over_mcp() {
-    // `env` sets the test-only resolver for the server alone.
+/// A `toolhost --network allow=allowed.test serve` session over stdio, initialized; `env`
+/// sets the test-only resolver for the server alone.
+async fn allowed_test_session() -> toolhost_e2e::mcp_client::StdioClient {
     let args: Vec<String> = [
         format!("{}={}", RESOLVE.0, RESOLVE.1),
         format!("{}={}", PUBLIC.0, PUBLIC.1),
@@ -395,6 +395,12 @@ async fn a_refusal_reaches_the_sessions_log_over_mcp() {
     let mut client = toolhost_e2e::mcp_client::StdioClient::spawn_command(Path::new("env"), &args);
     let init = client.initialize().await;
     assert!(init.get("result").is_some(), "{init}");
+    client
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_reaches_the_sessions_log_over_mcp() {
+    let mut client = allowed_test_session().await;
     let level = client
         .request("logging/setLevel", serde_json::json!({"level": "warning"}))
         .await;
@@ -427,18 +433,7 @@ async fn a_refusal_reaches_the_sessions_log_over_mcp() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_is_told_only_the_refusals_of_its_own_processes() {
-    let args: Vec<String> = [
-        format!("{}={}", RESOLVE.0, RESOLVE.1),
-        format!("{}={}", PUBLIC.0, PUBLIC.1),
-        toolhost_e2e::toolhost_bin().display().to_string(),
-        "--network".to_owned(),
-        "allow=allowed.test".to_owned(),
-        "serve".to_owned(),
-    ]
-    .into();
-    let mut client = toolhost_e2e::mcp_client::StdioClient::spawn_command(Path::new("env"), &args);
-    let init = client.initialize().await;
-    assert!(init.get("result").is_some(), "{init}");
+    let mut client = allowed_test_session().await;
     // A background command keeps being refused while the next one runs.
     let background = client
         .call_tool(

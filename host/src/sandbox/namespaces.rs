@@ -320,7 +320,8 @@ pub(crate) fn make(
         }
     }
     // With the gate, the answer carries descriptors: stdout is a Unix socket.
-    let (answer, stdout) = if request.gate && request.private_network {
+    let with_gate = request.gate && request.private_network;
+    let (answer, stdout) = if with_gate {
         let (ours, theirs) = std::os::unix::net::UnixStream::pair()
             .map_err(|e| failed("a socket for the helper's answer", e))?;
         (Some(ours), Stdio::from(OwnedFd::from(theirs)))
@@ -351,7 +352,7 @@ pub(crate) fn make(
                 format!("no answer within {} s", HELPER_TIMEOUT.as_secs()),
             ));
         }
-        if request.gate && request.private_network {
+        if with_gate {
             read_line_with_fds(&out, &mut line, &mut sockets)
         } else {
             BufReader::new(std::fs::File::from(out)).read_line(&mut line)
