@@ -13,7 +13,7 @@
 //! 2. A mount namespace, and with `--net` a network namespace with only its own loopback
 //!    (brought up).
 //! 3. With `--private-tmp`, the session's tmpfs (`--tmp-size` bytes at most) is mounted on
-//!    that directory for a moment. It holds the upper and work directories of the `/tmp`
+//!    that directory. It holds the upper and work directories of the `/tmp`
 //!    overlay, and an empty mode-000 file to cover files with.
 //! 4. Every `--mask` directory is covered by an empty, read-only, mode-000 tmpfs, so that not
 //!    even the names inside show.
@@ -27,7 +27,10 @@
 //!    `/tmp` beneath, the session's writes on the tmpfs above it. The overlay's lower layer
 //!    is the host's `/tmp` alone, so the covers under `/tmp` are mounted again on it. Where
 //!    the kernel refuses the overlay, or without `--tmp-overlay`, `/tmp` is the tmpfs alone.
-//!    The tmpfs is then detached from the `--private-tmp` directory.
+//!    The tmpfs stays mounted on the `--private-tmp` directory, out of view beneath the
+//!    cover of the hidden directory that holds it (or beneath the new `/tmp`), so that the
+//!    holder can still bind its cover file onto a hidden file that appears later (a bind's
+//!    source must be a mount of the namespace).
 //! 8. The whole tree is made read-only. The private `/tmp` is put back read-write on top.
 //! 9. With `--private-shm`, a new tmpfs of that size is mounted on `/dev/shm`.
 //! 10. The copies are put in place, shortest path first: `--writable` ones read-write,
@@ -59,9 +62,9 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use toolhost_keeper_protocol::helper::{
-    ERROR, MASK, MASK_FILE, NET, NO_PID_NAMESPACE, PID, PID_NAMESPACE, POWERLESS, PRIVATE_SHM,
-    PRIVATE_TMP, PROXY, READ_ONLY, READY, REFUSED, SEPARATOR, TMP_HOST, TMP_OVERLAID, TMP_OVERLAY,
-    TMP_PRIVATE, TMP_SIZE, WRITABLE,
+    self, ERROR, MASK, MASK_FILE, NET, NO_PID_NAMESPACE, PID, PID_NAMESPACE, POWERLESS,
+    PRIVATE_SHM, PRIVATE_TMP, PROXY, READ_ONLY, READY, REFUSED, SEPARATOR, TMP_HOST, TMP_OVERLAID,
+    TMP_OVERLAY, TMP_PRIVATE, TMP_SIZE, WRITABLE,
 };
 
 /// What to make, from the command line.
@@ -273,6 +276,11 @@ fn setup(plan: &Plan) -> io::Result<Holder> {
     {
         super::network::point_resolver_at_stub(&scratch.path(RESOLV_CONF)?)?;
     }
+    // The holder keeps the cover file: a hidden path that appears later is covered with it.
+    let cover = match &scratch {
+        Some(scratch) => open_at(scratch.root.as_raw_fd(), Path::new(COVER), 0, 0)?,
+        None => None,
+    };
     let tmp = read_only_view(plan, scratch)?;
     if plan.net {
         loopback_up()?;
@@ -287,7 +295,7 @@ fn setup(plan: &Plan) -> io::Result<Holder> {
         let unshared = unsafe { libc::unshare(libc::CLONE_NEWPID) } == 0;
         step("unshare(pid)", unshared)?;
     }
-    let mut holder = hold(plan.pid)?;
+    let mut holder = hold(plan.pid, cover)?;
     holder.tmp = tmp;
     holder.sockets = sockets;
     Ok(holder)
@@ -478,14 +486,6 @@ impl Scratch {
             base.join(name)
         })
     }
-
-    /// Detach the tmpfs from the host's directory; the mounts made from it keep it alive.
-    fn detach(self) -> io::Result<()> {
-        let target = fd_path(&self.root)?;
-        // SAFETY: a NUL-terminated path and a flag.
-        let detached = unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) } == 0;
-        step("detaching the session's tmpfs", detached)
-    }
 }
 
 /// Cover each of `files` that is a regular file reached without following any symbolic link
@@ -585,7 +585,7 @@ fn read_only_view(plan: &Plan, scratch: Option<Scratch>) -> io::Result<Tmp> {
             let tmp = private_tmp(plan, &scratch)?;
             let copy = clone_tree(Path::new("/tmp"))?
                 .ok_or_else(|| invalid("/tmp is missing or a link".to_owned()))?;
-            scratch.detach()?;
+            drop(scratch);
             (tmp, Some(copy))
         }
         None => (Tmp::Host, None),
@@ -822,8 +822,8 @@ fn make_beneath(mut dir: OwnedFd, relative: &Path, is_dir: bool) -> io::Result<O
 }
 
 /// Fork the holder and wait until it is ready (with a PID namespace, it mounts the
-/// namespace's own `/proc` first).
-fn hold(pid_namespace: bool) -> io::Result<Holder> {
+/// namespace's own `/proc` first). It keeps `cover`, the file that covers files.
+fn hold(pid_namespace: bool, cover: Option<OwnedFd>) -> io::Result<Holder> {
     let mut fds = [0; 2];
     // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
     let piped = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0;
@@ -852,8 +852,9 @@ fn hold(pid_namespace: bool) -> io::Result<Holder> {
         let mut write = std::fs::File::from(write);
         let _ = write.write_all(&error.to_le_bytes());
         drop(write);
-        serve_as_holder();
+        serve_as_holder(cover);
     }
+    drop(cover);
     drop(write);
     let mut answer = [0u8; 4];
     io::Read::read_exact(&mut std::fs::File::from(read), &mut answer).map_err(|error| {
@@ -896,9 +897,21 @@ fn mount_proc() -> i32 {
     }
 }
 
-/// The holder's life: reap whatever is re-parented to it (as a PID namespace's init), and exit
-/// at end-of-file on stdin (the host ended the scope, or died).
-fn serve_as_holder() -> ! {
+/// The holder's descriptor of the file that covers files (see [`serve_as_holder`]).
+const HOLDER_COVER: RawFd = 3;
+
+/// The longest request the holder takes (a path and its end byte).
+const MOST_REQUEST: usize = libc::PATH_MAX as usize + 1;
+
+/// The holder's life:
+///
+/// 1. It lets go of everything of the host's but its stdin, and keeps `cover` as
+///    [`HOLDER_COVER`].
+/// 2. It reaps whatever is re-parented to it (as a PID namespace's init).
+/// 3. It covers each path the host asks for on its stdin ([`helper::COVER_END`]), and
+///    answers with the error number (0: covered).
+/// 4. It exits at end-of-file on stdin (the host ended the scope, or died).
+fn serve_as_holder(cover: Option<OwnedFd>) -> ! {
     // Let go of the host's pipes but stdin, and of the working directory.
     if let Ok(null) = std::fs::File::options().write(true).open("/dev/null") {
         for fd in [1, 2] {
@@ -907,10 +920,21 @@ fn serve_as_holder() -> ! {
         }
     }
     let _ = std::env::set_current_dir("/");
+    let has_cover = cover.as_ref().is_some_and(|cover| {
+        // SAFETY: dup2 onto a descriptor number this process keeps; `cover` stays open across
+        // the call (dup2 of a descriptor onto itself leaves it as it is).
+        unsafe { libc::dup2(cover.as_raw_fd(), HOLDER_COVER) == HOLDER_COVER }
+    });
+    std::mem::forget(cover);
     // Nothing else of the host's (the helper was started without closing what the host left
     // open without close-on-exec).
-    // SAFETY: integer arguments; closes this process's descriptors from 3 on.
-    unsafe { libc::syscall(libc::SYS_close_range, 3u32, libc::c_uint::MAX, 0u32) };
+    // SAFETY: integer arguments; closes this process's descriptors past the cover.
+    unsafe { libc::syscall(libc::SYS_close_range, 4u32, libc::c_uint::MAX, 0u32) };
+    if !has_cover {
+        // SAFETY: closes a descriptor number this process does not use.
+        unsafe { libc::close(HOLDER_COVER) };
+    }
+    let mut requests: Vec<u8> = Vec::new();
     // SAFETY: sigset_t is plain data, initialised by sigemptyset before use.
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
     // SAFETY: `set` is a valid sigset_t; blocking SIGCHLD lets the signalfd below take it.
@@ -944,9 +968,9 @@ fn serve_as_holder() -> ! {
             while unsafe { libc::waitpid(-1, &raw mut status, libc::WNOHANG) } > 0 {}
         }
         if fds[0].revents != 0 {
-            let mut byte = [0u8; 64];
-            // SAFETY: `byte` is a valid, writable buffer of its length.
-            let read = unsafe { libc::read(0, byte.as_mut_ptr().cast(), byte.len()) };
+            let mut bytes = [0u8; 1024];
+            // SAFETY: `bytes` is a valid, writable buffer of its length.
+            let read = unsafe { libc::read(0, bytes.as_mut_ptr().cast(), bytes.len()) };
             let interrupted =
                 read < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted;
             if read <= 0 && !interrupted {
@@ -954,7 +978,81 @@ fn serve_as_holder() -> ! {
                 // left in it goes too.
                 unsafe { libc::_exit(0) };
             }
+            let read = usize::try_from(read).unwrap_or(0);
+            requests.extend_from_slice(&bytes[..read]);
+            while let Some(end) = requests.iter().position(|&b| b == helper::COVER_END) {
+                let errno = cover_late(&requests[..end], has_cover);
+                requests.drain(..=end);
+                answer(errno);
+            }
+            if requests.len() > MOST_REQUEST {
+                requests.clear();
+                answer(libc::ENAMETOOLONG);
+            }
         }
+    }
+}
+
+/// Write the answer to a request on the holder's stdin (a socket); a host that no longer
+/// reads ends the holder through end-of-file.
+fn answer(errno: i32) {
+    let bytes = errno.to_ne_bytes();
+    // SAFETY: `bytes` is a valid buffer of its length; fd 0 is the holder's stdin.
+    unsafe { libc::write(0, bytes.as_ptr().cast(), bytes.len()) };
+}
+
+/// Cover `path`, a hidden path that appeared after the view was made (in the holder): a
+/// directory with an empty read-only tmpfs of mode 000, a regular file with the cover file
+/// (when `has_cover`). The error number, or 0.
+fn cover_late(path: &[u8], has_cover: bool) -> i32 {
+    let path = Path::new(std::ffi::OsStr::from_bytes(path));
+    if !path.is_absolute() {
+        return libc::EINVAL;
+    }
+    let errno = |error: io::Error| error.raw_os_error().unwrap_or(libc::EIO);
+    let fd = match open_no_symlinks(path, 0) {
+        Ok(Some(fd)) => fd,
+        // Missing, or reached through a link: nothing safe to cover.
+        Ok(None) if std::fs::symlink_metadata(path).is_ok() => return libc::ELOOP,
+        Ok(None) => return libc::ENOENT,
+        Err(error) => return errno(error),
+    };
+    let Ok(target) = fd_path(&fd) else {
+        return libc::EINVAL;
+    };
+    let through_fd = Path::new(std::ffi::OsStr::from_bytes(target.to_bytes()));
+    let kind = match std::fs::metadata(through_fd) {
+        Ok(meta) => meta.file_type(),
+        Err(error) => return errno(error),
+    };
+    if kind.is_dir() {
+        return match mount_tmpfs(
+            &fd,
+            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            "mode=000,size=4k",
+        ) {
+            Ok(()) => 0,
+            Err(error) => errno(error),
+        };
+    }
+    if !kind.is_file() || !has_cover {
+        return libc::EINVAL;
+    }
+    let source = format!("/proc/self/fd/{HOLDER_COVER}\0");
+    // SAFETY: NUL-terminated strings for source and target; no type or data for a bind.
+    let bound = unsafe {
+        libc::mount(
+            source.as_ptr().cast(),
+            target.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        )
+    } == 0;
+    if bound {
+        0
+    } else {
+        errno(io::Error::last_os_error())
     }
 }
 

@@ -344,3 +344,50 @@ async fn without_namespaces_a_refused_entry_beside_a_hidden_path_is_explained() 
         "{read}"
     );
 }
+
+#[tokio::test]
+async fn a_credential_store_made_late_in_a_home_under_tmp_is_hidden_from_the_next_command() {
+    for env in TIERS {
+        let machine = Machine::new();
+        let home = tempfile::Builder::new()
+            .prefix("toolhost-late-home-")
+            .tempdir_in("/tmp")
+            .expect("home under /tmp");
+        std::fs::write(home.path().join(".profile"), "# profile").expect("profile");
+        let home_text = home.path().to_str().expect("utf-8");
+        let vars: Vec<(&str, &str)> = env.iter().copied().chain([("HOME", home_text)]).collect();
+        let server = machine.serve(&[], &vars).await;
+        let first = server.output_of("cat \"$HOME/.profile\"").await;
+        assert_eq!(first, "# profile", "{}", tier(env));
+        assert!(
+            server.logged("a home directory under /tmp"),
+            "{}: no warning about the home under /tmp",
+            tier(env)
+        );
+        // Made after the session's first command, as a login or `ssh-keygen` would.
+        std::fs::create_dir(home.path().join(".ssh")).expect(".ssh");
+        std::fs::write(home.path().join(".ssh/id_ed25519"), "LATE PRIVATE KEY").expect("key");
+        std::fs::write(home.path().join(".npmrc"), "//r/:_authToken=LATE-TOKEN").expect("npmrc");
+        let key = server.execute("cat \"$HOME/.ssh/id_ed25519\"").await;
+        refused(
+            &key,
+            "LATE PRIVATE KEY",
+            &format!("{}: a late ~/.ssh", tier(env)),
+        );
+        let npmrc = server.execute("cat \"$HOME/.npmrc\"").await;
+        refused(
+            &npmrc,
+            "LATE-TOKEN",
+            &format!("{}: a late ~/.npmrc", tier(env)),
+        );
+        let profile = server.output_of("cat \"$HOME/.profile\"").await;
+        assert_eq!(profile, "# profile", "{}", tier(env));
+        if env.is_empty() {
+            // The session's own /tmp stays whole: nothing was carved out of it.
+            let tmp = server
+                .output_of("echo fine > /tmp/made-here && cat /tmp/made-here")
+                .await;
+            assert_eq!(tmp, "fine\n");
+        }
+    }
+}

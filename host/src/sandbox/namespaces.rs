@@ -26,6 +26,7 @@
 use nix::libc;
 use std::io::{BufRead, BufReader};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -97,8 +98,9 @@ pub(crate) struct Namespaces {
     pub(crate) fds: Vec<(NamespaceKind, OwnedFd)>,
     /// Why the PID namespace asked for could not be made (commands then share the host's).
     pub(crate) pid_missing: Option<String>,
-    /// The holder's stdin: end-of-file ends it.
-    holder_stdin: Option<OwnedFd>,
+    /// The holder's stdin, a Unix socket: requests to cover a path go there, and their
+    /// answers come back; end-of-file ends the holder.
+    holder_stdin: std::sync::Mutex<Option<UnixStream>>,
     /// The holder, the host's child until reaped.
     holder: libc::pid_t,
     /// The namespaces have a `/dev/shm` of their own.
@@ -160,6 +162,41 @@ impl Namespaces {
     /// Whether a namespace of `kind` is among them.
     pub(crate) fn has(&self, kind: NamespaceKind) -> bool {
         self.fds.iter().any(|(made, _)| *made == kind)
+    }
+
+    /// Cover `path`, a hidden path that appeared in the view after it was made, through the
+    /// holder (see [`helper::COVER_END`]): a directory by an empty tmpfs, a regular file by
+    /// the empty cover file.
+    pub(crate) fn cover(&self, path: &Path) -> std::io::Result<()> {
+        use std::io::{Read, Write};
+        use std::os::unix::ffi::OsStrExt;
+        let mut guard = self
+            .holder_stdin
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let stream = guard
+            .as_mut()
+            .ok_or_else(|| std::io::Error::other("the namespaces' holder is gone"))?;
+        let mut request = path.as_os_str().as_bytes().to_vec();
+        if request.contains(&helper::COVER_END) {
+            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        request.push(helper::COVER_END);
+        stream.write_all(&request)?;
+        if !readable_within(stream.as_fd(), HELPER_TIMEOUT) {
+            // A late answer would be taken for the next request's: no more requests.
+            guard.take();
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the namespaces' holder did not answer",
+            ));
+        }
+        let mut answer = [0u8; 4];
+        stream.read_exact(&mut answer)?;
+        match i32::from_ne_bytes(answer) {
+            0 => Ok(()),
+            errno => Err(std::io::Error::from_raw_os_error(errno)),
+        }
     }
 
     /// The holder's pid (in the host's PID namespace): its `/proc/PID/net` shows the network
@@ -229,7 +266,12 @@ impl Drop for Namespaces {
     fn drop(&mut self) {
         // End of file: the holder exits, and as the PID namespace's init takes every process
         // left in it along.
-        drop(self.holder_stdin.take());
+        drop(
+            self.holder_stdin
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take(),
+        );
         let holder = nix::unistd::Pid::from_raw(self.holder);
         let reap = move || {
             let _ = nix::sys::wait::waitpid(holder, None);
@@ -328,8 +370,11 @@ pub(crate) fn make(
     } else {
         (None, Stdio::piped())
     };
+    // The holder's stdin is a socket: the host asks it to cover paths there.
+    let (holder_stdin, theirs) =
+        UnixStream::pair().map_err(|e| failed("a socket for the holder's stdin", e))?;
     let mut child = command
-        .stdin(Stdio::piped())
+        .stdin(Stdio::from(OwnedFd::from(theirs)))
         .stdout(stdout)
         .stderr(Stdio::null())
         .spawn()
@@ -358,7 +403,7 @@ pub(crate) fn make(
             BufReader::new(std::fs::File::from(out)).read_line(&mut line)
         }
     });
-    let stdin = child.stdin.take().map(OwnedFd::from);
+    let stdin = Some(holder_stdin);
     let result = match read {
         Some(Ok(_)) => match line.trim_end().strip_prefix(helper::READY) {
             Some(ready) => open_all(ready, request, stdin).map(|mut namespaces| {
@@ -448,7 +493,7 @@ fn readable_within(fd: std::os::fd::BorrowedFd<'_>, timeout: std::time::Duration
 fn open_all(
     ready: &str,
     request: &Request<'_>,
-    stdin: Option<OwnedFd>,
+    stdin: Option<UnixStream>,
 ) -> Result<Namespaces, NamespaceError> {
     let garbled = || NamespaceError(format!("a garbled answer from the helper: {ready}"));
     let mut fields = ready.splitn(3, helper::SEPARATOR);
@@ -462,7 +507,7 @@ fn open_all(
     let mut namespaces = Namespaces {
         fds: Vec::with_capacity(4),
         pid_missing: None,
-        holder_stdin: stdin,
+        holder_stdin: std::sync::Mutex::new(stdin),
         holder,
         private_shm: request.private_shm.is_some()
             && std::fs::symlink_metadata("/dev/shm").is_ok_and(|meta| meta.is_dir()),

@@ -155,6 +155,9 @@ pub(crate) struct Prepared {
     /// The sizes of the session's own `/tmp` and `/dev/shm` when they are tmpfs of bounded
     /// size (`None` without namespaces), for the note when a command fills one.
     pub(crate) private_space: Option<PrivateSpace>,
+    /// Hidden paths under `/tmp` that were missing when the namespaces were made: each is
+    /// covered in them when it appears (see [`Prepared::ruleset`]).
+    late: Mutex<Vec<PathBuf>>,
 }
 
 impl Prepared {
@@ -162,8 +165,47 @@ impl Prepared {
     /// when a directory around a hidden path changed since it was made, so that entries
     /// created or replaced there since are granted (never a hidden one). A running command
     /// keeps the rules it started with.
+    ///
+    /// First, each hidden path under `/tmp` that appeared since the namespaces were made is
+    /// covered in them (the namespaces' `/tmp` is granted whole, so no rule would keep it out
+    /// of reach). One that cannot be covered (a link, a socket) stops the command from
+    /// starting.
     pub(crate) fn ruleset(&self) -> std::io::Result<OwnedFd> {
+        self.cover_late()?;
         self.ruleset.current()
+    }
+
+    /// Cover the late hidden paths under `/tmp` that exist now (a stat each).
+    fn cover_late(&self) -> std::io::Result<()> {
+        let Some(namespaces) = &self.namespaces else {
+            return Ok(());
+        };
+        let mut late = lock(&self.late);
+        let mut failure = None;
+        late.retain(|path| {
+            if failure.is_some() || std::fs::symlink_metadata(path).is_err() {
+                return true;
+            }
+            match namespaces.cover(path) {
+                Ok(()) => {
+                    tracing::info!(path = %path.display(), "a hidden path appeared under /tmp: covered");
+                    false
+                }
+                // Not in the namespaces' view (their `/tmp` starts empty without an overlay).
+                Err(error) if error.raw_os_error() == Some(nix::libc::ENOENT) => true,
+                Err(error) => {
+                    failure = Some(std::io::Error::new(
+                        error.kind(),
+                        format!(
+                            "the hidden path {} appeared under /tmp and cannot be covered: {error}",
+                            path.display()
+                        ),
+                    ));
+                    true
+                }
+            }
+        });
+        failure.map_or(Ok(()), Err)
     }
 }
 
@@ -465,6 +507,16 @@ fn build(
         .collect();
     visible.push(canonical(&context.workdir));
     let masks = namespaces::masks(&hidden, &visible);
+    // Hidden paths under `/tmp` that are missing now: covered in the namespaces when they
+    // appear (a missing path needs no cover yet, and a carve would take `/tmp` from the
+    // commands).
+    let late: Vec<PathBuf> = hidden
+        .iter()
+        .filter(|path| path.starts_with("/tmp") && std::fs::symlink_metadata(path).is_err())
+        // Never the workspace, a writable root, or what holds one.
+        .filter(|path| !visible.iter().any(|root| root.starts_with(path)))
+        .cloned()
+        .collect();
     // Hidden files are covered too (the system's password hashes, and every hidden path that
     // is a regular file): a cover cannot be removed or renamed from inside, and it leaves the
     // directory around it live.
@@ -669,6 +721,11 @@ fn build(
         private_space: namespaces.as_ref().map(|ns| PrivateSpace {
             tmp: (ns.tmp != TmpView::Host && context.tmp_bytes > 0).then_some(context.tmp_bytes),
             shm: ns.shm_root().and(Some(context.shm_bytes)),
+        }),
+        late: Mutex::new(if namespaces.is_some() {
+            late
+        } else {
+            Vec::new()
         }),
         namespaces,
         nproc_rlimit,

@@ -395,6 +395,15 @@ pub mod helper {
     /// the namespaces' own (the host's `/dev/shm` is out of view).
     pub const PRIVATE_SHM: &str = "--private-shm=";
 
+    /// What ends a request to the holder on its stdin (a Unix socket): `PATH` then this byte
+    /// asks it to cover `PATH`, a hidden path that appeared in the namespaces after they were
+    /// made. A directory gets an empty, read-only, mode-000 tmpfs; a regular file gets the
+    /// empty mode-000 file ([`MASK_FILE`]'s, so only with [`PRIVATE_TMP`]). The holder answers
+    /// each request with 4 bytes on the same socket: an error number in native byte order,
+    /// 0 for covered. A path that is missing, reached through a symbolic link, or neither a
+    /// directory nor a regular file is refused (`ENOENT`, `ELOOP`, `EINVAL`).
+    pub const COVER_END: u8 = 0;
+
     /// How the answer starts on success: `ready HOLDER_PID TMP PID_NAMESPACE`.
     /// `HOLDER_PID` is the holder's pid in the host's PID namespace.
     /// `TMP` is [`TMP_OVERLAID`], [`TMP_HOST`], or starts with [`TMP_PRIVATE`].

@@ -183,6 +183,16 @@ fn hidden_paths(settings: &sandbox::SandboxSettings) -> sandbox::HiddenPaths {
              are not hidden from confined commands; set HOME or pass --hide"
         );
     }
+    if settings.mode != sandbox::SandboxMode::Off {
+        for home in hidden.homes.iter().filter(|home| home.starts_with("/tmp")) {
+            tracing::warn!(
+                home = %home.display(),
+                "a home directory under /tmp: a credential store made in it after the \
+                 session started is hidden from the commands that start after it appears, not \
+                 from those already running"
+            );
+        }
+    }
     hidden
 }
 
