@@ -535,3 +535,91 @@ async fn every_client_block_runs_through_its_package() {
     assert!(forms.iter().any(|form| matches!(form, Launch::Npx(_))));
     assert!(forms.iter().any(|form| matches!(form, Launch::Uvx(_))));
 }
+
+/// `toolhost [flags] call execute {command}` from `dir` with `env`: the result, and what the
+/// host logged.
+fn execute_with(binary: &Path, dir: &Path, env: &[(&str, &str)], command: &str) -> (Value, String) {
+    let args = json!({ "command": command, "timeout": "30s" }).to_string();
+    let output = Command::new(binary)
+        .current_dir(dir)
+        .envs(env.iter().copied())
+        .env("TOOLHOST_LOG", "warn")
+        .args(["--network", "allow=allowed.test", "call", "execute", &args])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", binary.display()));
+    let result = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{} printed no JSON ({e}): {}",
+            binary.display(),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    (result, String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+#[test]
+#[ignore = "needs packaging/build.sh's output in TOOLHOST_DIST (.ci/run runs it)"]
+fn the_release_binary_ignores_the_test_only_switches() {
+    if toolhost::process::namespaces_available().is_err() {
+        eprintln!("no namespaces here: an allow-list is refused, nothing to compare");
+        return;
+    }
+    let released = dist().join("cargo-root/bin/toolhost");
+    assert!(released.is_file(), "{}", released.display());
+    // A loopback server that only the test-only resolver map could name `allowed.test`, and
+    // that only the test-only public list could let past the proxy's address check.
+    let served = tempfile::tempdir().expect("dir");
+    std::fs::write(served.path().join("index.html"), "reached").expect("page");
+    let mut server = Command::new("python3")
+        .args([
+            "-m",
+            "http.server",
+            "--bind",
+            "127.0.0.1",
+            "0",
+            "--directory",
+        ])
+        .arg(served.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("python3 -m http.server");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(server.stdout.as_mut().expect("stdout")),
+        &mut line,
+    )
+    .expect("the server announces its port");
+    // "Serving HTTP on 127.0.0.1 port PORT (http://127.0.0.1:PORT/) ..."
+    let port: u16 = line
+        .split_whitespace()
+        .skip_while(|word| *word != "port")
+        .nth(1)
+        .and_then(|port| port.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {line:?}"));
+    let switches = [
+        ("TOOLHOST_TEST_RESOLVE", "allowed.test=127.0.0.1"),
+        ("TOOLHOST_TEST_PUBLIC", "127.0.0.1"),
+    ];
+    let command = format!("curl -sS --max-time 10 http://allowed.test:{port}/");
+    let workspace = tempfile::tempdir().expect("workspace");
+    // The debug build the tests use honours them: the request is made.
+    let (debug, _) = execute_with(
+        &toolhost_e2e::toolhost_bin(),
+        workspace.path(),
+        &switches,
+        &command,
+    );
+    // The release build every package ships ignores them, and says so.
+    let (release, log) = execute_with(&released, workspace.path(), &switches, &command);
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(debug["output"].as_str(), Some("reached"), "{debug}");
+    assert_ne!(release["exit_code"], 0, "{release}");
+    assert!(
+        !release["output"].as_str().unwrap_or("").contains("reached"),
+        "{release}"
+    );
+    assert!(log.contains("are ignored"), "{log}");
+}

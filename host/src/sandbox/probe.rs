@@ -3,7 +3,10 @@
 //!
 //! The environment variable `TOOLHOST_SANDBOX_DISABLE` (a comma-separated list of `landlock`,
 //! `seccomp`, `namespaces`, `cgroups`) makes the host behave as if the kernel lacked those
-//! layers, so that the refusal and fallback paths can be tested and seen on any machine.
+//! layers, so that the refusal and fallback paths can be tested and seen on any machine. A
+//! release build honours it too, on purpose: it only ever takes layers away, an operator whose
+//! kernel misbehaves with one may need it, and the host says so once (a warning) and in
+//! `toolhost sandbox`.
 
 use std::fmt::Write;
 
@@ -23,10 +26,18 @@ pub struct Support {
 
 /// Whether `TOOLHOST_SANDBOX_DISABLE` names `layer`.
 pub(crate) fn disabled(layer: &str) -> bool {
-    std::env::var("TOOLHOST_SANDBOX_DISABLE")
-        .unwrap_or_default()
-        .split(',')
-        .any(|name| name.trim() == layer)
+    let names = std::env::var("TOOLHOST_SANDBOX_DISABLE").unwrap_or_default();
+    if !names.trim().is_empty() {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            tracing::warn!(
+                layers = %names,
+                "TOOLHOST_SANDBOX_DISABLE is set: confined commands run as if the kernel lacked \
+                 these layers"
+            );
+        });
+    }
+    names.split(',').any(|name| name.trim() == layer)
 }
 
 /// Probe the kernel (cheap: two system calls).

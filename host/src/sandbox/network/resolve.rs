@@ -7,7 +7,9 @@
 //! For tests only, `TOOLHOST_TEST_RESOLVE` replaces the system's resolver with a map
 //! (`name=ADDRESS[,ADDRESS]...;name=...`): every name outside it is unknown, so no test name
 //! ever reaches a real resolver. `TOOLHOST_TEST_PUBLIC` (`ADDRESS,...`) counts the addresses
-//! it lists as public, so that a test may use loopback servers.
+//! it lists as public, so that a test may use loopback servers. Only a debug build (the dev
+//! profile, which the tests use) reads them: a release build, the one that ships, ignores them
+//! and says so.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -89,9 +91,19 @@ pub enum Refused {
 }
 
 impl Resolver {
-    /// The system's resolver, or the test-only map of [`TEST_RESOLVE`] when that is set.
+    /// The system's resolver, or, in a debug build, the test-only map of [`TEST_RESOLVE`] when
+    /// that is set.
     pub fn from_env() -> Resolver {
         let mut resolver = Resolver::default();
+        if !cfg!(debug_assertions) {
+            if std::env::var_os(TEST_RESOLVE).is_some() || std::env::var_os(TEST_PUBLIC).is_some() {
+                tracing::warn!(
+                    "{TEST_RESOLVE} and {TEST_PUBLIC} are ignored: only a debug build of toolhost \
+                     reads them (for its tests)"
+                );
+            }
+            return resolver;
+        }
         if let Ok(map) = std::env::var(TEST_RESOLVE) {
             let mut names = HashMap::new();
             for entry in map.split(';').filter(|entry| !entry.trim().is_empty()) {
