@@ -181,3 +181,10 @@ pub(crate) fn describe(v: &Value) -> String {
     }
     format!("{kind} {text}")
 }
+
+/// Render a duration for people and models: `10s`, `2m 30s`, `250ms`.
+pub fn format_duration(d: Duration) -> String {
+    // Whole milliseconds are plenty; humantime would print nanoseconds too.
+    let ms = Duration::from_millis(d.as_millis().min(u64::MAX as u128) as u64);
+    humantime::format_duration(ms).to_string()
+}

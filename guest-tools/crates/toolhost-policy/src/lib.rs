@@ -130,11 +130,10 @@ pub use exports::toolhost::plugin::tool::{CallContext, CallResult, ToolDefinitio
 pub use toolhost::plugin::sandbox::Settings as SandboxSettings;
 pub use toolhost::plugin::sandbox::{Mode, Network};
 
-pub use args::{Args, parse_duration};
+pub use args::{Args, format_duration, parse_duration};
 pub use deny::{Command, DenyRule, GUARDED_RULES};
 pub use execute::NON_INTERACTIVE_ENV;
 pub use notes::{CommandNote, FILE_DUMP_NOTE, STANDARD_NOTES};
-pub use render::format_duration;
 /// The JSON library of [`Reply`] and [`Args`], for building replies without a dependency of
 /// your own.
 pub use serde_json;

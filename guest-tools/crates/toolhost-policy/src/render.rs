@@ -4,6 +4,7 @@
 //! The tools' modules (`execute`, `process_tools`, `interactive`) share these helpers.
 //! Output is bounded here, with the host's truncation merged into the record of the cut.
 
+pub use crate::args::format_duration;
 use crate::exports::toolhost::plugin::tool::ToolDefinition;
 use crate::settings::Settings;
 use crate::tool::Hints;
@@ -400,11 +401,4 @@ pub(crate) fn process_error(e: toolhost::plugin::process::ProcessError) -> Strin
 /// Milliseconds of a duration, saturating.
 pub(crate) fn millis(d: Duration) -> u64 {
     d.as_millis().min(u64::MAX as u128) as u64
-}
-
-/// Render a duration for people and models: `10s`, `2m 30s`, `250ms`.
-pub fn format_duration(d: Duration) -> String {
-    // Whole milliseconds are plenty; humantime would print nanoseconds too.
-    let ms = Duration::from_millis(d.as_millis().min(u64::MAX as u128) as u64);
-    humantime::format_duration(ms).to_string()
 }

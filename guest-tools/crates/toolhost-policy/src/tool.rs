@@ -1,9 +1,8 @@
 //! Tools a policy adds beside the standard ones: [`Tool`] (its definition and handler),
 //! [`ToolCall`] (what a handler gets) and [`Reply`] (what it returns).
 
-use crate::args::Args;
+use crate::args::{Args, format_duration};
 use crate::exports::toolhost::plugin::tool::{CallContext, ToolAnnotations, ToolDefinition};
-use crate::render::format_duration;
 use crate::{Policy, SandboxSettings, Settings};
 use serde_json::{Map, Value};
 

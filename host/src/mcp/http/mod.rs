@@ -8,6 +8,7 @@
 //! (see `scopes`). The listener binds loopback addresses only unless remote access is allowed
 //! explicitly.
 
+mod idle;
 mod scopes;
 mod sessions;
 

@@ -154,7 +154,7 @@ impl HttpScopes {
     /// end them all.
     pub async fn reap_idle(self: Arc<Self>, stop: CancellationToken) {
         loop {
-            let (expired, next) = super::sessions::take_idle(
+            let (expired, next) = super::idle::take_idle(
                 &mut self.table(),
                 self.idle_timeout,
                 |entry| entry.in_flight > 0 || entry.tasks.running_task_count() > 0,
@@ -169,7 +169,7 @@ impl HttpScopes {
                 tasks.shutdown();
                 self.host.end_scope(&name).await;
             }
-            if !super::sessions::idle_wait(next, &self.changed, &stop).await {
+            if !super::idle::idle_wait(next, &self.changed, &stop).await {
                 break;
             }
         }

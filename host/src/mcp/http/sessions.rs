@@ -15,6 +15,7 @@
 //!   is unknown (`404`, as a session that does not exist).
 
 use super::super::jsonrpc::{self, INVALID_REQUEST, Parsed, id_key};
+use super::idle::{idle_wait, take_idle};
 use super::scopes::Principal;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -164,46 +165,6 @@ impl Sessions {
     /// How many sessions rmcp holds.
     async fn count(&self) -> usize {
         self.manager.sessions.read().await.len()
-    }
-}
-
-/// Take out of `table` what has been idle for `idle` (not `busy`, last active at `last`);
-/// returns it and the earliest deadline of what is left idle.
-pub(super) fn take_idle<K: Eq + std::hash::Hash, V>(
-    table: &mut HashMap<K, V>,
-    idle: Duration,
-    busy: impl Fn(&V) -> bool,
-    last: impl Fn(&V) -> Instant,
-) -> (Vec<(K, V)>, Option<Instant>) {
-    let now = Instant::now();
-    let expired = table
-        .extract_if(|_, value| !busy(value) && last(value) + idle <= now)
-        .collect();
-    let next = table
-        .values()
-        .filter(|value| !busy(value))
-        .map(|value| last(value) + idle)
-        .min();
-    (expired, next)
-}
-
-/// Wait for the next idle deadline (`None`: none yet), a change, or `stop`; false once
-/// stopped.
-pub(super) async fn idle_wait(
-    next: Option<Instant>,
-    changed: &Notify,
-    stop: &CancellationToken,
-) -> bool {
-    let deadline = async {
-        match next {
-            Some(deadline) => tokio::time::sleep_until(deadline).await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        _ = stop.cancelled() => false,
-        _ = changed.notified() => true,
-        _ = deadline => true,
     }
 }
 
