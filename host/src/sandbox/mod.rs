@@ -34,6 +34,13 @@ mod seccomp;
 pub mod secrets;
 
 pub(crate) use cgroup::{CommandCgroups, MemoryKill, ParentCgroups};
+pub(crate) use prepare::{Context, Prepared, PrivateSpace, ScopeSandbox};
+pub use secrets::{HiddenPaths, Homes, NotHidden};
+
+pub use profile::{
+    ConfinementRequest, DEFAULT_SHM_BYTES, DEFAULT_TMP_BYTES, Limits, LooserThanGrant, Network,
+    Profile, SandboxGrant, SandboxMode, SandboxSettings, bound, parse_size, resolve,
+};
 
 /// `path` with its links resolved, or as it is when it does not exist.
 pub(crate) fn canonical(path: &std::path::Path) -> std::path::PathBuf {
@@ -53,11 +60,3 @@ fn left_by_a_gone_host(name: &std::ffi::OsStr) -> bool {
         })
         .is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
 }
-pub(crate) use prepare::{Context, Prepared, PrivateSpace, ScopeSandbox};
-
-pub use secrets::{HiddenPaths, Homes, NotHidden};
-
-pub use profile::{
-    ConfinementRequest, DEFAULT_SHM_BYTES, DEFAULT_TMP_BYTES, Limits, LooserThanGrant, Network,
-    Profile, SandboxGrant, SandboxMode, SandboxSettings, bound, parse_size, resolve,
-};
