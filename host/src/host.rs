@@ -37,6 +37,7 @@ use crate::error::HostError;
 use crate::guest::{
     CallError, CallOptions, CallOutput, ComponentCache, Loader, Plugin, ToolDefinition,
 };
+use crate::plugins::PluginInfo;
 use crate::plugins::registry::{Registry, Snapshot};
 use crate::plugins::watcher;
 use crate::process::{OutputLog, ProcessBackend, ProcessManager, ProcessManagerConfig};
@@ -94,34 +95,6 @@ impl ToolHints {
     /// No hint is stated.
     pub fn is_empty(&self) -> bool {
         *self == ToolHints::default()
-    }
-}
-
-/// A loaded plugin, as [`ToolHost::plugins`] lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PluginInfo {
-    /// The plugin's name: the bundled policy's, or its component's file name without `.wasm`.
-    pub name: String,
-    /// Where it was loaded from.
-    pub origin: PluginOrigin,
-}
-
-/// Where a loaded plugin comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PluginOrigin {
-    /// A policy compiled into the binary ([`crate::bundled`]).
-    Bundled,
-    /// A component file in a plugin directory.
-    File(PathBuf),
-}
-
-/// `bundled`, or the component file's path.
-impl std::fmt::Display for PluginOrigin {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PluginOrigin::Bundled => f.write_str("bundled"),
-            PluginOrigin::File(path) => write!(f, "{}", path.display()),
-        }
     }
 }
 

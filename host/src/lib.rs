@@ -48,11 +48,8 @@ pub use guest::{
     CallError, CallOptions, CallOutput, EngineError, LimitExceeded, LoadError, Progress,
     ProgressSink, WIT_VERSIONS,
 };
-pub use host::{
-    Call, PluginInfo, PluginOrigin, ToolHints, ToolHost, ToolHostBuilder, ToolInfo,
-    default_cache_dir,
-};
-pub use plugins::bundled;
+pub use host::{Call, ToolHints, ToolHost, ToolHostBuilder, ToolInfo, default_cache_dir};
+pub use plugins::{PluginInfo, PluginOrigin, bundled};
 pub use tokio_util::sync::CancellationToken;
 
 /// Lock, recovering from poisoning: every lock of the host guards a few plain assignments, so

@@ -2,9 +2,9 @@
 //! immutable [`Snapshot`] behind a lock. A call takes the current snapshot and finishes on the
 //! plugin version it started with, while a reload builds and swaps in a new one.
 
+use super::PluginOrigin;
 use super::bundled::{self, BundledPlugin};
 use super::manifest::Manifest;
-use crate::PluginOrigin;
 use crate::error::{HostError, ManifestError};
 use crate::guest::{Loader, Plugin, PluginSource, hex, parse_digest};
 use sha2::{Digest, Sha256};
