@@ -90,6 +90,20 @@ fn a_dotfiles_repository_at_the_home_does_not_give_away_what_it_tracks() {
             "{}: the object store is readable: {result}",
             tier(env)
         );
+        // A workspace at the home keeps its files, and loses its repository: git there finds
+        // none.
+        let workdir = ["--workdir", home.to_str().expect("utf-8")];
+        let result = machine.execute_with(
+            &workdir,
+            "git show HEAD:.npmrc; echo ok > project/notes.txt && cat project/notes.txt && git status",
+            env,
+        );
+        assert_ne!(result["exit_code"], 0, "{}: {result}", tier(env));
+        assert!(
+            !output(&result).contains(NPM_SECRET) && output(&result).contains("ok\n"),
+            "{}: {result}",
+            tier(env)
+        );
         // The project's own repository is untouched.
         let result = machine.execute_with(&[], "git -C \"$HOME/project\" show HEAD:.npmrc", env);
         assert_eq!(
