@@ -161,7 +161,13 @@ fn bare_dotfiles_repositories_take_the_home_as_their_work_tree() {
     let (_dir, home) = home();
     let hidden = [home.join(".npmrc")];
     let work_tree = format!("--work-tree={}", home.display());
-    for name in [".cfg", ".config/dotfiles.git", ".local/share/yadm/repo.git"] {
+    for name in [
+        ".cfg",
+        ".config/dotfiles.git",
+        ".local/share/yadm/repo.git",
+        ".config/yadm/repo.git",
+        ".config/vcsh/repo.d/zsh.git",
+    ] {
         let git_dir = home.join(name);
         std::fs::create_dir_all(&git_dir).expect("dir");
         git(&git_dir, &["init", "-q", "--bare"]);
