@@ -3,6 +3,8 @@
 //!
 //! - `confinement`: escape attempts on fake machines under [`toolhost_e2e::machines_root`]
 //!   (CI runs this module a second time with the machines' root under `/tmp`);
+//! - `copies`: copies of hidden files (a dotfiles repository, backups) and secret values
+//!   under innocent names;
 //! - `limits`: the process and memory limits of commands;
 //! - `git_guard`: what git would run later outside the sandbox, undone within a session;
 //! - `live`: what a session's later commands see of the directories around hidden paths;
@@ -14,6 +16,7 @@
 //! so the other tests keep their priority.
 
 mod confinement;
+mod copies;
 mod git_guard;
 mod limits;
 mod live;

@@ -7,7 +7,9 @@
 //!    counts when it is absolute and not `/`. When neither does, the host says so once.
 //! 2. Under each home, the credential stores of [`HIDDEN_IN_HOME`] are hidden.
 //! 3. The user's runtime directories are hidden (`$XDG_RUNTIME_DIR`, `/run/user/UID`).
-//! 4. The operator's `--hide` paths are added; its `--reveal` paths are taken out.
+//! 4. Copies of these and of the `--hide` paths are added (`copies.rs`): backups beside them,
+//!    and git directories under a home whose index tracks one.
+//! 5. The operator's `--hide` paths are added; its `--reveal` paths are taken out.
 //!
 //! The system's password hashes ([`HIDDEN_SYSTEM_FILES`]) are hidden apart: only by a mount in
 //! the namespaces layer. A Landlock rule would have to freeze `/etc` at the session's start.
@@ -16,6 +18,7 @@ use std::path::{Path, PathBuf};
 
 use super::canonical;
 
+mod copies;
 mod variables;
 
 pub use variables::is_secret_variable;
@@ -189,6 +192,15 @@ impl HiddenPaths {
         }
         for dir in runtime_dirs {
             push(canonical(dir), &mut paths);
+        }
+        // Copies of the hidden and the `hide` paths (`copies.rs`); `reveal` may take one out.
+        let originals: Vec<PathBuf> = paths
+            .iter()
+            .cloned()
+            .chain(hide.iter().map(|p| canonical(p)))
+            .collect();
+        for path in copies::of(&homes, &originals) {
+            push(path, &mut paths);
         }
         let mut system_files: Vec<PathBuf> = HIDDEN_SYSTEM_FILES
             .iter()
