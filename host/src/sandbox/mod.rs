@@ -55,7 +55,7 @@ fn left_by_a_gone_host(name: &std::ffi::OsStr) -> bool {
 }
 pub(crate) use prepare::{Context, Prepared, PrivateSpace, ScopeSandbox};
 
-pub use secrets::{Finding, HiddenPaths, Homes, NotHidden, ScanSettings};
+pub use secrets::{Finding, HiddenPaths, Homes, NotHidden, ScanSettings, Scanned};
 
 pub use profile::{
     ConfinementRequest, DEFAULT_SHM_BYTES, DEFAULT_TMP_BYTES, Limits, LooserThanGrant, Network,

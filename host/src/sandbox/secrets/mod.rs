@@ -247,6 +247,17 @@ pub struct HiddenPaths {
     /// The files the content scan found, each with the rule that found it (each is in
     /// `paths` too).
     pub found: Vec<Finding>,
+    /// How much the content scan looked at (none: it did not run).
+    pub scanned: Option<Scanned>,
+}
+
+/// How much the content scan looked at.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Scanned {
+    /// Files looked at.
+    pub files: usize,
+    /// Whether it stopped at its most files.
+    pub truncated: bool,
 }
 
 /// Whether and where the content scan runs.
@@ -290,6 +301,7 @@ impl HiddenPaths {
     ) -> Result<HiddenPaths, NotHidden> {
         let homes = Homes::of_this_user();
         let runtime = runtime_dirs();
+        let mut scanned = None;
         let found = if scan.enabled {
             // The listed stores are hidden whole: the scan need not look inside them.
             let listed = HiddenPaths::new(&homes, &runtime, &[], &[])?;
@@ -299,17 +311,23 @@ impl HiddenPaths {
                 .cloned()
                 .chain(scan.skip.iter().map(|path| canonical(path)))
                 .collect();
-            scan::scan(
+            let report = scan::scan(
                 &listed.homes,
                 &skip,
                 scan.cache_dir.as_deref(),
                 &scan::LIMITS,
-            )
-            .found
+            );
+            scanned = Some(Scanned {
+                files: report.files,
+                truncated: report.truncated,
+            });
+            report.found
         } else {
             Vec::new()
         };
-        HiddenPaths::with_found(&homes, &runtime, found, hide, reveal)
+        let mut hidden = HiddenPaths::with_found(&homes, &runtime, found, hide, reveal)?;
+        hidden.scanned = scanned;
+        Ok(hidden)
     }
 
     /// The defaults for `homes` and `runtime_dirs`, with `hide` added and `reveal` taken out.
@@ -382,6 +400,7 @@ impl HiddenPaths {
             system_files,
             homes,
             found,
+            scanned: None,
         })
     }
 
@@ -432,6 +451,23 @@ impl HiddenPaths {
                     path.display()
                 );
             }
+        }
+        match self.scanned {
+            Some(scanned) => {
+                let _ = writeln!(
+                    out,
+                    "Content scan (--secret-scan on): {} files of the homes' configuration trees \
+                     looked at{}, {} found holding a secret (listed above with their rule)",
+                    scanned.files,
+                    if scanned.truncated {
+                        " (stopped at its most: the rest NOT scanned)"
+                    } else {
+                        ""
+                    },
+                    self.found.len()
+                );
+            }
+            None => out.push_str("Content scan: off\n"),
         }
         out
     }
