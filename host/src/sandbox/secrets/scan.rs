@@ -3,7 +3,8 @@
 //!
 //! A scan goes:
 //!
-//! 1. The rules are compiled (once per process) and the cache of the last scan is loaded.
+//! 1. The cache of the last scan is loaded. The rules are compiled (once per process) at the
+//!    first file the cache does not answer.
 //! 2. Under each home, the dot-files and dot-directories are walked (`~/.local` only through
 //!    `~/.local/share`), without following links to directories, at most [`Limits::max_depth`]
 //!    levels deep. Caches, package stores, the paths hidden already and the workspace are
@@ -14,11 +15,12 @@
 //! 4. The walk stops after [`Limits::max_files`] files, with a warning.
 //! 5. The cache is written when anything changed.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use super::cache::{CACHE_FILE, Cache, Stamp};
-use super::rules::Rules;
+use super::rules::{Rules, version};
 
 /// A file hidden because a rule found a secret in it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,14 +133,12 @@ pub fn scan(
     cache_dir: Option<&Path>,
     limits: &Limits,
 ) -> Report {
+    let began = std::time::Instant::now();
     let mut report = Report::default();
-    // 1. The rules and the cache.
-    let Some(rules) = rules() else {
-        return report;
-    };
-    let mut cache = Cache::load(cache_dir.map(|dir| dir.join(CACHE_FILE)), rules.version());
+    // 1. The cache; the rules are compiled at the first file the cache does not answer.
+    let mut cache = Cache::load(cache_dir.map(|dir| dir.join(CACHE_FILE)), version());
     let mut walk = Walk {
-        rules,
+        rules: None,
         cache: &mut cache,
         skip,
         limits,
@@ -157,11 +157,19 @@ pub fn scan(
     if let Err(error) = cache.save() {
         tracing::warn!(%error, "the secret scan runs again in full next time");
     }
+    tracing::debug!(
+        files = report.files,
+        read = report.read,
+        found = report.found.len(),
+        elapsed = ?began.elapsed(),
+        "secret scan"
+    );
     report
 }
 
 struct Walk<'a> {
-    rules: &'a Rules,
+    /// The rules, once a file needed them (`Some(None)`: they do not compile).
+    rules: Option<Option<&'static Rules>>,
     cache: &'a mut Cache,
     skip: &'a [PathBuf],
     limits: &'a Limits,
@@ -171,8 +179,10 @@ struct Walk<'a> {
 impl Walk<'_> {
     /// 2. The dot-entries of `home`.
     fn home(&mut self, home: &Path) {
-        // A skip path that holds the home (a workspace of `~` or `/`) does not skip it.
-        let skipped: Vec<PathBuf> = SKIPPED_IN_HOME
+        // A skip path that holds the home (a workspace of `~` or `/`) does not skip it. The
+        // walk starts at the home and follows no link to a directory, so it meets each skipped
+        // path under the home by that exact name before anything below it.
+        let skipped: HashSet<PathBuf> = SKIPPED_IN_HOME
             .iter()
             .map(|name| home.join(name))
             .chain(
@@ -211,8 +221,8 @@ impl Walk<'_> {
         }
     }
 
-    fn skipped(&self, path: &Path, skipped: &[PathBuf]) -> bool {
-        skipped.iter().any(|skip| path.starts_with(skip))
+    fn skipped(&self, path: &Path, skipped: &HashSet<PathBuf>) -> bool {
+        skipped.contains(path)
     }
 
     /// A directory entry at `depth` below the home: a directory to walk, or a file to check.
@@ -220,7 +230,7 @@ impl Walk<'_> {
         &mut self,
         path: &Path,
         depth: usize,
-        skipped: &[PathBuf],
+        skipped: &HashSet<PathBuf>,
         stack: &mut Vec<(PathBuf, usize)>,
     ) {
         if self.report.truncated || self.skipped(path, skipped) {
@@ -268,9 +278,12 @@ impl Walk<'_> {
         let rule = match self.cache.lookup(path, &stamp) {
             Some(rule) => rule,
             None => {
+                let Some(rules) = *self.rules.get_or_insert_with(rules) else {
+                    return;
+                };
                 self.report.read += 1;
                 read(path, self.limits.max_file_bytes)
-                    .and_then(|content| self.rules.find(&content).map(str::to_owned))
+                    .and_then(|content| rules.find(&content).map(str::to_owned))
             }
         };
         self.cache.record(path, stamp, rule.clone());
