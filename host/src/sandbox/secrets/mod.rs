@@ -64,6 +64,7 @@ pub const HIDDEN_IN_HOME: &[&str] = &[
     // Cluster tools.
     ".kube",
     ".config/helm/repositories.yaml",
+    ".config/helm/registry",
     ".minikube",
     ".talos",
     ".tsh",
@@ -113,7 +114,6 @@ pub const HIDDEN_IN_HOME: &[&str] = &[
     ".config/jfrog",
     ".jfrog",
     ".conan2/credentials.json",
-    ".config/helm/registry",
     // AI agents' and model hubs' logins.
     ".codex/auth.json",
     ".claude/.credentials.json",
@@ -144,7 +144,6 @@ pub const HIDDEN_IN_HOME: &[&str] = &[
     ".redisclirc",
     ".clickhouse-client",
     // Mail and chat tools.
-    ".mozilla",
     ".thunderbird",
     ".mutt",
     ".muttrc",
@@ -169,6 +168,7 @@ pub const HIDDEN_IN_HOME: &[&str] = &[
     ".config/hexchat",
     ".purple",
     // Browsers (cookies, saved passwords).
+    ".mozilla",
     ".config/google-chrome",
     ".config/chromium",
     ".config/BraveSoftware",
