@@ -276,7 +276,8 @@ pub struct ScanSettings {
 pub enum NotHidden {
     /// The path is not hidden by default.
     #[error(
-        "--reveal {0} is not one of the paths hidden by default (`toolhost sandbox` lists them)"
+        "--reveal {0} is not one of the paths hidden by default nor a file the content scan found \
+         (`toolhost sandbox` lists them)"
     )]
     NotByDefault(PathBuf),
     /// The path is a runtime directory: its session bus starts anything unconfined.
@@ -567,5 +568,45 @@ mod tests {
         let absolute = format!("cat: {}/.pgpass: Permission denied", home.display());
         assert_eq!(hidden.named_in(&absolute), Some(home.join(".pgpass")));
         assert_eq!(hidden.named_in("cat: notes.txt: Permission denied"), None);
+    }
+
+    #[test]
+    fn files_the_scan_found_are_hidden_named_with_their_rule_and_revealed() {
+        let dir = tempfile::tempdir().expect("dir");
+        let home = dir.path().canonicalize().expect("home");
+        let homes = Homes {
+            from_environment: Some(home.clone()),
+            from_passwd: None,
+        };
+        let creds = home.join(".config/mytool/creds.json");
+        let found = vec![Finding {
+            path: creds.clone(),
+            rule: "github-pat".to_owned(),
+        }];
+        let hidden = HiddenPaths::with_found(&homes, &[], found.clone(), &[], &[]).expect("hidden");
+        assert!(hidden.paths.contains(&creds));
+        assert_eq!(hidden.rule_of(&creds), Some("github-pat"));
+        assert_eq!(hidden.rule_of(&home.join(".ssh")), None);
+        assert_eq!(
+            hidden.named_in("cat: ~/.config/mytool/creds.json: Permission denied"),
+            Some(creds.clone())
+        );
+        assert!(
+            hidden.report(true).contains(&format!(
+                "  {} (found by the content scan: rule github-pat)\n",
+                creds.display()
+            )),
+            "{}",
+            hidden.report(true)
+        );
+        // --reveal of a finding is accepted and takes it out.
+        let revealed =
+            HiddenPaths::with_found(&homes, &[], found, &[], std::slice::from_ref(&creds))
+                .expect("a finding can be revealed");
+        assert!(!revealed.paths.contains(&creds));
+        assert!(revealed.found.is_empty());
+        // Without the finding, the same --reveal is refused.
+        let refused = HiddenPaths::with_found(&homes, &[], Vec::new(), &[], &[creds]);
+        assert!(matches!(refused, Err(NotHidden::NotByDefault(_))));
     }
 }

@@ -88,7 +88,8 @@ pub const SKIPPED_IN_HOME: &[&str] = &[
     ".local/share/toolhost",
 ];
 
-/// Directories not scanned wherever they are: installed packages and git's object store.
+/// Directories not scanned wherever they are: installed packages, git's object store, and the
+/// caches of Electron and Chromium applications under `~/.config`.
 pub const SKIPPED_NAMES: &[&str] = &[
     "node_modules",
     "__pycache__",
@@ -96,6 +97,12 @@ pub const SKIPPED_NAMES: &[&str] = &[
     "dist-packages",
     "objects",
     "lfs",
+    "Cache",
+    "Code Cache",
+    "GPUCache",
+    "CachedData",
+    "CacheStorage",
+    "Crashpad",
 ];
 
 /// What a scan found and how much it looked at.
