@@ -475,12 +475,13 @@ impl HiddenPaths {
 
     /// The hidden path that `text` names, if any: a failed command's output that names one
     /// failed on it. Paths are looked for as written by the host (absolute) and, under a home,
-    /// as `~/NAME` and `$HOME/NAME`.
+    /// as `~/NAME` and `$HOME/NAME`. Of several, the longest: `~/.config/ghost/creds` rather
+    /// than `~/.config/gh`, whose name it starts with.
     pub fn named_in(&self, text: &str) -> Option<PathBuf> {
         self.paths
             .iter()
             .chain(&self.system_files)
-            .find(|path| {
+            .filter(|path| {
                 let absolute = path.to_string_lossy();
                 text.contains(absolute.as_ref())
                     || self.homes.iter().any(|home| {
@@ -491,6 +492,7 @@ impl HiddenPaths {
                         })
                     })
             })
+            .max_by_key(|path| path.as_os_str().len())
             .cloned()
     }
 }
@@ -598,6 +600,23 @@ mod tests {
             )),
             "{}",
             hidden.report(true)
+        );
+        // A finding whose name starts with a listed path's is named, not the listed path.
+        let ghost = home.join(".config/ghost/token.json");
+        let both = HiddenPaths::with_found(
+            &homes,
+            &[],
+            vec![Finding {
+                path: ghost.clone(),
+                rule: "github-pat".to_owned(),
+            }],
+            &[],
+            &[],
+        )
+        .expect("hidden");
+        assert_eq!(
+            both.named_in(&format!("cat: {}: Permission denied", ghost.display())),
+            Some(ghost)
         );
         // --reveal of a finding is accepted and takes it out.
         let revealed =
