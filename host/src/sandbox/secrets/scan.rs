@@ -49,8 +49,8 @@ pub const LIMITS: Limits = Limits {
     max_files: 50_000,
 };
 
-/// Paths under a home that are not scanned: caches, package and toolchain stores, browser
-/// profiles, and the host's own state.
+/// Paths under a home that are not scanned: caches, package and toolchain stores, and shell and
+/// editor plugins.
 pub const SKIPPED_IN_HOME: &[&str] = &[
     ".cache",
     ".npm",
@@ -74,6 +74,30 @@ pub const SKIPPED_IN_HOME: &[&str] = &[
     ".vscode-server",
     ".cursor/extensions",
     ".terraform.d/plugins",
+    ".nuget/packages",
+    ".dotnet",
+    ".julia/packages",
+    ".julia/artifacts",
+    ".conda/pkgs",
+    ".cpan",
+    ".opam",
+    ".ghcup",
+    ".stack",
+    ".elan",
+    ".sdkman/candidates",
+    // Shell, editor and terminal plugins (code and their docs, not the user's settings).
+    ".oh-my-zsh",
+    ".zinit",
+    ".zplug",
+    ".antigen",
+    ".tmux/plugins",
+    ".vim/plugged",
+    ".vim/bundle",
+    ".vim/pack",
+    ".emacs.d/elpa",
+    ".emacs.d/straight",
+    ".emacs.d/eln-cache",
+    ".local/share/nvim/site",
     ".local/share/Trash",
     ".local/share/containers",
     ".local/share/flatpak",
@@ -85,7 +109,6 @@ pub const SKIPPED_IN_HOME: &[&str] = &[
     ".local/share/nvim/lazy",
     ".local/share/JetBrains",
     ".local/share/mise",
-    ".local/share/toolhost",
 ];
 
 /// Directories not scanned wherever they are: installed packages, git's object store, and the
