@@ -115,7 +115,7 @@ fn credential_stores_of_every_category_are_hidden_by_the_list() {
             &[],
             store,
             "PRIVATE TOKEN",
-            "on the list of credential stores",
+            "on the list of hidden paths",
         );
     }
 }

@@ -261,7 +261,7 @@ impl Entry {
                 // A covered directory shows empty: a file in it reads "No such file".
                 let why = match self.hidden.as_ref().and_then(|h| h.rule_of(&path)) {
                     Some(rule) => format!("the content scan's rule {rule} found a secret in it"),
-                    None => "it is on the list of credential stores".to_owned(),
+                    None => "it is on the list of hidden paths".to_owned(),
                 };
                 note.push_str(&format!(
                     "\n[toolhost: {} is hidden from confined commands by the operator's policy \
