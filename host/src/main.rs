@@ -112,6 +112,12 @@ struct Cli {
     #[arg(long, value_name = "PATH", global = true)]
     reveal: Vec<PathBuf>,
 
+    /// Whether files under the home's configuration trees that hold a secret (a private key, a
+    /// token, a password) are found at start and hidden like the list (`toolhost sandbox`
+    /// lists them; --reveal takes one out).
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"], global = true)]
+    secret_scan: String,
+
     /// Memory each confined command may use, everything it started included (a memory
     /// cgroup per command; where the host may not create one, per process with RLIMIT_DATA),
     /// e.g. `4GiB` (default: half the machine's memory).
@@ -454,6 +460,21 @@ async fn build_host(cli: &Cli) -> Result<ToolHost> {
     builder.build().await.context("loading plugins")
 }
 
+/// Where the content scan keeps its cache (the state directory) and what it skips (the
+/// workspace), as the process manager will have them.
+fn scan_settings(cli: &Cli, settings: &SandboxSettings) -> toolhost::sandbox::ScanSettings {
+    let state_dir = cli
+        .state_dir
+        .clone()
+        .or_else(toolhost::process::ProcessManagerConfig::default_state_dir);
+    let workdir = cli.workdir.clone().or_else(|| std::env::current_dir().ok());
+    toolhost::sandbox::ScanSettings {
+        enabled: settings.secret_scan && settings.mode != SandboxMode::Off,
+        skip: workdir.into_iter().chain(state_dir.clone()).collect(),
+        cache_dir: state_dir,
+    }
+}
+
 /// The operator's sandbox settings from the flags.
 fn sandbox_settings(cli: &Cli) -> Result<SandboxSettings> {
     let network =
@@ -506,9 +527,14 @@ fn sandbox_settings(cli: &Cli) -> Result<SandboxSettings> {
                 )
             })?);
     }
+    settings.secret_scan = cli.secret_scan == "on";
     // A --reveal path that is not hidden by default is a mistake: said before anything runs.
     if !settings.reveal.is_empty() {
-        toolhost::sandbox::HiddenPaths::of_this_user(&settings.hide, &settings.reveal)?;
+        toolhost::sandbox::HiddenPaths::of_this_user_scanned(
+            &settings.hide,
+            &settings.reveal,
+            &scan_settings(cli, &settings),
+        )?;
     }
     if let Some(bytes) = cli.memory_limit_per_command {
         settings.limits.memory_bytes = Some(bytes);
@@ -592,8 +618,11 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             })
             .collect();
             let namespaces = toolhost::process::namespaces_here();
-            let hidden =
-                toolhost::sandbox::HiddenPaths::of_this_user(&settings.hide, &settings.reveal)?;
+            let hidden = toolhost::sandbox::HiddenPaths::of_this_user_scanned(
+                &settings.hide,
+                &settings.reveal,
+                &scan_settings(&cli, &settings),
+            )?;
             out(format_args!(
                 "{}\nWith these flags commands get: {}\n{}",
                 probe::report(&probe::support(), &namespaces, &profiles),

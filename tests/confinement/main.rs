@@ -8,7 +8,8 @@
 //! - `limits`: the process and memory limits of commands;
 //! - `git_guard`: what git would run later outside the sandbox, undone within a session;
 //! - `live`: what a session's later commands see of the directories around hidden paths;
-//! - `network`: an allow-list of hosts, reached through the session's proxy.
+//! - `network`: an allow-list of hosts, reached through the session's proxy;
+//! - `secret_scan`: credential stores hidden by the list and by what the content scan finds.
 //!
 //! The `limits` tests lower the priority of their own threads, and the fork bombs they start
 //! inherit it: the bombs cannot starve the tests running beside them on a small machine. Linux
@@ -21,3 +22,4 @@ mod git_guard;
 mod limits;
 mod live;
 mod network;
+mod secret_scan;

@@ -35,7 +35,7 @@ pub mod secrets;
 
 pub(crate) use cgroup::{CommandCgroups, MemoryKill, ParentCgroups};
 pub(crate) use prepare::{Context, Prepared, PrivateSpace, ScopeSandbox};
-pub use secrets::{HiddenPaths, Homes, NotHidden};
+pub use secrets::{Finding, HiddenPaths, Homes, NotHidden, ScanSettings, Scanned};
 
 pub use profile::{
     ConfinementRequest, DEFAULT_SHM_BYTES, DEFAULT_TMP_BYTES, Limits, LooserThanGrant, Network,

@@ -229,6 +229,9 @@ pub struct SandboxSettings {
     /// `--memory-limit-total`: the memory of every session's confined commands together.
     /// Default: three quarters of the machine's memory.
     pub memory_total: Option<u64>,
+    /// `--secret-scan`: whether files under the homes' configuration trees that hold a secret
+    /// are found and hidden. Default `true`.
+    pub secret_scan: bool,
 }
 
 impl Default for SandboxSettings {
@@ -249,6 +252,7 @@ impl Default for SandboxSettings {
             },
             memory_per_session: default_memory_limit(),
             memory_total: memory_total().map(|bytes| bytes / 4 * 3),
+            secret_scan: true,
         }
     }
 }

@@ -259,10 +259,16 @@ impl Entry {
                 .and_then(|hidden| hidden.named_in(&text));
             if let Some(path) = hidden.filter(|_| denied || text.contains("No such file")) {
                 // A covered directory shows empty: a file in it reads "No such file".
+                let why = match self.hidden.as_ref().and_then(|h| h.rule_of(&path)) {
+                    Some(rule) => format!("the content scan's rule {rule} found a secret in it"),
+                    None => "it is on the list of hidden paths".to_owned(),
+                };
                 note.push_str(&format!(
                     "\n[toolhost: {} is hidden from confined commands by the operator's policy \
-                     (it holds credentials); it cannot be read or listed from here, so do not \
-                     retry: ask the user if you need what it holds]",
+                     ({why}); it cannot be read or listed from here, so do not retry: ask the \
+                     user if you need what it holds (the operator's --reveal {} lets commands \
+                     read it)]",
+                    path.display(),
                     path.display()
                 ));
             } else if let Some((path, dir)) = self

@@ -168,14 +168,26 @@ pub fn namespaces_here() -> Result<sandbox::probe::NamespacesHere, String> {
         .map_err(|e| e.0)
 }
 
-/// The paths hidden from this host's confined commands (see `sandbox/secrets.rs`), said once
-/// where no home directory resolves or a `--reveal` path is not hidden by default.
-fn hidden_paths(settings: &sandbox::SandboxSettings) -> sandbox::HiddenPaths {
-    let hidden = sandbox::HiddenPaths::of_this_user(&settings.hide, &settings.reveal)
-        .unwrap_or_else(|error| {
-            tracing::warn!("{error}: ignored, nothing is revealed");
-            sandbox::HiddenPaths::of_this_user(&settings.hide, &[]).unwrap_or_default()
-        });
+/// The paths hidden from this host's confined commands (see `sandbox/secrets/`), with what the
+/// content scan finds (its cache in `state_dir`, skipping the `skip` paths), said once where no
+/// home directory resolves or a `--reveal` path is not hidden by default.
+fn hidden_paths(
+    settings: &sandbox::SandboxSettings,
+    state_dir: Option<&Path>,
+    skip: Vec<PathBuf>,
+) -> sandbox::HiddenPaths {
+    let scan = sandbox::ScanSettings {
+        enabled: settings.secret_scan && settings.mode != sandbox::SandboxMode::Off,
+        cache_dir: state_dir.map(Path::to_path_buf),
+        skip,
+    };
+    let hidden =
+        sandbox::HiddenPaths::of_this_user_scanned(&settings.hide, &settings.reveal, &scan)
+            .unwrap_or_else(|error| {
+                tracing::warn!("{error}: ignored, nothing is revealed");
+                sandbox::HiddenPaths::of_this_user_scanned(&settings.hide, &[], &scan)
+                    .unwrap_or_default()
+            });
     if hidden.homes.is_empty() && settings.mode != sandbox::SandboxMode::Off {
         tracing::warn!(
             "no home directory resolves ($HOME is unset, relative or /, and the user has no \
@@ -430,14 +442,24 @@ impl ProcessManager {
             );
             tracing::debug!(?swept, dir = %dir.display(), "swept output logs");
         }
+        let workdir = config
+            .default_workdir
+            .clone()
+            .or_else(|| std::env::current_dir().ok())
+            .unwrap_or_else(|| PathBuf::from("/"));
+        // The content scan runs here, before the first confined command (cached after).
+        let hidden = hidden_paths(
+            &config.sandbox,
+            log_dir.as_deref(),
+            std::iter::once(workdir.clone())
+                .chain(config.protected.iter().cloned())
+                .chain(log_dir.clone())
+                .collect(),
+        );
         let sandbox_context = Arc::new(sandbox::Context {
-            workdir: config
-                .default_workdir
-                .clone()
-                .or_else(|| std::env::current_dir().ok())
-                .unwrap_or_else(|| PathBuf::from("/")),
+            workdir,
             writable: config.sandbox.writable.clone(),
-            hidden: Arc::new(hidden_paths(&config.sandbox)),
+            hidden: Arc::new(hidden),
             shm_bytes: config.sandbox.shm_bytes,
             tmp_bytes: config.sandbox.tmp_bytes,
             memory_per_session: config.sandbox.memory_per_session,

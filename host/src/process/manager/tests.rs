@@ -17,6 +17,9 @@ fn test_config(dir: &Path) -> ProcessManagerConfig {
             // The host's /tmp shared with the commands (they get a private one otherwise), for
             // the temporary directories these tests share with them.
             writable: vec![std::env::temp_dir().canonicalize().expect("temp dir")],
+            // Each test has a state directory of its own: a scan of the real home would run
+            // cold for each (tests/confinement/secret_scan.rs tests the scan).
+            secret_scan: false,
             ..Default::default()
         },
         ..ProcessManagerConfig::default()

@@ -7,9 +7,11 @@
 //!    counts when it is absolute and not `/`. When neither does, the host says so once.
 //! 2. Under each home, the credential stores of [`HIDDEN_IN_HOME`] are hidden.
 //! 3. The user's runtime directories are hidden (`$XDG_RUNTIME_DIR`, `/run/user/UID`).
-//! 4. Copies of these and of the `--hide` paths are added (`copies.rs`): backups beside them,
+//! 4. Unless the operator turned it off, the content scan (`scan.rs`) looks for files that
+//!    hold a secret under each home's configuration trees; the files it finds are hidden too.
+//! 5. Copies of these and of the `--hide` paths are added (`copies.rs`): backups beside them,
 //!    and git directories under a home whose index tracks one.
-//! 5. The operator's `--hide` paths are added; its `--reveal` paths are taken out.
+//! 6. The operator's `--reveal` paths are taken out; its `--hide` paths are added.
 //!
 //! The system's password hashes ([`HIDDEN_SYSTEM_FILES`]) are hidden apart: only by a mount in
 //! the namespaces layer. A Landlock rule would have to freeze `/etc` at the session's start.
@@ -18,9 +20,13 @@ use std::path::{Path, PathBuf};
 
 use super::canonical;
 
+mod cache;
 mod copies;
+pub mod rules;
+pub mod scan;
 mod variables;
 
+pub use scan::Finding;
 pub use variables::is_secret_variable;
 
 /// Credential stores under a home directory, hidden from every confined command.
@@ -30,11 +36,11 @@ pub const HIDDEN_IN_HOME: &[&str] = &[
     ".gnupg",
     ".password-store",
     ".local/share/keyrings",
-    // Cloud and cluster tools.
+    ".local/share/kwalletd",
+    // Cloud tools.
     ".aws",
     ".azure",
     ".config/gcloud",
-    ".kube",
     ".oci",
     ".boto",
     ".s3cfg",
@@ -42,39 +48,135 @@ pub const HIDDEN_IN_HOME: &[&str] = &[
     ".config/hcloud",
     ".config/openstack",
     ".config/rclone",
-    ".vault-token",
+    ".config/scw",
+    ".config/linode-cli",
+    ".config/exoscale",
+    ".aliyun",
+    ".bluemix",
+    ".pulumi/credentials.json",
+    ".databrickscfg",
+    ".snowflake",
+    ".fly/config.yml",
+    ".config/netlify",
+    ".config/vercel",
+    ".local/share/com.vercel.cli",
+    ".wrangler",
+    ".config/.wrangler",
     ".terraform.d/credentials.tfrc.json",
     ".terraformrc",
+    // Cluster tools.
+    ".kube",
+    ".config/helm/repositories.yaml",
+    ".config/helm/registry",
+    ".minikube",
+    ".talos",
+    ".tsh",
+    // Containers.
     ".docker",
-    // Source hosting and package registries.
+    ".config/containers/auth.json",
+    // Secret management.
+    ".vault-token",
+    ".config/sops/age/keys.txt",
+    ".config/op",
+    ".config/Bitwarden CLI",
+    ".config/doppler",
+    ".config/infisical",
+    ".infisical",
+    // Source hosting.
     ".netrc",
     ".git-credentials",
     ".config/git/credentials",
     ".config/gh",
     ".config/hub",
     ".config/glab-cli",
+    ".config/tea",
+    // Package managers and registries.
     ".npmrc",
     ".yarnrc",
     ".yarnrc.yml",
+    ".bunfig.toml",
     ".pypirc",
+    ".config/pypoetry/auth.toml",
+    ".local/share/python_keyring",
+    ".local/share/uv/credentials",
     ".cargo/credentials",
     ".cargo/credentials.toml",
     ".gem/credentials",
+    ".local/share/gem/credentials",
+    ".m2/settings.xml",
     ".m2/settings-security.xml",
     ".gradle/gradle.properties",
+    ".ivy2/.credentials",
+    ".sbt/credentials",
+    ".composer/auth.json",
+    ".config/composer/auth.json",
+    ".pub-cache/credentials.json",
+    ".config/dart/pub-credentials.json",
+    ".hex/hex.config",
+    ".mix/hex.config",
+    ".config/jfrog",
+    ".jfrog",
+    ".conan2/credentials.json",
+    // AI agents' and model hubs' logins.
+    ".codex/auth.json",
+    ".claude/.credentials.json",
+    ".claude.json",
+    ".gemini/oauth_creds.json",
+    ".gemini/google_accounts.json",
+    ".config/github-copilot/hosts.json",
+    ".config/github-copilot/apps.json",
+    ".config/github-copilot/oauth.json",
+    ".continue/config.json",
+    ".continue/config.yaml",
+    ".cursor/mcp.json",
+    ".codeium/config.json",
+    ".config/goose/secrets.yaml",
+    ".local/share/opencode/auth.json",
+    ".cache/huggingface/token",
+    ".cache/huggingface/stored_tokens",
+    ".huggingface/token",
+    ".ollama/id_ed25519",
+    ".kaggle/kaggle.json",
     // Databases.
     ".pgpass",
     ".my.cnf",
-    // Password managers and AI agents' own logins.
-    ".config/op",
-    ".codex/auth.json",
-    ".claude/.credentials.json",
-    // Browsers and mail (cookies, saved passwords).
-    ".mozilla",
+    ".mylogin.cnf",
+    ".mongoshrc.js",
+    ".dbshell",
+    ".sqlplus_history",
+    ".redisclirc",
+    ".clickhouse-client",
+    // Mail and chat tools.
     ".thunderbird",
+    ".mutt",
+    ".muttrc",
+    ".config/mutt",
+    ".msmtprc",
+    ".config/msmtp",
+    ".mbsyncrc",
+    ".config/isync",
+    ".offlineimaprc",
+    ".fetchmailrc",
+    ".config/aerc/accounts.conf",
+    ".config/himalaya",
+    ".config/neomutt",
+    ".config/Slack",
+    ".config/discord",
+    ".config/Signal",
+    ".config/Element",
+    ".local/share/TelegramDesktop",
+    ".weechat",
+    ".config/weechat",
+    ".irssi",
+    ".config/hexchat",
+    ".purple",
+    // Browsers (cookies, saved passwords).
+    ".mozilla",
     ".config/google-chrome",
     ".config/chromium",
     ".config/BraveSoftware",
+    ".config/microsoft-edge",
+    ".config/vivaldi",
     // Shell and REPL histories (commands typed with secrets in them).
     ".bash_history",
     ".zsh_history",
@@ -85,6 +187,7 @@ pub const HIDDEN_IN_HOME: &[&str] = &[
     ".mysql_history",
     ".rediscli_history",
     ".sqlite_history",
+    ".local/share/atuin",
 ];
 
 /// The system's password hashes, hidden by a mount in the namespaces layer.
@@ -144,6 +247,31 @@ pub struct HiddenPaths {
     /// The home directories whose credential stores are hidden (none: nothing home-relative
     /// is hidden).
     pub homes: Vec<PathBuf>,
+    /// The files the content scan found, each with the rule that found it (each is in
+    /// `paths` too).
+    pub found: Vec<Finding>,
+    /// How much the content scan looked at (none: it did not run).
+    pub scanned: Option<Scanned>,
+}
+
+/// How much the content scan looked at.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Scanned {
+    /// Files looked at.
+    pub files: usize,
+    /// Whether it stopped at its most files.
+    pub truncated: bool,
+}
+
+/// Whether and where the content scan runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScanSettings {
+    /// `--secret-scan on` (the default).
+    pub enabled: bool,
+    /// Where the scan's cache is kept (the host's state directory; none: no cache).
+    pub cache_dir: Option<PathBuf>,
+    /// Paths the scan skips besides caches: the workspace and the host's own files.
+    pub skip: Vec<PathBuf>,
 }
 
 /// A `--reveal` path that cannot be revealed.
@@ -151,7 +279,8 @@ pub struct HiddenPaths {
 pub enum NotHidden {
     /// The path is not hidden by default.
     #[error(
-        "--reveal {0} is not one of the paths hidden by default (`toolhost sandbox` lists them)"
+        "--reveal {0} is not one of the paths hidden by default nor a file the content scan found \
+         (`toolhost sandbox` lists them)"
     )]
     NotByDefault(PathBuf),
     /// The path is a runtime directory: its session bus starts anything unconfined.
@@ -168,12 +297,61 @@ impl HiddenPaths {
         HiddenPaths::new(&Homes::of_this_user(), &runtime_dirs(), hide, reveal)
     }
 
+    /// The hidden paths of this host's user with what the content scan finds, as `scan` says.
+    pub fn of_this_user_scanned(
+        hide: &[PathBuf],
+        reveal: &[PathBuf],
+        scan: &ScanSettings,
+    ) -> Result<HiddenPaths, NotHidden> {
+        let homes = Homes::of_this_user();
+        let runtime = runtime_dirs();
+        let mut scanned = None;
+        let found = if scan.enabled {
+            // The listed stores are hidden whole: the scan need not look inside them.
+            let listed = HiddenPaths::new(&homes, &runtime, &[], &[])?;
+            let skip: Vec<PathBuf> = listed
+                .paths
+                .iter()
+                .cloned()
+                .chain(scan.skip.iter().map(|path| canonical(path)))
+                .collect();
+            let report = scan::scan(
+                &listed.homes,
+                &skip,
+                scan.cache_dir.as_deref(),
+                &scan::LIMITS,
+            );
+            scanned = Some(Scanned {
+                files: report.files,
+                truncated: report.truncated,
+            });
+            report.found
+        } else {
+            Vec::new()
+        };
+        let mut hidden = HiddenPaths::with_found(&homes, &runtime, found, hide, reveal)?;
+        hidden.scanned = scanned;
+        Ok(hidden)
+    }
+
     /// The defaults for `homes` and `runtime_dirs`, with `hide` added and `reveal` taken out.
     ///
     /// A `reveal` path must be one of the defaults (the host's own files are never among them).
     pub fn new(
         homes: &Homes,
         runtime_dirs: &[PathBuf],
+        hide: &[PathBuf],
+        reveal: &[PathBuf],
+    ) -> Result<HiddenPaths, NotHidden> {
+        HiddenPaths::with_found(homes, runtime_dirs, Vec::new(), hide, reveal)
+    }
+
+    /// As [`HiddenPaths::new`], with the files the content scan `found` hidden too (a `reveal`
+    /// path may be one of them).
+    pub fn with_found(
+        homes: &Homes,
+        runtime_dirs: &[PathBuf],
+        mut found: Vec<Finding>,
         hide: &[PathBuf],
         reveal: &[PathBuf],
     ) -> Result<HiddenPaths, NotHidden> {
@@ -192,6 +370,9 @@ impl HiddenPaths {
         }
         for dir in runtime_dirs {
             push(canonical(dir), &mut paths);
+        }
+        for finding in &found {
+            push(finding.path.clone(), &mut paths);
         }
         // Copies of the hidden and the `hide` paths (`copies.rs`); `reveal` may take one out.
         let originals: Vec<PathBuf> = paths
@@ -219,6 +400,7 @@ impl HiddenPaths {
             let before = paths.len() + system_files.len();
             paths.retain(|hidden| *hidden != path);
             system_files.retain(|hidden| *hidden != path);
+            found.retain(|finding| finding.path != path);
             if paths.len() + system_files.len() == before {
                 return Err(NotHidden::NotByDefault(path));
             }
@@ -230,7 +412,17 @@ impl HiddenPaths {
             paths,
             system_files,
             homes,
+            found,
+            scanned: None,
         })
+    }
+
+    /// The rule of the content scan that hid `path`, if the scan hid it.
+    pub fn rule_of(&self, path: &Path) -> Option<&str> {
+        self.found
+            .iter()
+            .find(|finding| finding.path == path)
+            .map(|finding| finding.rule.as_str())
     }
 
     /// What `toolhost sandbox` prints: every hidden path, and what hides the system files
@@ -248,7 +440,18 @@ impl HiddenPaths {
             );
         }
         for path in &self.paths {
-            let _ = writeln!(out, "  {}", path.display());
+            match self.rule_of(path) {
+                Some(rule) => {
+                    let _ = writeln!(
+                        out,
+                        "  {} (found by the content scan: rule {rule})",
+                        path.display()
+                    );
+                }
+                None => {
+                    let _ = writeln!(out, "  {}", path.display());
+                }
+            }
         }
         for path in &self.system_files {
             if namespaces {
@@ -262,17 +465,35 @@ impl HiddenPaths {
                 );
             }
         }
+        match self.scanned {
+            Some(scanned) => {
+                let _ = writeln!(
+                    out,
+                    "Content scan (--secret-scan on): {} files of the homes' configuration trees \
+                     looked at{}, {} found holding a secret (listed above with their rule)",
+                    scanned.files,
+                    if scanned.truncated {
+                        " (stopped at its most: the rest NOT scanned)"
+                    } else {
+                        ""
+                    },
+                    self.found.len()
+                );
+            }
+            None => out.push_str("Content scan: off\n"),
+        }
         out
     }
 
     /// The hidden path that `text` names, if any: a failed command's output that names one
     /// failed on it. Paths are looked for as written by the host (absolute) and, under a home,
-    /// as `~/NAME` and `$HOME/NAME`.
+    /// as `~/NAME` and `$HOME/NAME`. Of several, the longest: `~/.config/ghost/creds` rather
+    /// than `~/.config/gh`, whose name it starts with.
     pub fn named_in(&self, text: &str) -> Option<PathBuf> {
         self.paths
             .iter()
             .chain(&self.system_files)
-            .find(|path| {
+            .filter(|path| {
                 let absolute = path.to_string_lossy();
                 text.contains(absolute.as_ref())
                     || self.homes.iter().any(|home| {
@@ -283,6 +504,7 @@ impl HiddenPaths {
                         })
                     })
             })
+            .max_by_key(|path| path.as_os_str().len())
             .cloned()
     }
 }
@@ -360,5 +582,62 @@ mod tests {
         let absolute = format!("cat: {}/.pgpass: Permission denied", home.display());
         assert_eq!(hidden.named_in(&absolute), Some(home.join(".pgpass")));
         assert_eq!(hidden.named_in("cat: notes.txt: Permission denied"), None);
+    }
+
+    #[test]
+    fn files_the_scan_found_are_hidden_named_with_their_rule_and_revealed() {
+        let dir = tempfile::tempdir().expect("dir");
+        let home = dir.path().canonicalize().expect("home");
+        let homes = Homes {
+            from_environment: Some(home.clone()),
+            from_passwd: None,
+        };
+        let creds = home.join(".config/mytool/creds.json");
+        let found = vec![Finding {
+            path: creds.clone(),
+            rule: "github-pat".to_owned(),
+        }];
+        let hidden = HiddenPaths::with_found(&homes, &[], found.clone(), &[], &[]).expect("hidden");
+        assert!(hidden.paths.contains(&creds));
+        assert_eq!(hidden.rule_of(&creds), Some("github-pat"));
+        assert_eq!(hidden.rule_of(&home.join(".ssh")), None);
+        assert_eq!(
+            hidden.named_in("cat: ~/.config/mytool/creds.json: Permission denied"),
+            Some(creds.clone())
+        );
+        assert!(
+            hidden.report(true).contains(&format!(
+                "  {} (found by the content scan: rule github-pat)\n",
+                creds.display()
+            )),
+            "{}",
+            hidden.report(true)
+        );
+        // A finding whose name starts with a listed path's is named, not the listed path.
+        let ghost = home.join(".config/ghost/token.json");
+        let both = HiddenPaths::with_found(
+            &homes,
+            &[],
+            vec![Finding {
+                path: ghost.clone(),
+                rule: "github-pat".to_owned(),
+            }],
+            &[],
+            &[],
+        )
+        .expect("hidden");
+        assert_eq!(
+            both.named_in(&format!("cat: {}: Permission denied", ghost.display())),
+            Some(ghost)
+        );
+        // --reveal of a finding is accepted and takes it out.
+        let revealed =
+            HiddenPaths::with_found(&homes, &[], found, &[], std::slice::from_ref(&creds))
+                .expect("a finding can be revealed");
+        assert!(!revealed.paths.contains(&creds));
+        assert!(revealed.found.is_empty());
+        // Without the finding, the same --reveal is refused.
+        let refused = HiddenPaths::with_found(&homes, &[], Vec::new(), &[], &[creds]);
+        assert!(matches!(refused, Err(NotHidden::NotByDefault(_))));
     }
 }
