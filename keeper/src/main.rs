@@ -41,6 +41,7 @@ mod namespaces;
 mod network;
 mod start;
 mod tree;
+mod unix;
 
 use confine::Confinement;
 use toolhost_keeper_protocol::{CANNOT_RUN, Control, Status, fd, helper, option};
@@ -239,6 +240,14 @@ fn run() -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
 
+    // The pair the command's process sends the listener of the `connect` supervision over.
+    let supervision = if confinement.unix.supervise && confinement.confined() {
+        Some(UnixStream::pair()?)
+    } else {
+        None
+    };
+    let channel = supervision.as_ref().map(|(_, child)| child.as_raw_fd());
+    let places = confinement.unix.clone();
     let mut command = Command::new(&program);
     if let [argv0, rest @ ..] = argv.as_slice() {
         command.arg0(argv0).args(rest);
@@ -259,7 +268,7 @@ fn run() -> io::Result<()> {
             if terminal && libc::ioctl(0, libc::TIOCSCTTY, 0) == -1 {
                 return Err(io::Error::last_os_error());
             }
-            confinement.apply()
+            confinement.apply(channel)
         });
     }
     let child = match command.spawn() {
@@ -273,6 +282,16 @@ fn run() -> io::Result<()> {
     };
     let leader = i32::try_from(child.id()).map_err(io::Error::other)?;
     drop(child);
+    if let Some((keeper_end, child_end)) = supervision {
+        drop(child_end);
+        // The command runs with the filter: without its supervisor, its connects would hang.
+        let served = unix::receive_listener(keeper_end.as_raw_fd())
+            .and_then(|listener| unix::serve(listener, places, status.as_raw_fd()));
+        if let Err(error) = served {
+            eprintln!("toolhost-keeper: cannot supervise the command's connects: {error}");
+            tree::kill_all();
+        }
+    }
     release_stdio()?;
 
     // The command's end, once reaped; reported when it is known whether anything is left.
