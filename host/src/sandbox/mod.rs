@@ -32,6 +32,7 @@ pub mod probe;
 mod profile;
 mod seccomp;
 pub mod secrets;
+pub mod unix;
 
 pub(crate) use cgroup::{CommandCgroups, MemoryKill, ParentCgroups};
 

@@ -229,6 +229,9 @@ pub struct SandboxSettings {
     /// `--memory-limit-total`: the memory of every session's confined commands together.
     /// Default: three quarters of the machine's memory.
     pub memory_total: Option<u64>,
+    /// `--allow-unix-socket`: Unix sockets confined commands may connect to besides those in
+    /// the workspace, the writable roots and the session's own `/tmp` (absolute).
+    pub allow_unix_socket: Vec<PathBuf>,
 }
 
 impl Default for SandboxSettings {
@@ -249,6 +252,7 @@ impl Default for SandboxSettings {
             },
             memory_per_session: default_memory_limit(),
             memory_total: memory_total().map(|bytes| bytes / 4 * 3),
+            allow_unix_socket: Vec::new(),
         }
     }
 }
