@@ -18,3 +18,4 @@ mod git_guard;
 mod limits;
 mod live;
 mod network;
+mod unix_sockets;
