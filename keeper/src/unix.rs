@@ -530,10 +530,25 @@ fn report(shared: &Shared, name: &[u8]) {
     unsafe { libc::write(shared.status, message.as_ptr().cast(), message.len()) };
 }
 
-/// The caller's descriptor `fd`, by `pidfd_getfd`.
-fn caller_socket(pid: libc::pid_t, fd: RawFd) -> io::Result<OwnedFd> {
+/// `PIDFD_THREAD` (Linux 6.9): a pidfd of a thread, not only of a thread group's leader.
+const PIDFD_THREAD: libc::c_uint = libc::O_EXCL as libc::c_uint;
+
+/// The caller's descriptor `fd`, by `pidfd_getfd`. The notification names the calling
+/// *thread*: its own pidfd where the kernel makes one (`PIDFD_THREAD`), else its thread
+/// group's (`Tgid` in `/proc/TID/status`).
+fn caller_socket(tid: libc::pid_t, fd: RawFd) -> io::Result<OwnedFd> {
     // SAFETY: integer arguments; returns a new descriptor or -1.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let mut pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, tid, PIDFD_THREAD) };
+    if pidfd < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+        let status = std::fs::read_to_string(format!("/proc/{tid}/status"))?;
+        let tgid: libc::pid_t = status
+            .lines()
+            .find_map(|line| line.strip_prefix("Tgid:"))
+            .and_then(|tgid| tgid.trim().parse().ok())
+            .ok_or_else(|| io::Error::other("no Tgid"))?;
+        // SAFETY: integer arguments; returns a new descriptor or -1.
+        pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, tgid, 0) };
+    }
     if pidfd < 0 {
         return Err(io::Error::last_os_error());
     }

@@ -201,6 +201,10 @@ def serve(address):
     print(address, "got", c.recv(10).decode())
 serve(os.path.join(os.environ["TMPDIR"], "tmp.sock"))
 serve("workspace.sock")
+# From a thread that is not its process's first: the keeper gets the thread's id.
+worker = threading.Thread(target=serve, args=("thread.sock",))
+worker.start()
+worker.join()
 for kind in ("socket", "socketpair"):
     try:
         getattr(socket, kind)(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -224,6 +228,7 @@ print("tcp", t.accept()[1][0])
         for expected in [
             "tmp.sock got own",
             "workspace.sock got own",
+            "thread.sock got own",
             "socket datagram refused: 13",
             "socketpair datagram refused: 13",
             "socketpair stream 2",
