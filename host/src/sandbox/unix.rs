@@ -135,6 +135,13 @@ pub(crate) fn keeper_args(mode: &UnixMode, places: &Places) -> Vec<String> {
 
 /// The note for the model when the keeper refused sockets (`refused`, as it named them).
 pub(crate) fn note(refused: &[String]) -> Option<String> {
+    // The keeper could not inspect a call (Yama's ptrace_scope, a non-dumpable caller).
+    if let Some(reason) = refused.iter().find(|name| name.starts_with('(')) {
+        return Some(format!(
+            "\n[toolhost: a connect was refused: the keeper could not inspect it {reason}; \
+             see docs/confinement.md, Unix sockets]"
+        ));
+    }
     let first = refused.first()?;
     let more = match refused.len() {
         1 => String::new(),
