@@ -335,3 +335,30 @@ fn is_socket(path: &Path) -> bool {
     use std::os::unix::fs::FileTypeExt;
     std::fs::metadata(path).is_ok_and(|meta| meta.file_type().is_socket())
 }
+
+#[test]
+fn a_host_socket_hard_linked_into_the_workspace_is_refused() {
+    for env in TIERS {
+        let machine = Machine::new();
+        // In a package cache, writable to commands, as git credential-cache's socket is.
+        let dir = machine.path("home/.cache/daemon");
+        std::fs::create_dir_all(&dir).expect("cache");
+        let socket = dir.join("socket");
+        let socket = socket.to_str().expect("UTF-8");
+        let _server = HostServer::start(socket);
+        // A second name in the workspace, then the first removed: one name, in an allowed
+        // place (without namespaces both are on one mount; with them the link is refused).
+        let command = format!(
+            "ln '{socket}' linked.sock && rm '{socket}'; {}",
+            client(&["linked.sock"])
+        );
+        let result = machine.execute_with(&[], &command, env);
+        let text = output(&result);
+        assert!(!text.contains("linked.sock got"), "{}: {result}", tier(env));
+        assert!(
+            text.contains("linked.sock refused"),
+            "{}: {result}",
+            tier(env)
+        );
+    }
+}

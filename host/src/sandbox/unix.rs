@@ -130,6 +130,11 @@ pub(crate) fn keeper_args(mode: &UnixMode, places: &Places) -> Vec<String> {
     if places.private_tmp {
         args.push(format!("{}/tmp", option::UNIX_SESSION_TMP));
     }
+    // Without namespaces the workspace and the caches share a mount, so a hard link can bring
+    // a host socket in; with them every writable root is a mount of its own.
+    if places.temp.is_some() {
+        args.push(option::UNIX_CHECK_BINDING.to_owned());
+    }
     args
 }
 

@@ -334,6 +334,10 @@ pub mod option {
     /// when it lies on the same file system (overlay layer) as a file the keeper makes there.
     /// It is the session's own `/tmp` in the namespaces, whose lower layer is the host's.
     pub const UNIX_SESSION_TMP: &str = "--unix-session-tmp=";
+    /// With [`UNIX_SUPERVISE`], a socket in a place [`UNIX_ALLOW`] names is allowed only when
+    /// a socket listens on it that was bound with a name in such a place.
+    /// Without namespaces a hard link could otherwise bring a host socket into the workspace.
+    pub const UNIX_CHECK_BINDING: &str = "--unix-check-binding";
 }
 
 /// A refused Unix socket, reported on the status pipe before the status message.
