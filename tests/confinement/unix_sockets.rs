@@ -362,3 +362,45 @@ fn a_host_socket_hard_linked_into_the_workspace_is_refused() {
         );
     }
 }
+
+#[test]
+fn the_system_bus_is_refused_unless_allowed() {
+    let bus = "/run/dbus/system_bus_socket";
+    if !is_socket(Path::new(bus)) {
+        eprintln!("no system D-Bus socket at {bus}: skipped");
+        return;
+    }
+    for env in TIERS {
+        let machine = Machine::new();
+        let result = machine.execute_with(&[], &client(&[bus]), env);
+        refused_with_note(&result, bus, env);
+        let allowed = machine.execute_with(&["--allow-unix-socket", bus], &client(&[bus]), env);
+        assert!(
+            !output(&allowed).contains(&format!("{bus} refused: [Errno 1]")),
+            "{}: {allowed}",
+            tier(env)
+        );
+    }
+}
+
+#[test]
+fn toolhost_sandbox_says_how_unix_sockets_are_confined() {
+    let machine = Machine::new();
+    let sandbox = |env: &[(&str, &str)]| {
+        let output = Command::new(toolhost_e2e::toolhost_bin())
+            .args(["sandbox", "--allow-unix-socket", "/srv/db.sock"])
+            .env("HOME", machine.path("home"))
+            .envs(env.iter().copied())
+            .output()
+            .expect("toolhost sandbox runs");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let text = sandbox(&[]);
+    assert!(
+        text.contains("Unix sockets: the keeper supervises every connect"),
+        "{text}"
+    );
+    assert!(text.contains("/run/nscd/socket, /srv/db.sock"), "{text}");
+    let strict = sandbox(&[("TOOLHOST_SANDBOX_DISABLE", "unix-supervisor")]);
+    assert!(strict.contains("Unix sockets: strict"), "{strict}");
+}

@@ -208,6 +208,23 @@ mod tests {
             );
         }
         assert!(!args.iter().any(|arg| arg.ends_with("=/tmp")), "{args:?}");
+        // nscd's socket by default; neither the system D-Bus nor Docker's unless named.
+        assert!(args.contains(&format!("{}/run/nscd/socket", option::UNIX_ALLOW)));
+        let defaults = keeper_args(
+            &UnixMode::Supervised,
+            &Places {
+                allowed: &[],
+                ..places
+            },
+        );
+        assert!(
+            !defaults
+                .iter()
+                .any(|arg| arg.contains("dbus") || arg.contains("docker")),
+            "{defaults:?}"
+        );
+        // Without namespaces the binding is checked too (hard links across one mount).
+        assert!(defaults.contains(&option::UNIX_CHECK_BINDING.to_owned()));
         let ns = Places {
             private_tmp: true,
             temp: None,
