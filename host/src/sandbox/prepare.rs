@@ -644,6 +644,7 @@ fn build(
                 .as_ref()
                 .is_some_and(|ns| ns.tmp != TmpView::Host),
             allowed: &context.allow_unix_sockets,
+            name_service: profile.network == Network::Full,
         },
     );
     if let Some(namespaces) = &namespaces {

@@ -25,9 +25,14 @@ pub(crate) enum UnixMode {
     Strict(String),
 }
 
-/// Sockets allowed without the operator's word: `nscd` answers name-service lookups (the C
-/// library falls back without it).
-pub const ALLOWED_BY_DEFAULT: &[&str] = &["/run/nscd/socket", "/var/run/nscd/socket"];
+/// Sockets allowed without the operator's word, with network `full` only: `nscd` and
+/// systemd-resolved answer name-service lookups (the C library falls back without them).
+/// Without network they would resolve names outside the command's network namespace.
+pub const ALLOWED_BY_DEFAULT: &[&str] = &[
+    "/run/nscd/socket",
+    "/var/run/nscd/socket",
+    "/run/systemd/resolve",
+];
 
 /// The mode on this machine, probed once; the strict mode is said once in the host's log.
 pub(crate) fn mode() -> &'static UnixMode {
@@ -92,6 +97,8 @@ pub(crate) struct Places<'a> {
     pub(crate) private_tmp: bool,
     /// The operator's `--allow-unix-socket` paths.
     pub(crate) allowed: &'a [PathBuf],
+    /// The network is `full`: the name-service sockets of [`ALLOWED_BY_DEFAULT`] are allowed.
+    pub(crate) name_service: bool,
 }
 
 /// The keeper's options for `mode` and `places` (`--unix-supervise`, `--unix-allow=`,
@@ -111,7 +118,9 @@ pub(crate) fn keeper_args(mode: &UnixMode, places: &Places) -> Vec<String> {
             .cloned(),
     );
     allow.extend(places.temp.map(Path::to_path_buf));
-    allow.extend(ALLOWED_BY_DEFAULT.iter().map(PathBuf::from));
+    if places.name_service {
+        allow.extend(ALLOWED_BY_DEFAULT.iter().map(PathBuf::from));
+    }
     for path in places.allowed {
         allow.push(path.clone());
         // The keeper compares where a path leads: the resolved form too.
@@ -173,8 +182,12 @@ pub fn report(allowed: &[PathBuf]) -> String {
         ),
     };
     let mut text = format!("Unix sockets: {how}; datagram sockets are refused");
-    let mut listed: Vec<String> = ALLOWED_BY_DEFAULT.iter().map(|p| (*p).to_owned()).collect();
-    listed.extend(allowed.iter().map(|p| p.display().to_string()));
+    let mut listed: Vec<String> = allowed.iter().map(|p| p.display().to_string()).collect();
+    listed.extend(
+        ALLOWED_BY_DEFAULT
+            .iter()
+            .map(|p| format!("{p} (network full)")),
+    );
     text.push_str(&format!("\n  allowed besides: {}", listed.join(", ")));
     text
 }
@@ -193,6 +206,7 @@ mod tests {
             temp: Some(Path::new("/state/tmp/toolhost-1-x")),
             private_tmp: false,
             allowed: &allowed,
+            name_service: true,
         };
         let args = keeper_args(&UnixMode::Supervised, &places);
         assert_eq!(args[0], option::UNIX_SUPERVISE);
@@ -225,6 +239,15 @@ mod tests {
         );
         // Without namespaces the binding is checked too (hard links across one mount).
         assert!(defaults.contains(&option::UNIX_CHECK_BINDING.to_owned()));
+        // Without network, no name service outside the command's network namespace.
+        let none = keeper_args(
+            &UnixMode::Supervised,
+            &Places {
+                name_service: false,
+                ..places
+            },
+        );
+        assert!(!none.iter().any(|arg| arg.contains("nscd")), "{none:?}");
         let ns = Places {
             private_tmp: true,
             temp: None,
