@@ -407,3 +407,70 @@ fn toolhost_sandbox_says_how_unix_sockets_are_confined() {
     let strict = sandbox(&[("TOOLHOST_SANDBOX_DISABLE", "unix-supervisor")]);
     assert!(strict.contains("Unix sockets: strict"), "{strict}");
 }
+
+/// On a host without privileges the keeper inspects a connect by `ptrace` access: granted for
+/// an ordinary command (its ancestor, same user), refused for one that made itself
+/// non-dumpable without namespaces (with them the keeper holds the capability in the command's
+/// user namespace). The connect is then refused and the note says why.
+#[test]
+fn an_unprivileged_host_supervises_connects_and_says_when_it_cannot() {
+    let script = r#"
+import ctypes, socket, sys, threading
+def serve(address):
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(address)
+    s.listen()
+    threading.Thread(target=lambda: s.accept()[0].sendall(b"own"), daemon=True).start()
+    c = socket.socket(socket.AF_UNIX)
+    try:
+        c.connect(address)
+        print(address, "got", c.recv(10).decode())
+    except OSError as e:
+        print(address, "refused:", e.errno)
+serve("plain.sock")
+ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+serve("undumpable.sock")
+"#;
+    let host = toolhost_e2e::UnprivilegedHost::new(&["home", "workspace", "state", "cache"]);
+    let command = format!(
+        "rm -f plain.sock undumpable.sock; python3 -c '{}'",
+        script.replace('\'', "'\\''")
+    );
+    for env in TIERS {
+        let args = serde_json::json!({ "command": command });
+        let output = host
+            .command()
+            .current_dir(host.path("workspace"))
+            .env("HOME", host.path("home"))
+            .env("XDG_CACHE_HOME", host.path("cache"))
+            .envs(env.iter().copied())
+            .arg("--state-dir")
+            .arg(host.path("state"))
+            .args(["call", "execute", &args.to_string()])
+            .stdin(Stdio::null())
+            .output()
+            .expect("toolhost runs");
+        let result = toolhost_e2e::json(&String::from_utf8_lossy(&output.stdout));
+        let text = self::output(&result);
+        assert!(
+            text.contains("plain.sock got own"),
+            "{}: {result}",
+            tier(env)
+        );
+        let namespaces = env.is_empty() && toolhost::process::namespaces_available().is_ok();
+        if namespaces {
+            assert!(
+                text.contains("undumpable.sock got own"),
+                "{}: {result}",
+                tier(env)
+            );
+        } else {
+            assert!(
+                text.contains("undumpable.sock refused: 1")
+                    && text.contains("the keeper could not inspect it"),
+                "{}: {result}",
+                tier(env)
+            );
+        }
+    }
+}
