@@ -8,6 +8,9 @@
 //! namespace: set only with namespaces, where it bounds the processes of the scope's
 //! namespace).
 //!
+//! `--unix-supervise` and the places after it (`--unix-allow=PATH`, ...): the command's process
+//! installs the `connect` filter last and hands its listener to the keeper (see `unix.rs`).
+//!
 //! `--namespaces=KIND,...` (the names of [`NamespaceKind`]): the descriptors from
 //! [`fd::FIRST_NAMESPACE`] on are the scope's namespaces of those kinds, in that order (see
 //! `namespaces.rs`). The keeper joins them itself, before it starts the command

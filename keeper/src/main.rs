@@ -32,6 +32,8 @@
 //!   left; the status pipe reaching end-of-file tells the host exactly that.
 //! - A [`Control`] byte on the control socket signals every descendant: `SIGTERM`, `SIGINT`,
 //!   or `SIGKILL` (repeated until none is left).
+//! - With `--unix-supervise`, it makes every `connect` of the command's processes itself,
+//!   after checking a Unix socket's address (`unix.rs`).
 //! - End-of-file on the control socket (the host closed it, or died: the kernel closes it
 //!   then), `SIGTERM` or `SIGHUP` (the host sets `SIGTERM` as the keeper's parent-death
 //!   signal): it kills every descendant, waits for them, and exits.

@@ -440,8 +440,11 @@ fn handle(shared: &Shared, request: &libc::seccomp_notif) -> Result<(), i32> {
             unsafe { libc::process_vm_readv(pid, &raw const local, 1, &raw const remote, 1, 0) };
         if read < 0 {
             let error = io::Error::last_os_error();
-            if error.raw_os_error() == Some(libc::EFAULT) {
-                return Err(libc::EFAULT);
+            match error.raw_os_error() {
+                Some(libc::EFAULT) => return Err(libc::EFAULT),
+                // The caller is gone: nobody reads the answer.
+                Some(libc::ESRCH) => return Err(libc::EINTR),
+                _ => {}
             }
             return Err(refuse(
                 shared,
@@ -459,6 +462,7 @@ fn handle(shared: &Shared, request: &libc::seccomp_notif) -> Result<(), i32> {
     }
     let socket = caller_socket(pid, fd).map_err(|error| match error.raw_os_error() {
         Some(libc::EBADF) => libc::EBADF,
+        Some(libc::ESRCH | libc::ENOENT) if !still_valid(shared, request.id) => libc::EINTR,
         _ => refuse(shared, "(the caller's socket cannot be taken)", &error),
     })?;
     if !still_valid(shared, request.id) {

@@ -289,7 +289,8 @@ pub mod option {
     //!
     //! The host sends them; the keeper reads them in this order: [`TTY`], then every
     //! [`JOIN_CGROUP`], then the confinement options ([`CONFINE`], [`RLIMIT_CPU`],
-    //! [`RLIMIT_DATA`], [`RLIMIT_NPROC`], [`NAMESPACES`]) in any order.
+    //! [`RLIMIT_DATA`], [`RLIMIT_NPROC`], [`NAMESPACES`], [`UNIX_SUPERVISE`], [`UNIX_ALLOW`],
+    //! [`UNIX_SESSION_TMP`], [`UNIX_CHECK_BINDING`]) in any order.
     //! The first argument that does not start with [`PREFIX`] is `PROGRAM`, followed by `ARGV0`
     //! and the command's arguments.
 
