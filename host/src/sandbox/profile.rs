@@ -61,7 +61,8 @@ pub enum Network {
     /// Only the hosts of an allow-list, through the session's proxy (`allow=PATTERN,...`): a
     /// network namespace with no route out.
     Allow(AllowListId),
-    /// No network sockets at all (Unix sockets and socket pairs still work).
+    /// No network sockets at all (Unix sockets and socket pairs work as under `Full`, see
+    /// `unix.rs`).
     None,
 }
 
