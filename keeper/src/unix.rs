@@ -222,8 +222,14 @@ pub(crate) fn receive_listener(channel: RawFd) -> io::Result<OwnedFd> {
 pub(crate) struct Places {
     /// Whether `connect` is supervised at all.
     pub(crate) supervise: bool,
-    /// A socket at one of these or below is allowed.
+    /// A socket at one of these or below is allowed, unless a deeper one of [`Self::denied`]
+    /// holds it.
     pub(crate) allowed: Vec<PathBuf>,
+    /// A socket at one of these or below is allowed whatever else holds (the operator's).
+    pub(crate) exempt: Vec<PathBuf>,
+    /// A socket at one of these or below is refused, unless it is in one of [`Self::exempt`] or
+    /// a deeper one of [`Self::allowed`] (hidden paths and caches inside the workspace).
+    pub(crate) denied: Vec<PathBuf>,
     /// A socket below this on the keeper-made file's file system is allowed.
     pub(crate) session_tmp: Option<PathBuf>,
     /// A socket in an allowed place must also be bound there (`--unix-check-binding`, see
@@ -238,6 +244,10 @@ impl Places {
             self.supervise = true;
         } else if let Some(path) = arg.strip_prefix(option::UNIX_ALLOW) {
             self.allowed.push(PathBuf::from(path));
+        } else if let Some(path) = arg.strip_prefix(option::UNIX_ALLOW_SOCKET) {
+            self.exempt.push(PathBuf::from(path));
+        } else if let Some(path) = arg.strip_prefix(option::UNIX_DENY) {
+            self.denied.push(PathBuf::from(path));
         } else if let Some(path) = arg.strip_prefix(option::UNIX_SESSION_TMP) {
             self.session_tmp = Some(PathBuf::from(path));
         } else if arg == option::UNIX_CHECK_BINDING {
@@ -262,7 +272,20 @@ impl Places {
         if links != 1 || !location.is_absolute() {
             return false;
         }
-        if self.allowed.iter().any(|place| location.starts_with(place)) {
+        // The deepest place that holds the location decides between allowed and denied: a
+        // cache inside a workspace that is a home is refused, a `$TMPDIR` inside the (hidden)
+        // state directory allowed.
+        let depth = |places: &[PathBuf]| {
+            places
+                .iter()
+                .filter(|place| location.starts_with(place))
+                .map(|place| place.components().count())
+                .max()
+        };
+        if depth(&self.exempt).is_some() {
+            return true;
+        }
+        if depth(&self.allowed) > depth(&self.denied) {
             return true;
         }
         self.session_tmp.as_ref().is_some_and(|tmp| {
@@ -910,7 +933,16 @@ mod tests {
     fn only_allowed_places_and_the_session_tmp_layer_are_allowed() {
         let places = Places {
             supervise: true,
-            allowed: vec![PathBuf::from("/work/ws"), PathBuf::from("/run/nscd/socket")],
+            allowed: vec![PathBuf::from("/work/ws"), PathBuf::from("/home/u")],
+            exempt: vec![
+                PathBuf::from("/run/nscd/socket"),
+                PathBuf::from("/home/u/.cache/db.sock"),
+            ],
+            denied: vec![
+                PathBuf::from("/home/u/.cache"),
+                PathBuf::from("/home/u/.ssh"),
+                PathBuf::from("/work/ws/.state"),
+            ],
             session_tmp: Some(PathBuf::from("/tmp")),
             check_binding: false,
         };

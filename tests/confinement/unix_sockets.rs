@@ -474,3 +474,39 @@ serve("undumpable.sock")
         }
     }
 }
+
+#[test]
+fn a_workspace_that_is_a_home_keeps_its_caches_and_hidden_paths_sockets_refused() {
+    for env in TIERS {
+        let machine = Machine::new();
+        let home = machine.path("home");
+        let home = home.to_str().expect("UTF-8");
+        let cache = machine.path("home/.cache/git/credential");
+        std::fs::create_dir_all(&cache).expect("cache");
+        let daemon = cache.join("socket");
+        let daemon = daemon.to_str().expect("UTF-8");
+        let agent = machine.path("home/.ssh/agent.sock");
+        let agent = agent.to_str().expect("UTF-8");
+        let project = machine.path("home/project.sock");
+        let project = project.to_str().expect("UTF-8");
+        let _servers = [daemon, agent, project].map(HostServer::start);
+        let result = machine.execute_with(
+            &["--workdir", home],
+            &client(&[daemon, agent, project]),
+            env,
+        );
+        let text = output(&result);
+        for refused in [daemon, agent] {
+            assert!(
+                !text.contains(&format!("{refused} got")),
+                "{}: {result}",
+                tier(env)
+            );
+        }
+        assert!(
+            text.contains(&format!("{project} got {GREETING}")),
+            "{}: {result}",
+            tier(env)
+        );
+    }
+}

@@ -611,6 +611,16 @@ fn build(
         .as_ref()
         .and_then(Namespaces::shm_root)
         .filter(|_| profile.mode == SandboxMode::WorkspaceWrite);
+    // Sockets refused also inside the workspace (a workspace that is a home).
+    let unix_denied: Vec<PathBuf> = hidden
+        .iter()
+        .cloned()
+        .chain(home.iter().flat_map(|home| {
+            CACHES_IN_HOME
+                .iter()
+                .map(move |name| canonical(&home.join(name)))
+        }))
+        .collect();
     // The plan is made again when a directory it carved changes (`landlock::Rules`): all it is
     // made of is moved in here.
     let make_plan = move |carving: &mut landlock::Carving| {
@@ -645,6 +655,7 @@ fn build(
                 .is_some_and(|ns| ns.tmp != TmpView::Host),
             allowed: &context.allow_unix_sockets,
             name_service: profile.network == Network::Full,
+            denied: &unix_denied,
         },
     );
     if let Some(namespaces) = &namespaces {

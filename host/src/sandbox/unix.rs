@@ -99,6 +99,9 @@ pub(crate) struct Places<'a> {
     pub(crate) allowed: &'a [PathBuf],
     /// The network is `full`: the name-service sockets of [`ALLOWED_BY_DEFAULT`] are allowed.
     pub(crate) name_service: bool,
+    /// Refused also inside the workspace or a writable root (a workspace that is a home): the
+    /// hidden paths and the package caches (`~/.cache` holds git credential-cache's socket).
+    pub(crate) denied: &'a [PathBuf],
 }
 
 /// The keeper's options for `mode` and `places` (`--unix-supervise`, `--unix-allow=`,
@@ -118,24 +121,33 @@ pub(crate) fn keeper_args(mode: &UnixMode, places: &Places) -> Vec<String> {
             .cloned(),
     );
     allow.extend(places.temp.map(Path::to_path_buf));
+    let mut exempt: Vec<PathBuf> = Vec::new();
     if places.name_service {
-        allow.extend(ALLOWED_BY_DEFAULT.iter().map(PathBuf::from));
+        exempt.extend(ALLOWED_BY_DEFAULT.iter().map(PathBuf::from));
     }
     for path in places.allowed {
-        allow.push(path.clone());
+        exempt.push(path.clone());
         // The keeper compares where a path leads: the resolved form too.
         if let Ok(resolved) = std::fs::canonicalize(path) {
-            allow.push(resolved);
+            exempt.push(resolved);
         }
     }
-    allow.sort();
-    allow.dedup();
-    args.extend(
-        allow
-            .iter()
-            .filter_map(|path| path.to_str())
-            .map(|path| format!("{}{path}", option::UNIX_ALLOW)),
-    );
+    let mut deny: Vec<PathBuf> = places.denied.to_vec();
+    for list in [&mut allow, &mut exempt, &mut deny] {
+        list.sort();
+        list.dedup();
+    }
+    for (option, list) in [
+        (option::UNIX_ALLOW, &allow),
+        (option::UNIX_ALLOW_SOCKET, &exempt),
+        (option::UNIX_DENY, &deny),
+    ] {
+        args.extend(
+            list.iter()
+                .filter_map(|path| path.to_str())
+                .map(|path| format!("{option}{path}")),
+        );
+    }
     if places.private_tmp {
         args.push(format!("{}/tmp", option::UNIX_SESSION_TMP));
     }
@@ -200,6 +212,7 @@ mod tests {
     fn the_keeper_gets_the_allowed_places_and_never_the_hosts_tmp() {
         let writable = [PathBuf::from("/tmp"), PathBuf::from("/data")];
         let allowed = [PathBuf::from("/var/run/docker.sock")];
+        let denied = [PathBuf::from("/work/ws/.cache")];
         let places = Places {
             workdir: Path::new("/work/ws"),
             writable: &writable,
@@ -207,23 +220,25 @@ mod tests {
             private_tmp: false,
             allowed: &allowed,
             name_service: true,
+            denied: &denied,
         };
         let args = keeper_args(&UnixMode::Supervised, &places);
         assert_eq!(args[0], option::UNIX_SUPERVISE);
-        for path in [
-            "/work/ws",
-            "/data",
-            "/state/tmp/toolhost-1-x",
-            "/var/run/docker.sock",
-        ] {
+        for path in ["/work/ws", "/data", "/state/tmp/toolhost-1-x"] {
             assert!(
                 args.contains(&format!("{}{path}", option::UNIX_ALLOW)),
                 "{path}: {args:?}"
             );
         }
+        // The operator's sockets win over the refused places; those are passed too.
+        assert!(args.contains(&format!(
+            "{}/var/run/docker.sock",
+            option::UNIX_ALLOW_SOCKET
+        )));
+        assert!(args.contains(&format!("{}/work/ws/.cache", option::UNIX_DENY)));
         assert!(!args.iter().any(|arg| arg.ends_with("=/tmp")), "{args:?}");
         // nscd's socket by default; neither the system D-Bus nor Docker's unless named.
-        assert!(args.contains(&format!("{}/run/nscd/socket", option::UNIX_ALLOW)));
+        assert!(args.contains(&format!("{}/run/nscd/socket", option::UNIX_ALLOW_SOCKET)));
         let defaults = keeper_args(
             &UnixMode::Supervised,
             &Places {

@@ -290,7 +290,8 @@ pub mod option {
     //! The host sends them; the keeper reads them in this order: [`TTY`], then every
     //! [`JOIN_CGROUP`], then the confinement options ([`CONFINE`], [`RLIMIT_CPU`],
     //! [`RLIMIT_DATA`], [`RLIMIT_NPROC`], [`NAMESPACES`], [`UNIX_SUPERVISE`], [`UNIX_ALLOW`],
-    //! [`UNIX_SESSION_TMP`], [`UNIX_CHECK_BINDING`]) in any order.
+    //! [`UNIX_ALLOW_SOCKET`], [`UNIX_DENY`], [`UNIX_SESSION_TMP`], [`UNIX_CHECK_BINDING`]) in
+    //! any order.
     //! The first argument that does not start with [`PREFIX`] is `PROGRAM`, followed by `ARGV0`
     //! and the command's arguments.
 
@@ -329,8 +330,16 @@ pub mod option {
     /// It refuses a Unix socket outside the places [`UNIX_ALLOW`] and [`UNIX_SESSION_TMP`]
     /// name, and an abstract one no process of the command's tree listens on.
     pub const UNIX_SUPERVISE: &str = "--unix-supervise";
-    /// `--unix-allow=PATH`: with [`UNIX_SUPERVISE`], a socket at `PATH` or below is allowed.
+    /// `--unix-allow=PATH`: with [`UNIX_SUPERVISE`], a socket at `PATH` or below is allowed,
+    /// unless a deeper [`UNIX_DENY`] path holds it.
     pub const UNIX_ALLOW: &str = "--unix-allow=";
+    /// `--unix-allow-socket=PATH`: with [`UNIX_SUPERVISE`], a socket at `PATH` or below is
+    /// allowed whatever [`UNIX_DENY`] says (the operator's `--allow-unix-socket`).
+    pub const UNIX_ALLOW_SOCKET: &str = "--unix-allow-socket=";
+    /// `--unix-deny=PATH`: with [`UNIX_SUPERVISE`], a socket at `PATH` or below is refused,
+    /// unless a [`UNIX_ALLOW_SOCKET`] path or a deeper [`UNIX_ALLOW`] path holds it (hidden
+    /// paths and caches, also inside the workspace).
+    pub const UNIX_DENY: &str = "--unix-deny=";
     /// `--unix-session-tmp=PATH`: with [`UNIX_SUPERVISE`], a socket below `PATH` is allowed
     /// when it lies on the same file system (overlay layer) as a file the keeper makes there.
     /// It is the session's own `/tmp` in the namespaces, whose lower layer is the host's.
