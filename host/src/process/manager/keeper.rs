@@ -198,6 +198,9 @@ pub(super) fn send_start(control: &OwnedFd, message: &StartMessage) -> io::Resul
     Ok(())
 }
 
+/// The most distinct refused Unix sockets a [`Report`] keeps.
+const MAX_UNIX_REFUSED: usize = 16;
+
 /// The command's end as the keeper reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Report {
@@ -206,7 +209,8 @@ pub(super) struct Report {
     pub(super) exit: Option<Exit>,
     /// Nothing else the command started was left when it exited (the keeper exits next).
     pub(super) nothing_left: bool,
-    /// The Unix sockets the keeper refused before the exit, as it named them.
+    /// The Unix sockets the keeper refused before the exit, as it named them (the first
+    /// [`MAX_UNIX_REFUSED`] distinct ones).
     pub(super) unix_refused: Vec<String>,
 }
 
@@ -228,8 +232,10 @@ pub(super) async fn read_exit(status: &mut pipe::Receiver) -> Report {
             if status.read_exact(&mut name).await.is_err() {
                 break;
             }
+            // The first few distinct names are enough for the note; a command refused
+            // without end costs the host nothing more.
             let name = String::from_utf8_lossy(&name).into_owned();
-            if !unix_refused.contains(&name) {
+            if unix_refused.len() < MAX_UNIX_REFUSED && !unix_refused.contains(&name) {
                 unix_refused.push(name);
             }
             continue;
@@ -286,6 +292,33 @@ fn parse(message: [u8; STATUS_MESSAGE_LEN]) -> Report {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn refused_unix_sockets_come_before_the_exit_and_are_bounded() {
+        let (read, write) = nix::unistd::pipe().expect("pipe");
+        let mut bytes = Vec::new();
+        for index in 0..40 {
+            // Each name twice: kept once.
+            for _ in 0..2 {
+                let name = format!("/x/{index}.sock");
+                bytes.push(UNIX_REFUSED);
+                bytes.extend_from_slice(&u16::try_from(name.len()).expect("short").to_le_bytes());
+                bytes.extend_from_slice(name.as_bytes());
+            }
+        }
+        bytes.extend_from_slice(&Status::ExitedNothingLeft.message(7));
+        let writer = std::thread::spawn(move || {
+            std::io::Write::write_all(&mut std::fs::File::from(write), &bytes).expect("write");
+        });
+        let mut status = pipe::Receiver::from_owned_fd(read).expect("receiver");
+        let report = read_exit(&mut status).await;
+        writer.join().expect("writer");
+        assert_eq!(report.exit, Some(Exit::Code(7)));
+        assert!(report.nothing_left);
+        assert_eq!(report.unix_refused.len(), MAX_UNIX_REFUSED);
+        assert_eq!(report.unix_refused[0], "/x/0.sock");
+        assert_eq!(report.unix_refused[1], "/x/1.sock");
+    }
 
     #[test]
     fn status_messages_parse() {
