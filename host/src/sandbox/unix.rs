@@ -80,7 +80,48 @@ fn probe() -> UnixMode {
     if copy < 0 {
         return UnixMode::Strict(format!("pidfd_getfd: {error}"));
     }
-    UnixMode::Supervised
+    // A listener is refused (EBUSY) to a process under one already: a container runtime that
+    // intercepts system calls (LXD's, Incus's) has one.
+    match std::thread::spawn(listener_allowed).join() {
+        Ok(Ok(())) => UnixMode::Supervised,
+        Ok(Err(error)) => UnixMode::Strict(format!("a seccomp listener is refused: {error}")),
+        Err(_) => UnixMode::Strict("the seccomp listener probe failed".into()),
+    }
+}
+
+/// Whether this thread may install a filter with a listener: tried on a thread of its own,
+/// which ends right after (`NO_NEW_PRIVS` and the filter are the thread's alone; the filter
+/// allows everything).
+fn listener_allowed() -> std::io::Result<()> {
+    // SAFETY: integer arguments; sets a flag of this thread only.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let allow = [libc::sock_filter {
+        code: (libc::BPF_RET | libc::BPF_K) as u16,
+        jt: 0,
+        jf: 0,
+        k: libc::SECCOMP_RET_ALLOW,
+    }];
+    let program = libc::sock_fprog {
+        len: 1,
+        filter: allow.as_ptr().cast_mut(),
+    };
+    // SAFETY: `program` points at `allow`, alive for the call; the kernel copies it.
+    let listener = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+            &raw const program,
+        )
+    };
+    if listener < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: closing the listener just made, ours alone.
+    unsafe { libc::close(listener as i32) };
+    Ok(())
 }
 
 /// Where the keeper lets a command connect to a pathname socket.
