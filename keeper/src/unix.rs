@@ -43,6 +43,8 @@ use toolhost_keeper_protocol::{MAX_REFUSED_NAME, UNIX_REFUSED, option};
 const AUDIT_ARCH: u32 = 0xc000_003e;
 #[cfg(target_arch = "aarch64")]
 const AUDIT_ARCH: u32 = 0xc000_00b7;
+#[cfg(target_arch = "riscv64")]
+const AUDIT_ARCH: u32 = 0xc000_00f3;
 /// x32 system calls share x86_64's audit architecture, with this bit in their number.
 #[cfg(target_arch = "x86_64")]
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
