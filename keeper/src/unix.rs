@@ -33,7 +33,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::sync::OnceLock;
 
 use toolhost_keeper_protocol::{MAX_REFUSED_NAME, UNIX_REFUSED, option};
@@ -555,9 +555,9 @@ fn handle(shared: &Shared, request: &libc::seccomp_notif) -> Result<(), i32> {
 /// link to a host socket there, left as its only name, would pass the check of where the file
 /// lies. The name a socket was bound with cannot be changed: the kernel's socket table
 /// (`sock_diag`, not `/proc/net/unix`, whose names may forge lines) gives it, with the bound
-/// file's inode. The name must still lead to the same file and lie in an allowed place. A
-/// relative name is taken only from a socket the command's tree holds (its binder's working
-/// directory is not known).
+/// file's inode. The name itself (no `.` or `..`) must lie in an allowed place, and still lead
+/// to the same file. A relative name is taken only from a socket the command's tree holds
+/// (its binder's working directory is not known).
 fn bound_in_place(shared: &Shared, meta: &std::fs::Metadata) -> bool {
     let Ok(listening) = listening_sockets() else {
         return false;
@@ -571,12 +571,16 @@ fn bound_in_place(shared: &Shared, meta: &std::fs::Metadata) -> bool {
                 let held = held.get_or_insert_with(crate::tree::held_sockets);
                 return held.contains(&u64::from(socket.inode));
             }
+            // The place is the name as bound, not where it leads now: a directory on the way
+            // may have been replaced by a link into an allowed place since.
             let name = Path::new(std::ffi::OsStr::from_bytes(&socket.name));
-            std::fs::canonicalize(name).is_ok_and(|resolved| {
-                std::fs::metadata(&resolved)
+            let plain = name
+                .components()
+                .all(|part| matches!(part, Component::RootDir | Component::Normal(_)));
+            plain
+                && shared.places.allows(name, meta.dev(), 1, || None)
+                && std::fs::metadata(name)
                     .is_ok_and(|bound| bound.dev() == meta.dev() && bound.ino() == meta.ino())
-                    && shared.places.allows(&resolved, meta.dev(), 1, || None)
-            })
         })
 }
 

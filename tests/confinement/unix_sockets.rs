@@ -510,3 +510,29 @@ fn a_workspace_that_is_a_home_keeps_its_caches_and_hidden_paths_sockets_refused(
         );
     }
 }
+
+#[test]
+fn a_host_sockets_directory_replaced_by_a_link_into_the_workspace_gives_nothing() {
+    // Without namespaces the cache and the workspace share a mount: the socket is linked into
+    // the workspace, the cache's directory moved aside and replaced by a link to the
+    // workspace's copy, and the original name removed. The socket's bound name then leads to
+    // the workspace, but it names the cache.
+    let env: &[(&str, &str)] = &[("TOOLHOST_SANDBOX_DISABLE", "namespaces")];
+    let machine = Machine::new();
+    let dir = machine.path("home/.cache/daemon/run");
+    std::fs::create_dir_all(&dir).expect("cache");
+    let socket = dir.join("socket");
+    let socket = socket.to_str().expect("UTF-8");
+    let _server = HostServer::start(socket);
+    let cache = machine.path("home/.cache/daemon");
+    let cache = cache.to_str().expect("UTF-8");
+    let command = format!(
+        "mkdir -p copy && ln '{socket}' copy/socket && mv '{cache}/run' '{cache}/old' && \
+         ln -s \"$PWD/copy\" '{cache}/run' && rm '{cache}/old/socket' && echo prepared; {}",
+        client(&["copy/socket"])
+    );
+    let result = machine.execute_with(&[], &command, env);
+    let text = output(&result);
+    assert!(text.contains("prepared"), "the setup failed: {result}");
+    assert!(!text.contains("copy/socket got"), "{result}");
+}
