@@ -496,6 +496,23 @@ fn a_workspace_that_is_a_home_keeps_its_caches_and_hidden_paths_sockets_refused(
             env,
         );
         let text = output(&result);
+        // A second name in the home, then the first removed: the socket was bound in the
+        // cache all the same. (With namespaces an existing cache is a mount of its own, and
+        // the link is refused; the keeper checks the binding there too, for a cache made
+        // later inside the home's mount.)
+        let linked = machine.execute_with(
+            &["--workdir", home],
+            &format!(
+                "ln '{daemon}' linked.sock && rm '{daemon}'; {}",
+                client(&["linked.sock"])
+            ),
+            env,
+        );
+        assert!(
+            output(&linked).contains("linked.sock refused"),
+            "{}: {linked}",
+            tier(env)
+        );
         for refused in [daemon, agent] {
             assert!(
                 !text.contains(&format!("{refused} got")),

@@ -193,8 +193,13 @@ pub(crate) fn keeper_args(mode: &UnixMode, places: &Places) -> Vec<String> {
         args.push(format!("{}/tmp", option::UNIX_SESSION_TMP));
     }
     // Without namespaces the workspace and the caches share a mount, so a hard link can bring
-    // a host socket in; with them every writable root is a mount of its own.
-    if places.temp.is_some() {
+    // a host socket in. With them every writable root is a mount of its own, but a refused
+    // place inside one (a workspace that is a home) shares its mount.
+    let roots = std::iter::once(places.workdir).chain(places.writable.iter().map(PathBuf::as_path));
+    let nested = roots
+        .flat_map(|root| places.denied.iter().map(move |denied| (root, denied)))
+        .any(|(root, denied)| denied.starts_with(root));
+    if places.temp.is_some() || nested {
         args.push(option::UNIX_CHECK_BINDING.to_owned());
     }
     args
@@ -295,6 +300,26 @@ mod tests {
         );
         // Without namespaces the binding is checked too (hard links across one mount).
         assert!(defaults.contains(&option::UNIX_CHECK_BINDING.to_owned()));
+        // With them only where a refused place lies inside an allowed root.
+        let apart = Places {
+            temp: None,
+            private_tmp: true,
+            denied: &[],
+            ..places
+        };
+        let nested_denied = [PathBuf::from("/work/ws/.cache")];
+        let nested = Places {
+            denied: &nested_denied,
+            ..apart
+        };
+        assert!(
+            !keeper_args(&UnixMode::Supervised, &apart)
+                .contains(&option::UNIX_CHECK_BINDING.to_owned())
+        );
+        assert!(
+            keeper_args(&UnixMode::Supervised, &nested)
+                .contains(&option::UNIX_CHECK_BINDING.to_owned())
+        );
         // Without network, no name service outside the command's network namespace.
         let none = keeper_args(
             &UnixMode::Supervised,
