@@ -3,7 +3,11 @@
 //!
 //! 1. latency: 50 small `GET`s in one command, each `curl`'s own time (`time_total`), the
 //!    median of all; through the proxy it includes the host's check and its connection;
-//! 2. throughput: one download of 256 MiB, `curl`'s average speed.
+//! 2. throughput: one download of 256 MiB, `curl`'s average speed;
+//! 3. connect: 2,000 TCP connects to a loopback listener and 2,000 Unix connects to a socket
+//!    in `$TMPDIR`, made by one command, each timed by the command itself; confined (the
+//!    keeper supervises every `connect`, see docs/confinement.md "Unix sockets") against
+//!    `--sandbox off`, in the same run.
 //!
 //! The server is Python's `http.server` on the host's loopback, allowed by its address
 //! (`allow=127.0.0.1`: a listed address may be a loopback one), so the proxy looks no name up
@@ -51,6 +55,77 @@ fn numbers(text: &str) -> Vec<f64> {
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// 2,000 TCP and 2,000 Unix connects, timed one by one inside the command: the medians in
+/// microseconds, one line each (`tcp US`, `unix US`).
+const CONNECTS: &str = r#"
+import os, socket, statistics, time
+def run(family, address):
+    server = socket.socket(family)
+    server.bind(address)
+    server.listen(4096)
+    target = server.getsockname()
+    times = []
+    for _ in range(2000):
+        c = socket.socket(family)
+        start = time.perf_counter()
+        c.connect(target)
+        times.append(time.perf_counter() - start)
+        c.close()
+        server.accept()[0].close()
+    return statistics.median(times) * 1e6
+print("tcp", run(socket.AF_INET, ("127.0.0.1", 0)))
+print("unix", run(socket.AF_UNIX, os.path.join(os.environ.get("TMPDIR", "/tmp"), "bench.sock")))
+"#;
+
+/// The per-connect medians of [`CONNECTS`], confined and with `--sandbox off`, interleaved.
+fn connects(workspace: &std::path::Path, rounds: usize) {
+    let command = format!(
+        "rm -f \"${{TMPDIR:-/tmp}}/bench.sock\"; python3 -c '{}'",
+        CONNECTS.replace('\'', "'\\''")
+    );
+    let cases: [(&str, &[&str]); 2] = [
+        ("--sandbox off", &["--sandbox", "off"]),
+        ("confined (workspace-write)", &[]),
+    ];
+    let mut medians = [[Vec::new(), Vec::new()], [Vec::new(), Vec::new()]];
+    for round in 0..rounds {
+        for turn in 0..cases.len() {
+            let index = (turn + round) % cases.len();
+            let output = execute(workspace, cases[index].1, &command);
+            for line in output.lines() {
+                let mut words = line.split_whitespace();
+                let kind = match words.next() {
+                    Some("tcp") => 0,
+                    Some("unix") => 1,
+                    _ => continue,
+                };
+                if let Some(us) = words.next().and_then(|us| us.parse::<f64>().ok()) {
+                    medians[index][kind].push(us);
+                }
+            }
+        }
+    }
+    println!("connect: {rounds} rounds of 2,000 each, interleaved");
+    for (index, (name, _)) in cases.iter().enumerate() {
+        println!(
+            "  {name}: TCP connect median {:.1} us, Unix connect median {:.1} us",
+            median(medians[index][0].clone()),
+            median(medians[index][1].clone())
+        );
+    }
+    for (kind, name) in ["TCP", "Unix"].iter().enumerate() {
+        let (off, on) = (
+            median(medians[0][kind].clone()),
+            median(medians[1][kind].clone()),
+        );
+        println!(
+            "  the supervisor adds {:.1} us per {name} connect ({:.2}x)",
+            on - off,
+            on / off
+        );
+    }
 }
 
 fn main() {
@@ -109,6 +184,7 @@ fn main() {
     }
     let _ = server.kill();
     let _ = server.wait();
+    connects(workspace.path(), rounds);
 
     println!("network_proxy: {rounds} rounds, interleaved");
     let mut medians = Vec::new();

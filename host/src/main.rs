@@ -117,6 +117,11 @@ struct Cli {
     /// lists them; --reveal takes one out).
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"], global = true)]
     secret_scan: String,
+    /// Let confined commands connect to the Unix socket PATH (or any under the directory
+    /// PATH), e.g. a database's; by default they reach only sockets in the workspace, the
+    /// writable directories and their session's own /tmp (repeatable).
+    #[arg(long, value_name = "PATH", global = true)]
+    allow_unix_socket: Vec<PathBuf>,
 
     /// Memory each confined command may use, everything it started included (a memory
     /// cgroup per command; where the host may not create one, per process with RLIMIT_DATA),
@@ -528,6 +533,16 @@ fn sandbox_settings(cli: &Cli) -> Result<SandboxSettings> {
             })?);
     }
     settings.secret_scan = cli.secret_scan == "on";
+    for path in &cli.allow_unix_socket {
+        settings
+            .allow_unix_socket
+            .push(std::path::absolute(path).with_context(|| {
+                format!(
+                    "--allow-unix-socket {} cannot be made an absolute path",
+                    path.display()
+                )
+            })?);
+    }
     // A --reveal path that is not hidden by default is a mistake: said before anything runs.
     if !settings.reveal.is_empty() {
         toolhost::sandbox::HiddenPaths::of_this_user_scanned(
@@ -624,10 +639,11 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 &scan_settings(&cli, &settings),
             )?;
             out(format_args!(
-                "{}\nWith these flags commands get: {}\n{}",
+                "{}\nWith these flags commands get: {}\n{}\n{}",
                 probe::report(&probe::support(), &namespaces, &profiles),
                 settings.profile().summary(),
-                hidden.report(namespaces.is_ok())
+                hidden.report(namespaces.is_ok()),
+                toolhost::sandbox::unix::report(&settings.allow_unix_socket)
             ));
             Ok(ExitCode::SUCCESS)
         }

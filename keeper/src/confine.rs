@@ -8,6 +8,9 @@
 //! namespace: set only with namespaces, where it bounds the processes of the scope's
 //! namespace).
 //!
+//! `--unix-supervise` and the places after it (`--unix-allow=PATH`, ...): the command's process
+//! installs the `connect` filter last and hands its listener to the keeper (see `unix.rs`).
+//!
 //! `--namespaces=KIND,...` (the names of [`NamespaceKind`]): the descriptors from
 //! [`fd::FIRST_NAMESPACE`] on are the scope's namespaces of those kinds, in that order (see
 //! `namespaces.rs`). The keeper joins them itself, before it starts the command
@@ -38,6 +41,8 @@ pub(crate) struct Confinement {
     processes: Option<u64>,
     /// The namespaces to join, in descriptor order from [`fd::FIRST_NAMESPACE`].
     namespaces: Vec<NamespaceKind>,
+    /// Whether and where `connect` is supervised (`--unix-*`, see `unix.rs`).
+    pub(crate) unix: crate::unix::Places,
 }
 
 impl Confinement {
@@ -55,6 +60,9 @@ impl Confinement {
                     io::Error::new(io::ErrorKind::InvalidInput, format!("bad option `{arg}`"))
                 })
             };
+            if confinement.unix.take(arg) {
+                continue;
+            }
             if arg == option::CONFINE {
                 confinement.layers = Some(Vec::new());
             } else if let Some(value) = arg.strip_prefix(option::RLIMIT_CPU) {
@@ -138,7 +146,9 @@ impl Confinement {
     /// Apply everything else, in the forked child just before `exec`. The keeper is single-threaded,
     /// so the child may allocate; on failure it says which step failed on its stderr (the
     /// command's output) before the error goes back to the keeper.
-    pub(crate) fn apply(&self) -> io::Result<()> {
+    /// `supervisor`: the child's end of the socket pair the listener of the `connect`
+    /// supervision goes over (with `--unix-supervise`).
+    pub(crate) fn apply(&self, supervisor: Option<std::os::fd::RawFd>) -> io::Result<()> {
         let step = |name: &str, ok: bool| -> io::Result<()> {
             if ok {
                 return Ok(());
@@ -192,6 +202,12 @@ impl Confinement {
                 )
             } == 0;
             step("seccomp(SECCOMP_SET_MODE_FILTER)", installed)?;
+        }
+        if let Some(channel) = supervisor {
+            let supervised = crate::unix::install(channel).is_ok();
+            step("seccomp(SECCOMP_FILTER_FLAG_NEW_LISTENER)", supervised)?;
+            // SAFETY: closing the child's end of the pair, which the command must not hold.
+            unsafe { libc::close(channel) };
         }
         Ok(())
     }

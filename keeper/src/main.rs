@@ -32,6 +32,8 @@
 //!   left; the status pipe reaching end-of-file tells the host exactly that.
 //! - A [`Control`] byte on the control socket signals every descendant: `SIGTERM`, `SIGINT`,
 //!   or `SIGKILL` (repeated until none is left).
+//! - With `--unix-supervise`, it makes every `connect` of the command's processes itself,
+//!   after checking a Unix socket's address (`unix.rs`).
 //! - End-of-file on the control socket (the host closed it, or died: the kernel closes it
 //!   then), `SIGTERM` or `SIGHUP` (the host sets `SIGTERM` as the keeper's parent-death
 //!   signal): it kills every descendant, waits for them, and exits.
@@ -41,6 +43,7 @@ mod namespaces;
 mod network;
 mod start;
 mod tree;
+mod unix;
 
 use confine::Confinement;
 use toolhost_keeper_protocol::{CANNOT_RUN, Control, Status, fd, helper, option};
@@ -239,6 +242,14 @@ fn run() -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
 
+    // The pair the command's process sends the listener of the `connect` supervision over.
+    let supervision = if confinement.unix.supervise && confinement.confined() {
+        Some(UnixStream::pair()?)
+    } else {
+        None
+    };
+    let channel = supervision.as_ref().map(|(_, child)| child.as_raw_fd());
+    let places = confinement.unix.clone();
     let mut command = Command::new(&program);
     if let [argv0, rest @ ..] = argv.as_slice() {
         command.arg0(argv0).args(rest);
@@ -259,7 +270,7 @@ fn run() -> io::Result<()> {
             if terminal && libc::ioctl(0, libc::TIOCSCTTY, 0) == -1 {
                 return Err(io::Error::last_os_error());
             }
-            confinement.apply()
+            confinement.apply(channel)
         });
     }
     let child = match command.spawn() {
@@ -273,6 +284,16 @@ fn run() -> io::Result<()> {
     };
     let leader = i32::try_from(child.id()).map_err(io::Error::other)?;
     drop(child);
+    if let Some((keeper_end, child_end)) = supervision {
+        drop(child_end);
+        // The command runs with the filter: without its supervisor, its connects would hang.
+        let served = unix::receive_listener(keeper_end.as_raw_fd())
+            .and_then(|listener| unix::serve(listener, places, status.as_raw_fd()));
+        if let Err(error) = served {
+            eprintln!("toolhost-keeper: cannot supervise the command's connects: {error}");
+            tree::kill_all();
+        }
+    }
     release_stdio()?;
 
     // The command's end, once reaped; reported when it is known whether anything is left.

@@ -62,6 +62,29 @@ fn live_descendants() -> Vec<libc::pid_t> {
     descendants(std::process::id() as libc::pid_t, &processes())
 }
 
+/// The inodes of the sockets the keeper's live descendants hold (`socket:[INODE]` in
+/// `/proc/PID/fd`).
+pub(crate) fn held_sockets() -> HashSet<u64> {
+    let mut held = HashSet::new();
+    for pid in live_descendants() {
+        let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        for entry in dir.flatten() {
+            if let Ok(target) = std::fs::read_link(entry.path())
+                && let Some(inode) = target
+                    .to_str()
+                    .and_then(|target| target.strip_prefix("socket:["))
+                    .and_then(|rest| rest.strip_suffix(']'))
+                    .and_then(|inode| inode.parse().ok())
+            {
+                held.insert(inode);
+            }
+        }
+    }
+    held
+}
+
 /// One process as `/proc/PID/stat` shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Proc {

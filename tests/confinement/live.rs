@@ -391,3 +391,60 @@ async fn a_credential_store_made_late_in_a_home_under_tmp_is_hidden_from_the_nex
         }
     }
 }
+
+/// A Unix socket server an earlier command of the session left running, in the session's
+/// `/tmp` (`$TMPDIR`) and in the workspace, is reached by the next command (short names: a
+/// socket's path holds at most 107 bytes): each command is a
+/// sandbox of its own, and the keeper allows sockets by where they lie.
+#[tokio::test]
+async fn a_socket_an_earlier_command_made_is_reached_by_the_next() {
+    let server_script = r#"
+import os, socket, sys, threading
+def serve(address):
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(address)
+    s.listen()
+    def loop():
+        while True:
+            s.accept()[0].sendall(b"earlier")
+    threading.Thread(target=loop).start()
+serve(os.path.join(os.environ["TMPDIR"], "e.sock"))
+serve(os.path.join(os.getcwd(), "e.sock"))
+open("ready", "w").close()
+"#;
+    let client_script = r#"
+import os, socket
+for address in (os.path.join(os.environ["TMPDIR"], "e.sock"), "e.sock"):
+    c = socket.socket(socket.AF_UNIX)
+    try:
+        c.connect(address)
+        print(address, "got", c.recv(10).decode())
+    except OSError as e:
+        print(address, "refused:", e)
+"#;
+    let quote = |script: &str| format!("python3 -c '{}'", script.replace('\'', "'\\''"));
+    for env in TIERS {
+        let machine = Machine::new();
+        let server = machine.serve(&[], env).await;
+        let started = server
+            .execute(&format!(
+                "rm -f ready e.sock; {} > /dev/null 2>&1 & \
+                 while [ ! -e ready ] && kill -0 $! 2>/dev/null; do sleep 0.05; done; \
+                 [ -e ready ] && echo started",
+                quote(server_script)
+            ))
+            .await;
+        assert!(
+            output(&started).contains("started"),
+            "{}: {started}",
+            tier(env)
+        );
+        let next = server.output_of(&quote(client_script)).await;
+        assert_eq!(
+            next.matches(" got earlier").count(),
+            2,
+            "{}: {next}",
+            tier(env)
+        );
+    }
+}

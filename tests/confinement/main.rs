@@ -9,7 +9,8 @@
 //! - `git_guard`: what git would run later outside the sandbox, undone within a session;
 //! - `live`: what a session's later commands see of the directories around hidden paths;
 //! - `network`: an allow-list of hosts, reached through the session's proxy;
-//! - `secret_scan`: credential stores hidden by the list and by what the content scan finds.
+//! - `secret_scan`: credential stores hidden by the list and by what the content scan finds;
+//! - `unix_sockets`: which Unix sockets a confined command may connect to.
 //!
 //! The `limits` tests lower the priority of their own threads, and the fork bombs they start
 //! inherit it: the bombs cannot starve the tests running beside them on a small machine. Linux
@@ -23,3 +24,4 @@ mod limits;
 mod live;
 mod network;
 mod secret_scan;
+mod unix_sockets;

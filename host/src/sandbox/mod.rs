@@ -12,8 +12,10 @@
 //!   writable roots) and the scoping of signals and abstract Unix sockets to the command's own
 //!   processes;
 //! - `seccomp`: system calls that could undo the confinement or reach other processes
-//!   (mount, namespaces, ptrace, bpf, io_uring, ...) and, with network `none`, every socket
-//!   that is not a Unix socket;
+//!   (mount, namespaces, ptrace, bpf, io_uring, ...), Unix datagram sockets, and, with network
+//!   `none`, every socket that is not a Unix socket;
+//! - `unix`: the keeper supervises `connect`, so that the host's Unix sockets stay out of
+//!   reach (or, where it cannot, no Unix socket is made at all);
 //! - limits: per command, `cgroup` (process count and memory of everything the command
 //!   started) where the host may create cgroups, else `RLIMIT_DATA` (memory per process);
 //!   `RLIMIT_CPU` (CPU seconds per process).
@@ -32,6 +34,7 @@ pub mod probe;
 mod profile;
 mod seccomp;
 pub mod secrets;
+pub mod unix;
 
 pub(crate) use cgroup::{CommandCgroups, MemoryKill, ParentCgroups};
 pub(crate) use prepare::{Context, Prepared, PrivateSpace, ScopeSandbox};

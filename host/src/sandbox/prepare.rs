@@ -131,6 +131,8 @@ pub(crate) struct Context {
     /// Loads the keeper's executable, which makes the namespaces (when first needed: a host
     /// that confines nothing does not wait for it); `None`: no namespaces layer.
     pub(crate) keeper: Option<fn() -> std::io::Result<BorrowedFd<'static>>>,
+    /// The operator's `--allow-unix-socket` paths.
+    pub(crate) allow_unix_sockets: Vec<PathBuf>,
 }
 
 /// The layers of one profile, ready for keepers.
@@ -661,6 +663,16 @@ fn build(
         .as_ref()
         .and_then(Namespaces::shm_root)
         .filter(|_| profile.mode == SandboxMode::WorkspaceWrite);
+    // Sockets refused also inside the workspace (a workspace that is a home).
+    let unix_denied: Vec<PathBuf> = hidden
+        .iter()
+        .cloned()
+        .chain(home.iter().flat_map(|home| {
+            CACHES_IN_HOME
+                .iter()
+                .map(move |name| canonical(&home.join(name)))
+        }))
+        .collect();
     // The plan is made again when a directory it carved changes (`landlock::Rules`): all it is
     // made of is moved in here.
     let make_plan = move |carving: &mut landlock::Carving| {
@@ -678,8 +690,26 @@ fn build(
         profile.network,
         private_network,
     )?;
-    let seccomp = seccomp::programs(profile.network, private_network)?;
-    let mut keeper_args = Vec::new();
+    let unix_mode = super::unix::mode();
+    let seccomp = seccomp::programs(profile.network, private_network, unix_mode)?;
+    let mut keeper_args = super::unix::keeper_args(
+        unix_mode,
+        &super::unix::Places {
+            workdir: &canonical(&context.workdir),
+            writable: &context
+                .writable
+                .iter()
+                .map(|p| canonical(p))
+                .collect::<Vec<_>>(),
+            temp: namespaces.is_none().then_some(temp.as_path()),
+            private_tmp: namespaces
+                .as_ref()
+                .is_some_and(|ns| ns.tmp != TmpView::Host),
+            allowed: &context.allow_unix_sockets,
+            name_service: profile.network == Network::Full,
+            denied: &unix_denied,
+        },
+    );
     if let Some(namespaces) = &namespaces {
         keeper_args.push(namespaces.keeper_arg());
     }

@@ -284,11 +284,9 @@ pub fn report(
     }
     let _ = writeln!(
         out,
-        "\nNot covered by these layers: connecting to pathname Unix sockets the user may reach \
-         outside the hidden paths (e.g. a Docker socket), and a hidden file reached through a \
-         hard link elsewhere. Without namespaces, also the sockets in the user's runtime \
-         directory (the session bus), changing the mode or owner of readable files (chmod, \
-         chown), and the names inside hidden directories (their contents stay out of reach)."
+        "\nNot covered by these layers: a hidden file reached through a hard link elsewhere. \
+         Without namespaces, also changing the mode or owner of readable files (chmod, chown), \
+         and the names inside hidden directories (their contents stay out of reach)."
     );
     out
 }

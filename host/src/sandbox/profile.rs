@@ -61,7 +61,8 @@ pub enum Network {
     /// Only the hosts of an allow-list, through the session's proxy (`allow=PATTERN,...`): a
     /// network namespace with no route out.
     Allow(AllowListId),
-    /// No network sockets at all (Unix sockets and socket pairs still work).
+    /// No network sockets at all (Unix sockets and socket pairs work as under `Full`, see
+    /// `unix.rs`).
     None,
 }
 
@@ -232,6 +233,9 @@ pub struct SandboxSettings {
     /// `--secret-scan`: whether files under the homes' configuration trees that hold a secret
     /// are found and hidden. Default `true`.
     pub secret_scan: bool,
+    /// `--allow-unix-socket`: Unix sockets confined commands may connect to besides those in
+    /// the workspace, the writable roots and the session's own `/tmp` (absolute).
+    pub allow_unix_socket: Vec<PathBuf>,
 }
 
 impl Default for SandboxSettings {
@@ -253,6 +257,7 @@ impl Default for SandboxSettings {
             memory_per_session: default_memory_limit(),
             memory_total: memory_total().map(|bytes| bytes / 4 * 3),
             secret_scan: true,
+            allow_unix_socket: Vec::new(),
         }
     }
 }

@@ -11,7 +11,11 @@
 //!   is `none`, `socket` for anything but a Unix socket (`EACCES` there, so that a refused
 //!   connection reads as a permission problem);
 //! - `ENOSYS` for `clone3`, whose flags live in memory a filter cannot read: the C library
-//!   then falls back to `clone`, which the first filter checks.
+//!   then falls back to `clone`, which the first filter checks;
+//! - `EACCES` for Unix sockets of any type but stream and seqpacket (`socket` and
+//!   `socketpair`): a datagram socket reaches a pathname socket with `sendto`, which the
+//!   keeper does not supervise (`SOCK_RAW` is a datagram socket for `AF_UNIX`); in the strict
+//!   mode (see `unix.rs`), for every `socket(AF_UNIX, ..)`.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -25,6 +29,7 @@ use seccompiler::{
 };
 
 use super::Network;
+use super::unix::UnixMode;
 
 /// Why the filters could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -98,7 +103,11 @@ const NAMESPACE_FLAGS: &[libc::c_int] = &[
 /// network `none` only Unix sockets are allowed, and, in a network namespace of the command's
 /// own (`private_network`), the families that stay inside it (IPv4, IPv6, netlink): not
 /// `AF_VSOCK` or others that reach past a network namespace.
-pub(super) fn programs(network: Network, private_network: bool) -> Result<OwnedFd, SeccompError> {
+pub(super) fn programs(
+    network: Network,
+    private_network: bool,
+    unix: &UnixMode,
+) -> Result<OwnedFd, SeccompError> {
     let arch = TargetArch::try_from(std::env::consts::ARCH)
         .map_err(|_| SeccompError::Arch(std::env::consts::ARCH))?;
     let mut denied: BTreeMap<i64, Vec<SeccompRule>> =
@@ -129,6 +138,7 @@ pub(super) fn programs(network: Network, private_network: bool) -> Result<OwnedF
         SeccompAction::Errno(libc::ENOSYS.cast_unsigned()),
         arch,
     )?)?);
+    programs.push(BpfProgram::try_from(unix_filter(unix, arch)?)?);
     // An allow-list is `none` with the session's gate on its loopback.
     if network != Network::Full {
         let mut allowed = vec![libc::AF_UNIX];
@@ -157,6 +167,52 @@ pub(super) fn programs(network: Network, private_network: bool) -> Result<OwnedF
         )?)?);
     }
     store(&programs)
+}
+
+/// The `socket` types of `AF_UNIX` a confined command may make.
+const UNIX_TYPES: [i32; 2] = [libc::SOCK_STREAM, libc::SOCK_SEQPACKET];
+
+/// `EACCES` for Unix sockets of the other types (`socket` and `socketpair`), and in the
+/// strict mode for every `socket(AF_UNIX, ..)`. The type's low four bits are the type; the
+/// others are flags (`SOCK_NONBLOCK`, `SOCK_CLOEXEC`).
+fn unix_filter(unix: &UnixMode, arch: TargetArch) -> Result<SeccompFilter, SeccompError> {
+    let unix_family = || {
+        SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Eq,
+            libc::AF_UNIX.cast_unsigned().into(),
+        )
+    };
+    let other_types = || {
+        (0..16)
+            .filter(|kind| !UNIX_TYPES.contains(kind))
+            .map(|kind| {
+                SeccompRule::new(vec![
+                    unix_family()?,
+                    SeccompCondition::new(
+                        1,
+                        SeccompCmpArgLen::Dword,
+                        SeccompCmpOp::MaskedEq(0xf),
+                        u64::from(kind.cast_unsigned()),
+                    )?,
+                ])
+            })
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let socket = match unix {
+        UnixMode::Supervised => other_types()?,
+        UnixMode::Strict(_) => vec![SeccompRule::new(vec![unix_family()?])?],
+    };
+    Ok(SeccompFilter::new(
+        BTreeMap::from([
+            (libc::SYS_socket, socket),
+            (libc::SYS_socketpair, other_types()?),
+        ]),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EACCES.cast_unsigned()),
+        arch,
+    )?)
 }
 
 /// The programs in a sealed memory file.

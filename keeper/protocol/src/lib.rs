@@ -28,14 +28,17 @@
 //!    keeper exits.
 //! 5. At any time the host may write one [`Control`] byte per request to the control socket.
 //!    The keeper sends the signal it names to every descendant.
-//! 6. When `PROGRAM` exits, the keeper writes one status message (see [`Status::message`]).
+//! 6. With [`option::UNIX_SUPERVISE`], each `connect` of the command's tree is made by the
+//!    keeper (see `keeper/src/unix.rs`).
+//!    Each refused Unix socket is reported on the status pipe ([`UNIX_REFUSED`]).
+//! 7. When `PROGRAM` exits, the keeper writes one status message (see [`Status::message`]).
 //!    The message says whether anything else of the command was left at that moment.
 //!    A keeper that ends without writing one (bad arguments, or killed) leaves the host
 //!    without the command's exit.
-//! 7. The keeper exits once the command has exited and no descendant is left.
+//! 8. The keeper exits once the command has exited and no descendant is left.
 //!    The status pipe then reaches end-of-file: the host learns that nothing of the command is
 //!    left.
-//! 8. End-of-file on the control socket makes the keeper kill every descendant, wait for them
+//! 9. End-of-file on the control socket makes the keeper kill every descendant, wait for them
 //!    and exit.
 //!    The host closes the socket when it lets go of the command; the kernel closes it when the
 //!    host dies.
@@ -286,7 +289,9 @@ pub mod option {
     //!
     //! The host sends them; the keeper reads them in this order: [`TTY`], then every
     //! [`JOIN_CGROUP`], then the confinement options ([`CONFINE`], [`RLIMIT_CPU`],
-    //! [`RLIMIT_DATA`], [`RLIMIT_NPROC`], [`NAMESPACES`]) in any order.
+    //! [`RLIMIT_DATA`], [`RLIMIT_NPROC`], [`NAMESPACES`], [`UNIX_SUPERVISE`], [`UNIX_ALLOW`],
+    //! [`UNIX_ALLOW_SOCKET`], [`UNIX_DENY`], [`UNIX_SESSION_TMP`], [`UNIX_CHECK_BINDING`]) in
+    //! any order.
     //! The first argument that does not start with [`PREFIX`] is `PROGRAM`, followed by `ARGV0`
     //! and the command's arguments.
 
@@ -321,7 +326,38 @@ pub mod option {
     pub const NAMESPACES: &str = "--namespaces=";
     /// What separates the kinds in [`NAMESPACES`].
     pub const NAMESPACE_SEPARATOR: &str = ",";
+    /// The keeper supervises the command's `connect` calls (seccomp user notification).
+    /// It refuses a Unix socket outside the places [`UNIX_ALLOW`] and [`UNIX_SESSION_TMP`]
+    /// name, and an abstract one no process of the command's tree listens on.
+    pub const UNIX_SUPERVISE: &str = "--unix-supervise";
+    /// `--unix-allow=PATH`: with [`UNIX_SUPERVISE`], a socket at `PATH` or below is allowed,
+    /// unless a deeper [`UNIX_DENY`] path holds it.
+    pub const UNIX_ALLOW: &str = "--unix-allow=";
+    /// `--unix-allow-socket=PATH`: with [`UNIX_SUPERVISE`], a socket at `PATH` or below is
+    /// allowed whatever [`UNIX_DENY`] says (the operator's `--allow-unix-socket`).
+    pub const UNIX_ALLOW_SOCKET: &str = "--unix-allow-socket=";
+    /// `--unix-deny=PATH`: with [`UNIX_SUPERVISE`], a socket at `PATH` or below is refused,
+    /// unless a [`UNIX_ALLOW_SOCKET`] path or a deeper [`UNIX_ALLOW`] path holds it (hidden
+    /// paths and caches, also inside the workspace).
+    pub const UNIX_DENY: &str = "--unix-deny=";
+    /// `--unix-session-tmp=PATH`: with [`UNIX_SUPERVISE`], a socket below `PATH` is allowed
+    /// when it lies on the same file system (overlay layer) as a file the keeper makes there.
+    /// It is the session's own `/tmp` in the namespaces, whose lower layer is the host's.
+    pub const UNIX_SESSION_TMP: &str = "--unix-session-tmp=";
+    /// With [`UNIX_SUPERVISE`], a socket in a place [`UNIX_ALLOW`] names is allowed only when
+    /// a socket listens on it that was bound with a name in such a place.
+    /// Without namespaces a hard link could otherwise bring a host socket into the workspace.
+    pub const UNIX_CHECK_BINDING: &str = "--unix-check-binding";
 }
+
+/// A refused Unix socket, reported on the status pipe before the status message.
+///
+/// The message is [`UNIX_REFUSED`], the little-endian `u16` length of the socket's name,
+/// then the name's bytes (at most [`MAX_REFUSED_NAME`]).
+/// An abstract name starts with `@`.
+pub const UNIX_REFUSED: u8 = b'U';
+/// The longest name a [`UNIX_REFUSED`] message carries.
+pub const MAX_REFUSED_NAME: usize = 512;
 
 pub mod start {
     //! The start message a keeper prepared ahead ([`option::READY`](crate::option::READY))

@@ -111,6 +111,8 @@ pub(super) struct Entry {
     pub(super) log_bytes: AtomicU64,
     /// Bytes the process wrote so far (the host's notes not counted).
     pub(super) output_bytes: AtomicU64,
+    /// The Unix sockets its keeper refused before it exited, as the keeper named them.
+    pub(super) unix_refused: Mutex<Vec<String>>,
 }
 
 /// The host's hold on a process's keeper.
@@ -217,7 +219,13 @@ impl Entry {
             input: spec.input,
             log_bytes: AtomicU64::new(0),
             output_bytes: AtomicU64::new(0),
+            unix_refused: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Keep the Unix sockets the keeper refused, for [`Entry::notes`].
+    pub(super) fn unix_refused(&self, refused: Vec<String>) {
+        *lock(&self.unix_refused) = refused;
     }
 
     pub(super) fn is_running(&self) -> bool {
@@ -237,6 +245,9 @@ impl Entry {
     /// failed with a permission error while confined, what the confinement refuses.
     pub(super) fn notes(&self, exit: Option<Exit>) -> Option<String> {
         let mut note = self.limit_notes();
+        if let Some(refused) = crate::sandbox::unix::note(&lock(&self.unix_refused)) {
+            note.push_str(&refused);
+        }
         if let Some((refusals, list)) = &self.network_gate
             && let Some(refused) = crate::sandbox::network::note(
                 refusals,

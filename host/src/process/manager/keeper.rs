@@ -28,7 +28,9 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncReadExt, Interest};
 use tokio::net::unix::pipe;
 
-use toolhost_keeper_protocol::{Control, STATUS_MESSAGE_LEN, Status, fd};
+use toolhost_keeper_protocol::{
+    Control, MAX_REFUSED_NAME, STATUS_MESSAGE_LEN, Status, UNIX_REFUSED, fd,
+};
 
 use super::reap::Exit;
 use super::spec::StartMessage;
@@ -196,25 +198,59 @@ pub(super) fn send_start(control: &OwnedFd, message: &StartMessage) -> io::Resul
     Ok(())
 }
 
+/// The most distinct refused Unix sockets a [`Report`] keeps.
+const MAX_UNIX_REFUSED: usize = 16;
+
 /// The command's end as the keeper reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Report {
     /// `None` when the status pipe ended without one (the keeper was killed, or could not
     /// report).
     pub(super) exit: Option<Exit>,
     /// Nothing else the command started was left when it exited (the keeper exits next).
     pub(super) nothing_left: bool,
+    /// The Unix sockets the keeper refused before the exit, as it named them (the first
+    /// [`MAX_UNIX_REFUSED`] distinct ones).
+    pub(super) unix_refused: Vec<String>,
 }
 
-/// Read the command's exit from the status pipe.
+/// Read the command's exit from the status pipe, and the Unix sockets refused before it.
 pub(super) async fn read_exit(status: &mut pipe::Receiver) -> Report {
-    let mut message = [0u8; STATUS_MESSAGE_LEN];
-    match status.read_exact(&mut message).await {
-        Ok(_) => parse(message),
-        Err(_) => Report {
-            exit: None,
-            nothing_left: true,
-        },
+    let mut unix_refused = Vec::new();
+    loop {
+        let mut message = [0u8; STATUS_MESSAGE_LEN];
+        if status.read_exact(&mut message[..1]).await.is_err() {
+            break;
+        }
+        if message[0] == UNIX_REFUSED {
+            let mut length = [0u8; 2];
+            if status.read_exact(&mut length).await.is_err() {
+                break;
+            }
+            let length = usize::from(u16::from_le_bytes(length)).min(MAX_REFUSED_NAME);
+            let mut name = vec![0u8; length];
+            if status.read_exact(&mut name).await.is_err() {
+                break;
+            }
+            // The first few distinct names are enough for the note; a command refused
+            // without end costs the host nothing more.
+            let name = String::from_utf8_lossy(&name).into_owned();
+            if unix_refused.len() < MAX_UNIX_REFUSED && !unix_refused.contains(&name) {
+                unix_refused.push(name);
+            }
+            continue;
+        }
+        if status.read_exact(&mut message[1..]).await.is_err() {
+            break;
+        }
+        let mut report = parse(message);
+        report.unix_refused = unix_refused;
+        return report;
+    }
+    Report {
+        exit: None,
+        nothing_left: true,
+        unix_refused,
     }
 }
 
@@ -249,6 +285,7 @@ fn parse(message: [u8; STATUS_MESSAGE_LEN]) -> Report {
     Report {
         exit,
         nothing_left: status.is_some_and(Status::nothing_left),
+        unix_refused: Vec::new(),
     }
 }
 
@@ -256,9 +293,40 @@ fn parse(message: [u8; STATUS_MESSAGE_LEN]) -> Report {
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn refused_unix_sockets_come_before_the_exit_and_are_bounded() {
+        let (read, write) = nix::unistd::pipe().expect("pipe");
+        let mut bytes = Vec::new();
+        for index in 0..40 {
+            // Each name twice: kept once.
+            for _ in 0..2 {
+                let name = format!("/x/{index}.sock");
+                bytes.push(UNIX_REFUSED);
+                bytes.extend_from_slice(&u16::try_from(name.len()).expect("short").to_le_bytes());
+                bytes.extend_from_slice(name.as_bytes());
+            }
+        }
+        bytes.extend_from_slice(&Status::ExitedNothingLeft.message(7));
+        let writer = std::thread::spawn(move || {
+            std::io::Write::write_all(&mut std::fs::File::from(write), &bytes).expect("write");
+        });
+        let mut status = pipe::Receiver::from_owned_fd(read).expect("receiver");
+        let report = read_exit(&mut status).await;
+        writer.join().expect("writer");
+        assert_eq!(report.exit, Some(Exit::Code(7)));
+        assert!(report.nothing_left);
+        assert_eq!(report.unix_refused.len(), MAX_UNIX_REFUSED);
+        assert_eq!(report.unix_refused[0], "/x/0.sock");
+        assert_eq!(report.unix_refused[1], "/x/1.sock");
+    }
+
     #[test]
     fn status_messages_parse() {
-        let report = |exit, nothing_left| Report { exit, nothing_left };
+        let report = |exit, nothing_left| Report {
+            exit,
+            nothing_left,
+            unix_refused: Vec::new(),
+        };
         assert_eq!(
             parse(Status::Exited.message(3)),
             report(Some(Exit::Code(3)), false)

@@ -473,6 +473,7 @@ impl ProcessManager {
                 .chain(log_dir.clone())
                 .collect(),
             keeper: Some(keeper::executable),
+            allow_unix_sockets: config.sandbox.allow_unix_socket.clone(),
         });
         Arc::new(Self {
             log_dir: log_dir.map(Arc::from),

@@ -73,6 +73,7 @@ impl Monitor {
                 if report.nothing_left {
                     entry.nothing_left.store(true, Ordering::Release);
                 }
+                entry.unix_refused(report.unix_refused);
                 tokio::spawn(async move {
                     keeper::wait_gone(status, keeper_exit).await;
                     entry.nothing_left.store(true, Ordering::Release);
