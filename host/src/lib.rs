@@ -34,6 +34,7 @@ mod buffer;
 mod error;
 mod guest;
 mod host;
+mod keeper_binary;
 pub mod mcp;
 mod plugins;
 pub mod process;

@@ -3,7 +3,7 @@
 
 use crate::lock;
 use std::collections::HashMap;
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -128,9 +128,9 @@ pub(crate) struct Context {
     /// Confined commands may write git hooks and shell start-up files in writable roots
     /// (`--allow-hook-writes`).
     pub(crate) allow_hook_writes: bool,
-    /// Loads the keeper's executable, which makes the namespaces (when first needed: a host
-    /// that confines nothing does not wait for it); `None`: no namespaces layer.
-    pub(crate) keeper: Option<fn() -> std::io::Result<BorrowedFd<'static>>>,
+    /// The namespaces layer may be made (by the keeper's helper mode, when first needed: a
+    /// host that confines nothing does not wait for it); `false`: Landlock and seccomp alone.
+    pub(crate) namespaces_layer: bool,
     /// The operator's `--allow-unix-socket` paths.
     pub(crate) allow_unix_sockets: Vec<PathBuf>,
 }
@@ -877,7 +877,10 @@ fn make_namespaces(
     if probe::disabled("namespaces") {
         return Ok(None);
     }
-    let Some(keeper) = context.keeper.and_then(|load| load().ok()) else {
+    if !context.namespaces_layer {
+        return Ok(None);
+    }
+    let Ok(keeper) = crate::keeper_binary::executable() else {
         return Ok(None);
     };
     match namespaces::make(keeper, request) {

@@ -113,8 +113,47 @@ fn namespaces_spoiled(made: Option<bool>, error: &str) -> bool {
     made == Some(false) && !NamespaceError(error.to_owned()).missing_here()
 }
 
+/// Whether this machine lets the host make the namespaces layer of confined commands (user,
+/// mount, network and PID namespaces): `Err` says why not (commands are then confined by
+/// Landlock and seccomp alone); `Ok(Some(reason))`: all but the PID namespace, and why. Tries
+/// it once, for real.
+pub fn namespaces_available() -> Result<Option<String>, String> {
+    namespaces_here().map(|here| here.pid_missing)
+}
+
+/// What the namespaces layer gives on this machine ([`namespaces_available`], with what
+/// `/tmp` becomes), for `toolhost sandbox`.
+pub fn namespaces_here() -> Result<NamespacesHere, String> {
+    if disabled("namespaces") {
+        return Err("disabled by TOOLHOST_SANDBOX_DISABLE".to_owned());
+    }
+    let keeper = crate::keeper_binary::executable().map_err(|e| e.to_string())?;
+    let scratch = tempfile::Builder::new()
+        .prefix("toolhost-probe-")
+        .tempdir()
+        .map_err(|e| format!("a directory for the private /tmp: {e}"))?;
+    let request = namespaces::Request {
+        private_network: true,
+        pid: !disabled("pid"),
+        private_tmp: Some(scratch.path()),
+        tmp_bytes: Some(1024 * 1024),
+        tmp_overlay: !disabled("overlay"),
+        ..Default::default()
+    };
+    namespaces::make(keeper, &request)
+        .map(|made| NamespacesHere {
+            pid_missing: made.pid_missing.clone(),
+            tmp_overlay: match &made.tmp {
+                namespaces::TmpView::Overlay => Ok(()),
+                namespaces::TmpView::Private(Some(reason)) => Err(reason.clone()),
+                _ => Err("disabled by TOOLHOST_SANDBOX_DISABLE".to_owned()),
+            },
+        })
+        .map_err(|e| e.0)
+}
+
 /// What making the namespaces gave on this machine (see
-/// [`crate::process::namespaces_here`]).
+/// [`namespaces_here`]).
 #[derive(Debug, Clone)]
 pub struct NamespacesHere {
     /// Why commands share the host's PID namespace; `None`: they have their own.
@@ -125,7 +164,7 @@ pub struct NamespacesHere {
 }
 
 /// The text `toolhost sandbox` prints; `namespaces` is the outcome of making them here
-/// ([`crate::process::namespaces_available`], which runs the keeper's helper once: a user
+/// ([`namespaces_available`], which runs the keeper's helper once: a user
 /// namespace and the privileged operations the host needs in it, as for a command).
 pub fn report(
     support: &Support,

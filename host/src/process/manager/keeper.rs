@@ -1,6 +1,6 @@
 //! The host's side of the process keeper (`keeper/` in the repository): every command runs
-//! under its own keeper, a small program embedded in this library and executed from a
-//! sealed in-memory file, so the binary, its tests and any embedder all have it.
+//! under its own keeper, a small program embedded in this library (`keeper_binary.rs`) and
+//! executed from a sealed in-memory file.
 //!
 //! The keeper is the host's direct child and the command's parent. It is a child subreaper, so
 //! whatever the command starts stays its descendant, even after `setsid`, `setpgid` or a
@@ -19,9 +19,8 @@
 //! ([`above_reserved`]).
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::sync::OnceLock;
 
 use nix::libc;
 use tokio::io::unix::AsyncFd;
@@ -29,65 +28,13 @@ use tokio::io::{AsyncReadExt, Interest};
 use tokio::net::unix::pipe;
 
 use toolhost_keeper_protocol::{
-    Control, MAX_REFUSED_NAME, STATUS_MESSAGE_LEN, Status, UNIX_REFUSED, fd,
+    Control, MAX_REFUSED_NAME, STATUS_MESSAGE_LEN, Status, UNIX_REFUSED,
 };
 
 use super::reap::Exit;
-use super::spec::StartMessage;
 use crate::process::Signal;
 
-/// The keeper executable, built by `build.rs` for the target this library is built for.
-const KEEPER: &[u8] = include_bytes!(env!("TOOLHOST_KEEPER"));
-
-/// The sealed in-memory copy of the keeper, made once per process.
-pub(super) fn executable() -> io::Result<BorrowedFd<'static>> {
-    static FILE: OnceLock<Result<OwnedFd, String>> = OnceLock::new();
-    match FILE.get_or_init(|| load().map_err(|error| error.to_string())) {
-        Ok(fd) => Ok(fd.as_fd()),
-        Err(message) => Err(io::Error::other(format!(
-            "cannot prepare the process keeper: {message}"
-        ))),
-    }
-}
-
-/// Write the keeper into a memfd and seal it against any change.
-fn load() -> io::Result<OwnedFd> {
-    // SAFETY: a NUL-terminated name and integer flags; returns a new descriptor or -1.
-    let raw = unsafe {
-        libc::memfd_create(
-            c"toolhost-keeper".as_ptr(),
-            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
-        )
-    };
-    if raw < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: memfd_create returned a new descriptor that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let mut file = std::fs::File::from(fd);
-    io::Write::write_all(&mut file, KEEPER)?;
-    let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
-    // SAFETY: integer arguments on our own descriptor.
-    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    above_reserved(OwnedFd::from(file))
-}
-
-/// Move a descriptor to [`fd::FIRST_FREE`] or above (close-on-exec), so that installing the
-/// keeper's descriptors (all below it) with `dup2` cannot clobber it.
-pub(super) fn above_reserved(fd: OwnedFd) -> io::Result<OwnedFd> {
-    if fd.as_raw_fd() >= fd::FIRST_FREE {
-        return Ok(fd);
-    }
-    // SAFETY: F_DUPFD_CLOEXEC on a descriptor we own returns a new one that nothing else owns.
-    let moved = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, fd::FIRST_FREE) };
-    if moved < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: as above, the new descriptor is ours alone.
-    Ok(unsafe { OwnedFd::from_raw_fd(moved) })
-}
+pub(super) use crate::keeper_binary::{above_reserved, executable};
 
 /// The keeper's ends of its two channels, passed to it as [`fd::STATUS`] and [`fd::CONTROL`].
 pub(super) struct KeeperEnds {
@@ -144,56 +91,31 @@ pub(super) fn request(control: &OwnedFd, signal: Signal) -> io::Result<()> {
     }
 }
 
-/// Hand a keeper prepared ahead its command: `message` on its control socket, its descriptors
-/// by `SCM_RIGHTS` with the first bytes. `Err` when the keeper is gone (it never got the
-/// command). Blocks while the socket is full: the keeper reads the message at once.
-pub(super) fn send_start(control: &OwnedFd, message: &StartMessage) -> io::Result<()> {
-    let fds: Vec<libc::c_int> = message.fds.iter().map(AsRawFd::as_raw_fd).collect();
-    let data_len = std::mem::size_of_val(fds.as_slice());
-    // SAFETY: pure size computations.
-    let space = unsafe { libc::CMSG_SPACE(data_len as u32) } as usize;
-    // u64 units: aligned as a `cmsghdr`.
-    let mut buffer = vec![0u64; space.div_ceil(8)];
+/// Hand a keeper prepared ahead its command: `bytes` (a start message, see the protocol's
+/// `start` module) on its control socket, `fds` by `SCM_RIGHTS` with the first bytes. `Err`
+/// when the keeper is gone (it never got the command). Blocks while the socket is full: the
+/// keeper reads the message at once.
+pub(super) fn send_start(control: &OwnedFd, bytes: &[u8], fds: &[OwnedFd]) -> io::Result<()> {
+    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
+    let raw: Vec<libc::c_int> = fds.iter().map(AsRawFd::as_raw_fd).collect();
     let mut sent = 0;
-    while sent < message.bytes.len() {
-        let rest = &message.bytes[sent..];
-        let mut iov = libc::iovec {
-            iov_base: rest.as_ptr().cast_mut().cast(),
-            iov_len: rest.len(),
-        };
-        // SAFETY: msghdr is plain data; all zeroes is a valid starting value.
-        let mut header: libc::msghdr = unsafe { std::mem::zeroed() };
-        header.msg_iov = &raw mut iov;
-        header.msg_iovlen = 1;
-        if sent == 0 {
-            header.msg_control = buffer.as_mut_ptr().cast();
-            header.msg_controllen = space as _;
-            // SAFETY: the control buffer is `space` bytes, room for one header with
-            // `data_len` bytes of data (CMSG_SPACE); CMSG_FIRSTHDR points into it.
-            unsafe {
-                let cmsg = libc::CMSG_FIRSTHDR(&raw const header);
-                (*cmsg).cmsg_level = libc::SOL_SOCKET;
-                (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-                (*cmsg).cmsg_len = libc::CMSG_LEN(data_len as u32) as _;
-                std::ptr::copy_nonoverlapping(
-                    fds.as_ptr().cast::<u8>(),
-                    libc::CMSG_DATA(cmsg),
-                    data_len,
-                );
-            }
+    while sent < bytes.len() {
+        let iov = [io::IoSlice::new(&bytes[sent..])];
+        let rights = [ControlMessage::ScmRights(&raw)];
+        // The descriptors go with the first bytes only.
+        let control_messages: &[ControlMessage<'_>] = if sent == 0 { &rights } else { &[] };
+        // MSG_NOSIGNAL: a keeper that is gone gives EPIPE, not SIGPIPE.
+        match sendmsg::<()>(
+            control.as_raw_fd(),
+            &iov,
+            control_messages,
+            MsgFlags::MSG_NOSIGNAL,
+            None,
+        ) {
+            Ok(n) => sent += n,
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(errno) => return Err(io::Error::from(errno)),
         }
-        // SAFETY: `header` points at `iov` (over the message's bytes) and the control buffer,
-        // alive for the call. MSG_NOSIGNAL: a keeper that is gone gives EPIPE, not SIGPIPE.
-        let n =
-            unsafe { libc::sendmsg(control.as_raw_fd(), &raw const header, libc::MSG_NOSIGNAL) };
-        if n < 0 {
-            let error = io::Error::last_os_error();
-            if error.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(error);
-        }
-        sent += n.cast_unsigned();
     }
     Ok(())
 }
@@ -336,14 +258,5 @@ mod tests {
             report(Some(Exit::Signal(9)), true)
         );
         assert_eq!(parse([b'?', 0, 0, 0, 0]), report(None, false));
-    }
-
-    #[test]
-    fn the_keeper_is_embedded_and_sealed() {
-        let fd = executable().expect("keeper");
-        // SAFETY: integer arguments on a descriptor that stays open (a static).
-        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
-        assert!(seals & libc::F_SEAL_WRITE != 0, "seals: {seals:#x}");
-        assert!(KEEPER.starts_with(b"\x7fELF"));
     }
 }

@@ -68,8 +68,8 @@
 //! * `monitor.rs`: the task that owns a running process: output, exit, drain, retention.
 //! * `ids.rs`: process ids.
 //! * `input.rs`: a process's stdin pipe or terminal; `pty.rs`: opening a terminal.
-//! * `keeper.rs`: the host's side of the keeper: its executable, its channels, its
-//!   descriptors.
+//! * `keeper.rs`: the host's side of the keeper: its channels, its descriptors, the start
+//!   message's sending (its executable is `keeper_binary.rs`, shared with the sandbox).
 //! * `spawner.rs`: the spawner thread.
 //! * `ready.rs`: keepers prepared ahead.
 //! * `spec.rs`: what the child runs, and with what (safe code).
@@ -129,44 +129,7 @@ use spawner::Spawner;
 use spec::{ChildSpec, StartMessage};
 use table::{Records, shut_down};
 
-/// Whether this machine lets the host make the namespaces layer of confined commands (user,
-/// mount, network and PID namespaces): `Err` says why not (commands are then confined by
-/// Landlock and seccomp alone); `Ok(Some(reason))`: all but the PID namespace, and why. Tries
-/// it once, for real.
-pub fn namespaces_available() -> Result<Option<String>, String> {
-    namespaces_here().map(|here| here.pid_missing)
-}
-
-/// What the namespaces layer gives on this machine ([`namespaces_available`], with what
-/// `/tmp` becomes), for `toolhost sandbox`.
-pub fn namespaces_here() -> Result<sandbox::probe::NamespacesHere, String> {
-    if sandbox::probe::disabled("namespaces") {
-        return Err("disabled by TOOLHOST_SANDBOX_DISABLE".to_owned());
-    }
-    let keeper = keeper::executable().map_err(|e| e.to_string())?;
-    let scratch = tempfile::Builder::new()
-        .prefix("toolhost-probe-")
-        .tempdir()
-        .map_err(|e| format!("a directory for the private /tmp: {e}"))?;
-    let request = sandbox::namespaces::Request {
-        private_network: true,
-        pid: !sandbox::probe::disabled("pid"),
-        private_tmp: Some(scratch.path()),
-        tmp_bytes: Some(1024 * 1024),
-        tmp_overlay: !sandbox::probe::disabled("overlay"),
-        ..Default::default()
-    };
-    sandbox::namespaces::make(keeper, &request)
-        .map(|made| sandbox::probe::NamespacesHere {
-            pid_missing: made.pid_missing.clone(),
-            tmp_overlay: match &made.tmp {
-                sandbox::namespaces::TmpView::Overlay => Ok(()),
-                sandbox::namespaces::TmpView::Private(Some(reason)) => Err(reason.clone()),
-                _ => Err("disabled by TOOLHOST_SANDBOX_DISABLE".to_owned()),
-            },
-        })
-        .map_err(|e| e.0)
-}
+pub use crate::sandbox::probe::{namespaces_available, namespaces_here};
 
 /// The paths hidden from this host's confined commands (see `sandbox/secrets/`), with what the
 /// content scan finds (its cache in `state_dir`, skipping the `skip` paths), said once where no
@@ -472,7 +435,7 @@ impl ProcessManager {
                 .cloned()
                 .chain(log_dir.clone())
                 .collect(),
-            keeper: Some(keeper::executable),
+            namespaces_layer: true,
             allow_unix_sockets: config.sandbox.allow_unix_socket.clone(),
         });
         Arc::new(Self {
@@ -844,7 +807,9 @@ impl ProcessManager {
                 prepared,
             )
         });
-        match message.and_then(|message| keeper::send_start(&ready.host.control, &message)) {
+        match message.and_then(|message| {
+            keeper::send_start(&ready.host.control, &message.bytes, &message.fds)
+        }) {
             Ok(()) => Some(ready),
             Err(error) => {
                 tracing::debug!(%error, scope, "a keeper prepared ahead could not take its command");
