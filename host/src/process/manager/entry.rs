@@ -21,39 +21,11 @@ use super::reap::{self, Exit};
 use crate::buffer::HeadTailBuffer;
 use crate::lock;
 use crate::process::{OutputSnapshot, ProcessInfo, ReadFrom, Signal, Until};
+use crate::sandbox::diagnose::{self, Refusal};
 use crate::sandbox::git_guard::{GitGuard, Moment};
 use crate::sandbox::network::{AllowList, Refusals};
-use crate::sandbox::{
-    CommandCgroups, HiddenPaths, MemoryKill, Network, PrivateSpace, Profile, SandboxMode,
-};
+use crate::sandbox::{CommandCgroups, HiddenPaths, PrivateSpace, Profile, SandboxMode};
 use crate::terminal::stream_view;
-
-/// How refusals of the confinement read in a command's output.
-const DENIALS: &[&str] = &[
-    "Permission denied",
-    "Operation not permitted",
-    "Read-only file system",
-    "PermissionError",
-    "EACCES",
-    "EPERM",
-    // Landlock refuses links and renames across its rules with EXDEV.
-    "Invalid cross-device link",
-];
-
-/// How a refused network access reads under network `none`, also in a network namespace of
-/// the command's own (where nothing but its loopback exists).
-const NETWORK_DENIALS: &[&str] = &[
-    "Network is unreachable",
-    "ENETUNREACH",
-    "Temporary failure in name resolution",
-    "Could not resolve host",
-    "getaddrinfo",
-    "Address family not supported",
-    // Nothing listens on the command's own loopback.
-    "Connection refused",
-    "Failed to connect",
-    "Couldn't connect",
-];
 
 /// One process's record.
 pub(super) struct Entry {
@@ -240,181 +212,46 @@ impl Entry {
         !self.nothing_left.load(Ordering::Acquire) && lock(&self.keeper).control.is_some()
     }
 
-    /// Notes for the model, appended to the output when the command has ended: a limit that
-    /// stopped it (the memory limit's kill, forks refused by the process limit), or, when it
-    /// failed with a permission error while confined, what the confinement refuses.
+    /// Notes for the model, appended to the output when the command has ended: what the
+    /// confinement refused it (`sandbox/diagnose.rs`), each refusal's note in turn.
     pub(super) fn notes(&self, exit: Option<Exit>) -> Option<String> {
-        let mut note = self.limit_notes();
-        if let Some(refused) = crate::sandbox::unix::note(&lock(&self.unix_refused)) {
-            note.push_str(&refused);
+        let refusals = self.refusals(exit);
+        let note: String = refusals.iter().map(Refusal::note).collect();
+        (!note.is_empty()).then(|| note + "\n")
+    }
+
+    /// What the confinement refused this command, in the order of `diagnose.rs`'s flow: the
+    /// limits it reached, the sockets and hosts refused, and, when nothing of these explains a
+    /// failure, what its output shows.
+    pub(super) fn refusals(&self, exit: Option<Exit>) -> Vec<Refusal> {
+        let mut refusals = self.limit_refusals();
+        let unix_refused = lock(&self.unix_refused).clone();
+        if !unix_refused.is_empty() {
+            refusals.push(Refusal::UnixSockets(unix_refused));
         }
-        if let Some((refusals, list)) = &self.network_gate
+        if let Some((gate_refusals, list)) = &self.network_gate
             && let Some(refused) = crate::sandbox::network::note(
-                refusals,
+                gate_refusals,
                 list,
                 self.started_ms,
                 lock(&self.keeper).pid.map(Pid::as_raw),
             )
         {
-            note.push_str(&refused);
+            refusals.push(Refusal::Network(refused));
         }
         let failed = exit.is_some_and(|exit| exit.exit_code() != 0);
-        if failed && note.is_empty() && self.profile.mode != SandboxMode::Off {
+        if failed && refusals.is_empty() {
             let text = lock(&self.state).buffer.render().text;
-            let network_none = self.profile.network != Network::Full;
-            let denied = DENIALS.iter().any(|denial| text.contains(denial))
-                || (network_none && NETWORK_DENIALS.iter().any(|denial| text.contains(denial)));
-            let hidden = self
-                .hidden
-                .as_ref()
-                .and_then(|hidden| hidden.named_in(&text));
-            if let Some(path) = hidden.filter(|_| denied || text.contains("No such file")) {
-                // A covered directory shows empty: a file in it reads "No such file".
-                let why = match self.hidden.as_ref().and_then(|h| h.rule_of(&path)) {
-                    Some(rule) => format!("the content scan's rule {rule} found a secret in it"),
-                    None => "it is on the list of hidden paths".to_owned(),
-                };
-                note.push_str(&format!(
-                    "\n[toolhost: {} is hidden from confined commands by the operator's policy \
-                     ({why}); it cannot be read or listed from here, so do not retry: ask the \
-                     user if you need what it holds (the operator's --reveal {} lets commands \
-                     read it)]",
-                    path.display(),
-                    path.display()
-                ));
-            } else if let Some((path, dir)) = self
-                .hidden
-                .as_ref()
-                .filter(|_| denied)
-                .and_then(|hidden| beside_hidden(hidden, &self.workdir, self.started_ms, &text))
-            {
-                // Landlock grants the entries a directory around a hidden path holds when the
-                // command starts, one by one: it cannot take the hidden one back out of a grant
-                // of the whole directory.
-                note.push_str(&format!(
-                    "\n[toolhost: {} is not hidden, but {} holds a path hidden from confined \
-                     commands, so a command may use only the entries it held when the command \
-                     started: creating entries directly in it may be refused, and entries made \
-                     there after the command started are not visible to it. A command started \
-                     later sees what exists then; make new files in a subdirectory instead]",
-                    path.display(),
-                    dir.display()
-                ));
-            } else if denied {
-                let network = if network_none { ", network access" } else { "" };
-                let writes = if self.profile.mode == SandboxMode::ReadOnly {
-                    "Writing anywhere but $TMPDIR"
-                } else {
-                    "Writing outside the workspace, $TMPDIR and package caches"
-                };
-                note.push_str(&format!(
-                    "\n[toolhost: this command runs confined ({}). {writes}, reading secrets such \
-                     as ~/.ssh, reaching other processes, sudo{network} are refused: an error above \
-                     may come from that, so do not retry the same way]",
-                    self.profile.summary_with(self.nproc_rlimit)
-                ));
-            }
+            refusals.extend(diagnose::in_output(
+                &text,
+                &self.profile,
+                self.nproc_rlimit,
+                self.hidden.as_deref(),
+                &self.workdir,
+                self.started_ms,
+            ));
         }
-        return (!note.is_empty()).then(|| note + "\n");
-
-        /// A path a refusal in `text` names that is not hidden itself but lies directly in a
-        /// directory holding a hidden path, and that directory: one made or replaced there
-        /// since the command started (at `started_ms`), or a missing one in or below its
-        /// `workdir` (a refused creation; elsewhere, one outside the writable roots is refused
-        /// anyway). Names are looked for on the lines of a refusal: quoted, or the last word
-        /// before the refusal (`cat: x: Permission denied`); relative ones are taken from
-        /// `workdir`, `~/` and `$HOME/` from the first home.
-        fn beside_hidden(
-            hidden: &HiddenPaths,
-            workdir: &Path,
-            started_ms: u64,
-            text: &str,
-        ) -> Option<(PathBuf, PathBuf)> {
-            use std::os::unix::fs::MetadataExt;
-            let resolved = workdir.canonicalize();
-            let workdir = resolved.as_deref().unwrap_or(workdir);
-            let home = hidden.homes.first();
-            let resolve = |name: &str| -> Option<PathBuf> {
-                let name = name.trim_end_matches('/');
-                if name.is_empty() || name.contains('\0') {
-                    return None;
-                }
-                let path = if let Some(rest) = name.strip_prefix("~/") {
-                    home?.join(rest)
-                } else if let Some(rest) = name.strip_prefix("$HOME/") {
-                    home?.join(rest)
-                } else {
-                    workdir.join(name)
-                };
-                // `.` and `..` taken out lexically.
-                Some(path.components().fold(PathBuf::new(), |mut out, part| {
-                    match part {
-                        std::path::Component::ParentDir => {
-                            out.pop();
-                        }
-                        std::path::Component::CurDir => {}
-                        other => out.push(other),
-                    }
-                    out
-                }))
-            };
-            for line in text.lines() {
-                // Landlock refuses with EACCES; a read-only file system is another matter.
-                let Some(at) = ["Permission denied", "EACCES"]
-                    .iter()
-                    .filter_map(|denial| line.find(denial))
-                    .min()
-                else {
-                    continue;
-                };
-                let mut names: Vec<&str> = Vec::new();
-                for (open, close) in [('\'', '\''), ('‘', '’'), ('"', '"')] {
-                    let mut rest = line;
-                    while let Some(start) = rest.find(open) {
-                        let after = &rest[start + open.len_utf8()..];
-                        let Some(end) = after.find(close) else {
-                            break;
-                        };
-                        names.push(&after[..end]);
-                        rest = &after[end + close.len_utf8()..];
-                    }
-                }
-                let before = line[..at].trim_end().trim_end_matches(':');
-                if let Some(word) = before
-                    .rsplit(": ")
-                    .next()
-                    .and_then(|segment| segment.split_whitespace().last())
-                {
-                    names.push(word.trim_matches(['\'', '"', '‘', '’']));
-                }
-                for path in names.into_iter().filter_map(resolve) {
-                    let Some(parent) = path.parent() else {
-                        continue;
-                    };
-                    let dir = parent
-                        .canonicalize()
-                        .unwrap_or_else(|_| parent.to_path_buf());
-                    let path = dir.join(path.file_name().unwrap_or_default());
-                    let holds_hidden = hidden
-                        .paths
-                        .iter()
-                        .any(|hidden| hidden.starts_with(&dir) && *hidden != dir);
-                    let is_hidden = hidden.paths.iter().any(|hidden| path.starts_with(hidden));
-                    let new = match std::fs::symlink_metadata(&path) {
-                        Ok(meta) => {
-                            let changed_ms =
-                                meta.ctime().saturating_mul(1000) + meta.ctime_nsec() / 1_000_000;
-                            u64::try_from(changed_ms).is_ok_and(|ms| ms >= started_ms)
-                        }
-                        Err(_) => dir.starts_with(workdir),
-                    };
-                    if holds_hidden && !is_hidden && new {
-                        return Some((path, dir));
-                    }
-                }
-            }
-            None
-        }
+        refusals
     }
 
     /// The git guard's note, for the end of the output: what it undid right before the command
@@ -434,8 +271,9 @@ impl Entry {
         }
     }
 
-    fn limit_notes(&self) -> String {
-        let mut note = String::new();
+    /// The limits this command reached (step 1 of `diagnose.rs`'s flow), each logged.
+    fn limit_refusals(&self) -> Vec<Refusal> {
+        let mut refusals = Vec::new();
         if let Some(space) = self.private_space
             && lock(&self.state)
                 .buffer
@@ -443,7 +281,7 @@ impl Entry {
                 .text
                 .contains("No space left on device")
         {
-            note.push_str(&space.note());
+            refusals.push(Refusal::SpaceFull(space));
         }
         // Without a pids cgroup, RLIMIT_NPROC may hold the process count: a refused fork reads
         // "Resource temporarily unavailable" (EAGAIN).
@@ -458,43 +296,23 @@ impl Entry {
                     id = %self.id,
                     "forks of a command failed: its session's commands may have reached their limit of {processes} processes"
                 );
-                note.push_str(&format!(
-                    "\n[toolhost: forks failed: this session's commands may have reached their \
-                     limit of {processes} processes together]"
-                ));
+                refusals.push(Refusal::SessionProcesses(processes));
             }
         }
         let cgroups = lock(&self.cgroups);
         let Some(cgroups) = cgroups.as_ref() else {
-            return note;
+            return refusals;
         };
-        let limits = self.profile.limits;
         if let Some(kill) = cgroups.memory_kill() {
-            let mib = |bytes: u64| bytes / (1024 * 1024);
-            let why = match kill {
-                MemoryKill::Command(bytes) => format!("by its memory limit of {} MiB", mib(bytes)),
-                MemoryKill::Session(bytes) => format!(
-                    "because this session's commands together reached the session's memory \
-                     limit of {} MiB (stop what you left running to free memory)",
-                    mib(bytes)
-                ),
-                MemoryKill::Host(bytes) => format!(
-                    "because all sessions' commands together reached the host's memory limit \
-                     of {} MiB",
-                    mib(bytes)
-                ),
-                MemoryKill::Other => "for want of memory".to_owned(),
-            };
             tracing::warn!(
                 scope = %self.scope,
                 id = %self.id,
-                "a process of a command was killed {why}"
+                "a process of a command was killed {}",
+                diagnose::memory_why(kill)
             );
-            note.push_str(&format!(
-                "\n[toolhost: a process of this command was killed {why}]"
-            ));
+            refusals.push(Refusal::Memory(kill));
         }
-        if let Some(processes) = limits.processes
+        if let Some(processes) = self.profile.limits.processes
             && cgroups.process_limit_hit()
         {
             tracing::warn!(
@@ -502,12 +320,9 @@ impl Entry {
                 id = %self.id,
                 "a command reached its limit of {processes} processes"
             );
-            note.push_str(&format!(
-                "\n[toolhost: the command reached its limit of {processes} processes; forks \
-                 beyond it failed]"
-            ));
+            refusals.push(Refusal::Processes(processes));
         }
-        note
+        refusals
     }
 
     /// Record output the process wrote (and show it on its terminal's screen).
