@@ -194,6 +194,7 @@ async fn ending_a_session_terminates_its_processes() {
         url: leaver.url.clone(),
         id: leaver.id.clone(),
         next_id: AtomicI64::new(1),
+        token: TOKEN.to_owned(),
     };
     let status = leaver.delete().await;
     assert_eq!(status, StatusCode::OK, "DELETE ends the session");
