@@ -127,3 +127,133 @@ async fn a_connection_over_the_cap_is_refused_with_retry_after() {
     }
     server.stop().await;
 }
+
+/// A session request's HTTP status and body text, raw.
+async fn session_status(session: &Session) -> (StatusCode, String) {
+    let response = session
+        .http
+        .post(&session.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("authorization", format!("Bearer {}", session.token))
+        .header("mcp-session-id", &session.id)
+        .header("mcp-protocol-version", PROTOCOL_VERSION)
+        .body(json!({"jsonrpc": "2.0", "id": 99, "method": "tools/list"}).to_string())
+        .send()
+        .await
+        .expect("HTTP request");
+    let status = response.status();
+    (status, body_of(response).await.1)
+}
+
+/// `initialize` with `token`: the status and the body.
+async fn try_initialize(server: &HttpServer, token: &str) -> (StatusCode, String) {
+    let response = reqwest::Client::new()
+        .post(&server.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("authorization", format!("Bearer {token}"))
+        .body(initialize_body().to_string())
+        .send()
+        .await
+        .expect("HTTP request");
+    let status = response.status();
+    (status, body_of(response).await.1)
+}
+
+/// Two principals, `--max-sessions 3`, two each at most: one principal's sessions cannot take
+/// the other's share. At the total, the other's oldest idle session is reclaimed, never one
+/// with a call in flight, and its client is told why with 404.
+#[tokio::test]
+async fn one_principal_cannot_take_the_sessions_of_another() {
+    let (_dir, tokens) = token_file(&[("alice", ALICE), ("mallory", MALLORY)]);
+    let server = HttpServer::start(&[
+        "--token-file",
+        &tokens,
+        "--max-sessions",
+        "3",
+        "--max-sessions-per-principal",
+        "2",
+    ])
+    .await;
+    let busy = Session::open_as(server.url.clone(), MALLORY).await;
+    let idle = Session::open_as(server.url.clone(), MALLORY).await;
+    let (status, text) = try_initialize(&server, MALLORY).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{text}");
+    assert!(text.contains("--max-sessions-per-principal"), "{text}");
+    let _first = Session::open_as(server.url.clone(), ALICE).await;
+
+    // The older of mallory's sessions has a call in flight: it is not reclaimed.
+    let marker = toolhost_e2e::marker();
+    let call = {
+        let (http, url, id) = (busy.http.clone(), busy.url.clone(), busy.id.clone());
+        let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": "execute", "arguments": {"command": format!("sleep 300 # {marker}")}}});
+        tokio::spawn(async move {
+            let _ = try_post(&http, &url, Some(MALLORY), Some(&id), &body, ANSWER_TIMEOUT).await;
+        })
+    };
+    assert!(
+        toolhost_e2e::wait_present(&marker, ANSWER_TIMEOUT).await,
+        "the call runs"
+    );
+    let second = Session::open_as(server.url.clone(), ALICE).await;
+    let (status, text) = session_status(&idle).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{text}");
+    assert!(
+        text.contains("make room") && text.contains("--max-sessions-per-principal"),
+        "{text}"
+    );
+    // Alice is at her own limit now.
+    let (status, text) = try_initialize(&server, ALICE).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{text}");
+    assert!(text.contains("principal `alice`"), "{text}");
+    let listed = second.request("tools/list", json!({})).await;
+    assert!(listed["result"]["tools"].is_array(), "{listed}");
+    call.abort();
+    server.stop().await;
+}
+
+/// The same for named scopes of protocol 2026-07-28: `--max-sessions 3`, two scopes each at
+/// most; the other's oldest idle scope is reclaimed and its next request told why (-32000).
+#[tokio::test]
+async fn one_principal_cannot_take_the_scopes_of_another() {
+    use super::mcp_http::{request_2026_as, tool_call};
+    let (_dir, tokens) = token_file(&[("alice", ALICE), ("mallory", MALLORY)]);
+    let server = HttpServer::start(&[
+        "--token-file",
+        &tokens,
+        "--max-sessions",
+        "3",
+        "--max-scopes-per-principal",
+        "2",
+    ])
+    .await;
+    let echo = || tool_call("execute", json!({"command": "echo hi"}));
+    let call = |token: &'static str, scope: &'static str| {
+        let server = &server;
+        let echo = echo();
+        async move { request_2026_as(server, token, Some(scope), false, "tools/call", echo).await }
+    };
+    for scope in ["m1", "m2"] {
+        let (_, answer) = call(MALLORY, scope).await;
+        assert!(answer.get("result").is_some(), "{answer}");
+    }
+    let (_, refused) = call(MALLORY, "m3").await;
+    assert_eq!(refused["error"]["code"], -32000, "{refused}");
+    assert!(
+        refused.to_string().contains("--max-scopes-per-principal"),
+        "{refused}"
+    );
+    for scope in ["a1", "a2"] {
+        let (_, answer) = call(ALICE, scope).await;
+        assert!(answer.get("result").is_some(), "{scope}: {answer}");
+    }
+    // m1 was reclaimed for a2: its next request is told why.
+    let (_, told) = call(MALLORY, "m1").await;
+    assert_eq!(told["error"]["code"], -32000, "{told}");
+    assert!(told.to_string().contains("make room"), "{told}");
+    let (_, kept) = call(MALLORY, "m2").await;
+    assert!(kept.get("result").is_some(), "{kept}");
+    server.stop().await;
+}

@@ -597,7 +597,7 @@ async fn request_2026(
 }
 
 /// [`request_2026`] with the bearer token `token`.
-async fn request_2026_as(
+pub(super) async fn request_2026_as(
     server: &HttpServer,
     token: &str,
     scope: Option<&str>,
@@ -646,7 +646,7 @@ async fn request_2026_as(
 }
 
 /// `tools/call` of `name` with `arguments`.
-fn tool_call(name: &str, arguments: Value) -> Value {
+pub(super) fn tool_call(name: &str, arguments: Value) -> Value {
     json!({"name": name, "arguments": arguments})
 }
 

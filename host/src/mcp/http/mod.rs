@@ -377,8 +377,14 @@ pub async fn serve_http(host: Arc<ToolHost>, options: HttpOptions) -> Result<(),
     // would expire a session in the middle of a long silent call.
     manager.session_config.keep_alive = None;
     let manager = Arc::new(manager);
-    let sessions =
-        sessions::Sessions::new(manager.clone(), options.idle_timeout, options.max_sessions);
+    let sessions = sessions::Sessions::new(
+        manager.clone(),
+        options.idle_timeout,
+        options.max_sessions,
+        options
+            .max_sessions_per_principal
+            .unwrap_or_else(|| options.session_share(options.max_sessions)),
+    );
     let reaper = tokio::spawn(sessions.clone().reap_idle(stop.clone()));
     let mut config = StreamableHttpServerConfig::default()
         .with_cancellation_token(stop.child_token())
@@ -401,7 +407,14 @@ pub async fn serve_http(host: Arc<ToolHost>, options: HttpOptions) -> Result<(),
     }
     // 2026-07-28 requests (no sessions) work in scopes of their principal; older clients get
     // one per session.
-    let scopes = scopes::HttpScopes::new(host.clone(), options.idle_timeout, options.max_sessions);
+    let scopes = scopes::HttpScopes::new(
+        host.clone(),
+        options.idle_timeout,
+        options.max_sessions,
+        options
+            .max_scopes_per_principal
+            .unwrap_or_else(|| options.session_share(options.max_sessions)),
+    );
     let scope_reaper = tokio::spawn(scopes.clone().reap_idle(stop.clone()));
     let factory_host = host.clone();
     let service = StreamableHttpService::new(
