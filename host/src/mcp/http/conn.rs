@@ -284,3 +284,37 @@ async fn serve_one(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_connection_closes_the_oldest_unauthenticated_one() {
+        let connections = Connections::new(Limits {
+            authenticated: 1,
+            unauthenticated: 2,
+            unauthenticated_for: UNAUTHENTICATED_FOR,
+        });
+        let first = connections.admit();
+        let second = connections.admit();
+        assert!(!first.0.close.is_cancelled());
+        let third = connections.admit();
+        assert!(first.0.close.is_cancelled(), "the oldest is closed");
+        assert!(!second.0.close.is_cancelled() && !third.0.close.is_cancelled());
+        // One authenticated place: the second connection to ask is refused until it is free.
+        assert!(second.authenticate());
+        assert!(second.authenticate(), "already authenticated");
+        assert!(!third.authenticate());
+        drop(second);
+        assert!(third.authenticate());
+    }
+
+    #[test]
+    fn the_unauthenticated_pool_is_an_eighth_within_bounds() {
+        assert_eq!(Limits::new(Some(512)).unauthenticated, 64);
+        assert_eq!(Limits::new(Some(1000)).unauthenticated, 64);
+        assert_eq!(Limits::new(Some(64)).unauthenticated, 8);
+        assert_eq!(Limits::new(Some(1)).unauthenticated, 4);
+    }
+}

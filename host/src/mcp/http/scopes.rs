@@ -41,6 +41,9 @@ const DEFAULT_SCOPE: &str = "";
 /// Most reclaimed scopes remembered, to tell their clients why (the oldest are forgotten).
 const MAX_RECLAIMED: usize = 1024;
 
+/// A scope's key in the table: its principal and its id.
+type Key = (Principal, String);
+
 /// Who sent a request: the name of its bearer token (put into the request's extensions by the
 /// token check).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -56,7 +59,7 @@ pub struct HttpScopes {
     /// Woken whenever a scope may have become idle.
     changed: Notify,
     /// Scopes ended to make room for another principal, newest last, with why.
-    reclaimed: Mutex<std::collections::VecDeque<((Principal, String), String)>>,
+    reclaimed: Mutex<std::collections::VecDeque<(Key, String)>>,
 }
 
 struct Entry {
@@ -106,7 +109,7 @@ impl HttpScopes {
 
     /// Why scope `key` was ended, if it was reclaimed for another principal; forgotten once
     /// told.
-    fn take_reclaimed(&self, key: &(Principal, String)) -> Option<String> {
+    fn take_reclaimed(&self, key: &Key) -> Option<String> {
         let mut reclaimed = self
             .reclaimed
             .lock()
@@ -119,9 +122,9 @@ impl HttpScopes {
     /// reclaimed for it is taken out of the table and returned.
     fn make_room(
         &self,
-        table: &mut HashMap<(Principal, String), Entry>,
+        table: &mut HashMap<Key, Entry>,
         principal: &Principal,
-    ) -> Result<Option<((Principal, String), Entry)>, ErrorData> {
+    ) -> Result<Option<(Key, Entry)>, ErrorData> {
         let count = |who: &Principal| table.keys().filter(|(p, _)| p == who).count();
         // 1. The principal's own limit.
         if count(principal) >= self.per_principal {
@@ -165,7 +168,7 @@ impl HttpScopes {
     }
 
     /// End scope `key` (`entry`), reclaimed for another principal, and remember why.
-    fn reclaim(&self, key: (Principal, String), entry: Entry) {
+    fn reclaim(&self, key: Key, entry: Entry) {
         let why = format!(
             "scope `{}` was ended to make room for another principal: principal `{}` held its \
              maximum of {} scopes (--max-scopes-per-principal) while the server held its \
@@ -428,6 +431,49 @@ mod tests {
         }
         stop.cancel();
         reaper.await.expect("reaper");
+    }
+
+    #[tokio::test]
+    async fn an_idle_scope_of_a_principal_at_its_limit_is_reclaimed_oldest_first() {
+        let host = ToolHost::builder()
+            .bundled_policy(None)
+            .process_backend(crate::testing::FakeProcesses::new())
+            .cache_dir(None)
+            .build()
+            .await
+            .expect("host");
+        let scopes = HttpScopes::new(Arc::new(host), Duration::from_secs(600), 3, 2);
+        let (alice, mallory) = (Principal("alice".into()), Principal("mallory".into()));
+        let busy = scopes.lease(&mallory, "busy").expect("lease");
+        drop(scopes.lease(&mallory, "old").expect("lease"));
+        let refused = scopes
+            .lease(&mallory, "third")
+            .err()
+            .expect("over its share");
+        assert!(
+            refused.message.contains("--max-scopes-per-principal"),
+            "{refused:?}"
+        );
+        let one = scopes.lease(&alice, "one").expect("lease");
+        // The server is full: mallory's idle scope goes, not the one in use.
+        let two = scopes.lease(&alice, "two").expect("room made");
+        assert!(scopes.find(&mallory, "busy").is_some());
+        assert!(scopes.find(&mallory, "old").is_none());
+        assert!(
+            scopes
+                .take_reclaimed(&(mallory.clone(), "old".into()))
+                .is_some()
+        );
+        // Every scope in use: nothing to reclaim.
+        let full = scopes.lease(&mallory, "new").err().expect("full");
+        assert!(full.message.contains("--max-sessions"), "{full:?}");
+        // Alice's idle scopes may go for mallory, as mallory's went for her.
+        drop(one);
+        assert!(scopes.find(&mallory, "busy").is_some());
+        drop(two);
+        assert!(scopes.lease(&mallory, "new").is_ok());
+        assert!(scopes.find(&alice, "one").is_none(), "the oldest idle one");
+        drop(busy);
     }
 
     #[test]
