@@ -60,29 +60,83 @@ async fn echo_ok(server: &HttpServer, token: &str) -> Result<(), String> {
 }
 
 /// Idle connections, and connections that sent half a request head, hold none of the server's
-/// descriptors for long: with its descriptor limit lowered to 256, a thousand of them (no
-/// token, never finished) leave room for another principal's `execute "echo ok"`.
+/// descriptors for long: with its descriptor limit lowered to 256, a confined command of one
+/// principal holding 200 connections to the server's port (the default `--network full` reaches
+/// the host's loopback), then a thousand more from outside (no token, never finished), leave
+/// room for another principal's `execute "echo ok"`.
 #[tokio::test]
 async fn an_idle_connection_flood_does_not_starve_a_client_with_a_token() {
     let (_dir, tokens) = token_file(&[("alice", ALICE), ("mallory", MALLORY)]);
     let server =
         HttpServer::start_limited("127.0.0.1:0", &["--token-file", &tokens], Some(256)).await;
     let address = authority(&server);
+    let port = address.rsplit(':').next().expect("a port").to_owned();
+
+    // 1. A confined command holds connections to the server's port.
+    let mallory = Session::open_as(server.url.clone(), MALLORY).await;
+    let command = format!(
+        "python3 -c 'import socket, time\nheld = []\nfor _ in range(200):\n    \
+         try:\n        held.append(socket.create_connection((\"127.0.0.1\", {port}), 5))\n    \
+         except OSError:\n        break\nprint(\"held\", len(held), flush=True)\ntime.sleep(300)'"
+    );
+    let started = mallory
+        .call_tool(
+            "execute",
+            json!({"command": command, "run_in_background": true}),
+        )
+        .await;
+    let id = structured(&started)["background_process_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{started}"))
+        .to_owned();
+    let begun = std::time::Instant::now();
+    let held = loop {
+        let read = mallory
+            .call_tool("process_output", json!({"process_id": id}))
+            .await;
+        let text = structured(&read)["output"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if let Some(count) = text
+            .split_whitespace()
+            .skip_while(|word| *word != "held")
+            .nth(1)
+        {
+            break count.parse::<usize>().expect("a count");
+        }
+        assert!(
+            begun.elapsed() < ANSWER_TIMEOUT,
+            "the command holds nothing: {read}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert!(held >= 150, "the command held only {held} connections");
+
+    // 2. More from outside, half of them with a request head that never ends.
     let mut flood = Vec::new();
     for index in 0..1000 {
-        let Ok(mut stream) = tokio::net::TcpStream::connect(&address).await else {
+        let connect = tokio::net::TcpStream::connect(&address);
+        let Ok(Ok(mut stream)) =
+            tokio::time::timeout(std::time::Duration::from_secs(1), connect).await
+        else {
             // The listener's queue is full: the flood is as big as it gets.
             break;
         };
         if index % 2 == 0 {
-            // Slowloris: a request head that never ends.
             let _ = stream
                 .write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")
                 .await;
         }
         flood.push(stream);
     }
-    assert!(flood.len() > 256, "only {} connections opened", flood.len());
+    assert!(
+        held + flood.len() > 256,
+        "only {held} + {} connections opened",
+        flood.len()
+    );
+
+    // 3. Another principal's call.
     echo_ok(&server, ALICE)
         .await
         .expect("alice's call is answered during the flood");
