@@ -63,7 +63,7 @@ pub struct Sessions {
     /// `initialize` requests in progress, per principal (see [`Sessions::open_slot`]).
     opening: Mutex<HashMap<Option<Principal>, usize>>,
     /// Sessions closed to make room for another principal, newest last, with why.
-    reclaimed: Mutex<std::collections::VecDeque<(String, String)>>,
+    reclaimed: Mutex<std::collections::VecDeque<Reclaimed>>,
 }
 
 /// A session being opened; see [`Sessions::open_slot`].
@@ -79,6 +79,14 @@ impl Drop for OpeningSlot {
             }
         }
     }
+}
+
+/// A session closed to make room for another principal.
+struct Reclaimed {
+    id: String,
+    /// Whose it was: only they are told why.
+    owner: Option<Principal>,
+    why: String,
 }
 
 /// Why a new session is refused.
@@ -142,12 +150,38 @@ impl Sessions {
         lock(&self.table)
     }
 
-    /// Why session `id` was closed, if it was reclaimed for another principal; forgotten once
-    /// told.
-    fn take_reclaimed(&self, id: &str) -> Option<String> {
+    /// The answer to a request of `principal` naming session `id`, if the session was reclaimed
+    /// for another principal: its owner is told why (once), anyone else that it is unknown.
+    fn reclaimed(&self, id: &str, principal: Option<&Principal>) -> Option<Response> {
         let mut reclaimed = lock(&self.reclaimed);
-        let at = reclaimed.iter().position(|(gone, _)| gone == id)?;
-        reclaimed.remove(at).map(|(_, why)| why)
+        let at = reclaimed.iter().position(|gone| gone.id == id)?;
+        if reclaimed[at].owner.as_ref() != principal {
+            return Some((StatusCode::NOT_FOUND, "no such MCP session\n").into_response());
+        }
+        let gone = reclaimed.remove(at)?;
+        Some((StatusCode::NOT_FOUND, format!("{}\n", gone.why)).into_response())
+    }
+
+    /// Note that session `id` of `owner` is reclaimed (the table's lock held, so that no
+    /// request finds it in neither place).
+    fn note_reclaimed(&self, id: &str, owner: Option<Principal>) {
+        let name = owner.as_ref().map_or("?", |p| p.0.as_str());
+        let why = format!(
+            "MCP session closed to make room for another principal: its principal `{name}` \
+             held its maximum of {} sessions (--max-sessions-per-principal) while the server \
+             held its maximum of {} (--max-sessions), and it was the oldest idle one",
+            self.per_principal, self.max_sessions
+        );
+        tracing::warn!(session = %id, principal = %name, "{why}");
+        let mut reclaimed = lock(&self.reclaimed);
+        if reclaimed.len() >= MAX_RECLAIMED {
+            reclaimed.pop_front();
+        }
+        reclaimed.push_back(Reclaimed {
+            id: id.to_owned(),
+            owner,
+            why,
+        });
     }
 
     /// Close sessions once they are idle for the idle timeout, until `stop`.
@@ -191,9 +225,9 @@ impl Sessions {
             .map(|id| id.to_string())
             .collect();
         let reclaim = {
+            // A session made since `live` was read is in the table and not in `live`: the
+            // table is not pruned by it (that session would lose its principal).
             let mut table = self.table();
-            // Sessions rmcp no longer holds (ended by it) count no more.
-            table.retain(|id, _| live.contains(id));
             let mut opening = lock(&self.opening);
             let count = |who: Option<&Principal>| {
                 table
@@ -211,7 +245,9 @@ impl Sessions {
             let reclaim = if total >= self.max_sessions {
                 let victim = table
                     .iter()
-                    .filter(|(_, a)| a.in_flight == 0 && a.principal.as_ref() != principal)
+                    .filter(|(id, a)| {
+                        a.in_flight == 0 && a.principal.as_ref() != principal && live.contains(*id)
+                    })
                     .filter(|(_, a)| count(a.principal.as_ref()) >= self.per_principal)
                     .min_by_key(|(_, a)| a.last)
                     .map(|(id, _)| id.clone());
@@ -219,8 +255,9 @@ impl Sessions {
                 let Some(victim) = victim else {
                     return Err(Full::Total);
                 };
-                let activity = table.remove(&victim);
-                Some((victim, activity.and_then(|a| a.principal)))
+                let owner = table.remove(&victim).and_then(|a| a.principal);
+                self.note_reclaimed(&victim, owner);
+                Some(victim)
             } else {
                 None
             };
@@ -228,25 +265,10 @@ impl Sessions {
             reclaim
         };
         let slot = OpeningSlot(Arc::clone(self), principal.cloned());
-        if let Some((id, owner)) = reclaim {
-            let owner = owner.map_or_else(|| "?".to_owned(), |p| p.0);
-            let why = format!(
-                "MCP session closed to make room for another principal: its principal `{owner}` \
-                 held its maximum of {} sessions (--max-sessions-per-principal) while the server \
-                 held its maximum of {} (--max-sessions), and it was the oldest idle one",
-                self.per_principal, self.max_sessions
-            );
-            tracing::warn!(session = %id, principal = %owner, "{why}");
-            {
-                let mut reclaimed = lock(&self.reclaimed);
-                if reclaimed.len() >= MAX_RECLAIMED {
-                    reclaimed.pop_front();
-                }
-                reclaimed.push_back((id.clone(), why));
-            }
-            if let Err(error) = self.manager.close_session(&id.as_str().into()).await {
-                tracing::debug!(session = %id, %error, "closing a reclaimed session");
-            }
+        if let Some(id) = reclaim
+            && let Err(error) = self.manager.close_session(&id.as_str().into()).await
+        {
+            tracing::debug!(session = %id, %error, "closing a reclaimed session");
         }
         Ok(slot)
     }
@@ -269,10 +291,10 @@ pub async fn track(
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     if let Some(id) = &session {
-        if let Some(why) = sessions.take_reclaimed(id) {
-            return (StatusCode::NOT_FOUND, format!("{why}\n")).into_response();
-        }
         let principal = request.extensions().get::<Principal>();
+        if let Some(answer) = sessions.reclaimed(id, principal) {
+            return answer;
+        }
         if !touch(&sessions, id, principal) {
             // Another principal's session: as unknown as one that does not exist.
             return (StatusCode::NOT_FOUND, "no such MCP session\n").into_response();
