@@ -6,7 +6,8 @@
 //! read or signal another's processes, and a session's processes are terminated when it ends.
 //! Requests of protocol 2026-07-28, which has no sessions, work in scopes of their principal
 //! (see `scopes`). The listener binds loopback addresses only unless remote access is allowed
-//! explicitly.
+//! explicitly. Connections are bounded in number and time (see `conn`); sessions and scopes
+//! per principal as well as in total.
 
 mod conn;
 mod idle;
@@ -364,9 +365,7 @@ pub async fn serve_http(host: Arc<ToolHost>, options: HttpOptions) -> Result<(),
         addr: options.addr.clone(),
         source,
     })?;
-    // Answers and stream events go out in small writes: with Nagle's algorithm a write waits
-    // for the client's delayed acknowledgement of the previous one (40 ms on Linux), which
-    // was the 99th percentile of every call.
+    // Connections are bounded in number and time (see `conn`).
     let connections = conn::Connections::new(conn::Limits::new(options.max_connections));
 
     let stop = CancellationToken::new();
