@@ -267,6 +267,10 @@ async fn serve_one(
     let unauthenticated = tokio::time::sleep(unauthenticated_for);
     let mut unauthenticated = std::pin::pin!(unauthenticated);
     let mut stopping = false;
+    // Whether the connection may still be closed for being unauthenticated. The branches'
+    // conditions are read when `select!` starts, not when a branch fires: each branch checks
+    // again.
+    let mut watching = true;
     loop {
         tokio::select! {
             served = connection.as_mut() => {
@@ -275,8 +279,18 @@ async fn serve_one(
                 }
                 return;
             }
-            _ = close.cancelled(), if !slot.is_authenticated() => return,
-            _ = &mut unauthenticated, if !slot.is_authenticated() => return,
+            _ = close.cancelled(), if watching => {
+                if !slot.is_authenticated() {
+                    return;
+                }
+                watching = false;
+            }
+            _ = &mut unauthenticated, if watching => {
+                if !slot.is_authenticated() {
+                    return;
+                }
+                watching = false;
+            }
             _ = stop.cancelled(), if !stopping => {
                 stopping = true;
                 connection.as_mut().graceful_shutdown();
@@ -308,6 +322,52 @@ mod tests {
         assert!(!third.authenticate());
         drop(second);
         assert!(third.authenticate());
+    }
+
+    #[tokio::test]
+    async fn only_an_unauthenticated_connection_is_closed_after_its_time() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let connections = Connections::new(Limits {
+            authenticated: 4,
+            unauthenticated: 4,
+            unauthenticated_for: Duration::from_millis(100),
+        });
+        let router = axum::Router::new().route(
+            "/",
+            axum::routing::get(|request: axum::extract::Request| async move {
+                if let Some(slot) = request.extensions().get::<Slot>() {
+                    slot.authenticate();
+                }
+                // A call that outlasts the unauthenticated time.
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                "done"
+            }),
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("address");
+        let stop = CancellationToken::new();
+        let server =
+            tokio::spawn(connections.serve(listener, router, stop.clone(), Duration::from_secs(1)));
+
+        let mut silent = tokio::net::TcpStream::connect(address)
+            .await
+            .expect("connect");
+        let mut client = tokio::net::TcpStream::connect(address)
+            .await
+            .expect("connect");
+        client
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .expect("request");
+        let mut answer = String::new();
+        client.read_to_string(&mut answer).await.expect("answer");
+        assert!(answer.ends_with("done"), "{answer:?}");
+        // The silent connection is closed by the server: end of stream, nothing sent.
+        let mut nothing = Vec::new();
+        silent.read_to_end(&mut nothing).await.expect("closed");
+        assert!(nothing.is_empty());
+        stop.cancel();
+        server.await.expect("server");
     }
 
     #[test]
