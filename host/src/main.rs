@@ -271,6 +271,25 @@ enum Command {
         /// ends or expires.
         #[arg(long, value_name = "N", default_value_t = 256, requires = "http", value_parser = clap::value_parser!(u32).range(1..))]
         max_sessions: u32,
+        /// The most HTTP sessions of one principal (a `NAME` of --token-file) at once; a new
+        /// one beyond it is refused (503). Default: --max-sessions with one principal, half of
+        /// it with several. Before another principal is refused for want of a session, the
+        /// oldest idle session of a principal at this limit is closed to make room.
+        #[arg(long, value_name = "N", requires = "http", value_parser = clap::value_parser!(u32).range(1..))]
+        max_sessions_per_principal: Option<u32>,
+        /// The most named scopes (protocol 2026-07-28) of one principal at once; a new one
+        /// beyond it is refused (-32000). Default: --max-sessions with one principal, half of
+        /// it with several. Before another principal is refused for want of a scope, the
+        /// oldest idle scope of a principal at this limit is ended to make room.
+        #[arg(long, value_name = "N", requires = "http", value_parser = clap::value_parser!(u32).range(1..))]
+        max_scopes_per_principal: Option<u32>,
+        /// The most connections of clients that sent a valid token; a request beyond it is
+        /// refused (503, Retry-After). Default: 512, or a quarter of the descriptor limit
+        /// (ulimit -n) when less. Connections without a valid token yet have a pool of their
+        /// own (an eighth of this, 4 to 64; the oldest is closed for a new one) and 5 s to
+        /// send one.
+        #[arg(long, value_name = "N", requires = "http", value_parser = clap::value_parser!(u32).range(1..))]
+        max_connections: Option<u32>,
         /// Also accept requests from this browser origin (e.g. https://app.example.com:443;
         /// `:*` for any port). Repeatable. A request with any other Origin header is refused
         /// with 403; the server's own origins are always accepted.
@@ -733,6 +752,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             allow_remote,
             idle_timeout,
             max_sessions,
+            max_sessions_per_principal,
+            max_scopes_per_principal,
+            max_connections,
             allowed_origin,
         } => {
             let http = match http {
@@ -743,6 +765,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                         allow_remote: *allow_remote,
                         idle_timeout: (*idle_timeout).into(),
                         max_sessions: *max_sessions as usize,
+                        max_sessions_per_principal: max_sessions_per_principal.map(|n| n as usize),
+                        max_scopes_per_principal: max_scopes_per_principal.map(|n| n as usize),
+                        max_connections: max_connections.map(|n| n as usize),
                         allowed_origins: allowed_origin.clone(),
                     };
                     // Refuse a bad address or token before loading anything.

@@ -5,12 +5,14 @@
 //! - `clients`: every client block of `docs/clients.md`, parsed and started as its client would;
 //! - `clients_real`: Claude Code, Codex and Gemini CLI themselves reading their blocks;
 //! - `mcp_stdio`: `toolhost serve` over stdio;
+//! - `fair`: `toolhost serve --http` under abuse: bounded connections, fair shares;
 //! - `mcp_http`: `toolhost serve --http` over plain HTTP;
 //! - `scenarios`: `toolhost test` on scenario files.
 
 mod cli;
 mod clients;
 mod clients_real;
+mod fair;
 mod mcp_http;
 mod mcp_stdio;
 mod scenarios;

@@ -194,6 +194,7 @@ async fn ending_a_session_terminates_its_processes() {
         url: leaver.url.clone(),
         id: leaver.id.clone(),
         next_id: AtomicI64::new(1),
+        token: TOKEN.to_owned(),
     };
     let status = leaver.delete().await;
     assert_eq!(status, StatusCode::OK, "DELETE ends the session");
@@ -596,7 +597,7 @@ async fn request_2026(
 }
 
 /// [`request_2026`] with the bearer token `token`.
-async fn request_2026_as(
+pub(super) async fn request_2026_as(
     server: &HttpServer,
     token: &str,
     scope: Option<&str>,
@@ -645,7 +646,7 @@ async fn request_2026_as(
 }
 
 /// `tools/call` of `name` with `arguments`.
-fn tool_call(name: &str, arguments: Value) -> Value {
+pub(super) fn tool_call(name: &str, arguments: Value) -> Value {
     json!({"name": name, "arguments": arguments})
 }
 

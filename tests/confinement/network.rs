@@ -494,3 +494,84 @@ async fn a_command_is_told_only_the_refusals_of_its_own_processes() {
     );
     assert!(!output.contains("foreground.test"), "{output}");
 }
+
+/// Half-sent requests free their place among the proxy's connections: a command holding more
+/// request heads than the gate serves at once (256), never finished, does not keep its own next
+/// request out for good (the proxy closes a connection whose head is not in within 20 s).
+#[test]
+fn half_sent_requests_to_the_proxy_free_their_places() {
+    let machine = Machine::new();
+    let served = tempfile::tempdir_in(machine.path("outside")).expect("served");
+    let servers = Servers::start(served.path());
+    let plain = servers.plain;
+    let script = format!(
+        r#"python3 - <<'EOF'
+import os, socket, subprocess, urllib.parse
+proxy = urllib.parse.urlparse(os.environ["HTTP_PROXY"])
+held = []
+for _ in range(300):
+    try:
+        s = socket.create_connection((proxy.hostname, proxy.port), timeout=5)
+        s.sendall(b"GET http://allowed.test:{plain}/ HTTP/1.1\r\nHost: allowed")
+    except OSError:
+        break
+    held.append(s)
+print("held", len(held), flush=True)
+done = subprocess.run(["curl", "-sS", "--max-time", "50", "http://allowed.test:{plain}/"],
+                      capture_output=True, text=True)
+print(done.stdout, done.stderr, "curl=%d" % done.returncode, flush=True)
+EOF"#
+    );
+    let result = machine.execute_with(
+        &["--network", "allow=allowed.test"],
+        &script,
+        &[RESOLVE, PUBLIC],
+    );
+    let text = output(&result);
+    let held: usize = text
+        .split_whitespace()
+        .skip_while(|word| *word != "held")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{result}"));
+    assert!(held > 256, "the gate's places were not all taken: {result}");
+    assert!(text.contains("hello from the test server"), "{result}");
+    assert!(text.contains("curl=0"), "{result}");
+}
+
+/// The userinfo of a forwarded URL (`http://user:pw@host/`) goes nowhere: the `Host` the
+/// upstream server sees is the host that was checked.
+#[test]
+fn a_urls_userinfo_is_not_forwarded() {
+    let machine = Machine::new();
+    let served = tempfile::tempdir_in(machine.path("outside")).expect("served");
+    let servers = Servers::start(served.path());
+    let plain = servers.plain;
+    let script = format!(
+        r#"python3 - <<'EOF'
+import os, socket, urllib.parse
+proxy = urllib.parse.urlparse(os.environ["HTTP_PROXY"])
+s = socket.create_connection((proxy.hostname, proxy.port), timeout=30)
+s.sendall(b"GET http://user:secret-pw@allowed.test:{plain}/host HTTP/1.1\r\n"
+          b"Host: allowed.test:{plain}\r\nConnection: close\r\n\r\n")
+data = b""
+while True:
+    chunk = s.recv(4096)
+    if not chunk:
+        break
+    data += chunk
+print(data.decode(errors="replace"))
+EOF"#
+    );
+    let result = machine.execute_with(
+        &["--network", "allow=allowed.test"],
+        &script,
+        &[RESOLVE, PUBLIC],
+    );
+    let text = output(&result);
+    assert!(
+        text.contains(&format!("host=allowed.test:{plain}\n")),
+        "{result}"
+    );
+    assert!(!text.contains("secret-pw"), "{result}");
+}

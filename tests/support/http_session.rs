@@ -25,8 +25,32 @@ impl HttpServer {
     }
 
     pub async fn start_on(addr: &str, extra: &[&str]) -> HttpServer {
+        HttpServer::start_limited(addr, extra, None).await
+    }
+
+    /// [`HttpServer::start_on`], with the server's descriptor limit (`RLIMIT_NOFILE`) lowered
+    /// to `descriptors` when given.
+    pub async fn start_limited(addr: &str, extra: &[&str], descriptors: Option<u64>) -> HttpServer {
         let (cache_key, cache_value) = cache_env();
-        let mut child = Command::new(toolhost_bin())
+        let mut command = Command::new(toolhost_bin());
+        if let Some(limit) = descriptors {
+            // SAFETY: between fork and exec the closure calls only setrlimit, which is
+            // async-signal-safe, and touches no memory but its own stack.
+            unsafe {
+                command.pre_exec(move || {
+                    let limit = libc::rlimit {
+                        rlim_cur: limit,
+                        rlim_max: limit,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+        }
+        let mut child = command
             .args(shared_writable())
             .args(["serve", "--http", addr])
             .args(extra)
@@ -90,6 +114,24 @@ pub struct Session {
     pub url: String,
     pub id: String,
     pub next_id: AtomicI64,
+    /// The bearer token it was opened with.
+    pub token: String,
+}
+
+/// A token file naming `principals` (`NAME`, `TOKEN`), readable by its owner alone; the
+/// directory holding it and its path.
+pub fn token_file(principals: &[(&str, &str)]) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("tokens");
+    let text: String = principals
+        .iter()
+        .map(|(name, token)| format!("{name} {token}\n"))
+        .collect();
+    std::fs::write(&path, text).expect("token file");
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("chmod");
+    let path = path.display().to_string();
+    (dir, path)
 }
 
 /// Parse a response body: one JSON message, or the `data:` events of an SSE stream.
@@ -214,8 +256,13 @@ impl Session {
 
     /// A new session with the server at `url`.
     pub async fn open_at(url: String) -> Session {
+        Session::open_as(url, TOKEN).await
+    }
+
+    /// A new session with the server at `url`, of the principal of `token`.
+    pub async fn open_as(url: String, token: &str) -> Session {
         let http = reqwest::Client::new();
-        let (status, id, answer) = post(&http, &url, Some(TOKEN), None, &initialize_body()).await;
+        let (status, id, answer) = post(&http, &url, Some(token), None, &initialize_body()).await;
         assert_eq!(status, StatusCode::OK, "initialize: {answer:?}");
         assert!(
             answer
@@ -228,11 +275,12 @@ impl Session {
             url,
             id: id.expect("an Mcp-Session-Id header"),
             next_id: AtomicI64::new(1),
+            token: token.to_owned(),
         };
         let (status, _, _) = post(
             &session.http,
             &session.url,
-            Some(TOKEN),
+            Some(token),
             Some(&session.id),
             &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
         )
@@ -245,8 +293,14 @@ impl Session {
     pub async fn exchange(&self, method: &str, params: Value) -> Vec<Value> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        let (status, _, answer) =
-            post(&self.http, &self.url, Some(TOKEN), Some(&self.id), &body).await;
+        let (status, _, answer) = post(
+            &self.http,
+            &self.url,
+            Some(&self.token),
+            Some(&self.id),
+            &body,
+        )
+        .await;
         assert_eq!(status, StatusCode::OK, "{method}: {answer:?}");
         answer
     }
@@ -273,7 +327,7 @@ impl Session {
     pub async fn delete(self) -> StatusCode {
         self.http
             .delete(&self.url)
-            .header("authorization", format!("Bearer {TOKEN}"))
+            .header("authorization", format!("Bearer {}", self.token))
             .header("mcp-session-id", &self.id)
             .header("mcp-protocol-version", PROTOCOL_VERSION)
             .send()

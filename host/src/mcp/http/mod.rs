@@ -6,8 +6,10 @@
 //! read or signal another's processes, and a session's processes are terminated when it ends.
 //! Requests of protocol 2026-07-28, which has no sessions, work in scopes of their principal
 //! (see `scopes`). The listener binds loopback addresses only unless remote access is allowed
-//! explicitly.
+//! explicitly. Connections are bounded in number and time (see `conn`); sessions and scopes
+//! per principal as well as in total.
 
+mod conn;
 mod idle;
 mod scopes;
 mod sessions;
@@ -18,7 +20,6 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::serve::ListenerExt;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use sha2::{Digest, Sha256};
@@ -46,6 +47,14 @@ pub struct HttpOptions {
     pub idle_timeout: Duration,
     /// The most sessions at once; `initialize` beyond it is refused with 503.
     pub max_sessions: usize,
+    /// The most sessions of one principal at once (`None`: the default, see
+    /// [`HttpOptions::session_share`]).
+    pub max_sessions_per_principal: Option<usize>,
+    /// The most named scopes of one principal at once (`None`: as for sessions).
+    pub max_scopes_per_principal: Option<usize>,
+    /// The most connections of clients that sent a valid token (`None`: the default, see
+    /// [`default_max_connections`]).
+    pub max_connections: Option<usize>,
     /// Browser origins allowed besides the server's own (`http://HOST:PORT` for the bound
     /// address, `localhost` and the loopback addresses): a request whose `Origin` header
     /// names another is refused with 403. Entries need a scheme; `:*` matches any port.
@@ -60,12 +69,28 @@ impl std::fmt::Debug for HttpOptions {
             .field("allow_remote", &self.allow_remote)
             .field("idle_timeout", &self.idle_timeout)
             .field("max_sessions", &self.max_sessions)
+            .field(
+                "max_sessions_per_principal",
+                &self.max_sessions_per_principal,
+            )
+            .field("max_scopes_per_principal", &self.max_scopes_per_principal)
+            .field("max_connections", &self.max_connections)
             .field("allowed_origins", &self.allowed_origins)
             .finish()
     }
 }
 
 impl HttpOptions {
+    /// The default share of one principal in `total` slots: all of them when the server has
+    /// one principal, half of them (at least one) when it has several.
+    pub fn session_share(&self, total: usize) -> usize {
+        if self.tokens.len() > 1 {
+            (total / 2).max(1)
+        } else {
+            total
+        }
+    }
+
     /// Check the options and resolve the listen address: there must be a token, none empty,
     /// the principals' names valid and each name and token given once; a non-loopback address
     /// needs `allow_remote`.
@@ -271,8 +296,23 @@ impl Auth {
     }
 }
 
-async fn require_token(State(auth): State<Auth>, mut request: Request, next: Next) -> Response {
+/// The bearer token check: a request with a valid token moves its connection into the pool of
+/// authenticated ones (see `conn`), or is refused with 503 when that is full.
+async fn require_token(
+    State((auth, max_connections)): State<(Auth, usize)>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     if let Some(principal) = auth.principal(&request) {
+        if let Some(slot) = request.extensions().get::<conn::Slot>()
+            && !slot.authenticate()
+        {
+            tracing::warn!(
+                "an HTTP client with a valid token was refused: {max_connections} connections \
+                 (--max-connections) are open"
+            );
+            return conn::busy(max_connections);
+        }
         // Who it is, for the sessions and scopes it may reach (see `sessions`, `scopes`).
         request.extensions_mut().insert(principal);
         return next.run(request).await;
@@ -309,6 +349,8 @@ fn own_origins(local: SocketAddr) -> impl Iterator<Item = String> {
         .map(move |host| format!("http://{host}:{port}"))
 }
 
+pub use conn::default_max as default_max_connections;
+
 /// Serve `host`'s tools over streamable HTTP at `http://ADDR/mcp` until SIGINT/SIGTERM, then
 /// terminate every process the host started. The bound address is announced on stderr.
 pub async fn serve_http(host: Arc<ToolHost>, options: HttpOptions) -> Result<(), ServeError> {
@@ -323,14 +365,8 @@ pub async fn serve_http(host: Arc<ToolHost>, options: HttpOptions) -> Result<(),
         addr: options.addr.clone(),
         source,
     })?;
-    // Answers and stream events go out in small writes: with Nagle's algorithm a write waits
-    // for the client's delayed acknowledgement of the previous one (40 ms on Linux), which
-    // was the 99th percentile of every call.
-    let listener = listener.tap_io(|stream| {
-        if let Err(error) = stream.set_nodelay(true) {
-            tracing::debug!(%error, "cannot set TCP_NODELAY on a connection");
-        }
-    });
+    // Connections are bounded in number and time (see `conn`).
+    let connections = conn::Connections::new(conn::Limits::new(options.max_connections));
 
     let stop = CancellationToken::new();
     let signals = super::spawn_signal_watch(stop.clone())?;
@@ -340,8 +376,14 @@ pub async fn serve_http(host: Arc<ToolHost>, options: HttpOptions) -> Result<(),
     // would expire a session in the middle of a long silent call.
     manager.session_config.keep_alive = None;
     let manager = Arc::new(manager);
-    let sessions =
-        sessions::Sessions::new(manager.clone(), options.idle_timeout, options.max_sessions);
+    let sessions = sessions::Sessions::new(
+        manager.clone(),
+        options.idle_timeout,
+        options.max_sessions,
+        options
+            .max_sessions_per_principal
+            .unwrap_or_else(|| options.session_share(options.max_sessions)),
+    );
     let reaper = tokio::spawn(sessions.clone().reap_idle(stop.clone()));
     let mut config = StreamableHttpServerConfig::default()
         .with_cancellation_token(stop.child_token())
@@ -364,7 +406,14 @@ pub async fn serve_http(host: Arc<ToolHost>, options: HttpOptions) -> Result<(),
     }
     // 2026-07-28 requests (no sessions) work in scopes of their principal; older clients get
     // one per session.
-    let scopes = scopes::HttpScopes::new(host.clone(), options.idle_timeout, options.max_sessions);
+    let scopes = scopes::HttpScopes::new(
+        host.clone(),
+        options.idle_timeout,
+        options.max_sessions,
+        options
+            .max_scopes_per_principal
+            .unwrap_or_else(|| options.session_share(options.max_sessions)),
+    );
     let scope_reaper = tokio::spawn(scopes.clone().reap_idle(stop.clone()));
     let factory_host = host.clone();
     let service = StreamableHttpService::new(
@@ -384,35 +433,22 @@ pub async fn serve_http(host: Arc<ToolHost>, options: HttpOptions) -> Result<(),
             sessions::track,
         ))
         .layer(axum::middleware::from_fn_with_state(
-            Auth::new(&options.tokens),
+            (Auth::new(&options.tokens), connections.max()),
             require_token,
         ));
 
     // Announced on stderr whatever the log level: scripts and tests read the port here.
     eprintln!("toolhost: serving MCP on http://{local}/mcp");
-    let server = axum::serve(listener, router)
-        .with_graceful_shutdown(stop.clone().cancelled_owned())
-        .into_future();
-    let mut server = std::pin::pin!(server);
-    let outcome = tokio::select! {
-        outcome = &mut server => outcome,
-        _ = stop.cancelled() => {
-            match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
-                Ok(outcome) => outcome,
-                Err(_) => {
-                    tracing::warn!("connections still open after the grace period; stopping");
-                    Ok(())
-                }
-            }
-        }
-    };
+    connections
+        .serve(listener, router, stop.clone(), SHUTDOWN_GRACE)
+        .await;
     signals.abort();
     reaper.abort();
     // It ends the scopes' tasks once `stop` is cancelled (the server stopping cancels it).
     stop.cancel();
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, scope_reaper).await;
     host.shutdown().await;
-    outcome.map_err(|e| ServeError::Task(e.to_string()))
+    Ok(())
 }
 
 #[cfg(test)]

@@ -7,6 +7,14 @@
 //! scope, and no principal reaches another's. A scope lives while a request or a task of it is
 //! in progress and ends, with its processes and tasks, once it was idle for the idle timeout
 //! (or the server stops); a request after that starts it afresh, empty.
+//!
+//! Scopes are bounded per principal (`--max-scopes-per-principal`) and in total
+//! (`--max-sessions`). For a new scope of principal P:
+//! 1. P at its own limit: refused with `-32000` naming `--max-scopes-per-principal`.
+//! 2. The server at its total: the oldest idle scope (no request or task in progress) of a
+//!    principal at its limit is ended to make room; the next request naming it gets `-32000`
+//!    saying why (the one after starts it afresh).
+//! 3. None to reclaim: refused with `-32000` naming `--max-sessions`.
 
 use crate::ToolHost;
 use crate::mcp::scope::{NamedScopes, ScopeRef};
@@ -30,6 +38,12 @@ const MAX_ID: usize = 128;
 /// The id of a principal's default scope in the table: no id a client may name.
 const DEFAULT_SCOPE: &str = "";
 
+/// Most reclaimed scopes remembered, to tell their clients why (the oldest are forgotten).
+const MAX_RECLAIMED: usize = 1024;
+
+/// A scope's key in the table: its principal and its id.
+type Key = (Principal, String);
+
 /// Who sent a request: the name of its bearer token (put into the request's extensions by the
 /// token check).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -40,9 +54,12 @@ pub struct HttpScopes {
     host: Arc<ToolHost>,
     idle_timeout: Duration,
     max_scopes: usize,
+    per_principal: usize,
     table: Mutex<HashMap<(Principal, String), Entry>>,
     /// Woken whenever a scope may have become idle.
     changed: Notify,
+    /// Scopes ended to make room for another principal, newest last, with why.
+    reclaimed: Mutex<std::collections::VecDeque<(Key, String)>>,
 }
 
 struct Entry {
@@ -72,15 +89,114 @@ impl Drop for Lease {
 
 impl HttpScopes {
     /// Scopes of `host`, ended after `idle_timeout` without a request or task in progress; at
-    /// most `max_scopes` at once.
-    pub fn new(host: Arc<ToolHost>, idle_timeout: Duration, max_scopes: usize) -> Arc<Self> {
+    /// most `max_scopes` at once, `per_principal` of one principal.
+    pub fn new(
+        host: Arc<ToolHost>,
+        idle_timeout: Duration,
+        max_scopes: usize,
+        per_principal: usize,
+    ) -> Arc<Self> {
         Arc::new(HttpScopes {
             host,
             idle_timeout,
             max_scopes,
+            per_principal: per_principal.clamp(1, max_scopes.max(1)),
             table: Mutex::new(HashMap::new()),
             changed: Notify::new(),
+            reclaimed: Mutex::new(std::collections::VecDeque::new()),
         })
+    }
+
+    /// Why scope `key` was ended, if it was reclaimed for another principal; forgotten once
+    /// told.
+    fn take_reclaimed(&self, key: &Key) -> Option<String> {
+        let mut reclaimed = self
+            .reclaimed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let at = reclaimed.iter().position(|(gone, _)| gone == key)?;
+        reclaimed.remove(at).map(|(_, why)| why)
+    }
+
+    /// Room for a new scope of `principal` in `table`, following the module's flow; a scope
+    /// reclaimed for it is taken out of the table and returned.
+    fn make_room(
+        &self,
+        table: &mut HashMap<Key, Entry>,
+        principal: &Principal,
+    ) -> Result<Option<(Key, Entry)>, ErrorData> {
+        let count = |who: &Principal| table.keys().filter(|(p, _)| p == who).count();
+        // 1. The principal's own limit.
+        if count(principal) >= self.per_principal {
+            return Err(ErrorData::new(
+                ErrorCode(-32000),
+                format!(
+                    "principal `{}` holds its maximum of {} scopes \
+                     (--max-scopes-per-principal); end one or wait for an idle one to expire",
+                    principal.0, self.per_principal
+                ),
+                None,
+            ));
+        }
+        if table.len() < self.max_scopes {
+            return Ok(None);
+        }
+        // 2. The oldest idle scope of a principal at its limit.
+        let victim = table
+            .iter()
+            .filter(|((owner, _), entry)| {
+                owner != principal
+                    && entry.in_flight == 0
+                    && entry.tasks.running_task_count() == 0
+                    && count(owner) >= self.per_principal
+            })
+            .min_by_key(|(_, entry)| entry.last)
+            .map(|(key, _)| key.clone());
+        // 3. None to reclaim.
+        let Some(victim) = victim else {
+            return Err(ErrorData::new(
+                ErrorCode(-32000),
+                format!(
+                    "this server holds its maximum of {} scopes (--max-sessions); end one or \
+                     wait for an idle one to expire",
+                    self.max_scopes
+                ),
+                None,
+            ));
+        };
+        Ok(table.remove(&victim).map(|entry| (victim, entry)))
+    }
+
+    /// End scope `key` (`entry`), reclaimed for another principal, and remember why.
+    fn reclaim(&self, key: Key, entry: Entry) {
+        let why = format!(
+            "scope `{}` was ended to make room for another principal: principal `{}` held its \
+             maximum of {} scopes (--max-scopes-per-principal) while the server held its \
+             maximum of {} (--max-sessions), and it was the oldest idle one; its processes are \
+             gone and the next request starts it afresh",
+            if key.1 == DEFAULT_SCOPE {
+                "default"
+            } else {
+                key.1.as_str()
+            },
+            key.0.0,
+            self.per_principal,
+            self.max_scopes
+        );
+        tracing::warn!(scope = %entry.name, "{why}");
+        {
+            let mut reclaimed = self
+                .reclaimed
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if reclaimed.len() >= MAX_RECLAIMED {
+                reclaimed.pop_front();
+            }
+            reclaimed.push_back((key, why));
+        }
+        entry.tasks.shutdown();
+        let host = self.host.clone();
+        tokio::spawn(async move { host.end_scope(&entry.name).await });
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, HashMap<(Principal, String), Entry>> {
@@ -93,16 +209,13 @@ impl HttpScopes {
         let key = (principal.clone(), id.to_owned());
         let (name, tasks) = {
             let mut table = self.table();
-            if !table.contains_key(&key) && table.len() >= self.max_scopes {
-                return Err(ErrorData::new(
-                    ErrorCode(-32000),
-                    format!(
-                        "this server holds its maximum of {} scopes (--max-sessions); end one \
-                         or wait for an idle one to expire",
-                        self.max_scopes
-                    ),
-                    None,
-                ));
+            let reclaimed = if table.contains_key(&key) {
+                None
+            } else {
+                self.make_room(&mut table, principal)?
+            };
+            if let Some((key, entry)) = reclaimed {
+                self.reclaim(key, entry);
             }
             let entry = table.entry(key.clone()).or_insert_with(|| Entry {
                 // Unique per life of the scope: an expired one may still be ending (its
@@ -210,6 +323,10 @@ impl NamedScopes for HttpScopes {
                 id
             }
         };
+        let key = (principal.clone(), id.to_owned());
+        if let Some(why) = self.take_reclaimed(&key) {
+            return Err(ErrorData::new(ErrorCode(-32000), why, None));
+        }
         if create {
             self.lease(principal, id).map(Some)
         } else {
@@ -247,7 +364,7 @@ mod tests {
             .build()
             .await
             .expect("host");
-        HttpScopes::new(Arc::new(host), Duration::from_millis(50), max)
+        HttpScopes::new(Arc::new(host), Duration::from_millis(50), max, max)
     }
 
     #[tokio::test]
@@ -314,6 +431,49 @@ mod tests {
         }
         stop.cancel();
         reaper.await.expect("reaper");
+    }
+
+    #[tokio::test]
+    async fn an_idle_scope_of_a_principal_at_its_limit_is_reclaimed_oldest_first() {
+        let host = ToolHost::builder()
+            .bundled_policy(None)
+            .process_backend(crate::testing::FakeProcesses::new())
+            .cache_dir(None)
+            .build()
+            .await
+            .expect("host");
+        let scopes = HttpScopes::new(Arc::new(host), Duration::from_secs(600), 3, 2);
+        let (alice, mallory) = (Principal("alice".into()), Principal("mallory".into()));
+        let busy = scopes.lease(&mallory, "busy").expect("lease");
+        drop(scopes.lease(&mallory, "old").expect("lease"));
+        let refused = scopes
+            .lease(&mallory, "third")
+            .err()
+            .expect("over its share");
+        assert!(
+            refused.message.contains("--max-scopes-per-principal"),
+            "{refused:?}"
+        );
+        let one = scopes.lease(&alice, "one").expect("lease");
+        // The server is full: mallory's idle scope goes, not the one in use.
+        let two = scopes.lease(&alice, "two").expect("room made");
+        assert!(scopes.find(&mallory, "busy").is_some());
+        assert!(scopes.find(&mallory, "old").is_none());
+        assert!(
+            scopes
+                .take_reclaimed(&(mallory.clone(), "old".into()))
+                .is_some()
+        );
+        // Every scope in use: nothing to reclaim.
+        let full = scopes.lease(&mallory, "new").err().expect("full");
+        assert!(full.message.contains("--max-sessions"), "{full:?}");
+        // Alice's idle scopes may go for mallory, as mallory's went for her.
+        drop(one);
+        assert!(scopes.find(&mallory, "busy").is_some());
+        drop(two);
+        assert!(scopes.lease(&mallory, "new").is_ok());
+        assert!(scopes.find(&alice, "one").is_none(), "the oldest idle one");
+        drop(busy);
     }
 
     #[test]

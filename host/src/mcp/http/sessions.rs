@@ -5,7 +5,13 @@
 //! - A POST body must be one JSON-RPC message: unparsable JSON is `400` with `-32700`, JSON
 //!   that is no request `400` with `-32600` (each with the request's id when it shows), a
 //!   batch `400` (rmcp cannot answer one over HTTP), a body over 16 MiB `413`.
-//! - A new session beyond `max_sessions` is refused with `503` and a JSON-RPC error saying so.
+//! - A new session is bounded per principal (`--max-sessions-per-principal`) and in total
+//!   (`--max-sessions`). For a new session of principal P:
+//!   1. P at its own limit: refused with `503` naming `--max-sessions-per-principal`.
+//!   2. The server at its total: the oldest idle session (no request in progress) of a
+//!      principal at its limit is closed to make room; that session's next request gets `404`
+//!      saying why.
+//!   3. None to reclaim: refused with `503` naming `--max-sessions`.
 //! - A request reusing the id of one still in progress in its session is refused with `400`;
 //!   the first keeps its answer (rmcp would send it to the second).
 //! - A session is idle when none of its requests is in progress; it is closed (and its
@@ -42,27 +48,59 @@ const SESSION_HEADER: &str = "mcp-session-id";
 /// JSON-RPC error code for "the server cannot take this now" (implementation-defined range).
 const SERVER_BUSY: i32 = -32000;
 
+/// Most reclaimed sessions remembered, to tell their clients why (the oldest are forgotten).
+const MAX_RECLAIMED: usize = 1024;
+
 /// The sessions of one HTTP server. Shared by the request middleware and the idle reaper.
 pub struct Sessions {
     manager: Arc<LocalSessionManager>,
     idle_timeout: Duration,
     max_sessions: usize,
+    per_principal: usize,
     table: Mutex<HashMap<String, Activity>>,
     /// Woken whenever a session may have become idle or its deadline moved.
     changed: Notify,
-    /// `initialize` requests in progress (see [`Sessions::open_slot`]).
-    opening: std::sync::atomic::AtomicUsize,
+    /// `initialize` requests in progress, per principal (see [`Sessions::open_slot`]).
+    opening: Mutex<HashMap<Option<Principal>, usize>>,
+    /// Sessions closed to make room for another principal, newest last, with why.
+    reclaimed: Mutex<std::collections::VecDeque<Reclaimed>>,
 }
 
 /// A session being opened; see [`Sessions::open_slot`].
-struct OpeningSlot(Arc<Sessions>);
+struct OpeningSlot(Arc<Sessions>, Option<Principal>);
 
 impl Drop for OpeningSlot {
     fn drop(&mut self) {
-        self.0
-            .opening
-            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        let mut opening = lock(&self.0.opening);
+        if let Some(count) = opening.get_mut(&self.1) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                opening.remove(&self.1);
+            }
+        }
     }
+}
+
+/// A session closed to make room for another principal.
+struct Reclaimed {
+    id: String,
+    /// Whose it was: only they are told why.
+    owner: Option<Principal>,
+    why: String,
+}
+
+/// Why a new session is refused.
+enum Full {
+    /// Its principal holds `--max-sessions-per-principal` sessions.
+    Principal,
+    /// The server holds `--max-sessions`, none of them to reclaim.
+    Total,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// One session's traffic.
@@ -94,21 +132,56 @@ impl Sessions {
         manager: Arc<LocalSessionManager>,
         idle_timeout: Duration,
         max_sessions: usize,
+        per_principal: usize,
     ) -> Arc<Self> {
         Arc::new(Sessions {
             manager,
             idle_timeout,
             max_sessions,
+            per_principal: per_principal.clamp(1, max_sessions.max(1)),
             table: Mutex::new(HashMap::new()),
             changed: Notify::new(),
-            opening: std::sync::atomic::AtomicUsize::new(0),
+            opening: Mutex::new(HashMap::new()),
+            reclaimed: Mutex::new(std::collections::VecDeque::new()),
         })
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, Activity>> {
-        self.table
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.table)
+    }
+
+    /// The answer to a request of `principal` naming session `id`, if the session was reclaimed
+    /// for another principal: its owner is told why (once), anyone else that it is unknown.
+    fn reclaimed(&self, id: &str, principal: Option<&Principal>) -> Option<Response> {
+        let mut reclaimed = lock(&self.reclaimed);
+        let at = reclaimed.iter().position(|gone| gone.id == id)?;
+        if reclaimed[at].owner.as_ref() != principal {
+            return Some((StatusCode::NOT_FOUND, "no such MCP session\n").into_response());
+        }
+        let gone = reclaimed.remove(at)?;
+        Some((StatusCode::NOT_FOUND, format!("{}\n", gone.why)).into_response())
+    }
+
+    /// Note that session `id` of `owner` is reclaimed (the table's lock held, so that no
+    /// request finds it in neither place).
+    fn note_reclaimed(&self, id: &str, owner: Option<Principal>) {
+        let name = owner.as_ref().map_or("?", |p| p.0.as_str());
+        let why = format!(
+            "MCP session closed to make room for another principal: its principal `{name}` \
+             held its maximum of {} sessions (--max-sessions-per-principal) while the server \
+             held its maximum of {} (--max-sessions), and it was the oldest idle one",
+            self.per_principal, self.max_sessions
+        );
+        tracing::warn!(session = %id, principal = %name, "{why}");
+        let mut reclaimed = lock(&self.reclaimed);
+        if reclaimed.len() >= MAX_RECLAIMED {
+            reclaimed.pop_front();
+        }
+        reclaimed.push_back(Reclaimed {
+            id: id.to_owned(),
+            owner,
+            why,
+        });
     }
 
     /// Close sessions once they are idle for the idle timeout, until `stop`.
@@ -136,35 +209,73 @@ impl Sessions {
         }
     }
 
-    /// A place for a session being opened, counted with rmcp's sessions so that
-    /// `initialize` requests arriving together cannot overshoot the limit; `None` at the limit.
-    async fn open_slot(self: &Arc<Self>) -> Option<OpeningSlot> {
-        let held = self.count().await;
-        let mut opening = self.opening.load(std::sync::atomic::Ordering::Acquire);
-        loop {
-            if held + opening >= self.max_sessions {
-                return None;
+    /// A place for a session of `principal` being opened, counted with rmcp's sessions so that
+    /// `initialize` requests arriving together cannot overshoot the limits; the flow is the
+    /// module's (a session of another principal may be closed to make room).
+    async fn open_slot(
+        self: &Arc<Self>,
+        principal: Option<&Principal>,
+    ) -> Result<OpeningSlot, Full> {
+        let live: HashSet<String> = self
+            .manager
+            .sessions
+            .read()
+            .await
+            .keys()
+            .map(|id| id.to_string())
+            .collect();
+        let reclaim = {
+            // A session made since `live` was read is in the table and not in `live`: the
+            // table is not pruned by it (that session would lose its principal).
+            let mut table = self.table();
+            let mut opening = lock(&self.opening);
+            let count = |who: Option<&Principal>| {
+                table
+                    .values()
+                    .filter(|a| a.principal.as_ref() == who)
+                    .count()
+                    + opening.get(&who.cloned()).copied().unwrap_or(0)
+            };
+            // 1. The principal's own limit.
+            if count(principal) >= self.per_principal {
+                return Err(Full::Principal);
             }
-            match self.opening.compare_exchange(
-                opening,
-                opening + 1,
-                std::sync::atomic::Ordering::AcqRel,
-                std::sync::atomic::Ordering::Acquire,
-            ) {
-                Ok(_) => return Some(OpeningSlot(Arc::clone(self))),
-                Err(now) => opening = now,
-            }
+            // 2. The total, and an idle session of a principal at its limit to reclaim.
+            let total = live.len() + opening.values().sum::<usize>();
+            let reclaim = if total >= self.max_sessions {
+                let victim = table
+                    .iter()
+                    .filter(|(id, a)| {
+                        a.in_flight == 0 && a.principal.as_ref() != principal && live.contains(*id)
+                    })
+                    .filter(|(_, a)| count(a.principal.as_ref()) >= self.per_principal)
+                    .min_by_key(|(_, a)| a.last)
+                    .map(|(id, _)| id.clone());
+                // 3. None to reclaim.
+                let Some(victim) = victim else {
+                    return Err(Full::Total);
+                };
+                let owner = table.remove(&victim).and_then(|a| a.principal);
+                self.note_reclaimed(&victim, owner);
+                Some(victim)
+            } else {
+                None
+            };
+            *opening.entry(principal.cloned()).or_insert(0) += 1;
+            reclaim
+        };
+        let slot = OpeningSlot(Arc::clone(self), principal.cloned());
+        if let Some(id) = reclaim
+            && let Err(error) = self.manager.close_session(&id.as_str().into()).await
+        {
+            tracing::debug!(session = %id, %error, "closing a reclaimed session");
         }
+        Ok(slot)
     }
 
     /// Whether rmcp holds session `id`.
     async fn exists(&self, id: &str) -> bool {
         self.manager.sessions.read().await.contains_key(id)
-    }
-
-    /// How many sessions rmcp holds.
-    async fn count(&self) -> usize {
-        self.manager.sessions.read().await.len()
     }
 }
 
@@ -181,6 +292,9 @@ pub async fn track(
         .map(str::to_owned);
     if let Some(id) = &session {
         let principal = request.extensions().get::<Principal>();
+        if let Some(answer) = sessions.reclaimed(id, principal) {
+            return answer;
+        }
         if !touch(&sessions, id, principal) {
             // Another principal's session: as unknown as one that does not exist.
             return (StatusCode::NOT_FOUND, "no such MCP session\n").into_response();
@@ -264,20 +378,31 @@ async fn post(
         Ok(Some(_)) => {}
     }
     let opening = if initialize {
-        sessions.open_slot().await
+        match sessions.open_slot(principal.as_ref()).await {
+            Ok(slot) => Some(slot),
+            Err(full) => {
+                let message = match full {
+                    Full::Principal => format!(
+                        "principal `{}` already has {} MCP sessions, its limit \
+                         (--max-sessions-per-principal); end one (HTTP DELETE) or wait for an \
+                         idle one to expire",
+                        principal.as_ref().map_or("?", |p| p.0.as_str()),
+                        sessions.per_principal
+                    ),
+                    Full::Total => format!(
+                        "this server already has {} MCP sessions, its limit (--max-sessions); \
+                         end one (HTTP DELETE) or wait for an idle one to expire",
+                        sessions.max_sessions
+                    ),
+                };
+                tracing::warn!("{message}");
+                let answer = jsonrpc::error_answer(request_id, SERVER_BUSY, message);
+                return refusal(StatusCode::SERVICE_UNAVAILABLE, answer);
+            }
+        }
     } else {
         None
     };
-    if initialize && opening.is_none() {
-        let message = format!(
-            "this server already has {} MCP sessions, its limit (--max-sessions); end one \
-             (HTTP DELETE) or wait for an idle one to expire",
-            sessions.max_sessions
-        );
-        tracing::warn!("{message}");
-        let answer = jsonrpc::error_answer(request_id, SERVER_BUSY, message);
-        return refusal(StatusCode::SERVICE_UNAVAILABLE, answer);
-    }
     let guard = match (&session, request_id) {
         (Some(session), Some(id)) => match InFlight::begin(&sessions, session, id) {
             Ok(guard) => Some(guard),

@@ -32,7 +32,9 @@ use crate::lock;
 
 /// Most refusals a gate remembers (the oldest go first).
 const MAX_REFUSALS: usize = 256;
-/// Most connections a gate serves at once; more wait to be accepted.
+/// Most connections a gate serves at once; more wait to be accepted. A connection whose
+/// request head is not in within [`proxy::HEADER_TIMEOUT`] (or idle that long between
+/// requests) is closed, freeing its place.
 const MAX_CONNECTIONS: usize = 256;
 /// Most refused hosts one note names.
 const MAX_NAMED: usize = 8;

@@ -7,20 +7,26 @@
 //! 2. [`Resolver::destinations`] decides: a refusal by the allow-list is recorded and answered
 //!    `403` with the reason; a failed lookup or connection is answered `502`.
 //! 3. The proxy connects to a checked address (never to a name again).
-//! 4. A `CONNECT` is answered `200` and bytes flow both ways until either side closes; a
-//!    forwarded request is sent upstream in origin form, with the `Host` it was checked for,
-//!    and its answer returned.
+//! 4. A `CONNECT` is answered `200` and bytes flow both ways until either side closes or
+//!    neither sends for [`TUNNEL_IDLE`]; a forwarded request is sent upstream in origin form,
+//!    with the `Host` it was checked for (never the URL's userinfo), and its answer returned.
+//!
+//! A connection whose request head has not arrived in full within [`HEADER_TIMEOUT`] is
+//! closed, and so is a keep-alive connection idle that long: half-sent or idle requests free
+//! their place among the gate's connections.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::Shared;
 use super::allow::Host;
@@ -28,6 +34,12 @@ use super::resolve::Refused;
 
 /// Longest a connection to an allowed host may take to be made.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Longest a request head may take to arrive, and longest a keep-alive connection stays idle.
+pub(super) const HEADER_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Longest a `CONNECT` tunnel stays open with no byte in either direction.
+const TUNNEL_IDLE: Duration = Duration::from_secs(15 * 60);
 
 type Body = Either<Incoming, Full<Bytes>>;
 
@@ -52,6 +64,8 @@ pub(super) async fn serve(stream: tokio::net::TcpStream, shared: Arc<Shared>) {
         async move { Ok::<_, Infallible>(handle(request, shared, client).await) }
     });
     let served = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
         .preserve_header_case(true)
         .title_case_headers(true)
         .serve_connection(TokioIo::new(stream), service)
@@ -152,12 +166,7 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>, client: Client)
     if request.method() == Method::CONNECT {
         tokio::spawn(async move {
             match hyper::upgrade::on(request).await {
-                Ok(upgraded) => {
-                    let mut upstream = upstream;
-                    let _ =
-                        tokio::io::copy_bidirectional(&mut TokioIo::new(upgraded), &mut upstream)
-                            .await;
-                }
+                Ok(upgraded) => tunnel(TokioIo::new(upgraded), upstream).await,
                 Err(error) => tracing::debug!(%error, "a CONNECT was not upgraded"),
             }
         });
@@ -181,6 +190,62 @@ async fn connect(destinations: &[SocketAddr]) -> Result<tokio::net::TcpStream, S
     Err(last)
 }
 
+/// Copy bytes both ways between a tunnel's client and `upstream` until both directions have
+/// ended, or neither has carried a byte for [`TUNNEL_IDLE`].
+async fn tunnel<C>(client: C, upstream: tokio::net::TcpStream)
+where
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send,
+{
+    let start = tokio::time::Instant::now();
+    // Milliseconds from `start` to the last byte either way.
+    let last = AtomicU64::new(0);
+    let (client_read, client_write) = tokio::io::split(client);
+    let (upstream_read, upstream_write) = upstream.into_split();
+    let both = futures_util::future::join(
+        pump(client_read, upstream_write, start, &last),
+        pump(upstream_read, client_write, start, &last),
+    );
+    let watchdog = async {
+        loop {
+            let deadline =
+                start + Duration::from_millis(last.load(Ordering::Relaxed)) + TUNNEL_IDLE;
+            if tokio::time::Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep_until(deadline).await;
+        }
+    };
+    tokio::select! {
+        _ = both => {}
+        _ = watchdog => {
+            tracing::debug!("a CONNECT tunnel carried nothing for {TUNNEL_IDLE:?}; closing it");
+        }
+    }
+}
+
+/// Copy `from` to `to` until `from` ends, noting in `last` when a byte last went through
+/// (milliseconds from `start`); then shut `to` down.
+async fn pump(
+    mut from: impl AsyncRead + Unpin,
+    mut to: impl AsyncWrite + Unpin,
+    start: tokio::time::Instant,
+    last: &AtomicU64,
+) {
+    let mut buffer = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let at = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        last.store(at, Ordering::Relaxed);
+        if to.write_all(&buffer[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
+}
+
 /// Send a plain HTTP request upstream in origin form, and return its answer.
 async fn forward(
     mut request: Request<Incoming>,
@@ -192,11 +257,19 @@ async fn forward(
         .map_or("/", |path| path.as_str())
         .to_owned();
     // The `Host` the request names is the host that was checked: a different one would reach
-    // another site served at the same address.
-    if let Some(authority) = request.uri().authority()
-        && let Ok(host) = hyper::header::HeaderValue::from_str(authority.as_str())
-    {
-        request.headers_mut().insert(hyper::header::HOST, host);
+    // another site served at the same address. The URL's userinfo (`user:pw@`) is no part of
+    // it, and goes nowhere.
+    if let Some(authority) = request.uri().authority() {
+        let host = match authority.port() {
+            Some(port) => format!("{}:{port}", authority.host()),
+            None => authority.host().to_owned(),
+        };
+        match hyper::header::HeaderValue::from_str(&host) {
+            Ok(host) => {
+                request.headers_mut().insert(hyper::header::HOST, host);
+            }
+            Err(_) => return answer(StatusCode::BAD_REQUEST, format!("bad host `{host}`")),
+        }
     }
     match origin.parse() {
         Ok(uri) => *request.uri_mut() = uri,

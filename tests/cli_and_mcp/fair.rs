@@ -1,0 +1,313 @@
+//! `toolhost serve --http` under abuse: one client cannot starve another. Idle and half-sent
+//! connections do not exhaust the server's descriptors, the connection cap answers promptly,
+//! and two principals in one token file each keep their share of sessions and scopes.
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+use toolhost_e2e::http_session::*;
+use toolhost_e2e::mcp_client::*;
+
+const ALICE: &str = "alice-token-0123456789";
+const MALLORY: &str = "mallory-token-0123456789";
+
+/// The `host:port` of a server's URL.
+fn authority(server: &HttpServer) -> String {
+    server
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned()
+}
+
+/// `execute "echo ok"` in a new session of `token`'s principal, answered within
+/// [`ANSWER_TIMEOUT`] per request; what went wrong otherwise.
+async fn echo_ok(server: &HttpServer, token: &str) -> Result<(), String> {
+    let http = reqwest::Client::new();
+    let (status, id, _) = try_post(
+        &http,
+        &server.url,
+        Some(token),
+        None,
+        &initialize_body(),
+        ANSWER_TIMEOUT,
+    )
+    .await?;
+    if status != StatusCode::OK {
+        return Err(format!("initialize: {status}"));
+    }
+    let id = id.ok_or("no session id")?;
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": {"name": "execute", "arguments": {"command": "echo ok"}}});
+    let (status, _, answer) = try_post(
+        &http,
+        &server.url,
+        Some(token),
+        Some(&id),
+        &call,
+        ANSWER_TIMEOUT,
+    )
+    .await?;
+    let said = answer
+        .iter()
+        .rfind(|m| m.get("result").is_some())
+        .map(|m| structured(&m["result"])["output"].clone());
+    if status == StatusCode::OK && said == Some(Value::from("ok\n")) {
+        Ok(())
+    } else {
+        Err(format!("execute: {status} {answer:?}"))
+    }
+}
+
+/// Idle connections, and connections that sent half a request head, hold none of the server's
+/// descriptors for long: with its descriptor limit lowered to 256, a confined command of one
+/// principal holding 200 connections to the server's port (the default `--network full` reaches
+/// the host's loopback), then a thousand more from outside (no token, never finished), leave
+/// room for another principal's `execute "echo ok"`.
+#[tokio::test]
+async fn an_idle_connection_flood_does_not_starve_a_client_with_a_token() {
+    let (_dir, tokens) = token_file(&[("alice", ALICE), ("mallory", MALLORY)]);
+    let server =
+        HttpServer::start_limited("127.0.0.1:0", &["--token-file", &tokens], Some(256)).await;
+    let address = authority(&server);
+    let port = address.rsplit(':').next().expect("a port").to_owned();
+
+    // 1. A confined command holds connections to the server's port.
+    let mallory = Session::open_as(server.url.clone(), MALLORY).await;
+    let command = format!(
+        "python3 -c 'import socket, time\nheld = []\nfor _ in range(200):\n    \
+         try:\n        held.append(socket.create_connection((\"127.0.0.1\", {port}), 5))\n    \
+         except OSError:\n        break\nprint(\"held\", len(held), flush=True)\ntime.sleep(300)'"
+    );
+    let started = mallory
+        .call_tool(
+            "execute",
+            json!({"command": command, "run_in_background": true}),
+        )
+        .await;
+    let id = structured(&started)["background_process_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{started}"))
+        .to_owned();
+    let begun = std::time::Instant::now();
+    let held = loop {
+        let read = mallory
+            .call_tool("process_output", json!({"process_id": id}))
+            .await;
+        let text = structured(&read)["output"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if let Some(count) = text
+            .split_whitespace()
+            .skip_while(|word| *word != "held")
+            .nth(1)
+        {
+            break count.parse::<usize>().expect("a count");
+        }
+        assert!(
+            begun.elapsed() < ANSWER_TIMEOUT,
+            "the command holds nothing: {read}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert!(held >= 150, "the command held only {held} connections");
+
+    // 2. More from outside, half of them with a request head that never ends.
+    let mut flood = Vec::new();
+    for index in 0..1000 {
+        let connect = tokio::net::TcpStream::connect(&address);
+        let Ok(Ok(mut stream)) =
+            tokio::time::timeout(std::time::Duration::from_secs(1), connect).await
+        else {
+            // The listener's queue is full: the flood is as big as it gets.
+            break;
+        };
+        if index % 2 == 0 {
+            let _ = stream
+                .write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+                .await;
+        }
+        flood.push(stream);
+    }
+    assert!(
+        held + flood.len() > 256,
+        "only {held} + {} connections opened",
+        flood.len()
+    );
+
+    // 3. Another principal's call.
+    echo_ok(&server, ALICE)
+        .await
+        .expect("alice's call is answered during the flood");
+    drop(flood);
+    server.stop().await;
+}
+
+/// Beyond `--max-connections`, a client with a token is refused at once with 503 and
+/// `Retry-After`, never left waiting; a connection that closes makes room.
+#[tokio::test]
+async fn a_connection_over_the_cap_is_refused_with_retry_after() {
+    let server = HttpServer::start(&["--max-connections", "1"]).await;
+    // One client holds the only slot with a keep-alive connection.
+    let holder = Session::open(&server).await;
+    let refused = reqwest::Client::new()
+        .post(&server.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .body(initialize_body().to_string())
+        .send()
+        .await
+        .expect("an answer, not a hang");
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        refused
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()),
+        Some("1")
+    );
+    let text = refused.text().await.expect("body");
+    assert!(text.contains("--max-connections"), "{text}");
+    // The holder's connection still works; once it closes, the slot is free again.
+    let listed = holder.request("tools/list", json!({})).await;
+    assert!(listed["result"]["tools"].is_array(), "{listed}");
+    drop(holder);
+    let begun = std::time::Instant::now();
+    while echo_ok(&server, TOKEN).await.is_err() {
+        assert!(begun.elapsed() < ANSWER_TIMEOUT, "the slot was never freed");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    server.stop().await;
+}
+
+/// A session request's HTTP status and body text, raw.
+async fn session_status(session: &Session) -> (StatusCode, String) {
+    let response = session
+        .http
+        .post(&session.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("authorization", format!("Bearer {}", session.token))
+        .header("mcp-session-id", &session.id)
+        .header("mcp-protocol-version", PROTOCOL_VERSION)
+        .body(json!({"jsonrpc": "2.0", "id": 99, "method": "tools/list"}).to_string())
+        .send()
+        .await
+        .expect("HTTP request");
+    let status = response.status();
+    (status, body_of(response).await.1)
+}
+
+/// `initialize` with `token`: the status and the body.
+async fn try_initialize(server: &HttpServer, token: &str) -> (StatusCode, String) {
+    let response = reqwest::Client::new()
+        .post(&server.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("authorization", format!("Bearer {token}"))
+        .body(initialize_body().to_string())
+        .send()
+        .await
+        .expect("HTTP request");
+    let status = response.status();
+    (status, body_of(response).await.1)
+}
+
+/// Two principals, `--max-sessions 3`, two each at most: one principal's sessions cannot take
+/// the other's share. At the total, the other's oldest idle session is reclaimed, never one
+/// with a call in flight, and its client is told why with 404.
+#[tokio::test]
+async fn one_principal_cannot_take_the_sessions_of_another() {
+    let (_dir, tokens) = token_file(&[("alice", ALICE), ("mallory", MALLORY)]);
+    let server = HttpServer::start(&[
+        "--token-file",
+        &tokens,
+        "--max-sessions",
+        "3",
+        "--max-sessions-per-principal",
+        "2",
+    ])
+    .await;
+    let busy = Session::open_as(server.url.clone(), MALLORY).await;
+    let idle = Session::open_as(server.url.clone(), MALLORY).await;
+    let (status, text) = try_initialize(&server, MALLORY).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{text}");
+    assert!(text.contains("--max-sessions-per-principal"), "{text}");
+    let _first = Session::open_as(server.url.clone(), ALICE).await;
+
+    // The older of mallory's sessions has a call in flight: it is not reclaimed.
+    let marker = toolhost_e2e::marker();
+    let call = {
+        let (http, url, id) = (busy.http.clone(), busy.url.clone(), busy.id.clone());
+        let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": "execute", "arguments": {"command": format!("sleep 300 # {marker}")}}});
+        tokio::spawn(async move {
+            let _ = try_post(&http, &url, Some(MALLORY), Some(&id), &body, ANSWER_TIMEOUT).await;
+        })
+    };
+    assert!(
+        toolhost_e2e::wait_present(&marker, ANSWER_TIMEOUT).await,
+        "the call runs"
+    );
+    let second = Session::open_as(server.url.clone(), ALICE).await;
+    let (status, text) = session_status(&idle).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{text}");
+    assert!(
+        text.contains("make room") && text.contains("--max-sessions-per-principal"),
+        "{text}"
+    );
+    // Alice is at her own limit now.
+    let (status, text) = try_initialize(&server, ALICE).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{text}");
+    assert!(text.contains("principal `alice`"), "{text}");
+    let listed = second.request("tools/list", json!({})).await;
+    assert!(listed["result"]["tools"].is_array(), "{listed}");
+    call.abort();
+    server.stop().await;
+}
+
+/// The same for named scopes of protocol 2026-07-28: `--max-sessions 3`, two scopes each at
+/// most; the other's oldest idle scope is reclaimed and its next request told why (-32000).
+#[tokio::test]
+async fn one_principal_cannot_take_the_scopes_of_another() {
+    use super::mcp_http::{request_2026_as, tool_call};
+    let (_dir, tokens) = token_file(&[("alice", ALICE), ("mallory", MALLORY)]);
+    let server = HttpServer::start(&[
+        "--token-file",
+        &tokens,
+        "--max-sessions",
+        "3",
+        "--max-scopes-per-principal",
+        "2",
+    ])
+    .await;
+    let echo = || tool_call("execute", json!({"command": "echo hi"}));
+    let call = |token: &'static str, scope: &'static str| {
+        let server = &server;
+        let echo = echo();
+        async move { request_2026_as(server, token, Some(scope), false, "tools/call", echo).await }
+    };
+    for scope in ["m1", "m2"] {
+        let (_, answer) = call(MALLORY, scope).await;
+        assert!(answer.get("result").is_some(), "{answer}");
+    }
+    let (_, refused) = call(MALLORY, "m3").await;
+    assert_eq!(refused["error"]["code"], -32000, "{refused}");
+    assert!(
+        refused.to_string().contains("--max-scopes-per-principal"),
+        "{refused}"
+    );
+    for scope in ["a1", "a2"] {
+        let (_, answer) = call(ALICE, scope).await;
+        assert!(answer.get("result").is_some(), "{scope}: {answer}");
+    }
+    // m1 was reclaimed for a2: its next request is told why.
+    let (_, told) = call(MALLORY, "m1").await;
+    assert_eq!(told["error"]["code"], -32000, "{told}");
+    assert!(told.to_string().contains("make room"), "{told}");
+    let (_, kept) = call(MALLORY, "m2").await;
+    assert!(kept.get("result").is_some(), "{kept}");
+    server.stop().await;
+}
