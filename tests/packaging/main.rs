@@ -602,7 +602,8 @@ fn the_release_binary_ignores_the_test_only_switches() {
         ("TOOLHOST_TEST_RESOLVE", "allowed.test=127.0.0.1"),
         ("TOOLHOST_TEST_PUBLIC", "127.0.0.1"),
     ];
-    let command = format!("curl -sS --max-time 10 http://allowed.test:{port}/");
+    // `-f`: the proxy's refusal (an HTTP error) fails the command.
+    let command = format!("curl -fsS --max-time 10 http://allowed.test:{port}/");
     let workspace = tempfile::tempdir().expect("workspace");
     // The debug build the tests use honours them: the request is made.
     let (debug, _) = execute_with(
