@@ -1,0 +1,166 @@
+//! What the global flags make: the host ([`build_host`]) and its sandbox settings.
+
+use anyhow::{Context, Result};
+use toolhost::ToolHost;
+use toolhost::sandbox::{Network, SandboxMode, SandboxSettings};
+
+use super::args::{Cli, Command};
+
+pub(crate) async fn build_host(cli: &Cli) -> Result<ToolHost> {
+    let mut builder = ToolHost::builder().bundled_policy(match cli.policy.as_str() {
+        "none" => None,
+        name => Some(name),
+    });
+    for dir in &cli.plugin_dirs {
+        builder = builder.plugin_dir(dir);
+    }
+    if cli.no_cache {
+        builder = builder.cache_dir(None);
+    }
+    let mut config = toolhost::process::ProcessManagerConfig::default();
+    if let Some(dir) = &cli.state_dir {
+        config.state_dir = Some(dir.clone());
+    }
+    config.log_retention = cli.log_retention.into();
+    config.log_max_total = cli.log_max_total;
+    if let Some(max) = cli.max_processes_total {
+        config.max_running_total = max as usize;
+    }
+    if let Some(shell) = &cli.shell {
+        config.shell = shell.clone();
+    }
+    if let Some(dir) = &cli.workdir {
+        anyhow::ensure!(
+            dir.is_dir(),
+            "--workdir {} is not an existing directory",
+            dir.display()
+        );
+        config.default_workdir = Some(dir.clone());
+    }
+    config.sandbox = sandbox_settings(cli)?;
+    if let Command::Serve(args) = &cli.command
+        && let Some(file) = &args.token_file
+    {
+        config.protected.push(file.clone());
+    }
+    builder = builder
+        .process_config(config)
+        .max_calls_total(cli.max_calls_total as usize)
+        .max_calls_per_session(cli.max_calls_per_session as usize);
+    // A server runs long: pick up plugin changes (and tell MCP clients about them).
+    builder = builder.watch_plugins(matches!(cli.command, Command::Serve(_)));
+    builder.build().await.context("loading plugins")
+}
+
+/// Where the content scan keeps its cache (the state directory) and what it skips (the
+/// workspace), as the process manager will have them.
+pub(crate) fn scan_settings(
+    cli: &Cli,
+    settings: &SandboxSettings,
+) -> toolhost::sandbox::ScanSettings {
+    let state_dir = cli
+        .state_dir
+        .clone()
+        .or_else(toolhost::process::ProcessManagerConfig::default_state_dir);
+    let workdir = cli.workdir.clone().or_else(|| std::env::current_dir().ok());
+    toolhost::sandbox::ScanSettings {
+        enabled: settings.secret_scan && settings.mode != SandboxMode::Off,
+        skip: workdir.into_iter().chain(state_dir.clone()).collect(),
+        cache_dir: state_dir,
+    }
+}
+
+/// The operator's sandbox settings from the flags.
+pub(crate) fn sandbox_settings(cli: &Cli) -> Result<SandboxSettings> {
+    let network =
+        Network::combine(&cli.network).map_err(|error| anyhow::anyhow!("--network: {error}"))?;
+    if network.allow_list().is_some() {
+        if cli.sandbox_mode == SandboxMode::Off {
+            anyhow::bail!(
+                "--network allow=... needs a confined sandbox: with `--sandbox off` commands \
+                 reach every host"
+            );
+        }
+        if let Err(error) = toolhost::process::namespaces_here() {
+            anyhow::bail!(
+                "--network allow=... needs the namespaces layer, missing here ({error}): \
+                 without a network namespace no route can be taken away (Landlock filters TCP \
+                 by port only, and seccomp cannot read a connect address). Use `--network \
+                 none` or `full` (see `toolhost sandbox`)"
+            );
+        }
+    }
+    let mut settings = SandboxSettings {
+        mode: cli.sandbox_mode,
+        network,
+        ..SandboxSettings::default()
+    };
+    for dir in &cli.writable {
+        let canonical = dir
+            .canonicalize()
+            .ok()
+            .filter(|dir| dir.is_dir())
+            .with_context(|| {
+                format!("--writable {} is not an existing directory", dir.display())
+            })?;
+        settings.writable.push(canonical);
+    }
+    for path in &cli.hide {
+        settings
+            .hide
+            .push(std::path::absolute(path).with_context(|| {
+                format!("--hide {} cannot be made an absolute path", path.display())
+            })?);
+    }
+    for path in &cli.reveal {
+        settings
+            .reveal
+            .push(std::path::absolute(path).with_context(|| {
+                format!(
+                    "--reveal {} cannot be made an absolute path",
+                    path.display()
+                )
+            })?);
+    }
+    settings.secret_scan = cli.secret_scan == "on";
+    for path in &cli.allow_unix_socket {
+        settings
+            .allow_unix_socket
+            .push(std::path::absolute(path).with_context(|| {
+                format!(
+                    "--allow-unix-socket {} cannot be made an absolute path",
+                    path.display()
+                )
+            })?);
+    }
+    // A --reveal path that is not hidden by default is a mistake: said before anything runs.
+    if !settings.reveal.is_empty() {
+        toolhost::sandbox::HiddenPaths::of_this_user_scanned(
+            &settings.hide,
+            &settings.reveal,
+            &scan_settings(cli, &settings),
+        )?;
+    }
+    if let Some(bytes) = cli.memory_limit_per_command {
+        settings.limits.memory_bytes = Some(bytes);
+    }
+    if let Some(processes) = cli.process_limit_per_command {
+        settings.limits.processes = Some(processes);
+    }
+    if let Some(bytes) = cli.memory_limit_per_session {
+        settings.memory_per_session = Some(bytes);
+    }
+    if let Some(bytes) = cli.memory_limit_total {
+        settings.memory_total = Some(bytes);
+    }
+    if let Some(bytes) = cli.shm_size_per_session {
+        anyhow::ensure!(bytes > 0, "--shm-size-per-session must be more than 0");
+        settings.shm_bytes = bytes;
+    }
+    if let Some(bytes) = cli.tmp_size_per_session {
+        anyhow::ensure!(bytes > 0, "--tmp-size-per-session must be more than 0");
+        settings.tmp_bytes = bytes;
+    }
+    settings.allow_hook_writes = cli.allow_hook_writes;
+    Ok(settings)
+}
