@@ -430,6 +430,8 @@ impl Drop for ChildStack {
 mod tests {
     use std::path::Path;
 
+    use super::super::spec::Launch;
+
     use super::super::keeper::{HostEnds, channels, read_exit, request, wait_gone};
     use super::super::reap::{Exit, stop_and_reap};
     use super::*;
@@ -439,11 +441,13 @@ mod tests {
         let (reader, writer) = io::pipe().expect("pipe");
         let (host, keeper) = channels().expect("channels");
         let spec = ChildSpec::new(
-            Path::new("/bin/sh"),
-            command,
-            &[],
-            None,
-            workdir,
+            &Launch {
+                shell: Path::new("/bin/sh"),
+                command,
+                env: &[],
+                inherit: None,
+                workdir,
+            },
             writer.into(),
             keeper,
             None,

@@ -126,7 +126,7 @@ use monitor::{FIRST_READ_CHUNK, LogSlot, Monitor, MonitorGuard, OutputReader};
 use output_log::LogIndex;
 use ready::{ReadyKeeper, ReadyKeepers};
 use spawner::Spawner;
-use spec::{ChildSpec, StartMessage};
+use spec::{ChildSpec, Launch, StartMessage};
 use table::{Records, shut_down};
 
 pub use crate::sandbox::probe::{namespaces_available, namespaces_here};
@@ -590,6 +590,13 @@ impl ProcessManager {
         };
         let started_at = Instant::now();
         let started_ms = unix_ms();
+        let launch = Launch {
+            shell: &self.config.shell,
+            command: &command,
+            env: &env,
+            inherit: inherit_env.as_deref(),
+            workdir: &workdir,
+        };
         // A keeper prepared ahead for this scope and profile, handed the command; else one
         // made now.
         let handed = match &confine {
@@ -603,10 +610,7 @@ impl ProcessManager {
                     scope,
                     &profile,
                     prepared,
-                    &command,
-                    &env,
-                    inherit_env.as_deref(),
-                    &workdir,
+                    &launch,
                     &writer,
                     child_stdin.as_ref(),
                 )
@@ -646,11 +650,7 @@ impl ProcessManager {
                 };
                 let (host_ends, keeper_ends) = keeper::channels().map_err(channel_error)?;
                 let spec = ChildSpec::new(
-                    &self.config.shell,
-                    &command,
-                    &env,
-                    inherit_env.as_deref(),
-                    &workdir,
+                    &launch,
                     writer,
                     keeper_ends,
                     confine.as_deref(),
@@ -776,16 +776,12 @@ impl ProcessManager {
     /// Hand the command to the keeper prepared ahead for `scope`, `profile` and its layers
     /// `prepared`, if one is ready: `None` when none is (or it is gone: then it is released
     /// and the caller makes a keeper as usual).
-    #[allow(clippy::too_many_arguments)]
     fn hand_over(
         &self,
         scope: &str,
         profile: &Profile,
         prepared: &Arc<Prepared>,
-        command: &str,
-        env: &[(String, String)],
-        inherit: Option<&[String]>,
-        workdir: &Path,
+        launch: &Launch<'_>,
         output: &OwnedFd,
         stdin: Option<&(OwnedFd, bool)>,
     ) -> Option<ReadyKeeper> {
@@ -796,16 +792,7 @@ impl ProcessManager {
             let stdin = stdin
                 .map(|(fd, terminal)| fd.try_clone().map(|fd| (fd, *terminal)))
                 .transpose()?;
-            StartMessage::new(
-                &self.config.shell,
-                command,
-                env,
-                inherit,
-                workdir,
-                output,
-                stdin,
-                prepared,
-            )
+            StartMessage::new(launch, output, stdin, prepared)
         });
         match message.and_then(|message| {
             keeper::send_start(&ready.host.control, &message.bytes, &message.fds)

@@ -17,6 +17,22 @@ use super::keeper::{KeeperEnds, above_reserved};
 use crate::sandbox::secrets::is_secret_variable;
 use crate::sandbox::{CommandCgroups, Prepared};
 
+/// What a command is, whichever keeper runs it: made once per start, and taken by both the
+/// keeper prepared ahead ([`StartMessage`]) and the one made for it ([`ChildSpec`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Launch<'a> {
+    /// The shell that runs the command (without a `/`: looked up in `PATH`).
+    pub(super) shell: &'a Path,
+    /// The command, as `shell -c` takes it.
+    pub(super) command: &'a str,
+    /// Variables set for the command (they win over the host's).
+    pub(super) env: &'a [(String, String)],
+    /// When given, the only host variables the command inherits.
+    pub(super) inherit: Option<&'a [String]>,
+    /// Where it runs.
+    pub(super) workdir: &'a Path,
+}
+
 /// Everything a child needs, prepared by the parent: between `clone` and `exec` the child
 /// shares the parent's memory and must not allocate or take locks.
 ///
@@ -55,13 +71,8 @@ impl ChildSpec {
     /// With `confine`, the keeper confines the shell: its options and descriptors are added,
     /// its variables (`TMPDIR`) set, and host variables that hold secrets (see
     /// [`is_secret_variable`]) left out unless `inherit` names them.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
-        shell: &Path,
-        command: &str,
-        env: &[(String, String)],
-        inherit: Option<&[String]>,
-        workdir: &Path,
+        launch: &Launch<'_>,
         output: OwnedFd,
         keeper: KeeperEnds,
         confine: Option<&Prepared>,
@@ -71,19 +82,19 @@ impl ChildSpec {
         let (namespaces, cgroups) = keeper_descriptors(confine, cgroups)?;
         let mut argv = vec![cstring(b"toolhost-keeper")?];
         keeper_options(&mut argv, confine, namespaces.len(), cgroups.len())?;
-        let (program, args) = shell_command(shell, command)?;
+        let (program, args) = shell_command(launch.shell, launch.command)?;
         argv.push(cstring(program.as_os_str().as_bytes())?);
         for arg in &args {
             argv.push(cstring(arg.as_bytes())?);
         }
-        let envp = environment(env, inherit, confine)
+        let envp = environment(launch.env, launch.inherit, confine)
             .iter()
             .map(|(key, value)| cstring(&pair(key, value)))
             .collect::<io::Result<_>>()?;
         Ok(Self {
             argv,
             envp,
-            workdir: cstring(workdir.as_os_str().as_bytes())?,
+            workdir: cstring(launch.workdir.as_os_str().as_bytes())?,
             output: above_reserved(output)?,
             stdin: None,
             keeper,
@@ -163,18 +174,13 @@ impl StartMessage {
     /// `shell -c command` in `workdir`, its environment as [`ChildSpec::new`] makes it, its
     /// output `output` and its stdin `stdin` (`None`: `/dev/null`; `true`: a terminal);
     /// `ruleset`: the Landlock ruleset current at this start, with `confine`.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
-        shell: &Path,
-        command: &str,
-        env: &[(String, String)],
-        inherit: Option<&[String]>,
-        workdir: &Path,
+        launch: &Launch<'_>,
         output: OwnedFd,
         stdin: Option<(OwnedFd, bool)>,
         confine: &Prepared,
     ) -> io::Result<Self> {
-        let (program, args) = shell_command(shell, command)?;
+        let (program, args) = shell_command(launch.shell, launch.command)?;
         let mut flags = Vec::new();
         if stdin.as_ref().is_some_and(|(_, terminal)| *terminal) {
             flags.push(start::TERMINAL);
@@ -182,10 +188,10 @@ impl StartMessage {
         if stdin.is_some() {
             flags.push(start::STDIN);
         }
-        let env = environment(env, inherit, Some(confine));
+        let env = environment(launch.env, launch.inherit, Some(confine));
         let mut fields: Vec<Vec<u8>> = vec![
             flags,
-            workdir.as_os_str().as_bytes().to_vec(),
+            launch.workdir.as_os_str().as_bytes().to_vec(),
             program.as_os_str().as_bytes().to_vec(),
             args.len().to_string().into_bytes(),
         ];
@@ -374,11 +380,13 @@ mod tests {
         let (_reader, writer) = io::pipe().expect("pipe");
         let (_host, keeper) = channels().expect("channels");
         let no_shell = ChildSpec::new(
-            Path::new("/nonexistent/sh"),
-            "true",
-            &[],
-            None,
-            Path::new("/"),
+            &Launch {
+                shell: Path::new("/nonexistent/sh"),
+                command: "true",
+                env: &[],
+                inherit: None,
+                workdir: Path::new("/"),
+            },
             writer.into(),
             keeper,
             None,
