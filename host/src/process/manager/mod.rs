@@ -72,6 +72,8 @@
 //!   message's sending (its executable is `keeper_binary.rs`, shared with the sandbox).
 //! * `spawner.rs`: the spawner thread.
 //! * `ready.rs`: keepers prepared ahead.
+//! * `scope.rs`: what a scope holds besides its processes (its sandbox, its git guard), and
+//!   the order it is let go in.
 //! * `spec.rs`: what the child runs, and with what (safe code).
 //! * `child.rs`: the child between `clone` and `exec`.
 //! * `reap.rs`: waiting for and reaping the keepers.
@@ -91,6 +93,7 @@ mod output_log;
 mod pty;
 mod ready;
 mod reap;
+mod scope;
 mod spawner;
 mod spec;
 mod table;
@@ -101,7 +104,7 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::net::unix::pipe;
@@ -125,6 +128,7 @@ use input::InputSide;
 use monitor::{FIRST_READ_CHUNK, LogSlot, Monitor, MonitorGuard, OutputReader};
 use output_log::LogIndex;
 use ready::{ReadyKeeper, ReadyKeepers};
+use scope::Scope;
 use spawner::Spawner;
 use spec::{ChildSpec, Launch, StartMessage};
 use table::{Records, shut_down};
@@ -272,10 +276,8 @@ pub struct ProcessManager {
     log_warned: Arc<AtomicBool>,
     /// What confined commands may write and never reach.
     sandbox_context: Arc<sandbox::Context>,
-    /// Per scope: its private temporary directory and the layers built for it so far.
-    sandboxes: Mutex<HashMap<String, Arc<ScopeSandbox>>>,
-    /// Per scope with confined commands: its git guard (`sandbox/git_guard/`).
-    git_guards: Mutex<HashMap<String, Arc<GitGuard>>>,
+    /// Per scope: its confinement state and git guard (`scope.rs`).
+    scopes: Mutex<HashMap<String, Arc<Scope>>>,
     /// The context's hidden and visible roots, resolved once for the `workdir` check.
     path_roots: PathRoots,
     /// Keepers prepared ahead for confined commands (`ready.rs`).
@@ -448,8 +450,7 @@ impl ProcessManager {
             log_warned: Arc::new(AtomicBool::new(log_warned)),
             path_roots: PathRoots::of(&sandbox_context),
             sandbox_context,
-            sandboxes: Mutex::new(HashMap::new()),
-            git_guards: Mutex::new(HashMap::new()),
+            scopes: Mutex::new(HashMap::new()),
             ready_making: tokio_util::task::TaskTracker::new(),
             ready: Arc::new(ReadyKeepers::new(
                 config.ready_keepers,
@@ -516,12 +517,12 @@ impl ProcessManager {
             self.records.remove(entry);
         }
         // A last check of every scope's git guard, now that nothing runs.
-        let guards: Vec<Arc<GitGuard>> = crate::lock(&self.git_guards)
+        let scopes: Vec<Arc<Scope>> = crate::lock(&self.scopes)
             .drain()
-            .map(|(_, guard)| guard)
+            .map(|(_, scope)| scope)
             .collect();
-        for guard in guards {
-            guard.check(Moment::ScopeEnd).await;
+        for scope in scopes {
+            scope.check_at_host_end().await;
         }
     }
 
@@ -823,12 +824,9 @@ impl ProcessManager {
             return;
         };
         // The scope's own state; none when the scope ended meanwhile.
-        let Some(sandbox) = self
-            .sandboxes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        let Some(sandbox) = crate::lock(&self.scopes)
             .get(scope)
-            .cloned()
+            .map(|held| held.sandbox.clone())
         else {
             return;
         };
@@ -909,16 +907,17 @@ impl ProcessManager {
         self.ready.count(scope)
     }
 
+    /// `scope`'s own state, made on first use.
+    fn scope(&self, scope: &str) -> Arc<Scope> {
+        crate::lock(&self.scopes)
+            .entry(scope.to_owned())
+            .or_insert_with(|| Arc::new(Scope::new(self.sandbox_context.clone(), scope)))
+            .clone()
+    }
+
     /// `scope`'s confinement state, made on first use.
     fn scope_sandbox(&self, scope: &str) -> Arc<ScopeSandbox> {
-        let mut sandboxes = self
-            .sandboxes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        sandboxes
-            .entry(scope.to_owned())
-            .or_insert_with(|| Arc::new(ScopeSandbox::new(self.sandbox_context.clone(), scope)))
-            .clone()
+        self.scope(scope).sandbox.clone()
     }
 
     /// `scope`'s git guard, made on first use; `None` for an unconfined command, and when the
@@ -927,12 +926,11 @@ impl ProcessManager {
         if profile.mode == sandbox::SandboxMode::Off || self.sandbox_context.allow_hook_writes {
             return None;
         }
-        let mut guards = crate::lock(&self.git_guards);
-        let guard = guards.entry(scope.to_owned()).or_insert_with(|| {
-            // The workspace and the `--writable` directories, resolved once already.
-            Arc::new(GitGuard::new(scope, &self.path_roots.visible))
-        });
-        Some(guard.clone())
+        // The workspace and the `--writable` directories, resolved once already.
+        Some(
+            self.scope(scope)
+                .git_guard(|| GitGuard::new(scope, &self.path_roots.visible)),
+        )
     }
 
     /// The confinement layers of `scope` for `profile`. Their first build in a scope (the
@@ -1231,21 +1229,11 @@ impl ProcessBackend for ProcessManager {
             }
             // Its logs stay (for the retention), but no longer readable through the host.
             self.logs.forget_scope(scope);
-            // A last check of its git guard, now that nothing of it runs.
-            let guard = crate::lock(&self.git_guards).remove(scope);
-            if let Some(guard) = guard {
-                guard.check(Moment::ScopeEnd).await;
-            }
-            // Its temporary directory goes with it: taken out under the lock, deleted after it
-            // on a blocking thread. Deleting many files takes seconds, and every start of
-            // every scope needs that lock.
-            let sandbox = self
-                .sandboxes
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(scope);
-            if let Some(sandbox) = sandbox {
-                let _ = tokio::task::spawn_blocking(move || drop(sandbox)).await;
+            // What it holds besides: taken out under the lock, let go after it (`scope.rs`):
+            // every start of every scope needs that lock.
+            let held = crate::lock(&self.scopes).remove(scope);
+            if let Some(held) = held {
+                held.end().await;
             }
         })
     }

@@ -1495,9 +1495,9 @@ async fn ending_a_scope_with_many_temporary_files_holds_up_no_other_scope() {
     });
     // The teardown has taken the scope's sandbox out of the table.
     while manager
-        .sandboxes
+        .scopes
         .lock()
-        .unwrap_or_else(PoisonError::into_inner)
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .contains_key("a")
     {
         tokio::task::yield_now().await;
