@@ -119,7 +119,7 @@ async fn one_call(session: &Session) -> Result<Duration, String> {
 fn every<F, Fut>(period: Duration, stop: Stop, step: F) -> tokio::task::JoinHandle<()>
 where
     F: Fn() -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
 {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(period);

@@ -141,7 +141,7 @@ async fn open_sessions(server: &HttpServer, n: usize) -> Vec<Arc<Session>> {
 /// Run `futures` as tasks at once; their outputs in order.
 async fn futures_join<F>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
 where
-    F: std::future::Future + Send + 'static,
+    F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
     let handles: Vec<_> = futures.map(tokio::spawn).collect();

@@ -110,29 +110,28 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 eprintln!("toolhost test: {error}");
                 Ok(ExitCode::from(2))
             };
-            let files = match crate::cli::scenarios::collect(scenarios) {
+            let files = match cli::scenarios::collect(scenarios) {
                 Ok(files) => files,
                 Err(error) => return unusable(&error),
             };
-            let runner =
-                match crate::cli::scenarios::Runner::new(plugin, manifest.as_deref(), cache) {
-                    Ok(runner) => runner,
-                    Err(error) => return unusable(&error),
-                };
+            let runner = match cli::scenarios::Runner::new(plugin, manifest.as_deref(), cache) {
+                Ok(runner) => runner,
+                Err(error) => return unusable(&error),
+            };
             // The report goes out as scenarios finish (a reader that went away is ignored).
-            match crate::cli::scenarios::run(&runner, &files, &mut std::io::stdout()).await {
+            match cli::scenarios::run(&runner, &files, &mut std::io::stdout()).await {
                 Ok((_, 0)) => Ok(ExitCode::SUCCESS),
                 Ok(_) => Ok(ExitCode::FAILURE),
                 Err(error) => unusable(&error),
             }
         }
         Command::NewPolicy { name, dir } => {
-            let policy = crate::cli::scaffold::PolicyCrate::new(name)?;
+            let policy = cli::scaffold::PolicyCrate::new(name)?;
             let root = policy.write(dir)?;
             out(format_args!(
                 "Created the policy crate {} (a copy of the policy SDK is in {}/). Next:\n{}",
                 root.display(),
-                crate::cli::scaffold::SDK,
+                cli::scaffold::SDK,
                 policy.next_steps()
             ));
             Ok(ExitCode::SUCCESS)

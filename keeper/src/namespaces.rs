@@ -347,7 +347,7 @@ fn open_at(
             dir,
             target.as_ptr(),
             &raw const how,
-            std::mem::size_of::<OpenHow>(),
+            size_of::<OpenHow>(),
         )
     };
     if fd >= 0 {
@@ -706,7 +706,7 @@ fn mount_read_only(dir: RawFd, path: &std::ffi::CStr, flags: libc::c_uint) -> bo
             path.as_ptr(),
             flags,
             &raw const attr,
-            std::mem::size_of::<libc::mount_attr>(),
+            size_of::<libc::mount_attr>(),
         )
     };
     result == 0

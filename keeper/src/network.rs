@@ -91,7 +91,7 @@ fn bound_socket(family: libc::c_int, kind: libc::c_int, port: u16) -> io::Result
                 libc::IPPROTO_IPV6,
                 libc::IPV6_V6ONLY,
                 (&raw const only).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                size_of::<libc::c_int>() as libc::socklen_t,
             )
         };
         // SAFETY: sockaddr_in6 is plain data; all zeroes is a valid starting value.
@@ -104,7 +104,7 @@ fn bound_socket(family: libc::c_int, kind: libc::c_int, port: u16) -> io::Result
             libc::bind(
                 fd,
                 (&raw const address).cast(),
-                std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
+                size_of::<libc::sockaddr_in6>() as libc::socklen_t,
             )
         }
     } else {
@@ -118,7 +118,7 @@ fn bound_socket(family: libc::c_int, kind: libc::c_int, port: u16) -> io::Result
             libc::bind(
                 fd,
                 (&raw const address).cast(),
-                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                size_of::<libc::sockaddr_in>() as libc::socklen_t,
             )
         }
     };
@@ -139,7 +139,7 @@ fn tcp_listener(family: libc::c_int, port: u16) -> io::Result<(OwnedFd, u16)> {
     }
     // SAFETY: sockaddr_storage is plain data; room for any address.
     let mut address: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut length = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    let mut length = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
     // SAFETY: `address` and `length` are valid out-pointers of the sizes given.
     if unsafe {
         libc::getsockname(
@@ -168,7 +168,7 @@ fn udp_socket(family: libc::c_int, port: u16) -> io::Result<OwnedFd> {
 /// Send `bytes` on the socket `socket` with `fds` attached to them (`SCM_RIGHTS`).
 pub(crate) fn send_with_fds(socket: RawFd, bytes: &[u8], fds: &[OwnedFd]) -> io::Result<()> {
     let raw: Vec<libc::c_int> = fds.iter().map(AsRawFd::as_raw_fd).collect();
-    let data_len = std::mem::size_of_val(raw.as_slice());
+    let data_len = size_of_val(raw.as_slice());
     // SAFETY: a pure size computation.
     let space = unsafe { libc::CMSG_SPACE(data_len as u32) } as usize;
     // u64 units: aligned as a `cmsghdr`.

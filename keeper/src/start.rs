@@ -110,8 +110,8 @@ fn receive_with_fds(socket: RawFd, buf: &mut [u8]) -> io::Result<(usize, Vec<Own
     // Room for the control message, aligned as the kernel writes it.
     let mut space = [0u64; 8];
     // SAFETY: a pure computation of a size from a constant.
-    let needed = unsafe { libc::CMSG_SPACE((MAX_FDS * std::mem::size_of::<RawFd>()) as u32) };
-    debug_assert!(needed as usize <= std::mem::size_of_val(&space));
+    let needed = unsafe { libc::CMSG_SPACE((MAX_FDS * size_of::<RawFd>()) as u32) };
+    debug_assert!(needed as usize <= size_of_val(&space));
     loop {
         let mut iov = libc::iovec {
             iov_base: buf.as_mut_ptr().cast(),
@@ -151,7 +151,7 @@ fn receive_with_fds(socket: RawFd, buf: &mut [u8]) -> io::Result<(usize, Vec<Own
                 let empty = unsafe { libc::CMSG_LEN(0) } as usize;
                 // `cmsg_len`'s type differs between C libraries.
                 #[allow(clippy::unnecessary_cast)]
-                let count = (len as usize).saturating_sub(empty) / std::mem::size_of::<RawFd>();
+                let count = (len as usize).saturating_sub(empty) / size_of::<RawFd>();
                 // SAFETY: the data of an SCM_RIGHTS message is `count` descriptors.
                 let data = unsafe { libc::CMSG_DATA(header) }.cast::<RawFd>();
                 for index in 0..count {

@@ -161,7 +161,7 @@ fn send_fd(channel: RawFd, fd: RawFd) -> io::Result<()> {
     message.msg_iovlen = 1;
     message.msg_control = space.as_mut_ptr().cast();
     // SAFETY: a pure computation of a size from a constant.
-    message.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as _;
+    message.msg_controllen = unsafe { libc::CMSG_SPACE(size_of::<RawFd>() as u32) } as _;
     // SAFETY: `message` points at `space`, large enough for one descriptor's control message.
     let header = unsafe { libc::CMSG_FIRSTHDR(&raw const message) };
     if header.is_null() {
@@ -171,7 +171,7 @@ fn send_fd(channel: RawFd, fd: RawFd) -> io::Result<()> {
     unsafe {
         (*header).cmsg_level = libc::SOL_SOCKET;
         (*header).cmsg_type = libc::SCM_RIGHTS;
-        (*header).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+        (*header).cmsg_len = libc::CMSG_LEN(size_of::<RawFd>() as u32) as _;
         libc::CMSG_DATA(header).cast::<RawFd>().write_unaligned(fd);
     }
     // SAFETY: `message` points at valid buffers for the call.
@@ -195,7 +195,7 @@ pub(crate) fn receive_listener(channel: RawFd) -> io::Result<OwnedFd> {
     message.msg_iov = &raw mut iov;
     message.msg_iovlen = 1;
     message.msg_control = space.as_mut_ptr().cast();
-    message.msg_controllen = std::mem::size_of_val(&space) as _;
+    message.msg_controllen = size_of_val(&space) as _;
     // SAFETY: `message` points at `iov` and `space`, valid and writable, alive for the call.
     let read = unsafe {
         libc::recvmsg(
@@ -446,7 +446,7 @@ fn handle(shared: &Shared, request: &libc::seccomp_notif) -> Result<(), i32> {
     let fd = i32::try_from(fd).map_err(|_| libc::EBADF)?;
     let length = usize::try_from(length).map_err(|_| libc::EINVAL)?;
     // As the kernel: an address longer than a sockaddr_storage is invalid.
-    if length > std::mem::size_of::<libc::sockaddr_storage>() {
+    if length > size_of::<libc::sockaddr_storage>() {
         return Err(libc::EINVAL);
     }
     let mut bytes = vec![0u8; length];
@@ -784,7 +784,7 @@ fn pin(pid: libc::pid_t, path: &[u8], id: u64, shared: &Shared) -> Result<File, 
     let base = if path.first() == Some(&b'/') {
         None
     } else {
-        let cwd = std::fs::File::open(format!("/proc/{pid}/cwd")).map_err(|error| errno(&error))?;
+        let cwd = File::open(format!("/proc/{pid}/cwd")).map_err(|error| errno(&error))?;
         // The cwd is the caller's, not a process's that took its pid.
         if !still_valid(shared, id) {
             return Err(libc::EINTR);
@@ -806,7 +806,7 @@ fn connect(socket: &OwnedFd, address: &[u8]) -> Result<(), i32> {
     let length = libc::socklen_t::try_from(address.len()).map_err(|_| libc::EINVAL)?;
     // SAFETY: sockaddr_storage is plain data.
     let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    if address.len() > std::mem::size_of_val(&storage) {
+    if address.len() > size_of_val(&storage) {
         return Err(libc::EINVAL);
     }
     // SAFETY: `address` fits in `storage` (checked above); both are valid for the copy.

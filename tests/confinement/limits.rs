@@ -219,7 +219,7 @@ fn without_cgroups_memory_is_limited_per_process() {
     assert!(output.contains("MemoryError"), "{result}");
     assert!(!output.contains("memory limit of"), "{result}");
     // And `toolhost sandbox` says a session and the host are then not bounded.
-    let report = std::process::Command::new(toolhost_e2e::toolhost_bin())
+    let report = Command::new(toolhost_bin())
         .arg("sandbox")
         .env("TOOLHOST_SANDBOX_DISABLE", "cgroups")
         .output()

@@ -51,7 +51,7 @@ fn reset_peak() -> bool {
 /// What one command on a terminal cost the host, measured alone in this process.
 struct Measured {
     /// The `execute` result.
-    result: serde_json::Value,
+    result: Value,
     /// How far the host's resident memory grew, in KiB, once the command ended.
     grown_kib: u64,
     /// How far it grew at its peak, in KiB; `None` where the kernel refused to reset the peak.

@@ -107,7 +107,7 @@ impl ResourceLimiter for CallLimiter {
             }
             .into());
         }
-        let bytes = desired.saturating_sub(current) * std::mem::size_of::<usize>();
+        let bytes = desired.saturating_sub(current) * size_of::<usize>();
         self.charge(bytes, "a table")?;
         Ok(true)
     }

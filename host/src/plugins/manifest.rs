@@ -284,7 +284,7 @@ mod tests {
         );
         let network = guarded.grants.sandbox.network.expect("a network grant");
         let list = network.allow_list().expect("an allow-list");
-        let host = crate::sandbox::network::Host::parse("pypi.org").expect("a host");
+        let host = sandbox::network::Host::parse("pypi.org").expect("a host");
         assert!(list.allows(&host, 443), "{list}");
     }
 

@@ -364,8 +364,8 @@ pub(crate) fn make(
     // With the gate, the answer carries descriptors: stdout is a Unix socket.
     let with_gate = request.gate && request.private_network;
     let (answer, stdout) = if with_gate {
-        let (ours, theirs) = std::os::unix::net::UnixStream::pair()
-            .map_err(|e| failed("a socket for the helper's answer", e))?;
+        let (ours, theirs) =
+            UnixStream::pair().map_err(|e| failed("a socket for the helper's answer", e))?;
         (Some(ours), Stdio::from(OwnedFd::from(theirs)))
     } else {
         (None, Stdio::piped())
@@ -472,7 +472,7 @@ fn read_line_with_fds(
 const HELPER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Whether `fd` has something to read (or reached its end) within `timeout`.
-fn readable_within(fd: std::os::fd::BorrowedFd<'_>, timeout: std::time::Duration) -> bool {
+fn readable_within(fd: BorrowedFd<'_>, timeout: std::time::Duration) -> bool {
     let mut poll = libc::pollfd {
         fd: fd.as_raw_fd(),
         events: libc::POLLIN,
@@ -573,7 +573,7 @@ mod tests {
     #[test]
     fn a_running_process_is_not_exiting_and_a_gone_one_is() {
         assert!(!exiting(std::process::id() as libc::pid_t));
-        let mut child = std::process::Command::new("true").spawn().expect("spawn");
+        let mut child = Command::new("true").spawn().expect("spawn");
         let pid = child.id() as libc::pid_t;
         child.wait().expect("wait");
         assert!(exiting(pid), "reaped: no stat to read");

@@ -288,7 +288,7 @@ pub fn report(
                 hierarchy.describe("pids")
             );
         }
-        None if super::namespaces::nproc_limit_applies(namespaces.is_ok()) => {
+        None if namespaces::nproc_limit_applies(namespaces.is_ok()) => {
             let _ = writeln!(
                 out,
                 "    processes: the session's commands of one profile together (RLIMIT_NPROC in \

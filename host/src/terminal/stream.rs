@@ -136,7 +136,7 @@ mod tests {
                 self.0.push(params.iter().map(|param| param.len()).sum());
             }
         }
-        let mut parser = vte::Parser::<16>::new_with_size();
+        let mut parser = Parser::<16>::new_with_size();
         let mut kept = Kept(Vec::new());
         parser.advance(&mut kept, b"\x1b]0;");
         for _ in 0..100 {

@@ -437,7 +437,7 @@ mod tests {
     use super::*;
     use tokio::net::unix::pipe::Receiver;
 
-    fn spec(command: &str, workdir: &Path) -> (std::io::PipeReader, HostEnds, ChildSpec) {
+    fn spec(command: &str, workdir: &Path) -> (io::PipeReader, HostEnds, ChildSpec) {
         let (reader, writer) = io::pipe().expect("pipe");
         let (host, keeper) = channels().expect("channels");
         let spec = ChildSpec::new(

@@ -230,7 +230,7 @@ mod tests {
         }
         bytes.extend_from_slice(&Status::ExitedNothingLeft.message(7));
         let writer = std::thread::spawn(move || {
-            std::io::Write::write_all(&mut std::fs::File::from(write), &bytes).expect("write");
+            io::Write::write_all(&mut std::fs::File::from(write), &bytes).expect("write");
         });
         let mut status = pipe::Receiver::from_owned_fd(read).expect("receiver");
         let report = read_exit(&mut status).await;

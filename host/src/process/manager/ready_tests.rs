@@ -229,7 +229,7 @@ async fn a_keeper_prepared_for_one_scope_is_never_used_by_another() {
 
 #[tokio::test]
 async fn a_command_cannot_signal_the_keeper_it_was_handed_to() {
-    if crate::sandbox::probe::support().landlock_abi < 6 {
+    if sandbox::probe::support().landlock_abi < 6 {
         eprintln!("Landlock ABI < 6: signals are not scoped here; nothing to check");
         return;
     }
@@ -262,7 +262,7 @@ async fn a_command_cannot_signal_the_keeper_it_was_handed_to() {
 #[test]
 fn ready_keepers_are_bounded_per_scope_and_per_host() {
     let pool = ReadyKeepers::new(5, Duration::from_secs(60));
-    let mut profile = crate::sandbox::SandboxSettings::default().profile();
+    let mut profile = sandbox::SandboxSettings::default().profile();
     let first = profile.clone();
     assert!(pool.turn("a", &first).is_some());
     assert!(pool.turn("a", &first).is_some());

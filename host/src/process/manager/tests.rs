@@ -13,7 +13,7 @@ fn test_config(dir: &Path) -> ProcessManagerConfig {
         state_dir: Some(dir.join("logs")),
         max_running_per_scope: 16,
         nice: 0,
-        sandbox: crate::sandbox::SandboxSettings {
+        sandbox: sandbox::SandboxSettings {
             // The host's /tmp shared with the commands (they get a private one otherwise), for
             // the temporary directories these tests share with them.
             writable: vec![std::env::temp_dir().canonicalize().expect("temp dir")],
@@ -1425,7 +1425,7 @@ async fn a_finished_record_holds_no_keeper_or_cgroup() {
 /// the command), for each controller the host may create cgroups with here.
 #[tokio::test]
 async fn a_confined_command_runs_in_its_own_cgroups() {
-    let hierarchies = crate::sandbox::cgroup::hierarchies();
+    let hierarchies = sandbox::cgroup::hierarchies();
     let expected: Vec<(&str, bool)> =
         [("pids", &hierarchies.pids), ("memory", &hierarchies.memory)]
             .into_iter()
@@ -1521,7 +1521,7 @@ async fn ending_a_scope_with_many_temporary_files_holds_up_no_other_scope() {
 /// past its limit is killed with a note saying so, while another session is not held to it.
 #[tokio::test]
 async fn a_sessions_commands_together_are_bounded_by_the_session_memory_limit() {
-    if crate::sandbox::cgroup::hierarchies().memory.is_none() {
+    if sandbox::cgroup::hierarchies().memory.is_none() {
         eprintln!("no memory cgroup here: nothing bounds a session");
         return;
     }
@@ -1640,8 +1640,7 @@ async fn terminate_reaches_what_is_forked_while_it_goes_out() {
 #[tokio::test]
 async fn what_an_unconfined_command_left_after_killing_its_keeper_is_found_and_stopped() {
     let marker = "30.7171";
-    let (_dir, manager) =
-        manager_with(|config| config.sandbox.mode = crate::sandbox::SandboxMode::Off);
+    let (_dir, manager) = manager_with(|config| config.sandbox.mode = sandbox::SandboxMode::Off);
     let sleeps = || {
         std::fs::read_dir("/proc").map_or(0, |entries| {
             entries

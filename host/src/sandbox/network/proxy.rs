@@ -194,7 +194,7 @@ async fn connect(destinations: &[SocketAddr]) -> Result<tokio::net::TcpStream, S
 /// ended, or neither has carried a byte for [`TUNNEL_IDLE`].
 async fn tunnel<C>(client: C, upstream: tokio::net::TcpStream)
 where
-    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send,
+    C: AsyncRead + AsyncWrite + Unpin + Send,
 {
     let start = tokio::time::Instant::now();
     // Milliseconds from `start` to the last byte either way.
