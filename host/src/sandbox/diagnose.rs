@@ -242,17 +242,7 @@ pub(crate) fn beside_hidden(
         } else {
             workdir.join(name)
         };
-        // `.` and `..` taken out lexically.
-        Some(path.components().fold(PathBuf::new(), |mut out, part| {
-            match part {
-                std::path::Component::ParentDir => {
-                    out.pop();
-                }
-                std::path::Component::CurDir => {}
-                other => out.push(other),
-            }
-            out
-        }))
+        Some(super::normalize(&path))
     };
     for line in text.lines() {
         // Landlock refuses with EACCES; a read-only file system is another matter.

@@ -46,6 +46,21 @@ pub use profile::{
     Profile, SandboxGrant, SandboxMode, SandboxSettings, bound, parse_size, resolve,
 };
 
+/// `path` with `.` and `..` taken out lexically (no link is followed).
+pub(crate) fn normalize(path: &std::path::Path) -> std::path::PathBuf {
+    path.components()
+        .fold(std::path::PathBuf::new(), |mut out, part| {
+            match part {
+                std::path::Component::ParentDir => {
+                    out.pop();
+                }
+                std::path::Component::CurDir => {}
+                other => out.push(other),
+            }
+            out
+        })
+}
+
 /// `path` with its links resolved, or as it is when it does not exist.
 pub(crate) fn canonical(path: &std::path::Path) -> std::path::PathBuf {
     path.canonicalize().unwrap_or_else(|_| path.to_path_buf())

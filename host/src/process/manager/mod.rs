@@ -314,20 +314,6 @@ impl PathRoots {
     }
 }
 
-/// `path` with `.` and `..` taken out lexically.
-fn normalize(path: &Path) -> PathBuf {
-    path.components().fold(PathBuf::new(), |mut out, part| {
-        match part {
-            std::path::Component::ParentDir => {
-                out.pop();
-            }
-            std::path::Component::CurDir => {}
-            other => out.push(other),
-        }
-        out
-    })
-}
-
 impl ProcessManager {
     /// Create a manager. Its tasks run on the current Tokio runtime, and it starts one thread
     /// from which all processes are created (it lives as long as the manager; see the module
@@ -1028,7 +1014,7 @@ impl ProcessManager {
                 Some(ancestor.canonicalize().ok()?.join(rest))
             })
             .unwrap_or_else(|| path.to_path_buf());
-        let forms = [normalize(path), normalize(&resolved)];
+        let forms = [sandbox::normalize(path), sandbox::normalize(&resolved)];
         let roots = &self.path_roots;
         let requested: Vec<PathBuf> = profile.hidden.iter().map(|path| canonical(path)).collect();
         roots.hidden.iter().chain(&requested).any(|hidden| {

@@ -3,6 +3,7 @@
 //! (followed only where they stay inside a guarded root), and the submodules beneath.
 
 use super::*;
+use crate::sandbox::normalize;
 
 impl Checker<'_> {
     /// The git directories of the roots (at most [`MAX_GIT_DIRS`]), checking the `.git` files
@@ -229,18 +230,4 @@ pub(super) fn resolve(path: &Path) -> PathBuf {
             Some(normalize(&ancestor.canonicalize().ok()?.join(rest)))
         })
         .unwrap_or(path)
-}
-
-/// `path` with `.` and `..` taken out lexically.
-pub(super) fn normalize(path: &Path) -> PathBuf {
-    path.components().fold(PathBuf::new(), |mut out, part| {
-        match part {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other),
-        }
-        out
-    })
 }
