@@ -71,11 +71,7 @@ impl Hierarchy {
 pub fn hierarchies() -> &'static Hierarchies {
     static FOUND: OnceLock<Hierarchies> = OnceLock::new();
     FOUND.get_or_init(|| {
-        if std::env::var("TOOLHOST_SANDBOX_DISABLE")
-            .unwrap_or_default()
-            .split(',')
-            .any(|layer| layer.trim() == "cgroups")
-        {
+        if super::probe::disabled("cgroups") {
             return Hierarchies::default();
         }
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
