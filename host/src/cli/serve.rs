@@ -33,8 +33,8 @@ pub(crate) struct ServeArgs {
         requires = "http"
     )]
     pub(crate) idle_timeout: humantime::Duration,
-    /// The most HTTP sessions at once; a new session beyond it is refused (503) until one
-    /// ends or expires.
+    /// The most HTTP sessions at once, and the most named scopes (protocol 2026-07-28) at
+    /// once; one beyond it is refused (503, or -32000 for a scope) until one ends or expires.
     #[arg(long, value_name = "N", default_value_t = 256, requires = "http", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_sessions: u32,
     /// The most HTTP sessions of one principal (a `NAME` of --token-file) at once; a new
