@@ -140,16 +140,10 @@ impl Cache {
 
 /// The entries of the cache file at `path`, if it is usable.
 fn read(path: &Path, version: &str) -> Option<HashMap<String, Entry>> {
-    use std::io::Read;
-    let file = std::fs::File::open(path).ok()?;
-    let mut contents = Vec::new();
-    file.take(MAX_CACHE_BYTES + 1)
-        .read_to_end(&mut contents)
-        .ok()?;
-    if contents.len() as u64 > MAX_CACHE_BYTES {
+    let Some(contents) = super::read_capped(path, MAX_CACHE_BYTES).ok()? else {
         tracing::debug!(path = %path.display(), "the secret scan cache is too large: rebuilt");
         return None;
-    }
+    };
     match serde_json::from_slice::<CacheFile>(&contents) {
         Ok(cache) if cache.version == version => Some(cache.entries),
         Ok(_) => None,

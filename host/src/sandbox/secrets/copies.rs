@@ -20,7 +20,6 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::ffi::OsString;
-use std::io::Read;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -168,19 +167,10 @@ fn git_directories(home: &Path) -> Vec<PathBuf> {
 
 /// The settings of `git_dir`'s config (none when it is missing, too large or unparsable).
 fn config(git_dir: &Path) -> Vec<git_guard::Setting> {
-    let Ok(file) = std::fs::File::open(git_dir.join("config")) else {
-        return Vec::new();
-    };
-    let mut text = Vec::new();
-    if file
-        .take(MAX_CONFIG_BYTES + 1)
-        .read_to_end(&mut text)
-        .is_err()
-        || text.len() as u64 > MAX_CONFIG_BYTES
-    {
-        return Vec::new();
+    match super::read_capped(&git_dir.join("config"), MAX_CONFIG_BYTES) {
+        Ok(Some(text)) => git_guard::parse(&text).unwrap_or_default(),
+        _ => Vec::new(),
     }
-    git_guard::parse(&text).unwrap_or_default()
 }
 
 /// The value of `key` (`section.name`, lower case) in `settings`: the last one, as git reads it;
@@ -327,17 +317,12 @@ pub(crate) enum IndexError {
 
 /// The bytes of the index at `path`; `None` when there is none.
 fn read_index(path: &Path) -> Result<Option<Vec<u8>>, IndexError> {
-    let file = match std::fs::File::open(path) {
-        Ok(file) => file,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(error) => return Err(error.into()),
-    };
-    let mut bytes = Vec::new();
-    file.take(MAX_INDEX_BYTES + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > MAX_INDEX_BYTES {
-        return Err(IndexError::TooLarge);
+    match super::read_capped(path, MAX_INDEX_BYTES) {
+        Ok(Some(bytes)) => Ok(Some(bytes)),
+        Ok(None) => Err(IndexError::TooLarge),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(error.into()),
     }
-    Ok(Some(bytes))
 }
 
 fn be32(bytes: &[u8], at: usize) -> Option<u32> {

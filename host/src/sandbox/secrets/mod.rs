@@ -29,6 +29,27 @@ mod variables;
 pub use scan::Finding;
 pub use variables::is_secret_variable;
 
+/// The bytes of the regular file at `path` when it holds at most `max` of them (`Ok(None)`:
+/// more). It is opened without blocking: a FIFO or device put where a file was expected never
+/// hangs the host (`InvalidInput`: not a regular file).
+pub(crate) fn read_capped(path: &Path, max: u64) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    let mut content = Vec::new();
+    file.take(max.saturating_add(1)).read_to_end(&mut content)?;
+    Ok((content.len() as u64 <= max).then_some(content))
+}
+
 /// Credential stores under a home directory, hidden from every confined command.
 pub const HIDDEN_IN_HOME: &[&str] = &[
     // Keys and agents.

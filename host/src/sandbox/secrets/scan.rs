@@ -335,25 +335,13 @@ fn sorted_entries(dir: &Path) -> Vec<PathBuf> {
     paths
 }
 
-/// The content of the file at `path` when it has at most `max` bytes and no NUL byte. Opened
-/// without blocking: a FIFO put there since the stat does not hang the scan.
+/// The content of the file at `path` when it has at most `max` bytes and no NUL byte (see
+/// [`super::read_capped`]: a FIFO put there since the stat does not hang the scan).
 fn read(path: &Path, max: u64) -> Option<Vec<u8>> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
-        .open(path)
-        .ok()?;
-    if !file.metadata().ok()?.is_file() {
-        return None;
-    }
-    let mut content = Vec::new();
-    file.take(max + 1).read_to_end(&mut content).ok()?;
-    if content.len() as u64 > max || memchr::memchr(0, &content).is_some() {
-        return None;
-    }
-    Some(content)
+    super::read_capped(path, max)
+        .ok()
+        .flatten()
+        .filter(|content| memchr::memchr(0, content).is_none())
 }
 
 #[cfg(test)]

@@ -226,9 +226,7 @@ fn has_url_with_password(text: &[u8]) -> bool {
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack
-        .windows(needle.len())
-        .position(|window| window == needle)
+    memchr::memmem::find(haystack, needle)
 }
 
 #[cfg(test)]
