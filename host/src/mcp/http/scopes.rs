@@ -23,7 +23,7 @@ use rmcp::service::RequestContext;
 use rmcp::task_manager::TaskManager;
 use rmcp::{ErrorData, RoleServer};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -110,10 +110,7 @@ impl HttpScopes {
     /// Why scope `key` was ended, if it was reclaimed for another principal; forgotten once
     /// told.
     fn take_reclaimed(&self, key: &Key) -> Option<String> {
-        let mut reclaimed = self
-            .reclaimed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut reclaimed = crate::lock(&self.reclaimed);
         let at = reclaimed.iter().position(|(gone, _)| gone == key)?;
         reclaimed.remove(at).map(|(_, why)| why)
     }
@@ -185,10 +182,7 @@ impl HttpScopes {
         );
         tracing::warn!(scope = %entry.name, "{why}");
         {
-            let mut reclaimed = self
-                .reclaimed
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut reclaimed = crate::lock(&self.reclaimed);
             if reclaimed.len() >= MAX_RECLAIMED {
                 reclaimed.pop_front();
             }
@@ -200,7 +194,7 @@ impl HttpScopes {
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, HashMap<(Principal, String), Entry>> {
-        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::lock(&self.table)
     }
 
     /// The scope `id` of `principal` (`""`: its default scope), in use until the returned

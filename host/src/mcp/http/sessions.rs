@@ -23,6 +23,7 @@
 use super::super::jsonrpc::{self, INVALID_REQUEST, Parsed, id_key};
 use super::idle::{idle_wait, take_idle};
 use super::scopes::Principal;
+use crate::lock;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
@@ -95,12 +96,6 @@ enum Full {
     Principal,
     /// The server holds `--max-sessions`, none of them to reclaim.
     Total,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// One session's traffic.

@@ -223,7 +223,7 @@ impl Entry {
     /// What the confinement refused this command, in the order of `diagnose.rs`'s flow: the
     /// limits it reached, the sockets and hosts refused, and, when nothing of these explains a
     /// failure, what its output shows.
-    pub(super) fn refusals(&self, exit: Option<Exit>) -> Vec<Refusal> {
+    fn refusals(&self, exit: Option<Exit>) -> Vec<Refusal> {
         let mut refusals = self.limit_refusals();
         let unix_refused = lock(&self.unix_refused).clone();
         if !unix_refused.is_empty() {
@@ -240,7 +240,8 @@ impl Entry {
             refusals.push(Refusal::Network(refused));
         }
         let failed = exit.is_some_and(|exit| exit.exit_code() != 0);
-        if failed && refusals.is_empty() {
+        // Nothing confines an unconfined command: its output is not rendered for a diagnosis.
+        if failed && refusals.is_empty() && self.profile.mode != SandboxMode::Off {
             let text = lock(&self.state).buffer.render().text;
             refusals.extend(diagnose::in_output(
                 &text,
