@@ -329,19 +329,12 @@ impl HiddenPaths {
         let mut scanned = None;
         let found = if scan.enabled {
             // The listed stores are hidden whole: the scan need not look inside them.
-            let listed = HiddenPaths::new(&homes, &runtime, &[], &[])?;
-            let skip: Vec<PathBuf> = listed
-                .paths
-                .iter()
-                .cloned()
+            let distinct = homes.distinct();
+            let skip: Vec<PathBuf> = listed(&distinct, &runtime)
+                .into_iter()
                 .chain(scan.skip.iter().map(|path| canonical(path)))
                 .collect();
-            let report = scan::scan(
-                &listed.homes,
-                &skip,
-                scan.cache_dir.as_deref(),
-                &scan::LIMITS,
-            );
+            let report = scan::scan(&distinct, &skip, scan.cache_dir.as_deref(), &scan::LIMITS);
             scanned = Some(Scanned {
                 files: report.files,
                 truncated: report.truncated,
@@ -377,21 +370,12 @@ impl HiddenPaths {
         reveal: &[PathBuf],
     ) -> Result<HiddenPaths, NotHidden> {
         let homes = homes.distinct();
-        let mut paths: Vec<PathBuf> = Vec::new();
+        let mut paths = listed(&homes, runtime_dirs);
         let push = |path: PathBuf, paths: &mut Vec<PathBuf>| {
             if !paths.contains(&path) {
                 paths.push(path);
             }
         };
-        for home in &homes {
-            for name in HIDDEN_IN_HOME {
-                // Resolved: a `~/.ssh` that is a link hides where it points.
-                push(canonical(&home.join(name)), &mut paths);
-            }
-        }
-        for dir in runtime_dirs {
-            push(canonical(dir), &mut paths);
-        }
         for finding in &found {
             push(finding.path.clone(), &mut paths);
         }
@@ -528,6 +512,22 @@ impl HiddenPaths {
             .max_by_key(|path| path.as_os_str().len())
             .cloned()
     }
+}
+
+/// The listed stores under each of `homes` (distinct) and the `runtime_dirs`, resolved (a
+/// `~/.ssh` that is a link hides where it points), each once.
+fn listed(homes: &[PathBuf], runtime_dirs: &[PathBuf]) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = Vec::new();
+    let stores = homes
+        .iter()
+        .flat_map(|home| HIDDEN_IN_HOME.iter().map(move |name| home.join(name)));
+    for path in stores.chain(runtime_dirs.iter().cloned()) {
+        let path = canonical(&path);
+        if !paths.contains(&path) {
+            paths.push(path);
+        }
+    }
+    paths
 }
 
 /// The user's runtime directories: `$XDG_RUNTIME_DIR` and `/run/user/UID`. They hold the
