@@ -373,12 +373,33 @@ fn mask(path: &Path) -> io::Result<()> {
     let Some(fd) = open_no_symlinks(path, libc::O_DIRECTORY)? else {
         return Ok(());
     };
+    mask_dir(&fd).map_err(|error| {
+        io::Error::new(error.kind(), format!("masking {}: {error}", path.display()))
+    })
+}
+
+/// Cover the directory `place` with an empty, read-only tmpfs of mode 000.
+fn mask_dir(place: &OwnedFd) -> io::Result<()> {
     mount_tmpfs(
-        &fd,
+        place,
         libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
         "mode=000,size=4k",
     )
-    .map_err(|error| io::Error::new(error.kind(), format!("masking {}: {error}", path.display())))
+}
+
+/// Bind `source` over `target` (both NUL-terminated paths); whether it was done.
+fn bind(source: &std::ffi::CStr, target: &std::ffi::CStr) -> bool {
+    // SAFETY: NUL-terminated strings for source and target; no type or data for a bind.
+    let bound = unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        )
+    };
+    bound == 0
 }
 
 /// Mount a new tmpfs with `flags` and `options` on the directory `place`.
@@ -518,16 +539,7 @@ fn cover_files(files: &[PathBuf], scratch: Option<&Scratch>) -> io::Result<()> {
                 path.display()
             )));
         }
-        // SAFETY: NUL-terminated strings for source and target; no type or data for a bind.
-        let ok = unsafe {
-            libc::mount(
-                source.as_ptr(),
-                target.as_ptr(),
-                std::ptr::null(),
-                libc::MS_BIND,
-                std::ptr::null(),
-            )
-        } == 0;
+        let ok = bind(&source, &target);
         step(&format!("covering {}", path.display()), ok)?;
     }
     Ok(())
@@ -1026,11 +1038,7 @@ fn cover_late(path: &[u8], has_cover: bool) -> i32 {
         Err(error) => return errno(error),
     };
     if kind.is_dir() {
-        return match mount_tmpfs(
-            &fd,
-            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            "mode=000,size=4k",
-        ) {
+        return match mask_dir(&fd) {
             Ok(()) => 0,
             Err(error) => errno(error),
         };
@@ -1038,18 +1046,10 @@ fn cover_late(path: &[u8], has_cover: bool) -> i32 {
     if !kind.is_file() || !has_cover {
         return libc::EINVAL;
     }
-    let source = format!("/proc/self/fd/{HOLDER_COVER}\0");
-    // SAFETY: NUL-terminated strings for source and target; no type or data for a bind.
-    let bound = unsafe {
-        libc::mount(
-            source.as_ptr().cast(),
-            target.as_ptr(),
-            std::ptr::null(),
-            libc::MS_BIND,
-            std::ptr::null(),
-        )
-    } == 0;
-    if bound {
+    let Ok(source) = CString::new(format!("/proc/self/fd/{HOLDER_COVER}")) else {
+        return libc::EINVAL;
+    };
+    if bind(&source, &target) {
         0
     } else {
         errno(io::Error::last_os_error())
