@@ -430,7 +430,7 @@ impl Drop for ChildStack {
 mod tests {
     use std::path::Path;
 
-    use super::super::spec::Launch;
+    use super::super::spec::{ChildStdio, Launch};
 
     use super::super::keeper::{HostEnds, channels, read_exit, request, wait_gone};
     use super::super::reap::{Exit, stop_and_reap};
@@ -441,14 +441,17 @@ mod tests {
         let (reader, writer) = io::pipe().expect("pipe");
         let (host, keeper) = channels().expect("channels");
         let spec = ChildSpec::new(
-            &Launch {
+            Launch {
                 shell: Path::new("/bin/sh"),
                 command,
                 env: &[],
                 inherit: None,
                 workdir,
+                stdio: ChildStdio {
+                    output: writer.into(),
+                    stdin: None,
+                },
             },
-            writer.into(),
             keeper,
             None,
             None,

@@ -213,7 +213,7 @@ impl Entry {
     /// The processes that carry this command's mark (an unconfined command's, found this way
     /// once its keeper is lost).
     pub(super) fn marked_processes(&self) -> Vec<i32> {
-        marked(&owner_mark(&self.id))
+        marked(&owner_mark(&self.spec.id))
     }
 
     /// Send `signal` (`SIGKILL` for a terminate: nothing escalates it later) to the processes

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use super::input::InputSide;
 use super::keeper;
-use super::output_log::{LogIndex, OutputLog};
+use super::output_log::{OutputLog, ScopeLogs};
 use super::reap::{self, Exit};
 use crate::buffer::HeadTailBuffer;
 use crate::lock;
@@ -29,30 +29,10 @@ use crate::terminal::stream_view;
 
 /// One process's record.
 pub(super) struct Entry {
-    pub(super) seq: u64,
-    pub(super) id: String,
-    pub(super) scope: String,
-    pub(super) command: String,
-    pub(super) workdir: PathBuf,
-    pub(super) background: bool,
-    /// The confinement it runs under.
-    pub(super) profile: Profile,
-    /// `RLIMIT_NPROC` holds its process limit (see `sandbox::Prepared`).
-    pub(super) nproc_rlimit: bool,
-    /// The sizes of its session's own `/tmp` and `/dev/shm`, when bounded.
-    pub(super) private_space: Option<PrivateSpace>,
-    /// What its session's network gate refuses, and the allow-list, under `allow=`.
-    pub(super) network_gate: Option<(Arc<Refusals>, Arc<AllowList>)>,
-    /// The paths hidden from it by the operator's settings, when it runs confined.
-    pub(super) hidden: Option<Arc<HiddenPaths>>,
-    /// Its scope's git guard, when it runs confined (see `sandbox/git_guard/`).
-    pub(super) git_guard: Option<Arc<GitGuard>>,
-    /// What the git guard undid right before it started.
-    pub(super) git_note: Option<String>,
+    /// What the process is, as set at its start.
+    pub(super) spec: EntrySpec,
     /// Its cgroups (limits on everything it started), if any.
     pub(super) cgroups: Mutex<Option<CommandCgroups>>,
-    pub(super) started_ms: u64,
-    pub(super) started_at: Instant,
     /// Counted in its scope's running count (until finished).
     pub(super) counted: AtomicBool,
     /// The keeper: its pid until it is reaped (while it is `Some` the keeper is our child,
@@ -113,7 +93,7 @@ pub(super) struct Ended {
     pub(super) exit: Option<Exit>,
 }
 
-/// What a new record is made of.
+/// What a process is: set at its start, and held by its record as is.
 pub(super) struct EntrySpec {
     pub(super) seq: u64,
     pub(super) id: String,
@@ -131,14 +111,18 @@ pub(super) struct EntrySpec {
     pub(super) network_gate: Option<(Arc<Refusals>, Arc<AllowList>)>,
     /// The paths hidden from it by the operator's settings, when it runs confined.
     pub(super) hidden: Option<Arc<HiddenPaths>>,
-    /// Its scope's git guard, when it runs confined.
+    /// Its scope's git guard, when it runs confined (see `sandbox/git_guard/`).
     pub(super) git_guard: Option<Arc<GitGuard>>,
     /// What the git guard undid right before it started.
     pub(super) git_note: Option<String>,
-    /// Its cgroups (limits on everything it started), if any.
-    pub(super) cgroups: Option<CommandCgroups>,
     pub(super) started_ms: u64,
     pub(super) started_at: Instant,
+}
+
+/// What a new record takes over from its start: the keeper and what the process holds.
+pub(super) struct Held {
+    /// Its cgroups (limits on everything it started), if any.
+    pub(super) cgroups: Option<CommandCgroups>,
     /// The keeper, our unreaped child.
     pub(super) keeper: Pid,
     /// The host's end of the keeper's control socket.
@@ -151,32 +135,18 @@ pub(super) struct EntrySpec {
 
 impl Entry {
     /// A running process's record, not yet counted in its scope.
-    pub(super) fn new(spec: EntrySpec) -> Arc<Self> {
+    pub(super) fn new(spec: EntrySpec, held: Held) -> Arc<Self> {
         Arc::new(Self {
-            seq: spec.seq,
-            id: spec.id,
-            scope: spec.scope,
-            command: spec.command,
-            workdir: spec.workdir,
-            background: spec.background,
-            profile: spec.profile,
-            nproc_rlimit: spec.nproc_rlimit,
-            private_space: spec.private_space,
-            network_gate: spec.network_gate,
-            hidden: spec.hidden,
-            git_guard: spec.git_guard,
-            git_note: spec.git_note,
-            cgroups: Mutex::new(spec.cgroups),
-            started_ms: spec.started_ms,
-            started_at: spec.started_at,
+            spec,
+            cgroups: Mutex::new(held.cgroups),
             counted: AtomicBool::new(false),
             holding: AtomicBool::new(false),
             keeper: Mutex::new(Keeper {
-                pid: Some(spec.keeper),
-                control: Some(spec.control),
+                pid: Some(held.keeper),
+                control: Some(held.control),
             }),
             state: Mutex::new(EntryState {
-                buffer: spec.buffer,
+                buffer: held.buffer,
                 last_read_end: 0,
                 end: None,
                 log_path: None,
@@ -188,7 +158,7 @@ impl Entry {
             gone: watch::channel(false).0,
             removed: watch::channel(false).0,
             progress: watch::channel(0).0,
-            input: spec.input,
+            input: held.input,
             log_bytes: AtomicU64::new(0),
             output_bytes: AtomicU64::new(0),
             unix_refused: Mutex::new(Vec::new()),
@@ -229,11 +199,11 @@ impl Entry {
         if !unix_refused.is_empty() {
             refusals.push(Refusal::UnixSockets(unix_refused));
         }
-        if let Some((gate_refusals, list)) = &self.network_gate
+        if let Some((gate_refusals, list)) = &self.spec.network_gate
             && let Some(refused) = crate::sandbox::network::note(
                 gate_refusals,
                 list,
-                self.started_ms,
+                self.spec.started_ms,
                 lock(&self.keeper).pid.map(Pid::as_raw),
             )
         {
@@ -241,15 +211,15 @@ impl Entry {
         }
         let failed = exit.is_some_and(|exit| exit.exit_code() != 0);
         // Nothing confines an unconfined command: its output is not rendered for a diagnosis.
-        if failed && refusals.is_empty() && self.profile.mode != SandboxMode::Off {
+        if failed && refusals.is_empty() && self.spec.profile.mode != SandboxMode::Off {
             let text = lock(&self.state).buffer.render().text;
             refusals.extend(diagnose::in_output(
                 &text,
-                &self.profile,
-                self.nproc_rlimit,
-                self.hidden.as_deref(),
-                &self.workdir,
-                self.started_ms,
+                &self.spec.profile,
+                self.spec.nproc_rlimit,
+                self.spec.hidden.as_deref(),
+                &self.spec.workdir,
+                self.spec.started_ms,
             ));
         }
         refusals
@@ -258,11 +228,11 @@ impl Entry {
     /// The git guard's note, for the end of the output: what it undid right before the command
     /// started, and what it undoes now that the command ended (a check on a blocking thread).
     pub(super) async fn git_notes(&self) -> Option<String> {
-        let now = match &self.git_guard {
+        let now = match &self.spec.git_guard {
             Some(guard) => guard.check(Moment::End).await,
             None => None,
         };
-        match (&self.git_note, now) {
+        match (&self.spec.git_note, now) {
             (None, None) => None,
             (before, now) => Some(format!(
                 "{}{}\n",
@@ -275,7 +245,7 @@ impl Entry {
     /// The limits this command reached (step 1 of `diagnose.rs`'s flow), each logged.
     fn limit_refusals(&self) -> Vec<Refusal> {
         let mut refusals = Vec::new();
-        if let Some(space) = self.private_space
+        if let Some(space) = self.spec.private_space
             && lock(&self.state)
                 .buffer
                 .render()
@@ -286,15 +256,15 @@ impl Entry {
         }
         // Without a pids cgroup, RLIMIT_NPROC may hold the process count: a refused fork reads
         // "Resource temporarily unavailable" (EAGAIN).
-        if let Some(processes) = self.profile.limits.processes
-            && self.profile.mode != SandboxMode::Off
-            && self.nproc_rlimit
+        if let Some(processes) = self.spec.profile.limits.processes
+            && self.spec.profile.mode != SandboxMode::Off
+            && self.spec.nproc_rlimit
         {
             let text = lock(&self.state).buffer.render().text;
             if text.contains("Cannot fork") || text.contains("Resource temporarily unavailable") {
                 tracing::warn!(
-                    scope = %self.scope,
-                    id = %self.id,
+                    scope = %self.spec.scope,
+                    id = %self.spec.id,
                     "forks of a command failed: its session's commands may have reached their limit of {processes} processes"
                 );
                 refusals.push(Refusal::SessionProcesses(processes));
@@ -306,19 +276,19 @@ impl Entry {
         };
         if let Some(kill) = cgroups.memory_kill() {
             tracing::warn!(
-                scope = %self.scope,
-                id = %self.id,
+                scope = %self.spec.scope,
+                id = %self.spec.id,
                 "a process of a command was killed {}",
                 diagnose::memory_why(kill)
             );
             refusals.push(Refusal::Memory(kill));
         }
-        if let Some(processes) = self.profile.limits.processes
+        if let Some(processes) = self.spec.profile.limits.processes
             && cgroups.process_limit_hit()
         {
             tracing::warn!(
-                scope = %self.scope,
-                id = %self.id,
+                scope = %self.spec.scope,
+                id = %self.spec.id,
                 "a command reached its limit of {processes} processes"
             );
             refusals.push(Refusal::Processes(processes));
@@ -415,7 +385,7 @@ impl Entry {
     pub(super) fn ended_now(&self, exit: Option<Exit>) -> Ended {
         Ended {
             exited_ms: unix_ms(),
-            duration_ms: millis(self.started_at.elapsed()),
+            duration_ms: millis(self.spec.started_at.elapsed()),
             exit,
         }
     }
@@ -435,7 +405,7 @@ impl Entry {
         if lock(&self.state).disposed {
             return None;
         }
-        let log = match OutputLog::create(&target.dir, &self.id, target.cap) {
+        let log = match OutputLog::create(&target.dir, &self.spec.id, target.cap) {
             Ok(log) => log,
             Err(error) => {
                 let dir = target.dir.display();
@@ -454,7 +424,7 @@ impl Entry {
             let mut state = lock(&self.state);
             if !state.disposed {
                 state.log_path = Some(log.path().to_owned());
-                target.index.add(&target.scope, &self.id, log.path());
+                target.logs.add(&self.spec.id, log.path());
                 return Some(log);
             }
         }
@@ -510,9 +480,10 @@ impl Entry {
                 .as_ref()
                 .map(|_| self.log_bytes.load(Ordering::Acquire)),
             log_capped: state.log_path.is_some() && self.log_capped(),
-            duration_ms: state
-                .end
-                .map_or_else(|| millis(self.started_at.elapsed()), |end| end.duration_ms),
+            duration_ms: state.end.map_or_else(
+                || millis(self.spec.started_at.elapsed()),
+                |end| end.duration_ms,
+            ),
             left_running: Vec::new(),
         };
         drop(state);
@@ -526,13 +497,13 @@ impl Entry {
         let end = lock(&self.state).end;
         let exit = end.and_then(|end| end.exit);
         ProcessInfo {
-            id: self.id.clone(),
-            command: self.command.clone(),
-            workdir: self.workdir.clone(),
-            background: self.background,
-            profile: self.profile.summary_with(self.nproc_rlimit),
+            id: self.spec.id.clone(),
+            command: self.spec.command.clone(),
+            workdir: self.spec.workdir.clone(),
+            background: self.spec.background,
+            profile: self.spec.profile.summary_with(self.spec.nproc_rlimit),
             running: end.is_none(),
-            started_ms: self.started_ms,
+            started_ms: self.spec.started_ms,
             exited_ms: end.map(|end| end.exited_ms),
             exit_code: exit.map(Exit::exit_code),
             signal: exit.and_then(Exit::signal_name),
@@ -613,8 +584,7 @@ pub(super) struct LogTarget {
     pub(super) dir: Arc<Path>,
     pub(super) cap: u64,
     /// Where the file is registered for its scope.
-    pub(super) index: Arc<LogIndex>,
-    pub(super) scope: String,
+    pub(super) logs: Arc<ScopeLogs>,
     /// Shared by the manager's processes: warn about an unusable directory only once.
     pub(super) warned: Arc<AtomicBool>,
 }

@@ -4,6 +4,8 @@
 use super::tests::{LONG, SCOPE, manager};
 use super::*;
 use crate::process::MAX_INPUT_BYTES;
+use crate::process::{OutputSnapshot, ProcessBackend, ReadFrom, Until};
+use crate::terminal::{Key, TerminalSize};
 
 fn terminal(command: &str) -> StartRequest {
     StartRequest {

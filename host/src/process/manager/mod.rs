@@ -63,24 +63,31 @@
 //! # The parts
 //!
 //! * `config.rs`: the settings.
-//! * `table.rs`: the scope table: listed records, per-scope counts and limits, closing.
+//! * `backend.rs`: the manager as the guests' `ProcessBackend`.
+//! * `request.rs`: checking a start's request (command, variables, working directory).
+//! * `scope.rs`: what a scope holds (its sandbox, its git guard, its log index), and the
+//!   order it is let go in.
+//! * `table.rs`: the process table: listed records, per-scope counts and limits, closing.
 //! * `entry.rs`: one process's record.
-//! * `monitor.rs`: the task that owns a running process: output, exit, drain, retention.
-//! * `ids.rs`: process ids.
-//! * `input.rs`: a process's stdin pipe or terminal; `pty.rs`: opening a terminal.
+//! * `stdio.rs`: a command's output pipe, input pipe or terminal.
+//! * `launch.rs`: getting a command its keeper: one prepared ahead, or one made for it.
+//! * `ready.rs`: the pool of keepers prepared ahead.
+//! * `spec.rs`: what the child runs, and with what (safe code).
+//! * `spawner.rs`: the spawner thread.
+//! * `child.rs`: the child between `clone` and `exec`.
 //! * `keeper.rs`: the host's side of the keeper: its channels, its descriptors, the start
 //!   message's sending (its executable is `keeper_binary.rs`, shared with the sandbox).
-//! * `spawner.rs`: the spawner thread.
-//! * `ready.rs`: keepers prepared ahead.
-//! * `scope.rs`: what a scope holds besides its processes (its sandbox, its git guard), and
-//!   the order it is let go in.
-//! * `spec.rs`: what the child runs, and with what (safe code).
-//! * `child.rs`: the child between `clone` and `exec`.
+//! * `monitor.rs`: the task that owns a running process: output, exit, drain, retention.
+//! * `input.rs`: a process's stdin pipe or terminal; `pty.rs`: opening a terminal.
+//! * `stop.rs`: stopping many processes at once.
 //! * `reap.rs`: waiting for and reaping the keepers.
+//! * `descendants.rs`: what an unconfined command left behind, found by its mark.
+//! * `ids.rs`: process ids.
 //! * `output_log.rs`: the full-output files.
 //!
 //! Unit tests live in `tests.rs` and `*_tests.rs` beside them.
 
+mod backend;
 mod child;
 mod config;
 mod descendants;
@@ -88,20 +95,22 @@ mod entry;
 mod ids;
 mod input;
 mod keeper;
+mod launch;
 mod monitor;
 mod output_log;
 mod pty;
 mod ready;
 mod reap;
+mod request;
 mod scope;
 mod spawner;
 mod spec;
+mod stdio;
+mod stop;
 mod table;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::io;
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
@@ -111,151 +120,26 @@ use tokio::net::unix::pipe;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
-use super::{
-    BoxFuture, LogPage, OutputSnapshot, ProcessBackend, ProcessError, ProcessInfo, ReadFrom,
-    Signal, StartRequest, Stdin, Until,
-};
+use super::{ProcessError, Signal, StartRequest, Stdin};
 use crate::buffer::HeadTailBuffer;
 use crate::sandbox::git_guard::{GitGuard, Moment};
-use crate::sandbox::namespaces::NamespaceKind;
-use crate::sandbox::{self, CommandCgroups, Prepared, Profile, ScopeSandbox, canonical};
-use crate::terminal::{Key, Screen, TerminalSize};
-use child::SpawnStep;
+use crate::sandbox::{self, Prepared, Profile};
 pub use config::ProcessManagerConfig;
-use entry::{Entry, EntrySpec, LogTarget, unix_ms};
+use entry::{Entry, EntrySpec, Held, LogTarget, unix_ms};
 use ids::Ids;
-use input::InputSide;
+use launch::Launcher;
 use monitor::{FIRST_READ_CHUNK, LogSlot, Monitor, MonitorGuard, OutputReader};
-use output_log::LogIndex;
-use ready::{ReadyKeeper, ReadyKeepers};
+use output_log::ScopeLogs;
+use request::{PathRoots, validate_command, validate_env};
 use scope::Scope;
-use spawner::Spawner;
-use spec::{ChildSpec, Launch, StartMessage};
+use spawner::{Spawned, Spawner};
+use spec::Launch;
 use table::{Records, shut_down};
 
 pub use crate::sandbox::probe::{namespaces_available, namespaces_here};
 
-/// The paths hidden from this host's confined commands (see `sandbox/secrets/`), with what the
-/// content scan finds (its cache in `state_dir`, skipping the `skip` paths), said once where no
-/// home directory resolves or a `--reveal` path is not hidden by default.
-fn hidden_paths(
-    settings: &sandbox::SandboxSettings,
-    state_dir: Option<&Path>,
-    skip: Vec<PathBuf>,
-) -> sandbox::HiddenPaths {
-    let scan = sandbox::ScanSettings {
-        enabled: settings.secret_scan && settings.mode != sandbox::SandboxMode::Off,
-        cache_dir: state_dir.map(Path::to_path_buf),
-        skip,
-    };
-    let hidden =
-        sandbox::HiddenPaths::of_this_user_scanned(&settings.hide, &settings.reveal, &scan)
-            .unwrap_or_else(|error| {
-                tracing::warn!("{error}: ignored, nothing is revealed");
-                sandbox::HiddenPaths::of_this_user_scanned(&settings.hide, &[], &scan)
-                    .unwrap_or_default()
-            });
-    if hidden.homes.is_empty() && settings.mode != sandbox::SandboxMode::Off {
-        tracing::warn!(
-            "no home directory resolves ($HOME is unset, relative or /, and the user has no \
-             passwd entry with one): the credential stores under a home (~/.ssh, ~/.aws, ...) \
-             are not hidden from confined commands; set HOME or pass --hide"
-        );
-    }
-    if settings.mode != sandbox::SandboxMode::Off {
-        for home in hidden.homes.iter().filter(|home| home.starts_with("/tmp")) {
-            tracing::warn!(
-                home = %home.display(),
-                "a home directory under /tmp: a credential store made in it after the \
-                 session started is hidden from the commands that start after it appears, not \
-                 from those already running"
-            );
-        }
-    }
-    hidden
-}
-
-/// A command's stdio as the host sets it up.
-struct Io {
-    /// What the host reads the output from.
-    output: pipe::Receiver,
-    /// The command's stdout and stderr.
-    output_fd: OwnedFd,
-    /// The command's stdin when it is not `/dev/null`, and whether it is a terminal.
-    child_stdin: Option<(OwnedFd, bool)>,
-    /// The host's side of its input.
-    input: InputSide,
-}
-
-/// Open the command's stdio for `stdin`: one pipe for stdout and stderr (and one for stdin if
-/// asked for), or a terminal for all three.
-fn open_io(stdin: Stdin) -> Result<Io, ProcessError> {
-    let pipe_error =
-        |error: io::Error| ProcessError::Failed(format!("cannot create the output pipe: {error}"));
-    // The default capacity: asking for more (`F_SETPIPE_SZ`) would count against the user's
-    // pipe allowance (`pipe-user-pages-soft`), past which every new pipe of the user gets a
-    // single page. Both ends close-on-exec in the parent.
-    let output_pipe = || -> Result<(pipe::Receiver, OwnedFd), ProcessError> {
-        let (reader, writer) = io::pipe().map_err(pipe_error)?;
-        let output = pipe::Receiver::from_owned_fd(OwnedFd::from(reader)).map_err(pipe_error)?;
-        Ok((output, OwnedFd::from(writer)))
-    };
-    match stdin {
-        Stdin::Closed => {
-            let (output, output_fd) = output_pipe()?;
-            Ok(Io {
-                output,
-                output_fd,
-                child_stdin: None,
-                input: InputSide::closed(),
-            })
-        }
-        Stdin::Pipe => {
-            let (output, output_fd) = output_pipe()?;
-            let input_error = |error: io::Error| {
-                ProcessError::Failed(format!("cannot create the input pipe: {error}"))
-            };
-            let (reader, writer) = io::pipe().map_err(input_error)?;
-            let writer = pipe::Sender::from_owned_fd(OwnedFd::from(writer)).map_err(input_error)?;
-            Ok(Io {
-                output,
-                output_fd,
-                child_stdin: Some((OwnedFd::from(reader), false)),
-                input: InputSide::pipe(writer),
-            })
-        }
-        Stdin::Terminal(size) => {
-            let pty_error =
-                |error: io::Error| ProcessError::Failed(format!("cannot open a terminal: {error}"));
-            let terminal = pty::open(size).map_err(pty_error)?;
-            let dup = |fd: &OwnedFd| fd.try_clone().map_err(pty_error);
-            let output = pipe::Receiver::from_owned_fd_unchecked(dup(&terminal.master)?)
-                .map_err(pty_error)?;
-            let writer =
-                pipe::Sender::from_owned_fd_unchecked(dup(&terminal.master)?).map_err(pty_error)?;
-            Ok(Io {
-                output,
-                output_fd: dup(&terminal.slave)?,
-                child_stdin: Some((terminal.slave, true)),
-                input: InputSide::terminal(writer, terminal.master, size),
-            })
-        }
-    }
-}
-
-/// The longest a keeper prepared ahead waits for the command just started to finish before
-/// it is made (see [`ProcessManager::prepare_ahead`]).
-const READY_AFTER: Duration = Duration::from_millis(50);
-
-/// The longest a start waits for the keeper being spawned ahead for its scope and profile
-/// before it makes its own.
-const READY_WAIT: Duration = Duration::from_millis(20);
-
 /// The least a shutdown waits, after the kill, for what is still not gone.
 const LAST_WAIT: Duration = Duration::from_secs(5);
-
-/// After `SIGKILL`, how much longer than `drain_timeout` a stop waits for monitors to finish.
-const KILL_SETTLE: Duration = Duration::from_secs(1);
 
 /// Runs processes for guests: each under a keeper, merged bounded output, full-output log files,
 /// per-scope limits and isolation, reaping. See the module documentation.
@@ -265,10 +149,9 @@ const KILL_SETTLE: Duration = Duration::from_secs(1);
 pub struct ProcessManager {
     config: ProcessManagerConfig,
     log_dir: Option<Arc<Path>>,
-    /// Which scope's process wrote which log.
-    logs: Arc<LogIndex>,
     runtime: Handle,
-    spawner: Option<Spawner>,
+    /// Gets every command its keeper (`launch.rs`).
+    launcher: Launcher,
     ids: Ids,
     /// Shared with the monitors, which hold it weakly: once the manager is gone they no
     /// longer touch the table.
@@ -276,42 +159,34 @@ pub struct ProcessManager {
     log_warned: Arc<AtomicBool>,
     /// What confined commands may write and never reach.
     sandbox_context: Arc<sandbox::Context>,
-    /// Per scope: its confinement state and git guard (`scope.rs`).
+    /// Each scope's own state (`scope.rs`), from its first command to its end.
     scopes: Mutex<HashMap<String, Arc<Scope>>>,
     /// The context's hidden and visible roots, resolved once for the `workdir` check.
     path_roots: PathRoots,
-    /// Keepers prepared ahead for confined commands (`ready.rs`).
-    ready: Arc<ReadyKeepers>,
-    /// The tasks making keepers ahead, until each is put in the pool or released.
-    ready_making: tokio_util::task::TaskTracker,
 }
 
-/// The roots the `workdir` check compares a request's directory with, resolved once.
-#[derive(Debug)]
-struct PathRoots {
-    /// The user's credential stores, `--hide` paths and the host's own files.
-    hidden: Vec<PathBuf>,
-    /// The workspace and the `--writable` directories: visible even inside a hidden path (the
-    /// sandbox does not cover a hidden directory that holds one).
-    visible: Vec<PathBuf>,
+/// A start's request, checked: what its record shows, and what only its launch needs.
+struct Checked {
+    what: What,
+    env: Vec<(String, String)>,
+    inherit_env: Option<Vec<String>>,
+    stdin: Stdin,
 }
 
-impl PathRoots {
-    fn of(context: &sandbox::Context) -> PathRoots {
-        PathRoots {
-            hidden: context
-                .hidden
-                .paths
-                .iter()
-                .chain(&context.protected)
-                .map(|path| canonical(path))
-                .collect(),
-            visible: std::iter::once(&context.workdir)
-                .chain(&context.writable)
-                .map(|path| canonical(path))
-                .collect(),
-        }
-    }
+/// What a start runs, as its record shows it.
+struct What {
+    command: String,
+    workdir: PathBuf,
+    background: bool,
+    profile: Profile,
+}
+
+/// What confines a start: its scope's layers for its profile, and its git guard with what
+/// that undid right before the command.
+struct Confinement {
+    prepared: Option<Arc<Prepared>>,
+    git_guard: Option<Arc<GitGuard>>,
+    git_note: Option<String>,
 }
 
 impl ProcessManager {
@@ -378,7 +253,6 @@ impl ProcessManager {
             config.max_retained_per_scope,
             config.max_retained_total,
         ));
-        let logs = Arc::new(LogIndex::default());
         if let Some(dir) = log_dir
             .as_deref()
             .filter(|dir| output_log::sweep_due(dir, config.sweep_interval()))
@@ -389,7 +263,7 @@ impl ProcessManager {
                 config.log_retention,
                 config.log_max_total,
                 &HashSet::new(),
-                &logs,
+                &[],
             );
             tracing::debug!(?swept, dir = %dir.display(), "swept output logs");
         }
@@ -399,7 +273,7 @@ impl ProcessManager {
             .or_else(|| std::env::current_dir().ok())
             .unwrap_or_else(|| PathBuf::from("/"));
         // The content scan runs here, before the first confined command (cached after).
-        let hidden = hidden_paths(
+        let hidden = sandbox::HiddenPaths::for_host(
             &config.sandbox,
             log_dir.as_deref(),
             std::iter::once(workdir.clone())
@@ -428,20 +302,20 @@ impl ProcessManager {
         });
         Arc::new(Self {
             log_dir: log_dir.map(Arc::from),
-            logs,
+            launcher: Launcher::new(
+                spawner,
+                config.ready_keepers,
+                config.ready_keeper_idle,
+                config.nice,
+                runtime.clone(),
+            ),
             runtime,
-            spawner,
             ids: Ids::new(),
             records,
             log_warned: Arc::new(AtomicBool::new(log_warned)),
             path_roots: PathRoots::of(&sandbox_context),
             sandbox_context,
             scopes: Mutex::new(HashMap::new()),
-            ready_making: tokio_util::task::TaskTracker::new(),
-            ready: Arc::new(ReadyKeepers::new(
-                config.ready_keepers,
-                config.ready_keeper_idle,
-            )),
             config,
         })
     }
@@ -462,12 +336,16 @@ impl ProcessManager {
     pub fn sweep_logs(&self) {
         let Some(dir) = &self.log_dir else { return };
         let keep: HashSet<PathBuf> = self.records.log_paths().into_iter().collect();
+        let indexes: Vec<Arc<ScopeLogs>> = crate::lock(&self.scopes)
+            .values()
+            .map(|scope| scope.logs.clone())
+            .collect();
         let swept = output_log::sweep(
             dir,
             self.config.log_retention,
             self.config.log_max_total,
             &keep,
-            &self.logs,
+            &indexes,
         );
         if swept.expired + swept.over_total > 0 {
             tracing::info!(
@@ -484,11 +362,8 @@ impl ProcessManager {
     /// output logs stay for their retention). Dropping the manager afterwards has nothing left to do.
     pub async fn shutdown(&self) {
         let entries = self.records.close();
-        self.release(self.ready.close()).await;
-        // Keepers being made: each is released as it comes (the pool is closed).
-        self.ready_making.close();
-        let _ = tokio::time::timeout(LAST_WAIT, self.ready_making.wait()).await;
-        self.stop_all(&entries).await;
+        self.launcher.shutdown().await;
+        stop::stop_all(&entries, self.config.kill_grace, self.config.drain_timeout).await;
         // On a loaded machine killing can outlast the settle time: what is not gone yet gets
         // its control socket closed (its keeper kills everything and exits) and a last
         // bounded wait, so that nothing is left when this returns.
@@ -512,236 +387,177 @@ impl ProcessManager {
         }
     }
 
+    /// Start `request` in `scope` (steps 1 and 2 of the module documentation):
+    ///
+    /// 1. The request is checked ([`ProcessManager::check`]).
+    /// 2. A slot is reserved in the scope and on the host, before anything is built: a start
+    ///    refused by a limit costs nothing, and one under way when its scope ends is refused.
+    /// 3. The scope's layers for the profile are built on first use, and its git guard undoes
+    ///    what changed since its last check ([`ProcessManager::confinement`]).
+    /// 4. The command's stdio is opened and its keeper launched (`stdio.rs`, `launch.rs`).
+    /// 5. Its record is made and admitted in place of the reservation.
+    /// 6. Its monitor takes it over ([`ProcessManager::monitor`]); after a confined start a
+    ///    keeper is prepared ahead for the next command of the scope and profile.
     async fn start_process(
         &self,
         scope: &str,
         request: StartRequest,
     ) -> Result<String, ProcessError> {
-        let StartRequest {
-            command,
-            workdir,
+        let Checked {
+            what,
             mut env,
-            background,
             inherit_env,
-            profile,
             stdin,
-        } = request;
-        let profile = profile.unwrap_or_else(|| self.default_profile());
-        if self.records.is_closed() {
-            return Err(shut_down());
-        }
-        validate_command(&command)?;
-        validate_env(&env)?;
-        if let Stdin::Terminal(size) = stdin {
-            size.check().map_err(ProcessError::InvalidRequest)?;
-        }
-        let workdir = self.resolve_workdir(workdir, &profile)?;
-        let Some(spawner) = &self.spawner else {
-            return Err(ProcessError::Failed(
-                "cannot start processes: the spawner thread could not be created".to_owned(),
-            ));
-        };
-        // Reserved before the sandbox is built (which may wait): a start refused by a limit
-        // costs nothing, and one under way when its scope ends is refused.
+        } = self.check(request)?;
         let reservation = self.records.reserve(
             scope,
             self.config.max_running_per_scope,
             self.config.max_running_total,
         )?;
-        let confine = self.confinement(scope, &profile).await?;
-        // What changed since the scope's last check that git would run outside the sandbox (a
-        // leftover of an earlier command planting a hook) is undone before this command runs.
-        let git_guard = self.git_guard(scope, &profile);
-        let git_note = match &git_guard {
-            Some(guard) => guard.check(Moment::Start).await,
-            None => None,
-        };
+        let held = self.scope(scope);
+        let confinement = self.confinement(&held, &what.profile).await?;
         // Building may have taken a while: a scope that ended meanwhile gets no command.
         reservation.check()?;
         let (seq, id) = self.ids.next();
-        if profile.mode == sandbox::SandboxMode::Off {
+        if what.profile.mode == sandbox::SandboxMode::Off {
             // Nothing keeps an unconfined command from killing its keeper: what it started is
             // then found by this mark, which its processes inherit.
             env.push(descendants::owner_mark(&id));
         }
-
-        // One pipe or terminal; the child gets its end as both stdout and stderr.
-        let Io {
-            output,
-            output_fd: writer,
-            child_stdin,
-            input,
-        } = open_io(stdin)?;
-        let channel_error = |error: io::Error| {
-            ProcessError::Failed(format!("cannot create the keeper's channels: {error}"))
-        };
-        let started_at = Instant::now();
-        let started_ms = unix_ms();
+        let stdio = stdio::open(stdin)?;
+        let started = (Instant::now(), unix_ms());
         let launch = Launch {
             shell: &self.config.shell,
-            command: &command,
+            command: &what.command,
             env: &env,
             inherit: inherit_env.as_deref(),
-            workdir: &workdir,
+            workdir: &what.workdir,
+            stdio: stdio.child,
         };
-        // A keeper prepared ahead for this scope and profile, handed the command; else one
-        // made now.
-        let handed = match &confine {
-            Some(prepared) => {
-                // None ready, but one being spawned for this scope and profile is nearly
-                // there.
-                if !self.ready.has_ready(scope, &profile) {
-                    self.ready.wait_spawning(scope, &profile, READY_WAIT).await;
-                }
-                self.hand_over(
-                    scope,
-                    &profile,
-                    prepared,
-                    &launch,
-                    &writer,
-                    child_stdin.as_ref(),
-                )
-            }
-            None => None,
-        };
-        let (mut spawned, control, status, cgroups) = match handed {
-            Some(ready) => {
-                // The command has its own copies now.
-                drop((writer, child_stdin));
-                (
-                    ready.spawned,
-                    ready.host.control,
-                    ready.host.status,
-                    ready.cgroups,
-                )
-            }
-            None => {
-                // Limits on everything the command starts; more processes than asked for, the
-                // keeper (two in a PID namespace: one waits outside, one keeps inside).
-                let keepers = match confine.as_ref().and_then(|ready| ready.namespaces.as_ref()) {
-                    Some(namespaces) if namespaces.has(NamespaceKind::Pid) => 2,
-                    _ => 1,
-                };
-                let cgroups = match confine {
-                    Some(_) => CommandCgroups::create(
-                        self.scope_sandbox(scope).cgroups(),
-                        profile.limits.processes.map(|n| n.saturating_add(keepers)),
-                        profile.limits.memory_bytes,
-                    )
-                    .map_err(|error| {
-                        ProcessError::Failed(format!(
-                            "cannot create the command's cgroups: {error}"
-                        ))
-                    })?,
-                    None => None,
-                };
-                let (host_ends, keeper_ends) = keeper::channels().map_err(channel_error)?;
-                let spec = ChildSpec::new(
-                    &launch,
-                    writer,
-                    keeper_ends,
-                    confine.as_deref(),
-                    cgroups.as_ref(),
-                    self.config.nice,
-                )
-                .and_then(|mut spec| {
-                    if let Some((fd, terminal)) = child_stdin {
-                        spec.input(fd, terminal)?;
-                    }
-                    Ok(spec)
-                })
-                .map_err(|error| {
-                    ProcessError::Failed(format!(
-                        "cannot prepare `{}`: {error}",
-                        self.config.shell.display()
-                    ))
-                })?;
-                let spawned = spawner.spawn(spec).await.map_err(|error| {
-                    if error.step == SpawnStep::Chdir {
-                        // E.g. a directory without search permission, or one removed just now.
-                        ProcessError::InvalidRequest(format!(
-                            "working directory `{}` cannot be entered: {}",
-                            workdir.display(),
-                            error.error
-                        ))
-                    } else {
-                        ProcessError::Failed(format!(
-                            "cannot start `{}`: {error}",
-                            self.config.shell.display()
-                        ))
-                    }
-                })?;
-                (spawned, host_ends.control, host_ends.status, cgroups)
-            }
-        };
-        let status = pipe::Receiver::from_owned_fd(status).map_err(channel_error)?;
+        let prepared = confinement.prepared.clone();
+        let launched = (self.launcher)
+            .launch(&held, &what.profile, prepared.as_ref(), launch)
+            .await?;
+        let status = pipe::Receiver::from_owned_fd(launched.status).map_err(|error| {
+            ProcessError::Failed(format!("cannot read the keeper's status: {error}"))
+        })?;
         // No await below: once spawned, the process is always handed to a monitor. Until
         // then, dropping `spawned` (an early return) stops and reaps it.
-
-        let log = match &self.log_dir {
-            Some(dir) => LogSlot::Pending(LogTarget {
-                dir: Arc::clone(dir),
-                cap: self.config.log_cap_bytes,
-                index: Arc::clone(&self.logs),
-                scope: scope.to_owned(),
-                warned: Arc::clone(&self.log_warned),
-            }),
-            None => LogSlot::Off,
-        };
-        let ahead_profile = confine.is_some().then(|| profile.clone());
-        let entry = Entry::new(EntrySpec {
-            seq,
-            id: id.clone(),
-            scope: scope.to_owned(),
-            command,
-            workdir,
-            background,
-            nproc_rlimit: confine
-                .as_ref()
-                .is_some_and(|prepared| prepared.nproc_rlimit),
-            private_space: confine.as_ref().and_then(|prepared| prepared.private_space),
-            network_gate: confine.as_ref().and_then(|prepared| {
-                prepared
-                    .gate
-                    .as_ref()
-                    .map(|gate| (gate.refusals(), gate.list()))
-            }),
-            hidden: confine
-                .is_some()
-                .then(|| self.sandbox_context.hidden.clone()),
-            git_guard,
-            git_note,
-            profile,
-            cgroups,
-            started_ms,
-            started_at,
-            keeper: spawned.pid(),
-            control,
+        let held_parts = Held {
+            cgroups: launched.cgroups,
+            keeper: launched.spawned.pid(),
+            control: launched.control,
             buffer: HeadTailBuffer::new(self.config.head_bytes, self.config.tail_bytes),
-            input,
-        });
+            input: stdio.input,
+        };
+        let spec = self.spec(scope, (seq, &id), what, confinement, started);
+        let entry = Entry::new(spec, held_parts);
         let admitted = self.records.admit(reservation, &entry);
-        let ahead = confine
-            .as_ref()
-            .filter(|_| admitted.is_ok())
-            .zip(ahead_profile)
-            .map(|(prepared, profile)| (profile, Arc::clone(prepared), Arc::clone(&entry)));
         if admitted.is_err() {
             // Shut down, or the scope ended, while we were spawning: kill it; the monitor
             // sees it die, then cleans up without lingering.
             let _ = entry.signal_all(Signal::Kill);
             entry.removed.send_replace(true);
         }
-        let terminal = entry.input.is_terminal();
+        self.monitor(&held, &entry, launched.spawned, status, stdio.output);
+        if let (Ok(()), Some(prepared)) = (&admitted, &prepared) {
+            (self.launcher).prepare_ahead(&held, &entry.spec.profile, prepared, &entry);
+        }
+        admitted.map(|()| id)
+    }
+
+    /// The record's spec of process `id` (number `seq`) of `scope`: `what` it runs, what
+    /// confines it, and when it `started` (as an instant and in Unix milliseconds).
+    fn spec(
+        &self,
+        scope: &str,
+        (seq, id): (u64, &str),
+        what: What,
+        confinement: Confinement,
+        started: (Instant, u64),
+    ) -> EntrySpec {
+        let prepared = confinement.prepared.as_deref();
+        EntrySpec {
+            seq,
+            id: id.to_owned(),
+            scope: scope.to_owned(),
+            command: what.command,
+            workdir: what.workdir,
+            background: what.background,
+            profile: what.profile,
+            nproc_rlimit: prepared.is_some_and(|prepared| prepared.nproc_rlimit),
+            private_space: prepared.and_then(|prepared| prepared.private_space),
+            network_gate: prepared
+                .and_then(|prepared| prepared.gate.as_ref())
+                .map(|gate| (gate.refusals(), gate.list())),
+            hidden: prepared.map(|_| self.sandbox_context.hidden.clone()),
+            git_guard: confinement.git_guard,
+            git_note: confinement.git_note,
+            started_at: started.0,
+            started_ms: started.1,
+        }
+    }
+
+    /// Check a start's request: the host still serves, the command, its variables, its
+    /// terminal size and its working directory are valid, and a keeper can be spawned.
+    fn check(&self, request: StartRequest) -> Result<Checked, ProcessError> {
+        if self.records.is_closed() {
+            return Err(shut_down());
+        }
+        validate_command(&request.command)?;
+        validate_env(&request.env)?;
+        if let Stdin::Terminal(size) = request.stdin {
+            size.check().map_err(ProcessError::InvalidRequest)?;
+        }
+        let profile = request.profile.unwrap_or_else(|| self.default_profile());
+        let workdir = self.path_roots.resolve(
+            self.config.default_workdir.as_deref(),
+            request.workdir,
+            &profile,
+        )?;
+        self.launcher.check()?;
+        Ok(Checked {
+            what: What {
+                command: request.command,
+                workdir,
+                background: request.background,
+                profile,
+            },
+            env: request.env,
+            inherit_env: request.inherit_env,
+            stdin: request.stdin,
+        })
+    }
+
+    /// Hand the process of `entry` to its monitor task, which owns it from here (even if the
+    /// task never runs): its output (read from `output`, logged in `scope`'s logs), its exit
+    /// (from `status`), its end.
+    fn monitor(
+        &self,
+        scope: &Scope,
+        entry: &Arc<Entry>,
+        mut spawned: Spawned,
+        status: pipe::Receiver,
+        output: pipe::Receiver,
+    ) {
+        let log = match &self.log_dir {
+            Some(dir) => LogSlot::Pending(LogTarget {
+                dir: Arc::clone(dir),
+                cap: self.config.log_cap_bytes,
+                logs: Arc::clone(&scope.logs),
+                warned: Arc::clone(&self.log_warned),
+            }),
+            None => LogSlot::Off,
+        };
         let monitor = Monitor {
             guard: MonitorGuard {
                 records: Arc::downgrade(&self.records),
-                entry,
+                entry: Arc::clone(entry),
             },
             status,
             keeper_exit: spawned.take_pidfd(),
             output: OutputReader {
-                terminal,
+                terminal: entry.input.is_terminal(),
                 pipe: output,
                 buf: vec![0u8; FIRST_READ_CHUNK],
                 log,
@@ -750,147 +566,13 @@ impl ProcessManager {
             retention: self.config.retention,
             closed: self.records.subscribe_closed(),
         };
-        // The monitor's guard owns the process from here (even if the task never runs).
         spawned.disarm();
         self.runtime.spawn(monitor.run());
-        // The next command of this scope and profile finds a keeper ready.
-        if let Some((profile, prepared, started)) = ahead {
-            self.prepare_ahead(scope, &profile, prepared, started);
-        }
-        admitted.map(|()| id)
-    }
-
-    /// Hand the command to the keeper prepared ahead for `scope`, `profile` and its layers
-    /// `prepared`, if one is ready: `None` when none is (or it is gone: then it is released
-    /// and the caller makes a keeper as usual).
-    fn hand_over(
-        &self,
-        scope: &str,
-        profile: &Profile,
-        prepared: &Arc<Prepared>,
-        launch: &Launch<'_>,
-        output: &OwnedFd,
-        stdin: Option<&(OwnedFd, bool)>,
-    ) -> Option<ReadyKeeper> {
-        let (ready, stale) = self.ready.take(scope, profile, prepared);
-        ready::release_soon(stale);
-        let ready = ready?;
-        let message = output.try_clone().and_then(|output| {
-            let stdin = stdin
-                .map(|(fd, terminal)| fd.try_clone().map(|fd| (fd, *terminal)))
-                .transpose()?;
-            StartMessage::new(launch, output, stdin, prepared)
-        });
-        match message.and_then(|message| {
-            keeper::send_start(&ready.host.control, &message.bytes, &message.fds)
-        }) {
-            Ok(()) => Some(ready),
-            Err(error) => {
-                tracing::debug!(%error, scope, "a keeper prepared ahead could not take its command");
-                ready::release_soon(vec![ready]);
-                None
-            }
-        }
-    }
-
-    /// Prepare a keeper ahead for the next command of `scope` with `profile` (layers
-    /// `prepared`), off the call path, unless one is ready or being made for them or a bound
-    /// is reached. It is made once `started` (the command just started) has finished, or
-    /// [`READY_AFTER`] after its start: on cgroup v1 the new keeper's move into its cgroups
-    /// holds up every `fork` of the machine for an RCU grace period after a quiet spell, and
-    /// must not hold up the command's own.
-    fn prepare_ahead(
-        &self,
-        scope: &str,
-        profile: &Profile,
-        prepared: Arc<Prepared>,
-        started: Arc<Entry>,
-    ) {
-        let Some(spawner) = self.spawner.clone() else {
-            return;
-        };
-        // The scope's own state; none when the scope ended meanwhile.
-        let Some(sandbox) = crate::lock(&self.scopes)
-            .get(scope)
-            .map(|held| held.sandbox.clone())
-        else {
-            return;
-        };
-        while let Some(serial) = self.ready.turn(scope, profile) {
-            let recipe = ready::Recipe {
-                scope: scope.to_owned(),
-                profile: profile.clone(),
-                prepared: Arc::clone(&prepared),
-                session_cgroups: sandbox.cgroups(),
-                nice: self.config.nice,
-            };
-            self.make_ready(serial, recipe, spawner.clone(), Arc::clone(&started));
-        }
-    }
-
-    /// Make the keeper of turn `serial` once `started` has finished (or [`READY_AFTER`] after
-    /// its start), put it in the pool, and release it after its idle time unused.
-    fn make_ready(
-        &self,
-        serial: u64,
-        recipe: ready::Recipe,
-        spawner: Spawner,
-        started: Arc<Entry>,
-    ) {
-        let pool = Arc::clone(&self.ready);
-        // Making it is tracked: shutdown waits for a keeper being spawned, so that none is left
-        // half-made (a child of the spawner thread not yet the keeper) when the host exits.
-        let making = self.ready_making.track_future(async move {
-            started
-                .wait_finished(Instant::now().checked_add(READY_AFTER))
-                .await;
-            drop(started);
-            if pool.is_closed() {
-                pool.put(serial, None);
-                return None;
-            }
-            pool.spawning(serial);
-            let made = match ready::make(&spawner, recipe).await {
-                Ok(made) => Some(made),
-                Err(error) => {
-                    tracing::debug!(%error, "cannot prepare a keeper ahead");
-                    None
-                }
-            };
-            let was_made = made.is_some();
-            if let Some(unwanted) = pool.put(serial, made) {
-                // Its scope ended, or the host shut down, meanwhile.
-                let _ = tokio::task::spawn_blocking(move || unwanted.release()).await;
-                return None;
-            }
-            Some((pool, was_made))
-        });
-        self.runtime.spawn(async move {
-            let Some((pool, was_made)) = making.await else {
-                return;
-            };
-            if was_made {
-                tokio::time::sleep(pool.idle()).await;
-                if let Some(idle) = pool.expire(serial) {
-                    let _ = tokio::task::spawn_blocking(move || idle.release()).await;
-                }
-            }
-        });
-    }
-
-    /// Release `keepers` prepared ahead, and wait until they are gone.
-    async fn release(&self, keepers: Vec<ReadyKeeper>) {
-        if keepers.is_empty() {
-            return;
-        }
-        let released =
-            tokio::task::spawn_blocking(move || keepers.into_iter().for_each(ReadyKeeper::release));
-        let _ = released.await;
     }
 
     /// How many keepers prepared ahead are ready, for `scope` or on the whole host.
     pub fn ready_keepers(&self, scope: Option<&str>) -> usize {
-        self.ready.count(scope)
+        self.launcher.ready().count(scope)
     }
 
     /// `scope`'s own state, made on first use.
@@ -901,34 +583,43 @@ impl ProcessManager {
             .clone()
     }
 
-    /// `scope`'s confinement state, made on first use.
-    fn scope_sandbox(&self, scope: &str) -> Arc<ScopeSandbox> {
-        self.scope(scope).sandbox.clone()
-    }
-
-    /// `scope`'s git guard, made on first use; `None` for an unconfined command, and when the
-    /// operator allows hook writes.
-    fn git_guard(&self, scope: &str, profile: &Profile) -> Option<Arc<GitGuard>> {
-        if profile.mode == sandbox::SandboxMode::Off || self.sandbox_context.allow_hook_writes {
-            return None;
-        }
-        // The workspace and the `--writable` directories, resolved once already.
-        Some(
-            self.scope(scope)
-                .git_guard(|| GitGuard::new(scope, &self.path_roots.visible)),
-        )
-    }
-
-    /// The confinement layers of `scope` for `profile`. Their first build in a scope (the
-    /// namespaces, the Landlock ruleset, the seccomp programs) runs on a blocking thread: it
-    /// waits on a helper process, and must hold up neither the async workers serving other
-    /// sessions nor, in a one-shot call, the handling of Ctrl-C.
+    /// What confines a start of `scope` with `profile` (nothing when it is unconfined):
+    ///
+    /// 1. The scope's layers for the profile. Their first build in a scope (the namespaces,
+    ///    the Landlock ruleset, the seccomp programs) runs on a blocking thread: it waits on a
+    ///    helper process, and must hold up neither the async workers serving other sessions
+    ///    nor, in a one-shot call, the handling of Ctrl-C.
+    /// 2. The scope's git guard (none when the operator allows hook writes): what changed
+    ///    since its last check that git would run outside the sandbox (a leftover of an
+    ///    earlier command planting a hook) is undone before this command runs.
     async fn confinement(
         &self,
-        scope: &str,
+        scope: &Scope,
+        profile: &Profile,
+    ) -> Result<Confinement, ProcessError> {
+        let prepared = self.layers(scope, profile).await?;
+        let git_guard = (profile.mode != sandbox::SandboxMode::Off
+            && !self.sandbox_context.allow_hook_writes)
+            .then(|| scope.git_guard(|| GitGuard::new(&scope.name, &self.path_roots.visible)));
+        let git_note = match &git_guard {
+            Some(guard) => guard.check(Moment::Start).await,
+            None => None,
+        };
+        Ok(Confinement {
+            prepared,
+            git_guard,
+            git_note,
+        })
+    }
+
+    /// The layers of `scope` for `profile`, built on first use (step 1 of
+    /// [`ProcessManager::confinement`]).
+    async fn layers(
+        &self,
+        scope: &Scope,
         profile: &Profile,
     ) -> Result<Option<Arc<Prepared>>, ProcessError> {
-        let sandbox = self.scope_sandbox(scope);
+        let sandbox = scope.sandbox.clone();
         if let Some(ready) = sandbox.ready(profile) {
             return Ok(ready);
         }
@@ -955,107 +646,6 @@ impl ProcessManager {
         self.config.sandbox.profile()
     }
 
-    /// The working directory of a request, checked to exist (as the host sees it). For a
-    /// confined command, a directory in a hidden path gets one answer, whether it exists or
-    /// not: the check must not tell which names a hidden directory holds.
-    fn resolve_workdir(
-        &self,
-        requested: Option<PathBuf>,
-        profile: &Profile,
-    ) -> Result<PathBuf, ProcessError> {
-        let base = || match &self.config.default_workdir {
-            Some(dir) => Ok(dir.clone()),
-            None => std::env::current_dir().map_err(|error| {
-                ProcessError::Failed(format!(
-                    "cannot determine the host's working directory: {error}"
-                ))
-            }),
-        };
-        let dir = match requested {
-            Some(path) if path.is_absolute() => path,
-            Some(path) => base()?.join(path),
-            None => base()?,
-        };
-        if profile.mode != sandbox::SandboxMode::Off && self.is_hidden(&dir, profile) {
-            return Err(ProcessError::InvalidRequest(format!(
-                "working directory `{}` lies in a path hidden from confined commands",
-                dir.display()
-            )));
-        }
-        match std::fs::metadata(&dir) {
-            Ok(meta) if meta.is_dir() => Ok(dir),
-            Ok(_) => Err(ProcessError::InvalidRequest(format!(
-                "working directory `{}` is not a directory",
-                dir.display()
-            ))),
-            Err(error) if error.kind() == io::ErrorKind::NotFound => {
-                Err(ProcessError::InvalidRequest(format!(
-                    "working directory `{}` does not exist",
-                    dir.display()
-                )))
-            }
-            Err(error) => Err(ProcessError::InvalidRequest(format!(
-                "working directory `{}` is not accessible: {error}",
-                dir.display()
-            ))),
-        }
-    }
-
-    /// Whether `path` lies in a path hidden from commands of `profile`: the user's credential
-    /// stores, the host's own files, the profile's own hidden paths. `path` is compared with
-    /// its longest existing ancestor resolved, so that a link or `..` does not get around it.
-    fn is_hidden(&self, path: &Path, profile: &Profile) -> bool {
-        // Lexically, and with the longest existing ancestor resolved: a link inside a hidden
-        // directory that points out of it gets the same answer as any other name there.
-        let resolved = path
-            .ancestors()
-            .find_map(|ancestor| {
-                let rest = path.strip_prefix(ancestor).ok()?;
-                Some(ancestor.canonicalize().ok()?.join(rest))
-            })
-            .unwrap_or_else(|| path.to_path_buf());
-        let forms = [sandbox::normalize(path), sandbox::normalize(&resolved)];
-        let roots = &self.path_roots;
-        let requested: Vec<PathBuf> = profile.hidden.iter().map(|path| canonical(path)).collect();
-        roots.hidden.iter().chain(&requested).any(|hidden| {
-            forms.iter().any(|form| {
-                form.starts_with(hidden)
-                    && !roots
-                        .visible
-                        .iter()
-                        .any(|root| root.starts_with(hidden) && form.starts_with(root))
-            })
-        })
-    }
-
-    /// `SIGTERM` everything, wait up to `kill_grace` for the processes to finish, then
-    /// `SIGKILL` everything (leftover grandchildren of finished processes included) and wait
-    /// until nothing of them is left.
-    async fn stop_all(&self, entries: &[Arc<Entry>]) {
-        if entries.is_empty() {
-            return;
-        }
-        for entry in entries {
-            entry.signal_all(Signal::Terminate);
-        }
-        // The grace period is for everything the commands started, not only for the commands:
-        // what a finished command left behind gets it too.
-        let deadline = Instant::now().checked_add(self.config.kill_grace);
-        for entry in entries {
-            entry.wait_finished(deadline).await;
-            entry.wait_gone(deadline).await;
-        }
-        for entry in entries {
-            entry.signal_all(Signal::Kill);
-        }
-        let settle = self.config.drain_timeout.saturating_add(KILL_SETTLE);
-        let deadline = Instant::now().checked_add(settle);
-        for entry in entries {
-            entry.wait_finished(deadline).await;
-            entry.wait_gone(deadline).await;
-        }
-    }
-
     fn send_signal(&self, scope: &str, id: &str, signal: Signal) -> Result<(), ProcessError> {
         let entry = self.records.find(scope, id)?;
         // A finished process can still be signalled while what it started outlives it.
@@ -1078,160 +668,13 @@ impl ProcessManager {
     }
 }
 
-impl ProcessBackend for ProcessManager {
-    fn output_log(&self, scope: &str, id: &str) -> Option<PathBuf> {
-        self.logs.get(scope, id)
-    }
-
-    fn output_logs(&self, scope: &str) -> Vec<super::OutputLog> {
-        let logs = self.logs.list(scope).into_iter();
-        logs.map(|(process_id, path)| super::OutputLog { process_id, path })
-            .collect()
-    }
-
-    fn start<'a>(
-        &'a self,
-        scope: &'a str,
-        request: StartRequest,
-    ) -> BoxFuture<'a, Result<String, ProcessError>> {
-        Box::pin(self.start_process(scope, request))
-    }
-
-    fn wait<'a>(
-        &'a self,
-        scope: &'a str,
-        id: &'a str,
-        timeout: Duration,
-        from: ReadFrom,
-    ) -> BoxFuture<'a, Result<OutputSnapshot, ProcessError>> {
-        Box::pin(async move {
-            let entry = self.records.find(scope, id)?;
-            entry
-                .wait_finished(Instant::now().checked_add(timeout))
-                .await;
-            Ok(entry.snapshot(from))
-        })
-    }
-
-    fn read(&self, scope: &str, id: &str, from: ReadFrom) -> Result<OutputSnapshot, ProcessError> {
-        Ok(self.records.find(scope, id)?.snapshot(from))
-    }
-
-    fn list(&self, scope: &str) -> Vec<ProcessInfo> {
-        self.records.list(scope)
-    }
-
-    fn read_log(
-        &self,
-        scope: &str,
-        id: &str,
-        offset: i64,
-        max_bytes: u64,
-    ) -> Result<LogPage, ProcessError> {
-        let entry = self.records.find(scope, id)?;
-        let path = entry.log_path().ok_or_else(|| super::no_log(id))?;
-        let max = max_bytes.min(super::MAX_LOG_PAGE_BYTES);
-        let (text, offset, next_offset, total_bytes) = output_log::read_page(&path, offset, max)
-            .map_err(|error| {
-                ProcessError::Failed(format!("cannot read the output log of `{id}`: {error}"))
-            })?;
-        Ok(LogPage {
-            text,
-            offset,
-            next_offset,
-            total_bytes,
-            capped: entry.log_capped(),
-            running: entry.is_running(),
-        })
-    }
-
-    fn signal(&self, scope: &str, id: &str, signal: Signal) -> Result<(), ProcessError> {
-        self.send_signal(scope, id, signal)
-    }
-
-    fn write_input<'a>(
-        &'a self,
-        scope: &'a str,
-        id: &'a str,
-        data: &'a [u8],
-        keys: &'a [Key],
-    ) -> BoxFuture<'a, Result<(), ProcessError>> {
-        Box::pin(async move {
-            let entry = self.records.find(scope, id)?;
-            if !entry.is_running() {
-                return Err(ProcessError::NotRunning(id.to_owned()));
-            }
-            entry.input.write(id, data, keys).await
-        })
-    }
-
-    fn close_input<'a>(
-        &'a self,
-        scope: &'a str,
-        id: &'a str,
-    ) -> BoxFuture<'a, Result<(), ProcessError>> {
-        Box::pin(async move {
-            let entry = self.records.find(scope, id)?;
-            entry.input.close(id).await
-        })
-    }
-
-    fn resize(&self, scope: &str, id: &str, size: TerminalSize) -> Result<(), ProcessError> {
-        let entry = self.records.find(scope, id)?;
-        entry.input.resize(id, size)
-    }
-
-    fn screen(&self, scope: &str, id: &str) -> Result<Screen, ProcessError> {
-        self.records.find(scope, id)?.input.screen(id)
-    }
-
-    fn wait_until<'a>(
-        &'a self,
-        scope: &'a str,
-        id: &'a str,
-        until: Until,
-        timeout: Duration,
-        from: ReadFrom,
-    ) -> BoxFuture<'a, Result<OutputSnapshot, ProcessError>> {
-        Box::pin(async move {
-            let entry = self.records.find(scope, id)?;
-            entry
-                .wait_until(&until, from, Instant::now().checked_add(timeout))
-                .await;
-            Ok(entry.snapshot(from))
-        })
-    }
-
-    fn end_scope<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, ()> {
-        Box::pin(async move {
-            let entries = self.records.end_scope(scope);
-            // Its keepers prepared ahead go first: none may serve a command of it any more.
-            self.release(self.ready.end_scope(scope)).await;
-            self.stop_all(&entries).await;
-            // Nobody can ask for them any more: their records, keepers and cgroups go now,
-            // not at the end of their retention.
-            for entry in &entries {
-                self.records.remove(entry);
-            }
-            // Its logs stay (for the retention), but no longer readable through the host.
-            self.logs.forget_scope(scope);
-            // What it holds besides: taken out under the lock, let go after it (`scope.rs`):
-            // every start of every scope needs that lock.
-            let held = crate::lock(&self.scopes).remove(scope);
-            if let Some(held) = held {
-                held.end().await;
-            }
-        })
-    }
-}
-
 impl Drop for ProcessManager {
     /// Close every keeper's control socket before returning (each then kills everything under
     /// it and exits), hand the keepers to a short-lived thread that reaps them as they exit (so
     /// the dropping thread, possibly a runtime worker, never waits for them), then delete the
     /// log files.
     fn drop(&mut self) {
-        ready::release_soon(self.ready.close());
+        ready::release_soon(self.launcher.ready().close());
         let entries = self.records.close_and_drain();
         let keepers: Vec<_> = entries
             .iter()
@@ -1252,37 +695,6 @@ impl fmt::Debug for ProcessManager {
             .field("processes", &self.records.len())
             .finish_non_exhaustive()
     }
-}
-
-fn validate_command(command: &str) -> Result<(), ProcessError> {
-    if command.trim().is_empty() {
-        return Err(ProcessError::InvalidRequest(
-            "the command is empty".to_owned(),
-        ));
-    }
-    if command.contains('\0') {
-        return Err(ProcessError::InvalidRequest(
-            "the command contains a NUL byte".to_owned(),
-        ));
-    }
-    Ok(())
-}
-
-fn validate_env(env: &[(String, String)]) -> Result<(), ProcessError> {
-    for (key, value) in env {
-        if key.is_empty() || key.contains(['=', '\0']) {
-            return Err(ProcessError::InvalidRequest(format!(
-                "invalid environment variable name `{}`",
-                key.escape_default()
-            )));
-        }
-        if value.contains('\0') {
-            return Err(ProcessError::InvalidRequest(format!(
-                "the value of environment variable `{key}` contains a NUL byte"
-            )));
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -113,7 +113,7 @@ impl Monitor {
                     Ok(read) => read,
                     Err(_) => {
                         tracing::debug!(
-                            id = %entry.id,
+                            id = %entry.spec.id,
                             "output still held open after the exit; not waiting for it"
                         );
                         break;
@@ -140,20 +140,20 @@ impl Monitor {
         if let Some(note) = entry.git_notes().await {
             entry.append(note.as_bytes());
         }
-        if entry.profile.mode != crate::sandbox::SandboxMode::Off
+        if entry.spec.profile.mode != crate::sandbox::SandboxMode::Off
             && let Some(records) = guard.records.upgrade()
         {
             let text = entry.output_text();
             if let Some(refused) = descendants::refused_kills(&text) {
                 let others: Vec<Arc<Entry>> = records
-                    .of_scope(&entry.scope)
+                    .of_scope(&entry.spec.scope)
                     .into_iter()
-                    .filter(|other| other.id != entry.id)
+                    .filter(|other| other.spec.id != entry.spec.id)
                     .collect();
                 let owners = tokio::task::spawn_blocking(move || {
                     others
                         .iter()
-                        .map(|other| (other.id.clone(), other.processes()))
+                        .map(|other| (other.spec.id.clone(), other.processes()))
                         .filter(|(_, processes)| !processes.is_empty())
                         .collect::<Vec<_>>()
                 })
@@ -220,10 +220,10 @@ impl Drop for MonitorGuard {
         let records = self.records.upgrade();
         if !*self.entry.finished.borrow() {
             if std::thread::panicking() {
-                tracing::warn!(id = %self.entry.id, "a process monitor panicked; killing the process");
+                tracing::warn!(id = %self.entry.spec.id, "a process monitor panicked; killing the process");
             } else {
                 // The runtime is shutting down.
-                tracing::debug!(id = %self.entry.id, "a process monitor was dropped; killing the process");
+                tracing::debug!(id = %self.entry.spec.id, "a process monitor was dropped; killing the process");
             }
             let _ = self.entry.signal_all(Signal::Kill);
             let ended = self.entry.ended_now(None);
@@ -312,7 +312,7 @@ async fn take_read(output: &mut Option<OutputReader>, entry: &Entry, read: io::R
         }
         Err(error) if error.kind() == io::ErrorKind::Interrupted => return,
         Err(error) => {
-            tracing::warn!(id = %entry.id, %error, "cannot read process output");
+            tracing::warn!(id = %entry.spec.id, %error, "cannot read process output");
         }
     }
     reader.flush().await;

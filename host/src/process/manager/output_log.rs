@@ -1,12 +1,12 @@
 //! Full-output log files: each process's complete merged output, up to a cap, in
 //! `<state_dir>/<id>.log`, kept under a retention that outlasts the process and the host
-//! ([`sweep`]), and the index of which scope's process wrote which log ([`LogIndex`]).
+//! ([`sweep`]), and the index of which process of a scope wrote which log ([`ScopeLogs`]).
 
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use std::io::Write;
@@ -153,58 +153,43 @@ impl OutputLog {
     }
 }
 
-/// Which log file belongs to which process of which scope: only a process's own scope may
-/// read its log through the host. Entries stay after the process is gone, until the scope
-/// ends or the file is swept.
-#[derive(Default)]
-pub(super) struct LogIndex {
-    scopes: Mutex<HashMap<String, HashMap<String, PathBuf>>>,
+/// Which log file belongs to which process of one scope (held by its `Scope`): only a
+/// process's own scope may read its log through the host. Entries stay after the process is
+/// gone, until the scope ends or the file is swept.
+#[derive(Debug, Default)]
+pub(super) struct ScopeLogs {
+    logs: Mutex<HashMap<String, PathBuf>>,
 }
 
-impl LogIndex {
-    fn scopes(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashMap<String, PathBuf>>> {
-        self.scopes.lock().unwrap_or_else(PoisonError::into_inner)
+impl ScopeLogs {
+    fn logs(&self) -> std::sync::MutexGuard<'_, HashMap<String, PathBuf>> {
+        self.logs.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Note that process `id` of `scope` writes `path`.
-    pub(super) fn add(&self, scope: &str, id: &str, path: &Path) {
-        self.scopes()
-            .entry(scope.to_owned())
-            .or_default()
-            .insert(id.to_owned(), path.to_owned());
+    /// Note that process `id` writes `path`.
+    pub(super) fn add(&self, id: &str, path: &Path) {
+        self.logs().insert(id.to_owned(), path.to_owned());
     }
 
-    /// The log of process `id` of `scope`, if it has one that still exists.
-    pub(super) fn get(&self, scope: &str, id: &str) -> Option<PathBuf> {
-        let path = self.scopes().get(scope)?.get(id)?.clone();
+    /// The log of process `id`, if it has one that still exists.
+    pub(super) fn get(&self, id: &str) -> Option<PathBuf> {
+        let path = self.logs().get(id)?.clone();
         path.exists().then_some(path)
     }
 
-    /// The processes of `scope` with a log, and their files.
-    pub(super) fn list(&self, scope: &str) -> Vec<(String, PathBuf)> {
-        self.scopes()
-            .get(scope)
-            .map(|logs| {
-                logs.iter()
-                    .filter(|(_, path)| path.exists())
-                    .map(|(id, path)| (id.clone(), path.clone()))
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
-    /// Forget `scope` (it ended; its files stay until swept).
-    pub(super) fn forget_scope(&self, scope: &str) {
-        self.scopes().remove(scope);
+    /// The processes with a log, and their files.
+    pub(super) fn list(&self) -> Vec<(String, PathBuf)> {
+        self.logs()
+            .iter()
+            .filter(|(_, path)| path.exists())
+            .map(|(id, path)| (id.clone(), path.clone()))
+            .collect()
     }
 
     /// Forget deleted files.
     fn forget_paths(&self, removed: &HashSet<PathBuf>) {
-        if removed.is_empty() {
-            return;
-        }
-        for logs in self.scopes().values_mut() {
-            logs.retain(|_, path| !removed.contains(path));
+        if !removed.is_empty() {
+            self.logs().retain(|_, path| !removed.contains(path));
         }
     }
 }
@@ -267,7 +252,7 @@ pub(super) fn sweep(
     retention: Duration,
     max_total: u64,
     keep: &HashSet<PathBuf>,
-    index: &LogIndex,
+    indexes: &[Arc<ScopeLogs>],
 ) -> Swept {
     let mut swept = Swept::default();
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -323,7 +308,9 @@ pub(super) fn sweep(
         }
     }
     swept.kept_bytes = total;
-    index.forget_paths(&removed);
+    for index in indexes {
+        index.forget_paths(&removed);
+    }
     swept
 }
 
@@ -354,13 +341,19 @@ mod tests {
         let newest = old_log(dir.path(), "e.log", 100, hour);
         let other = old_log(dir.path(), "notes.txt", 10, 30 * hour);
         std::fs::create_dir(dir.path().join("dir.log")).expect("dir");
-        let index = LogIndex::default();
-        index.add("s", "a", &expired);
-        index.add("s", "d", &middle);
+        let index = Arc::new(ScopeLogs::default());
+        index.add("a", &expired);
+        index.add("d", &middle);
         let keep = HashSet::from([kept_expired.clone()]);
         let kept_bytes = disk(&kept_expired) + disk(&middle) + disk(&newest);
         // Room for all but the oldest.
-        let swept = sweep(dir.path(), 24 * hour, kept_bytes + 1, &keep, &index);
+        let swept = sweep(
+            dir.path(),
+            24 * hour,
+            kept_bytes + 1,
+            &keep,
+            std::slice::from_ref(&index),
+        );
         assert_eq!(
             swept,
             Swept {
@@ -373,7 +366,7 @@ mod tests {
         assert!(kept_expired.exists() && middle.exists() && newest.exists());
         assert!(other.exists(), "only *.log files are swept");
         assert!(dir.path().join("dir.log").is_dir());
-        assert_eq!(index.list("s"), vec![("d".to_owned(), middle)]);
+        assert_eq!(index.list(), vec![("d".to_owned(), middle)]);
     }
 
     /// What [`sweep`] counts for the file at `path`.
@@ -395,7 +388,7 @@ mod tests {
             24 * hour,
             disk(&logs[2]) + disk(&logs[3]),
             &HashSet::new(),
-            &LogIndex::default(),
+            &[],
         );
         assert_eq!(swept.over_total, 2, "{swept:?}");
         assert!(!logs[0].exists() && !logs[1].exists());
@@ -407,13 +400,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let minute = Duration::from_secs(60);
         assert!(sweep_due(dir.path(), minute), "never swept");
-        sweep(
-            dir.path(),
-            minute,
-            u64::MAX,
-            &HashSet::new(),
-            &LogIndex::default(),
-        );
+        sweep(dir.path(), minute, u64::MAX, &HashSet::new(), &[]);
         assert!(!sweep_due(dir.path(), minute), "just swept");
         assert!(sweep_due(dir.path(), Duration::ZERO));
         let stamp = std::fs::File::options()
@@ -427,16 +414,21 @@ mod tests {
     }
 
     #[test]
-    fn the_index_answers_only_for_the_owning_scope() {
+    fn a_scope_lists_only_the_logs_that_still_exist() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = old_log(dir.path(), "p.log", 1, Duration::ZERO);
-        let index = LogIndex::default();
-        index.add("mine", "p", &path);
-        assert_eq!(index.get("mine", "p"), Some(path.clone()));
-        assert_eq!(index.get("other", "p"), None);
-        index.forget_scope("mine");
-        assert_eq!(index.get("mine", "p"), None);
-        assert!(path.exists(), "forgetting a scope keeps its files");
+        let kept = old_log(dir.path(), "p.log", 1, Duration::ZERO);
+        let deleted = old_log(dir.path(), "q.log", 1, Duration::ZERO);
+        let index = ScopeLogs::default();
+        index.add("p", &kept);
+        index.add("q", &deleted);
+        std::fs::remove_file(&deleted).expect("remove");
+        assert_eq!(index.get("p"), Some(kept.clone()));
+        assert_eq!(
+            index.get("q"),
+            None,
+            "a file deleted behind the host's back"
+        );
+        assert_eq!(index.list(), vec![("p".to_owned(), kept)]);
     }
 
     #[tokio::test]

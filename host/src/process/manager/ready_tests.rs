@@ -2,8 +2,10 @@
 //! gone with their scope, and out of their command's reach. Every wait is on an observable
 //! condition.
 
+use super::ready::ReadyKeepers;
 use super::tests::{LONG, SCOPE, manager, manager_with, request};
 use super::*;
+use crate::process::{OutputSnapshot, ProcessBackend, ReadFrom};
 use nix::unistd::Pid;
 
 /// Poll `check` every 10 ms for up to 10 s (test-side only).
@@ -31,10 +33,10 @@ async fn run_in(manager: &ProcessManager, scope: &str, command: &str) -> OutputS
 async fn ready_in(manager: &ProcessManager, scope: &str) -> Vec<Pid> {
     assert_eq!(run_in(manager, scope, "true").await.exit_code, Some(0));
     assert!(
-        until(|| manager.ready.count(Some(scope)) == ready::PER_PROFILE).await,
+        until(|| manager.launcher.ready().count(Some(scope)) == ready::PER_PROFILE).await,
         "no keepers were prepared ahead in {scope}"
     );
-    manager.ready.pids(scope)
+    manager.launcher.ready().pids(scope)
 }
 
 /// Whether the keeper of `id` is one of `ready`.
@@ -88,20 +90,24 @@ async fn a_ready_keeper_is_used_and_replaced() {
     // The other one stays ready, for a start right after.
     let used = keeper_of(&manager, SCOPE, &id).expect("a keeper");
     let other: Vec<Pid> = ready.iter().copied().filter(|pid| *pid != used).collect();
-    assert_eq!(manager.ready.pids(SCOPE), other);
+    assert_eq!(manager.launcher.ready().pids(SCOPE), other);
     // The command got its working directory and environment through the hand-over.
     wait_for(&manager, SCOPE, &id, &format!("{} hi\n", workdir.display())).await;
     // And its replacement is made, off the call path.
     assert!(
         until(|| manager
-            .ready
+            .launcher
+            .ready()
             .pids(SCOPE)
             .iter()
             .any(|pid| !ready.contains(pid)))
         .await,
         "the used keeper was not replaced"
     );
-    assert_eq!(manager.ready.count(Some(SCOPE)), ready::PER_PROFILE);
+    assert_eq!(
+        manager.launcher.ready().count(Some(SCOPE)),
+        ready::PER_PROFILE
+    );
     // Signals reach the command through the keeper that took it over.
     manager.signal(SCOPE, &id, Signal::Kill).expect("kill");
     let killed = manager
@@ -150,7 +156,10 @@ async fn a_profile_change_is_never_served_by_a_stale_keeper() {
     assert!(!target.exists());
     // The default profile's keepers stay for the default profile, and serve it.
     let default = manager.default_profile();
-    assert_eq!(manager.ready.pids_for(SCOPE, &default).len(), ready.len());
+    assert_eq!(
+        manager.launcher.ready().pids_for(SCOPE, &default).len(),
+        ready.len()
+    );
     let id = manager.start(SCOPE, request(&touch)).await.expect("start");
     assert!(handed_to(&manager, SCOPE, &id, &ready));
     let used = keeper_of(&manager, SCOPE, &id).expect("a keeper");
@@ -161,15 +170,17 @@ async fn a_profile_change_is_never_served_by_a_stale_keeper() {
     let profile = manager.default_profile();
     assert!(
         until(|| {
-            let made = manager.ready.pids_for(SCOPE, &profile);
+            let made = manager.launcher.ready().pids_for(SCOPE, &profile);
             made.len() == ready::PER_PROFILE && !made.contains(&used)
         })
         .await,
         "the used keeper was not replaced"
     );
-    let stale = manager.ready.pids_for(SCOPE, &profile);
+    let stale = manager.launcher.ready().pids_for(SCOPE, &profile);
     let prepared = manager
-        .scope_sandbox(SCOPE)
+        .scope(SCOPE)
+        .sandbox
+        .clone()
         .ready(&profile)
         .flatten()
         .expect("the default profile's layers");
@@ -206,7 +217,7 @@ async fn ready_keepers_go_when_their_scope_ends() {
     let ready = ready_in(&manager, SCOPE).await;
     manager.end_scope(SCOPE).await;
     // Released and reaped before `end_scope` returns.
-    assert_eq!(manager.ready.count(Some(SCOPE)), 0);
+    assert_eq!(manager.launcher.ready().count(Some(SCOPE)), 0);
     assert!(
         ready.iter().all(|pid| gone(*pid)),
         "a keeper prepared ahead outlived its scope"
@@ -222,7 +233,7 @@ async fn a_keeper_prepared_for_one_scope_is_never_used_by_another() {
         .await
         .expect("start in b");
     assert!(!handed_to(&manager, "b", &id, &ready));
-    assert_eq!(manager.ready.pids("a"), ready);
+    assert_eq!(manager.launcher.ready().pids("a"), ready);
     manager.end_scope("b").await;
     manager.end_scope("a").await;
 }

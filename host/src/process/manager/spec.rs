@@ -17,9 +17,32 @@ use super::keeper::{KeeperEnds, above_reserved};
 use crate::sandbox::secrets::is_secret_variable;
 use crate::sandbox::{CommandCgroups, Prepared};
 
+/// The command's ends of its stdio (`stdio.rs` opens them).
+#[derive(Debug)]
+pub(super) struct ChildStdio {
+    /// Its stdout and stderr.
+    pub(super) output: OwnedFd,
+    /// Its stdin when it is not `/dev/null`, and whether it is a terminal.
+    pub(super) stdin: Option<(OwnedFd, bool)>,
+}
+
+impl ChildStdio {
+    /// Copies of the descriptors, for a message that sends them.
+    fn try_clone(&self) -> io::Result<ChildStdio> {
+        Ok(ChildStdio {
+            output: self.output.try_clone()?,
+            stdin: self
+                .stdin
+                .as_ref()
+                .map(|(fd, terminal)| fd.try_clone().map(|fd| (fd, *terminal)))
+                .transpose()?,
+        })
+    }
+}
+
 /// What a command is, whichever keeper runs it: made once per start, and taken by both the
 /// keeper prepared ahead ([`StartMessage`]) and the one made for it ([`ChildSpec`]).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub(super) struct Launch<'a> {
     /// The shell that runs the command (without a `/`: looked up in `PATH`).
     pub(super) shell: &'a Path,
@@ -31,6 +54,8 @@ pub(super) struct Launch<'a> {
     pub(super) inherit: Option<&'a [String]>,
     /// Where it runs.
     pub(super) workdir: &'a Path,
+    /// Its stdio.
+    pub(super) stdio: ChildStdio,
 }
 
 /// Everything a child needs, prepared by the parent: between `clone` and `exec` the child
@@ -65,15 +90,15 @@ pub(super) struct ChildSpec {
 
 impl ChildSpec {
     /// `shell -c command` under a keeper, in `workdir`, with the host environment (only the
-    /// `inherit` names, if given) plus `env` (which wins), stdout and stderr both `output`,
-    /// stdin `/dev/null`. A `shell` without a `/` is looked up in `PATH`.
+    /// `inherit` names, if given) plus `env` (which wins), and the launch's stdio (a terminal
+    /// stdin: the keeper makes it the command's controlling terminal). A `shell` without a
+    /// `/` is looked up in `PATH`.
     ///
     /// With `confine`, the keeper confines the shell: its options and descriptors are added,
     /// its variables (`TMPDIR`) set, and host variables that hold secrets (see
     /// [`is_secret_variable`]) left out unless `inherit` names them.
     pub(super) fn new(
-        launch: &Launch<'_>,
-        output: OwnedFd,
+        launch: Launch<'_>,
         keeper: KeeperEnds,
         confine: Option<&Prepared>,
         cgroups: Option<&CommandCgroups>,
@@ -91,12 +116,16 @@ impl ChildSpec {
             .iter()
             .map(|(key, value)| cstring(&pair(key, value)))
             .collect::<io::Result<_>>()?;
+        let ChildStdio { output, stdin } = launch.stdio;
+        if stdin.as_ref().is_some_and(|(_, terminal)| *terminal) {
+            argv.insert(1, cstring(option::TTY.as_bytes())?);
+        }
         Ok(Self {
             argv,
             envp,
             workdir: cstring(launch.workdir.as_os_str().as_bytes())?,
             output: above_reserved(output)?,
-            stdin: None,
+            stdin: stdin.map(|(fd, _)| above_reserved(fd)).transpose()?,
             keeper,
             layers: match confine {
                 Some(prepared) => Some((
@@ -149,16 +178,6 @@ impl ChildSpec {
             nice,
         })
     }
-
-    /// Give the command `stdin` as its input; with `terminal`, the keeper makes it the
-    /// command's controlling terminal (it is then the output descriptor too).
-    pub(super) fn input(&mut self, stdin: OwnedFd, terminal: bool) -> io::Result<()> {
-        self.stdin = Some(above_reserved(stdin)?);
-        if terminal {
-            self.argv.insert(1, cstring(option::TTY.as_bytes())?);
-        }
-        Ok(())
-    }
 }
 
 /// The command a keeper prepared ahead gets on its control socket (see the protocol's
@@ -171,15 +190,10 @@ pub(super) struct StartMessage {
 }
 
 impl StartMessage {
-    /// `shell -c command` in `workdir`, its environment as [`ChildSpec::new`] makes it, its
-    /// output `output` and its stdin `stdin` (`None`: `/dev/null`; `true`: a terminal);
-    /// `ruleset`: the Landlock ruleset current at this start, with `confine`.
-    pub(super) fn new(
-        launch: &Launch<'_>,
-        output: OwnedFd,
-        stdin: Option<(OwnedFd, bool)>,
-        confine: &Prepared,
-    ) -> io::Result<Self> {
+    /// `shell -c command` in `workdir`, its environment as [`ChildSpec::new`] makes it, copies
+    /// of the launch's stdio, and the Landlock ruleset of `confine` current at this start.
+    pub(super) fn new(launch: &Launch<'_>, confine: &Prepared) -> io::Result<Self> {
+        let ChildStdio { output, stdin } = launch.stdio.try_clone()?;
         let (program, args) = shell_command(launch.shell, launch.command)?;
         let mut flags = Vec::new();
         if stdin.as_ref().is_some_and(|(_, terminal)| *terminal) {
@@ -380,14 +394,17 @@ mod tests {
         let (_reader, writer) = io::pipe().expect("pipe");
         let (_host, keeper) = channels().expect("channels");
         let no_shell = ChildSpec::new(
-            &Launch {
+            Launch {
                 shell: Path::new("/nonexistent/sh"),
                 command: "true",
                 env: &[],
                 inherit: None,
                 workdir: Path::new("/"),
+                stdio: ChildStdio {
+                    output: writer.into(),
+                    stdin: None,
+                },
             },
-            writer.into(),
             keeper,
             None,
             None,

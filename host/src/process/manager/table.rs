@@ -72,7 +72,7 @@ impl Table {
     /// Whether `entry` is the listed record of its id.
     fn lists(&self, entry: &Arc<Entry>) -> bool {
         self.entries
-            .get(&entry.id)
+            .get(&entry.spec.id)
             .is_some_and(|current| Arc::ptr_eq(current, entry))
     }
 
@@ -95,7 +95,7 @@ impl Table {
         let scope = scope.clone();
         let (_, old) = self.scopes.get_mut(&scope)?.finished.remove(index)?;
         self.finished = self.finished.saturating_sub(1);
-        self.entries.remove(&old.id);
+        self.entries.remove(&old.spec.id);
         self.forget_if_idle(&scope);
         Some(old)
     }
@@ -210,8 +210,10 @@ impl Records {
         match refused {
             Some(error) => Err(error),
             None => {
-                table.entries.insert(entry.id.clone(), Arc::clone(entry));
-                table.scope(&entry.scope).running += 1;
+                table
+                    .entries
+                    .insert(entry.spec.id.clone(), Arc::clone(entry));
+                table.scope(&entry.spec.scope).running += 1;
                 table.holding += 1;
                 entry.counted.store(true, Ordering::Relaxed);
                 entry.holding.store(true, Ordering::Relaxed);
@@ -250,7 +252,7 @@ impl Records {
             if counted || listed {
                 let order = table.finish_order;
                 table.finish_order += 1;
-                let state = table.scope(&entry.scope);
+                let state = table.scope(&entry.spec.scope);
                 if counted {
                     state.running = state.running.saturating_sub(1);
                 }
@@ -267,9 +269,9 @@ impl Records {
                 }
                 table.finished += added;
                 for old in &evicted {
-                    table.entries.remove(&old.id);
+                    table.entries.remove(&old.spec.id);
                 }
-                table.forget_if_idle(&entry.scope);
+                table.forget_if_idle(&entry.spec.scope);
                 while table.finished > self.max_retained_total {
                     match table.pop_oldest_finished() {
                         Some(old) => evicted.push(old),
@@ -317,7 +319,7 @@ impl Records {
         lock(&self.table)
             .entries
             .get(id)
-            .filter(|entry| entry.scope == scope)
+            .filter(|entry| entry.spec.scope == scope)
             .cloned()
             .ok_or_else(|| ProcessError::NotFound(id.to_owned()))
     }
@@ -327,8 +329,8 @@ impl Records {
         {
             let mut table = lock(&self.table);
             if table.lists(entry) {
-                table.entries.remove(&entry.id);
-                if let Some(state) = table.scopes.get_mut(&entry.scope) {
+                table.entries.remove(&entry.spec.id);
+                if let Some(state) = table.scopes.get_mut(&entry.spec.scope) {
                     let before = state.finished.len();
                     state
                         .finished
@@ -336,7 +338,7 @@ impl Records {
                     let removed = before - state.finished.len();
                     table.finished = table.finished.saturating_sub(removed);
                 }
-                table.forget_if_idle(&entry.scope);
+                table.forget_if_idle(&entry.spec.scope);
             }
         }
         entry.dispose();
@@ -348,7 +350,7 @@ impl Records {
         lock(&self.table)
             .entries
             .values()
-            .filter(|entry| entry.scope == scope)
+            .filter(|entry| entry.spec.scope == scope)
             .cloned()
             .collect()
     }
@@ -359,7 +361,7 @@ impl Records {
         let mut rows: Vec<(u64, ProcessInfo)> = self
             .of_scope(scope)
             .iter()
-            .map(|entry| (entry.seq, entry.info()))
+            .map(|entry| (entry.spec.seq, entry.info()))
             .collect();
         rows.sort_by(|(a_seq, a), (b_seq, b)| b.running.cmp(&a.running).then(b_seq.cmp(a_seq)));
         rows.into_iter().map(|(_, info)| info).collect()
@@ -375,7 +377,7 @@ impl Records {
         table
             .entries
             .values()
-            .filter(|entry| entry.scope == scope)
+            .filter(|entry| entry.spec.scope == scope)
             .cloned()
             .collect()
     }

@@ -1,4 +1,5 @@
 use super::*;
+use crate::process::{BoxFuture, OutputSnapshot, ProcessBackend, ReadFrom};
 use nix::unistd::Pid;
 
 /// Long enough never to be reached by a passing test.

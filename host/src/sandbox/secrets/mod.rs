@@ -19,6 +19,7 @@
 use std::path::{Path, PathBuf};
 
 use super::canonical;
+use super::{SandboxMode, SandboxSettings};
 
 mod cache;
 mod copies;
@@ -313,6 +314,44 @@ pub enum NotHidden {
 }
 
 impl HiddenPaths {
+    /// The paths hidden from a host's confined commands (see `sandbox/secrets/`), with what the
+    /// content scan finds (its cache in `state_dir`, skipping the `skip` paths), said once where no
+    /// home directory resolves or a `--reveal` path is not hidden by default.
+    pub(crate) fn for_host(
+        settings: &SandboxSettings,
+        state_dir: Option<&Path>,
+        skip: Vec<PathBuf>,
+    ) -> HiddenPaths {
+        let scan = ScanSettings {
+            enabled: settings.secret_scan && settings.mode != SandboxMode::Off,
+            cache_dir: state_dir.map(Path::to_path_buf),
+            skip,
+        };
+        let hidden = Self::of_this_user_scanned(&settings.hide, &settings.reveal, &scan)
+            .unwrap_or_else(|error| {
+                tracing::warn!("{error}: ignored, nothing is revealed");
+                Self::of_this_user_scanned(&settings.hide, &[], &scan).unwrap_or_default()
+            });
+        if hidden.homes.is_empty() && settings.mode != SandboxMode::Off {
+            tracing::warn!(
+                "no home directory resolves ($HOME is unset, relative or /, and the user has no \
+                 passwd entry with one): the credential stores under a home (~/.ssh, ~/.aws, ...) \
+                 are not hidden from confined commands; set HOME or pass --hide"
+            );
+        }
+        if settings.mode != SandboxMode::Off {
+            for home in hidden.homes.iter().filter(|home| home.starts_with("/tmp")) {
+                tracing::warn!(
+                    home = %home.display(),
+                    "a home directory under /tmp: a credential store made in it after the \
+                     session started is hidden from the commands that start after it appears, not \
+                     from those already running"
+                );
+            }
+        }
+        hidden
+    }
+
     /// The hidden paths of this host's user, with the operator's `hide` and `reveal`.
     pub fn of_this_user(hide: &[PathBuf], reveal: &[PathBuf]) -> Result<HiddenPaths, NotHidden> {
         HiddenPaths::new(&Homes::of_this_user(), &runtime_dirs(), hide, reveal)

@@ -1,0 +1,159 @@
+//! The process manager as the guests' [`ProcessBackend`]: each call finds the scope's record
+//! (or its log) and asks it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::ProcessManager;
+use super::output_log;
+use super::scope::{self, Ending};
+use crate::process::{
+    self, BoxFuture, LogPage, OutputSnapshot, ProcessBackend, ProcessError, ProcessInfo, ReadFrom,
+    Signal, StartRequest, Until,
+};
+use crate::terminal::{Key, Screen, TerminalSize};
+
+impl ProcessBackend for ProcessManager {
+    fn output_log(&self, scope: &str, id: &str) -> Option<PathBuf> {
+        let held = crate::lock(&self.scopes).get(scope).cloned();
+        held?.logs.get(id)
+    }
+
+    fn output_logs(&self, scope: &str) -> Vec<process::OutputLog> {
+        let held = crate::lock(&self.scopes).get(scope).cloned();
+        let logs = held.map(|held| held.logs.list()).unwrap_or_default();
+        logs.into_iter()
+            .map(|(process_id, path)| process::OutputLog { process_id, path })
+            .collect()
+    }
+
+    fn start<'a>(
+        &'a self,
+        scope: &'a str,
+        request: StartRequest,
+    ) -> BoxFuture<'a, Result<String, ProcessError>> {
+        Box::pin(self.start_process(scope, request))
+    }
+
+    fn wait<'a>(
+        &'a self,
+        scope: &'a str,
+        id: &'a str,
+        timeout: Duration,
+        from: ReadFrom,
+    ) -> BoxFuture<'a, Result<OutputSnapshot, ProcessError>> {
+        Box::pin(async move {
+            let entry = self.records.find(scope, id)?;
+            entry
+                .wait_finished(Instant::now().checked_add(timeout))
+                .await;
+            Ok(entry.snapshot(from))
+        })
+    }
+
+    fn read(&self, scope: &str, id: &str, from: ReadFrom) -> Result<OutputSnapshot, ProcessError> {
+        Ok(self.records.find(scope, id)?.snapshot(from))
+    }
+
+    fn list(&self, scope: &str) -> Vec<ProcessInfo> {
+        self.records.list(scope)
+    }
+
+    fn read_log(
+        &self,
+        scope: &str,
+        id: &str,
+        offset: i64,
+        max_bytes: u64,
+    ) -> Result<LogPage, ProcessError> {
+        let entry = self.records.find(scope, id)?;
+        let path = entry.log_path().ok_or_else(|| process::no_log(id))?;
+        let max = max_bytes.min(process::MAX_LOG_PAGE_BYTES);
+        let (text, offset, next_offset, total_bytes) = output_log::read_page(&path, offset, max)
+            .map_err(|error| {
+                ProcessError::Failed(format!("cannot read the output log of `{id}`: {error}"))
+            })?;
+        Ok(LogPage {
+            text,
+            offset,
+            next_offset,
+            total_bytes,
+            capped: entry.log_capped(),
+            running: entry.is_running(),
+        })
+    }
+
+    fn signal(&self, scope: &str, id: &str, signal: Signal) -> Result<(), ProcessError> {
+        self.send_signal(scope, id, signal)
+    }
+
+    fn write_input<'a>(
+        &'a self,
+        scope: &'a str,
+        id: &'a str,
+        data: &'a [u8],
+        keys: &'a [Key],
+    ) -> BoxFuture<'a, Result<(), ProcessError>> {
+        Box::pin(async move {
+            let entry = self.records.find(scope, id)?;
+            if !entry.is_running() {
+                return Err(ProcessError::NotRunning(id.to_owned()));
+            }
+            entry.input.write(id, data, keys).await
+        })
+    }
+
+    fn close_input<'a>(
+        &'a self,
+        scope: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<(), ProcessError>> {
+        Box::pin(async move {
+            let entry = self.records.find(scope, id)?;
+            entry.input.close(id).await
+        })
+    }
+
+    fn resize(&self, scope: &str, id: &str, size: TerminalSize) -> Result<(), ProcessError> {
+        let entry = self.records.find(scope, id)?;
+        entry.input.resize(id, size)
+    }
+
+    fn screen(&self, scope: &str, id: &str) -> Result<Screen, ProcessError> {
+        self.records.find(scope, id)?.input.screen(id)
+    }
+
+    fn wait_until<'a>(
+        &'a self,
+        scope: &'a str,
+        id: &'a str,
+        until: Until,
+        timeout: Duration,
+        from: ReadFrom,
+    ) -> BoxFuture<'a, Result<OutputSnapshot, ProcessError>> {
+        Box::pin(async move {
+            let entry = self.records.find(scope, id)?;
+            entry
+                .wait_until(&until, from, Instant::now().checked_add(timeout))
+                .await;
+            Ok(entry.snapshot(from))
+        })
+    }
+
+    fn end_scope<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            // Taken out under the lock, let go after it: every start of every scope needs
+            // that lock.
+            let held = crate::lock(&self.scopes).remove(scope);
+            let ending = Ending {
+                records: &self.records,
+                launcher: &self.launcher,
+                kill_grace: self.config.kill_grace,
+                drain_timeout: self.config.drain_timeout,
+            };
+            scope::end(scope, held, ending).await;
+        })
+    }
+}
