@@ -67,7 +67,7 @@ impl Admissions {
             let mut scopes = lock(&self.scopes);
             let running = scopes.get(scope).copied().unwrap_or(0);
             if running >= self.max_calls_per_scope {
-                CallError::SessionBusy {
+                CallError::ScopeBusy {
                     max_calls: self.max_calls_per_scope,
                 }
             } else if let Ok(permit) = self.host.clone().try_acquire_owned() {
@@ -160,7 +160,7 @@ mod tests {
         let a2 = admissions.admit("a").expect("a 2");
         assert_eq!(
             admissions.admit("a").expect_err("a is full"),
-            CallError::SessionBusy { max_calls: 2 }
+            CallError::ScopeBusy { max_calls: 2 }
         );
         let b1 = admissions.admit("b").expect("b 1");
         // The host is full: b, below its own limit, is refused too.

@@ -193,7 +193,7 @@ impl ToolHostBuilder {
     /// The most tool calls in progress at once in one scope (a session).
     ///
     /// The CLI sets it with `--max-calls-per-session`.
-    /// A call beyond is refused at once with [`CallError::SessionBusy`].
+    /// A call beyond is refused at once with [`CallError::ScopeBusy`].
     /// The default is [`DEFAULT_MAX_CALLS_PER_SESSION`]; the least is 1.
     /// It keeps one session from taking every place of [`Self::max_calls_total`].
     pub fn max_calls_per_session(mut self, max: usize) -> Self {
@@ -475,7 +475,7 @@ impl ToolHost {
     ///
     /// The limits are [`ToolHostBuilder::max_calls_total`] and
     /// [`ToolHostBuilder::max_calls_per_session`].
-    /// When there is no place, the refusal is [`CallError::Busy`] or [`CallError::SessionBusy`].
+    /// When there is no place, the refusal is [`CallError::Busy`] or [`CallError::ScopeBusy`].
     /// A caller that must know before it answers anything takes the place first: an MCP task
     /// is created only for a call that will run.
     /// The call then runs in that place ([`Call::permit`]).

@@ -136,3 +136,33 @@ fn paths_are_told_from_other_words() {
     ));
     assert!(found_beneath(&repo_root().join("host/src"), "lib.rs"));
 }
+
+/// Each numbered entry point names a file that exists and, right after it, a function that
+/// the file defines (`host/src/host.rs` `ToolHost::call`: `fn call` in `host/src/host.rs`).
+#[test]
+fn every_entry_point_exists() {
+    let root = repo_root();
+    let text = std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let section = text
+        .split_once("\n## Entry points")
+        .map(|(_, rest)| rest.split("\n## ").next().unwrap_or(rest))
+        .expect("an Entry points section");
+    let points: Vec<&str> = section
+        .lines()
+        .filter(|line| line.starts_with(|c: char| c.is_ascii_digit()))
+        .collect();
+    assert!(points.len() >= 4, "too few entry points: {points:?}");
+    for point in points {
+        let quoted: Vec<&str> = point.split('`').skip(1).step_by(2).collect();
+        let [file, function, ..] = quoted[..] else {
+            panic!("an entry point without a file and a function: {point}");
+        };
+        let source = std::fs::read_to_string(root.join(file))
+            .unwrap_or_else(|error| panic!("entry point `{file}`: {error}"));
+        let name = function.rsplit("::").next().unwrap_or(function);
+        assert!(
+            source.contains(&format!("fn {name}(")) || source.contains(&format!("fn {name}<")),
+            "`{file}` defines no `fn {name}`"
+        );
+    }
+}

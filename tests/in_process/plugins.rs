@@ -737,7 +737,7 @@ async fn a_session_at_its_limit_is_refused_while_others_go_on() {
         .call("a", "process_list", "{}")
         .await
         .expect_err("session a is full");
-    assert_eq!(refused, CallError::SessionBusy { max_calls: 1 });
+    assert_eq!(refused, CallError::ScopeBusy { max_calls: 1 });
     assert!(
         refused.to_string().contains("--max-calls-per-session"),
         "{refused}"

@@ -87,7 +87,7 @@ pub enum CallError {
         "not run: this session is already running its maximum of {max_calls} tool calls at \
          once (--max-calls-per-session); try again when one of them has finished"
     )]
-    SessionBusy {
+    ScopeBusy {
         /// The limit of calls in progress per session.
         max_calls: usize,
     },

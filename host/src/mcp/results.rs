@@ -35,7 +35,7 @@ pub(super) fn call_result(
             | CallError::Limit { .. }
             | CallError::Plugin { .. }
             | CallError::Busy { .. }
-            | CallError::SessionBusy { .. }),
+            | CallError::ScopeBusy { .. }),
         ) => Ok(CallToolResult::error(vec![ContentBlock::text(
             error.to_string(),
         )])),

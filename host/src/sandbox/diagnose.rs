@@ -50,7 +50,7 @@ pub(crate) enum Refusal {
     /// The session's own `/tmp` or `/dev/shm` is full.
     SpaceFull(PrivateSpace),
     /// Forks failed, maybe at the session's process limit (`RLIMIT_NPROC`, no pids cgroup).
-    SessionProcesses(u32),
+    ScopeProcesses(u32),
     /// A process of the command was killed for want of memory, and whose limit it was.
     Memory(MemoryKill),
     /// The command reached its process limit (its pids cgroup).
@@ -90,7 +90,7 @@ impl Refusal {
     pub(crate) fn note(&self) -> String {
         match self {
             Refusal::SpaceFull(space) => space.note(),
-            Refusal::SessionProcesses(processes) => format!(
+            Refusal::ScopeProcesses(processes) => format!(
                 "\n[toolhost: forks failed: this session's commands may have reached their \
                  limit of {processes} processes together]"
             ),

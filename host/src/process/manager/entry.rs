@@ -267,7 +267,7 @@ impl Entry {
                     id = %self.spec.id,
                     "forks of a command failed: its session's commands may have reached their limit of {processes} processes"
                 );
-                refusals.push(Refusal::SessionProcesses(processes));
+                refusals.push(Refusal::ScopeProcesses(processes));
             }
         }
         let cgroups = lock(&self.cgroups);

@@ -230,7 +230,7 @@ impl Launcher {
                 scope: scope.name.clone(),
                 profile: profile.clone(),
                 prepared: Arc::clone(prepared),
-                session_cgroups: scope.sandbox.cgroups(),
+                scope_cgroups: scope.sandbox.cgroups(),
                 nice: self.nice,
             };
             self.make_ready(serial, recipe, spawner.clone(), Arc::clone(started));

@@ -367,7 +367,7 @@ pub(super) struct Recipe {
     pub(super) profile: Profile,
     pub(super) prepared: Arc<Prepared>,
     /// The scope's cgroup, where the command's are made.
-    pub(super) session_cgroups: Option<Arc<ParentCgroups>>,
+    pub(super) scope_cgroups: Option<Arc<ParentCgroups>>,
     pub(super) nice: i32,
 }
 
@@ -378,7 +378,7 @@ pub(super) async fn make(spawner: &Spawner, recipe: Recipe) -> Result<ReadyKeepe
         scope,
         profile,
         prepared,
-        session_cgroups,
+        scope_cgroups,
         nice,
     } = recipe;
     let keepers = match prepared.namespaces.as_ref() {
@@ -386,7 +386,7 @@ pub(super) async fn make(spawner: &Spawner, recipe: Recipe) -> Result<ReadyKeepe
         _ => 1,
     };
     let cgroups = CommandCgroups::create(
-        session_cgroups,
+        scope_cgroups,
         profile.limits.processes.map(|n| n.saturating_add(keepers)),
         profile.limits.memory_bytes,
     )
