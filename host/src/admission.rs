@@ -1,7 +1,8 @@
 //! Admission control: how many tool calls may be in progress at once.
 //!
-//! There are two limits: one for the whole host (`max_calls_total`) and one per scope, that
-//! is per session (`max_calls_per_scope`).
+//! There are three limits: one for the whole host (`max_calls_total`), one per scope, that
+//! is per session (`max_calls_per_scope`), and one per principal (`max_calls_per_principal`:
+//! all the calls of one bearer token's sessions and scopes together, over HTTP).
 //! A call beyond either limit is refused before anything of it runs, instead of queueing.
 //! Each call in progress holds a guest instance, up to its plugin's memory limit.
 //! It often starts a process too.
@@ -25,6 +26,9 @@ pub const DEFAULT_MAX_CALLS_TOTAL: usize = 256;
 /// a session may run at once.
 pub const DEFAULT_MAX_CALLS_PER_SESSION: usize = 64;
 
+/// Calls in progress per key (a scope or a principal); keys with none are not kept.
+type Counts = Arc<Mutex<HashMap<String, usize>>>;
+
 /// The places of a host's calls.
 pub(crate) struct Admissions {
     /// One semaphore permit per call in progress, host-wide.
@@ -32,9 +36,13 @@ pub(crate) struct Admissions {
     /// Calls in progress at once on the whole host, at most.
     max_calls_total: usize,
     /// Calls in progress per scope (scopes with none are not kept).
-    scopes: Arc<Mutex<HashMap<String, usize>>>,
+    scopes: Counts,
     /// Calls in progress at once in one scope, at most.
     max_calls_per_scope: usize,
+    /// Calls in progress per principal (principals with none are not kept).
+    principals: Counts,
+    /// Calls in progress at once of one principal, at most.
+    max_calls_per_principal: usize,
 }
 
 /// A place for one call of a scope among the calls in progress.
@@ -45,42 +53,65 @@ pub(crate) struct Admissions {
 pub struct CallPermit {
     _permit: OwnedSemaphorePermit,
     scope: String,
-    scopes: Arc<Mutex<HashMap<String, usize>>>,
+    scopes: Counts,
+    /// The principal the call counts for, and the counts it is in.
+    principal: Option<(String, Counts)>,
 }
 
 impl Admissions {
     /// At most `max_calls_total` calls at once, `max_calls_per_scope` of them in one scope
-    /// (each at least 1).
-    pub(crate) fn new(max_calls_total: usize, max_calls_per_scope: usize) -> Self {
+    /// and `max_calls_per_principal` of one principal (each at least 1).
+    pub(crate) fn new(
+        max_calls_total: usize,
+        max_calls_per_scope: usize,
+        max_calls_per_principal: usize,
+    ) -> Self {
         let max_calls_total = max_calls_total.clamp(1, Semaphore::MAX_PERMITS);
         Admissions {
             host: Arc::new(Semaphore::new(max_calls_total)),
             max_calls_total,
             scopes: Arc::new(Mutex::new(HashMap::new())),
             max_calls_per_scope: max_calls_per_scope.max(1),
+            principals: Arc::new(Mutex::new(HashMap::new())),
+            max_calls_per_principal: max_calls_per_principal.max(1),
         }
     }
 
-    /// A place for a call of `scope`, or why there is none.
-    pub(crate) fn admit(&self, scope: &str) -> Result<CallPermit, CallError> {
+    /// A place for a call of `scope` (of `principal`, when it has one), or why there is none.
+    /// The checks, in order:
+    ///
+    /// 1. The scope's own limit.
+    /// 2. The principal's limit, over all its scopes.
+    /// 3. The host's limit.
+    pub(crate) fn admit(
+        &self,
+        scope: &str,
+        principal: Option<&str>,
+    ) -> Result<CallPermit, CallError> {
         let refusal = {
+            // Locked in this order everywhere: scopes, then principals.
             let mut scopes = lock(&self.scopes);
+            let mut principals = lock(&self.principals);
             let running = scopes.get(scope).copied().unwrap_or(0);
+            let of_principal = principal.map_or(0, |who| principals.get(who).copied().unwrap_or(0));
             if running >= self.max_calls_per_scope {
                 CallError::ScopeBusy {
                     max_calls: self.max_calls_per_scope,
                 }
+            } else if principal.is_some() && of_principal >= self.max_calls_per_principal {
+                CallError::PrincipalBusy {
+                    max_calls: self.max_calls_per_principal,
+                }
             } else if let Ok(permit) = self.host.clone().try_acquire_owned() {
-                match scopes.get_mut(scope) {
-                    Some(running) => *running += 1,
-                    None => {
-                        scopes.insert(scope.to_owned(), 1);
-                    }
+                *scopes.entry(scope.to_owned()).or_insert(0) += 1;
+                if let Some(who) = principal {
+                    *principals.entry(who.to_owned()).or_insert(0) += 1;
                 }
                 return Ok(CallPermit {
                     _permit: permit,
                     scope: scope.to_owned(),
                     scopes: self.scopes.clone(),
+                    principal: principal.map(|who| (who.to_owned(), self.principals.clone())),
                 });
             } else {
                 CallError::Busy {
@@ -123,6 +154,15 @@ impl Drop for CallPermit {
                 scopes.remove(&self.scope);
             }
         }
+        if let Some((who, principals)) = &self.principal {
+            let mut principals = lock(principals);
+            if let Some(running) = principals.get_mut(who) {
+                *running = running.saturating_sub(1);
+                if *running == 0 {
+                    principals.remove(who);
+                }
+            }
+        }
     }
 }
 
@@ -155,22 +195,22 @@ mod tests {
 
     #[test]
     fn places_are_limited_per_scope_and_per_host_and_given_back() {
-        let admissions = Admissions::new(3, 2);
-        let a1 = admissions.admit("a").expect("a 1");
-        let a2 = admissions.admit("a").expect("a 2");
+        let admissions = Admissions::new(3, 2, 3);
+        let a1 = admissions.admit("a", None).expect("a 1");
+        let a2 = admissions.admit("a", None).expect("a 2");
         assert_eq!(
-            admissions.admit("a").expect_err("a is full"),
+            admissions.admit("a", None).expect_err("a is full"),
             CallError::ScopeBusy { max_calls: 2 }
         );
-        let b1 = admissions.admit("b").expect("b 1");
+        let b1 = admissions.admit("b", None).expect("b 1");
         // The host is full: b, below its own limit, is refused too.
         assert_eq!(
-            admissions.admit("b").expect_err("the host is full"),
+            admissions.admit("b", None).expect_err("the host is full"),
             CallError::Busy { max_calls: 3 }
         );
         // A refusal at the host's limit took no place of b's.
         drop(a1);
-        let b2 = admissions.admit("b").expect("b 2");
+        let b2 = admissions.admit("b", None).expect("b 2");
         assert_eq!(b2.scope(), "b");
         drop((a2, b1, b2));
         assert!(
@@ -178,7 +218,29 @@ mod tests {
             "scopes with no call go"
         );
         let _again: Vec<CallPermit> = (0..2)
-            .map(|_| admissions.admit("a").expect("a again"))
+            .map(|_| admissions.admit("a", None).expect("a again"))
             .collect();
+    }
+
+    #[test]
+    fn a_principal_is_limited_over_all_its_scopes_and_others_go_on() {
+        let admissions = Admissions::new(10, 5, 2);
+        let a1 = admissions.admit("a1", Some("alice")).expect("a1");
+        let a2 = admissions.admit("a2", Some("alice")).expect("a2");
+        // Alice's third call is refused, in a scope of hers with no call at all.
+        assert_eq!(
+            admissions
+                .admit("a3", Some("alice"))
+                .expect_err("alice is full"),
+            CallError::PrincipalBusy { max_calls: 2 }
+        );
+        // Bob is not held up by Alice, nor is a call without a principal (stdio).
+        let b1 = admissions.admit("b1", Some("bob")).expect("bob");
+        let local = admissions.admit("local", None).expect("no principal");
+        // A place of Alice's given back is hers to take again.
+        drop(a1);
+        let a3 = admissions.admit("a3", Some("alice")).expect("alice again");
+        drop((a2, a3, b1, local));
+        assert!(lock(&admissions.principals).is_empty(), "counts given back");
     }
 }

@@ -108,6 +108,7 @@ pub struct ToolHostBuilder {
     watch: bool,
     max_calls_total: usize,
     max_calls_per_session: usize,
+    max_calls_per_principal: usize,
 }
 
 impl Default for ToolHostBuilder {
@@ -121,6 +122,7 @@ impl Default for ToolHostBuilder {
             watch: false,
             max_calls_total: DEFAULT_MAX_CALLS_TOTAL,
             max_calls_per_session: DEFAULT_MAX_CALLS_PER_SESSION,
+            max_calls_per_principal: usize::MAX,
         }
     }
 }
@@ -201,6 +203,19 @@ impl ToolHostBuilder {
         self
     }
 
+    /// The most tool calls in progress at once of one principal (a bearer token of an HTTP
+    /// server), over all its sessions and scopes.
+    ///
+    /// The CLI sets it with `--max-calls-per-principal`.
+    /// It counts only calls admitted with a principal ([`ToolHost::admit_for`]).
+    /// A call beyond is refused at once with [`CallError::PrincipalBusy`].
+    /// The default is no limit but [`Self::max_calls_total`]; the least is 1.
+    /// It keeps one client from taking every place while others are served.
+    pub fn max_calls_per_principal(mut self, max: usize) -> Self {
+        self.max_calls_per_principal = max.max(1);
+        self
+    }
+
     /// Build the host and load the plugins (see the module's flow at a glance).
     /// It must run inside a tokio runtime.
     pub async fn build(self) -> Result<ToolHost, HostError> {
@@ -240,7 +255,11 @@ impl ToolHostBuilder {
         Ok(ToolHost {
             registry,
             manager,
-            admissions: Admissions::new(self.max_calls_total, self.max_calls_per_session),
+            admissions: Admissions::new(
+                self.max_calls_total,
+                self.max_calls_per_session,
+                self.max_calls_per_principal,
+            ),
             _watcher: watcher,
         })
     }
@@ -481,7 +500,21 @@ impl ToolHost {
     /// The call then runs in that place ([`Call::permit`]).
     /// Dropped unused, the permit gives the place back.
     pub fn admit(&self, scope: &str) -> Result<CallPermit, CallError> {
-        self.admissions.admit(scope)
+        self.admissions.admit(scope, None)
+    }
+
+    /// [`Self::admit`] for a call of `principal` (a bearer token of an HTTP server; `None`
+    /// for a caller without one): the call also counts in the principal's limit
+    /// ([`ToolHostBuilder::max_calls_per_principal`]), refused with
+    /// [`CallError::PrincipalBusy`] beyond it. The scope is noted as the principal's, so that
+    /// its processes count in the principal's share too
+    /// ([`crate::process::ProcessBackend::set_owner`]).
+    pub fn admit_for(&self, scope: &str, principal: Option<&str>) -> Result<CallPermit, CallError> {
+        let permit = self.admissions.admit(scope, principal)?;
+        if let Some(principal) = principal {
+            self.registry.loader().backend.set_owner(scope, principal);
+        }
+        Ok(permit)
     }
 
     /// Run `call` as the module's flow at a glance says.
@@ -521,6 +554,16 @@ impl ToolHost {
             _ => {}
         }
         outcome
+    }
+
+    /// Whether `scope` has a process running, or what a finished one left running.
+    pub fn has_processes(&self, scope: &str) -> bool {
+        self.registry
+            .loader()
+            .backend
+            .list(scope)
+            .iter()
+            .any(|process| process.running || !process.left_running.is_empty())
     }
 
     /// The full output log of process `id` of `scope`, when it has one that still exists.

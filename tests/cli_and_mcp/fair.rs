@@ -1,6 +1,7 @@
 //! `toolhost serve --http` under abuse: one client cannot starve another. Idle and half-sent
 //! connections do not exhaust the server's descriptors, the connection cap answers promptly,
-//! and two principals in one token file each keep their share of sessions and scopes.
+//! and two principals in one token file each keep their share of sessions, scopes, running
+//! processes and calls in flight; a session or scope with a process running is not reclaimed.
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -309,5 +310,188 @@ async fn one_principal_cannot_take_the_scopes_of_another() {
     assert!(told.to_string().contains("make room"), "{told}");
     let (_, kept) = call(MALLORY, "m2").await;
     assert!(kept.get("result").is_some(), "{kept}");
+    server.stop().await;
+}
+
+/// Running processes and calls in flight are bounded per principal: with one of each per
+/// principal, mallory's background command takes her only process slot and her running call
+/// her only call slot, in scopes of her own, each refusal naming its flag; alice, in the same
+/// server, is served all the while.
+#[tokio::test]
+async fn one_principal_cannot_take_the_processes_or_calls_of_another() {
+    use super::mcp_http::{request_2026_as, tool_call};
+    let (_dir, tokens) = token_file(&[("alice", ALICE), ("mallory", MALLORY)]);
+    let server = HttpServer::start(&[
+        "--token-file",
+        &tokens,
+        "--max-processes-per-principal",
+        "1",
+        "--max-calls-per-principal",
+        "1",
+    ])
+    .await;
+    let execute = |command: String, background: bool| {
+        tool_call(
+            "execute",
+            json!({"command": command, "run_in_background": background}),
+        )
+    };
+    let text_of = |answer: &Value| answer["result"]["content"][0]["text"].to_string();
+    // 1. Mallory's background command holds her one process slot; her next start, in
+    //    another of her scopes, is refused naming the flag.
+    let marker = toolhost_e2e::marker();
+    let (_, started) = request_2026_as(
+        &server,
+        MALLORY,
+        Some("m1"),
+        false,
+        "tools/call",
+        execute(format!("sleep 300 # {marker}"), true),
+    )
+    .await;
+    assert!(started.get("result").is_some(), "{started}");
+    assert!(
+        toolhost_e2e::wait_present(&marker, ANSWER_TIMEOUT).await,
+        "the background command runs"
+    );
+    let (_, refused) = request_2026_as(
+        &server,
+        MALLORY,
+        Some("m2"),
+        false,
+        "tools/call",
+        execute("echo hi".into(), false),
+    )
+    .await;
+    assert!(
+        text_of(&refused).contains("--max-processes-per-principal"),
+        "{refused}"
+    );
+    let (_, served) = request_2026_as(
+        &server,
+        ALICE,
+        None,
+        false,
+        "tools/call",
+        execute("echo hi".into(), false),
+    )
+    .await;
+    assert_eq!(structured(&served["result"])["output"], "hi\n", "{served}");
+
+    // 2. Alice's running call holds her one call slot: her next call is refused at once,
+    //    naming the flag.
+    let call_marker = toolhost_e2e::marker();
+    let body = execute(format!("sleep 300 # {call_marker}"), false);
+    let long = request_2026_as(&server, ALICE, Some("a2"), false, "tools/call", body);
+    let mut long = Box::pin(long);
+    tokio::select! {
+        answer = &mut long => panic!("the long call ended: {answer:?}"),
+        present = toolhost_e2e::wait_present(&call_marker, ANSWER_TIMEOUT) => {
+            assert!(present, "alice's long call runs");
+        }
+    }
+    let (_, busy) = tokio::select! {
+        answer = request_2026_as(&server, ALICE, None, false, "tools/call", execute("echo hi".into(), false)) => answer,
+        answer = &mut long => panic!("the long call ended: {answer:?}"),
+    };
+    assert!(
+        text_of(&busy).contains("--max-calls-per-principal"),
+        "{busy}"
+    );
+    drop(long);
+    server.stop().await;
+}
+
+/// A session or a scope with a process running (in the background, no call in flight) is
+/// never reclaimed for another principal: the other's newer idle one is, though older ones go
+/// first otherwise.
+#[tokio::test]
+async fn a_session_or_scope_with_a_running_process_is_not_reclaimed() {
+    use super::mcp_http::{request_2026_as, tool_call};
+    let (_dir, tokens) = token_file(&[("alice", ALICE), ("mallory", MALLORY)]);
+    let server = HttpServer::start(&[
+        "--token-file",
+        &tokens,
+        "--max-sessions",
+        "3",
+        "--max-sessions-per-principal",
+        "2",
+        "--max-scopes-per-principal",
+        "2",
+    ])
+    .await;
+    let background = |marker: &str| {
+        json!({"name": "execute", "arguments": {
+            "command": format!("sleep 300 # {marker}"), "run_in_background": true}})
+    };
+
+    // 1. Sessions: mallory's older session runs a background command, her newer one is idle.
+    let marker = toolhost_e2e::marker();
+    let running = Session::open_as(server.url.clone(), MALLORY).await;
+    let started = running.request("tools/call", background(&marker)).await;
+    assert!(started.get("result").is_some(), "{started}");
+    assert!(
+        toolhost_e2e::wait_present(&marker, ANSWER_TIMEOUT).await,
+        "the background command runs"
+    );
+    let idle = Session::open_as(server.url.clone(), MALLORY).await;
+    let _first = Session::open_as(server.url.clone(), ALICE).await;
+    let _second = Session::open_as(server.url.clone(), ALICE).await;
+    let (status, text) = session_status(&idle).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "the idle one went: {text}");
+    let (status, text) = session_status(&running).await;
+    assert_eq!(status, StatusCode::OK, "the running one stays: {text}");
+    assert!(toolhost_e2e::wait_present(&marker, ANSWER_TIMEOUT).await);
+
+    // 2. Scopes (2026-07-28): the same.
+    let scope_marker = toolhost_e2e::marker();
+    let echo = tool_call("execute", json!({"command": "echo hi"}));
+    let (_, started) = request_2026_as(
+        &server,
+        MALLORY,
+        Some("m1"),
+        false,
+        "tools/call",
+        background(&scope_marker),
+    )
+    .await;
+    assert!(started.get("result").is_some(), "{started}");
+    assert!(toolhost_e2e::wait_present(&scope_marker, ANSWER_TIMEOUT).await);
+    let (_, answer) = request_2026_as(
+        &server,
+        MALLORY,
+        Some("m2"),
+        false,
+        "tools/call",
+        echo.clone(),
+    )
+    .await;
+    assert!(answer.get("result").is_some(), "{answer}");
+    for scope in ["a1", "a2"] {
+        let (_, answer) = request_2026_as(
+            &server,
+            ALICE,
+            Some(scope),
+            false,
+            "tools/call",
+            echo.clone(),
+        )
+        .await;
+        assert!(answer.get("result").is_some(), "{scope}: {answer}");
+    }
+    let (_, told) = request_2026_as(
+        &server,
+        MALLORY,
+        Some("m2"),
+        false,
+        "tools/call",
+        echo.clone(),
+    )
+    .await;
+    assert!(told.to_string().contains("make room"), "m2 went: {told}");
+    assert!(
+        toolhost_e2e::wait_present(&scope_marker, ANSWER_TIMEOUT).await,
+        "m1's command still runs"
+    );
     server.stop().await;
 }

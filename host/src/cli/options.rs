@@ -6,7 +6,24 @@ use toolhost::sandbox::{Network, SandboxMode, SandboxSettings};
 
 use super::args::{Cli, Command};
 
+/// Each principal's share of a host serving HTTP.
+pub(crate) struct Shares {
+    /// Calls in progress at once of one principal (`--max-calls-per-principal`).
+    pub(crate) calls: usize,
+    /// Processes running at once of one principal (`--max-processes-per-principal`); `None`:
+    /// the default share of the host's total.
+    pub(crate) processes: Option<usize>,
+    /// The server has several principals: a default share is half the total.
+    pub(crate) several: bool,
+}
+
+/// The host the global flags make, for a command without principals.
 pub(crate) async fn build_host(cli: &Cli) -> Result<ToolHost> {
+    build_host_with(cli, None).await
+}
+
+/// The host the global flags make, with each principal's `shares` when it serves HTTP.
+pub(crate) async fn build_host_with(cli: &Cli, shares: Option<Shares>) -> Result<ToolHost> {
     let mut builder = ToolHost::builder().bundled_policy(match cli.policy.as_str() {
         "none" => None,
         name => Some(name),
@@ -42,6 +59,15 @@ pub(crate) async fn build_host(cli: &Cli) -> Result<ToolHost> {
         && let Some(file) = &args.token_file
     {
         config.protected.push(file.clone());
+    }
+    if let Some(shares) = &shares {
+        let total = config.max_running_total;
+        config.max_running_per_owner = shares.processes.unwrap_or(if shares.several {
+            (total / 2).max(1)
+        } else {
+            total
+        });
+        builder = builder.max_calls_per_principal(shares.calls);
     }
     builder = builder
         .process_config(config)

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use super::args::Cli;
-use super::options::build_host;
+use super::options::build_host_with;
 
 /// The flags of `toolhost serve`.
 #[derive(clap::Args)]
@@ -49,6 +49,17 @@ pub(crate) struct ServeArgs {
     /// oldest idle scope of a principal at this limit is ended to make room.
     #[arg(long, value_name = "N", requires = "http", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_scopes_per_principal: Option<u32>,
+    /// The most tool calls in progress at once of one principal, over all its sessions and
+    /// scopes; a call beyond is refused at once (nothing of it run) while other principals
+    /// go on. Default: --max-calls-total with one principal, half of it with several.
+    #[arg(long, value_name = "N", requires = "http", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) max_calls_per_principal: Option<u32>,
+    /// The most processes running at once in the sessions and scopes of one principal
+    /// together (until their command finishes); a start beyond is refused with a message
+    /// saying so. Default: --max-processes-total with one principal,
+    /// half of it with several.
+    #[arg(long, value_name = "N", requires = "http", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) max_processes_per_principal: Option<u32>,
     /// The most connections of clients that sent a valid token; a request beyond it is
     /// refused (503, Retry-After). Default: 512, or a quarter of the descriptor limit
     /// (ulimit -n) when less. Connections without a valid token yet have a pool of their
@@ -77,6 +88,8 @@ pub(crate) async fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode> {
         max_sessions,
         max_sessions_per_principal,
         max_scopes_per_principal,
+        max_calls_per_principal,
+        max_processes_per_principal,
         max_connections,
         allowed_origin,
     } = args;
@@ -99,7 +112,15 @@ pub(crate) async fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode> {
         }
         None => None,
     };
-    let host = std::sync::Arc::new(build_host(cli).await?);
+    // Each principal's share of the host's calls and processes (none over stdio).
+    let shares = http.as_ref().map(|options| super::options::Shares {
+        calls: max_calls_per_principal
+            .map(|n| n as usize)
+            .unwrap_or_else(|| options.session_share(cli.max_calls_total as usize)),
+        processes: max_processes_per_principal.map(|n| n as usize),
+        several: options.tokens.len() > 1,
+    });
+    let host = std::sync::Arc::new(build_host_with(cli, shares).await?);
     host.sweep_logs_periodically();
     match http {
         Some(options) => toolhost::mcp::serve_http(host, options).await?,

@@ -91,6 +91,17 @@ pub enum CallError {
         /// The limit of calls in progress per session.
         max_calls: usize,
     },
+    /// The call's principal (a bearer token of an HTTP server) is already running its
+    /// maximum of calls at once, over all its sessions and scopes. Nothing of it ran.
+    #[error(
+        "not run: this principal (bearer token) is already running its maximum of {max_calls} \
+         tool calls at once over all its sessions (--max-calls-per-principal); try again when \
+         one of them has finished"
+    )]
+    PrincipalBusy {
+        /// The limit of calls in progress per principal.
+        max_calls: usize,
+    },
     /// The call was handed a permit that another host issued, or one taken for another scope:
     /// a bug in the caller. Nothing of the call ran.
     #[error(

@@ -35,7 +35,8 @@ pub(super) fn call_result(
             | CallError::Limit { .. }
             | CallError::Plugin { .. }
             | CallError::Busy { .. }
-            | CallError::ScopeBusy { .. }),
+            | CallError::ScopeBusy { .. }
+            | CallError::PrincipalBusy { .. }),
         ) => Ok(CallToolResult::error(vec![ContentBlock::text(
             error.to_string(),
         )])),

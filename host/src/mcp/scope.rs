@@ -11,6 +11,21 @@ use rmcp::task_manager::TaskManager;
 use rmcp::{ErrorData, RoleServer};
 use std::sync::Arc;
 
+/// Who sent a request: the name of its bearer token (put into the request's extensions by the
+/// HTTP server's token check).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Principal(pub String);
+
+impl Principal {
+    /// The principal of `context`'s request: `None` where there are no bearer tokens (stdio).
+    pub(super) fn of(context: &RequestContext<RoleServer>) -> Option<&Principal> {
+        context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Principal>())
+    }
+}
+
 /// The scope a request runs in, and that scope's tasks; holds a named scope in use while it
 /// lives.
 pub struct ScopeRef {
@@ -58,4 +73,8 @@ pub(super) trait NamedScopes: Send + Sync {
         context: &RequestContext<RoleServer>,
         create: bool,
     ) -> Result<Option<ScopeRef>, ErrorData>;
+
+    /// Note that the session of `context`'s request (a 2025-era one) works in `scope`, so
+    /// that the transport can tell whether the session has processes running.
+    fn note_session_scope(&self, context: &RequestContext<RoleServer>, scope: &str);
 }

@@ -7,7 +7,7 @@
 
 use super::logging::SessionLog;
 use super::results::call_result;
-use super::scope::{NamedScopes, ScopeRef};
+use super::scope::{NamedScopes, Principal, ScopeRef};
 use super::{resources, tasks};
 use crate::{CallOptions, Progress, ProgressSink, ToolHost, ToolInfo};
 use rmcp::model::{
@@ -157,6 +157,9 @@ impl ToolServer {
             return Arc::clone(scopes).resolve(context, create);
         }
         self.session.used.store(true, Ordering::Release);
+        if let Some(scopes) = &self.named_scopes {
+            scopes.note_session_scope(context, &self.session.scope);
+        }
         Ok(Some(ScopeRef::session(
             self.session.scope.clone(),
             self.session.tasks.clone(),
@@ -185,21 +188,21 @@ impl ToolServer {
             None => "{}".to_string(),
         };
         let scope = self.scope_of(&context)?;
+        let principal = Principal::of(&context).map(|who| who.0.as_str());
+        // An unknown tool, or a call over a limit, is answered at once (and not as a task
+        // that fails); the place taken is the call's.
+        let admission = match self
+            .session
+            .host
+            .check_tool(&request.name)
+            .and_then(|()| self.session.host.admit_for(&scope.name, principal))
+        {
+            Ok(admission) => admission,
+            Err(refused) => {
+                return call_result(&self.session.host, &scope.name, Err(refused)).map(Into::into);
+            }
+        };
         if tasks::wanted(&request.name, &context) {
-            // An unknown tool, or a call over a limit, is answered at once, not as a task
-            // that fails.
-            let admission = match self
-                .session
-                .host
-                .check_tool(&request.name)
-                .and_then(|()| self.session.host.admit(&scope.name))
-            {
-                Ok(admission) => admission,
-                Err(refused) => {
-                    return call_result(&self.session.host, &scope.name, Err(refused))
-                        .map(Into::into);
-                }
-            };
             return Ok(CallToolResponse::Task(tasks::spawn(
                 self.session.host.clone(),
                 admission,
@@ -225,6 +228,7 @@ impl ToolServer {
             .host
             .call(&scope.name, &request.name, &arguments)
             .options(options)
+            .permit(admission)
             .output()
             .await;
         if let Some(forwarder) = forwarder {

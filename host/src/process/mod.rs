@@ -254,6 +254,14 @@ pub trait ProcessBackend: Send + Sync + 'static {
     /// (bounded by the kill grace period).
     fn end_scope<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, ()>;
 
+    /// Note that `scope` belongs to `owner` (a principal of an HTTP server): its processes
+    /// then count in the owner's share of running processes as well as in the scope's and
+    /// the host's. Called before each call of the scope; the first owner noted stays. The
+    /// default: no shares, nothing noted.
+    fn set_owner(&self, scope: &str, owner: &str) {
+        let _ = (scope, owner);
+    }
+
     /// Write `data` (on a terminal with each `\n` sent as Enter, `\r`), then `keys`, to the
     /// process's input; at most [`MAX_INPUT_BYTES`] in all. The default: no process takes
     /// input.

@@ -377,6 +377,7 @@ pub async fn serve_http(host: Arc<ToolHost>, options: HttpOptions) -> Result<(),
     manager.session_config.keep_alive = None;
     let manager = Arc::new(manager);
     let sessions = sessions::Sessions::new(
+        host.clone(),
         manager.clone(),
         options.idle_timeout,
         options.max_sessions,
@@ -413,6 +414,7 @@ pub async fn serve_http(host: Arc<ToolHost>, options: HttpOptions) -> Result<(),
         options
             .max_scopes_per_principal
             .unwrap_or_else(|| options.session_share(options.max_sessions)),
+        Some(sessions.clone()),
     );
     let scope_reaper = tokio::spawn(scopes.clone().reap_idle(stop.clone()));
     let factory_host = host.clone();

@@ -16,6 +16,7 @@
 //!    saying why (the one after starts it afresh).
 //! 3. None to reclaim: refused with `-32000` naming `--max-sessions`.
 
+use super::sessions::Sessions;
 use crate::ToolHost;
 use crate::mcp::scope::{NamedScopes, ScopeRef};
 use rmcp::model::ErrorCode;
@@ -44,10 +45,7 @@ const MAX_RECLAIMED: usize = 1024;
 /// A scope's key in the table: its principal and its id.
 type Key = (Principal, String);
 
-/// Who sent a request: the name of its bearer token (put into the request's extensions by the
-/// token check).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Principal(pub String);
+pub use super::super::scope::Principal;
 
 /// The client-named scopes of one HTTP server.
 pub struct HttpScopes {
@@ -60,6 +58,8 @@ pub struct HttpScopes {
     changed: Notify,
     /// Scopes ended to make room for another principal, newest last, with why.
     reclaimed: Mutex<std::collections::VecDeque<(Key, String)>>,
+    /// The server's 2025-era sessions, told which scope each works in.
+    sessions: Option<Arc<Sessions>>,
 }
 
 struct Entry {
@@ -95,8 +95,10 @@ impl HttpScopes {
         idle_timeout: Duration,
         max_scopes: usize,
         per_principal: usize,
+        sessions: Option<Arc<Sessions>>,
     ) -> Arc<Self> {
         Arc::new(HttpScopes {
+            sessions,
             host,
             idle_timeout,
             max_scopes,
@@ -146,6 +148,7 @@ impl HttpScopes {
                     && entry.in_flight == 0
                     && entry.tasks.running_task_count() == 0
                     && count(owner) >= self.per_principal
+                    && !self.host.has_processes(&entry.name)
             })
             .min_by_key(|(_, entry)| entry.last)
             .map(|(key, _)| key.clone());
@@ -300,13 +303,9 @@ impl NamedScopes for HttpScopes {
         context: &RequestContext<RoleServer>,
         create: bool,
     ) -> Result<Option<ScopeRef>, ErrorData> {
-        let principal = context
-            .extensions
-            .get::<axum::http::request::Parts>()
-            .and_then(|parts| parts.extensions.get::<Principal>())
-            .ok_or_else(|| {
-                ErrorData::internal_error("the request's bearer token was not checked", None)
-            })?;
+        let principal = Principal::of(context).ok_or_else(|| {
+            ErrorData::internal_error("the request's bearer token was not checked", None)
+        })?;
         let id = match context.meta.get(SCOPE_KEY) {
             None => DEFAULT_SCOPE,
             Some(id) => {
@@ -325,6 +324,17 @@ impl NamedScopes for HttpScopes {
             self.lease(principal, id).map(Some)
         } else {
             Ok(self.find(principal, id))
+        }
+    }
+
+    fn note_session_scope(&self, context: &RequestContext<RoleServer>, scope: &str) {
+        let session = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.headers.get("mcp-session-id"))
+            .and_then(|id| id.to_str().ok());
+        if let (Some(sessions), Some(session)) = (&self.sessions, session) {
+            sessions.note_scope(session, scope);
         }
     }
 }
@@ -358,7 +368,7 @@ mod tests {
             .build()
             .await
             .expect("host");
-        HttpScopes::new(Arc::new(host), Duration::from_millis(50), max, max)
+        HttpScopes::new(Arc::new(host), Duration::from_millis(50), max, max, None)
     }
 
     #[tokio::test]
@@ -436,7 +446,7 @@ mod tests {
             .build()
             .await
             .expect("host");
-        let scopes = HttpScopes::new(Arc::new(host), Duration::from_secs(600), 3, 2);
+        let scopes = HttpScopes::new(Arc::new(host), Duration::from_secs(600), 3, 2, None);
         let (alice, mallory) = (Principal("alice".into()), Principal("mallory".into()));
         let busy = scopes.lease(&mallory, "busy").expect("lease");
         drop(scopes.lease(&mallory, "old").expect("lease"));

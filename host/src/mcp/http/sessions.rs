@@ -22,8 +22,9 @@
 
 use super::super::jsonrpc::{self, INVALID_REQUEST, Parsed, id_key};
 use super::idle::{idle_wait, take_idle};
-use super::scopes::Principal;
+use crate::ToolHost;
 use crate::lock;
+use crate::mcp::scope::Principal;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
@@ -54,6 +55,8 @@ const MAX_RECLAIMED: usize = 1024;
 
 /// The sessions of one HTTP server. Shared by the request middleware and the idle reaper.
 pub struct Sessions {
+    /// Asked whether a session has processes running (such a session is not reclaimed).
+    host: Arc<ToolHost>,
     manager: Arc<LocalSessionManager>,
     idle_timeout: Duration,
     max_sessions: usize,
@@ -108,6 +111,8 @@ struct Activity {
     in_flight: usize,
     /// The last request, or the end of the last response.
     last: Instant,
+    /// The host scope its calls work in, once it made one.
+    scope: Option<String>,
 }
 
 impl Activity {
@@ -117,6 +122,7 @@ impl Activity {
             pending: HashSet::new(),
             in_flight: 0,
             last: Instant::now(),
+            scope: None,
         }
     }
 }
@@ -124,12 +130,14 @@ impl Activity {
 impl Sessions {
     /// Bookkeeping for `manager`'s sessions.
     pub fn new(
+        host: Arc<ToolHost>,
         manager: Arc<LocalSessionManager>,
         idle_timeout: Duration,
         max_sessions: usize,
         per_principal: usize,
     ) -> Arc<Self> {
         Arc::new(Sessions {
+            host,
             manager,
             idle_timeout,
             max_sessions,
@@ -241,7 +249,12 @@ impl Sessions {
                 let victim = table
                     .iter()
                     .filter(|(id, a)| {
-                        a.in_flight == 0 && a.principal.as_ref() != principal && live.contains(*id)
+                        a.in_flight == 0
+                            && a.principal.as_ref() != principal
+                            && live.contains(*id)
+                            && a.scope
+                                .as_deref()
+                                .is_none_or(|scope| !self.host.has_processes(scope))
                     })
                     .filter(|(_, a)| count(a.principal.as_ref()) >= self.per_principal)
                     .min_by_key(|(_, a)| a.last)
@@ -266,6 +279,16 @@ impl Sessions {
             tracing::debug!(session = %id, %error, "closing a reclaimed session");
         }
         Ok(slot)
+    }
+
+    /// Note that session `id` works in host scope `scope` (a session not in the table is
+    /// not added).
+    pub fn note_scope(&self, id: &str, scope: &str) {
+        if let Some(activity) = self.table().get_mut(id)
+            && activity.scope.is_none()
+        {
+            activity.scope = Some(scope.to_owned());
+        }
     }
 
     /// Whether rmcp holds session `id`.

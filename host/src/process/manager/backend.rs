@@ -2,6 +2,7 @@
 //! (or its log) and asks it.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -140,6 +141,14 @@ impl ProcessBackend for ProcessManager {
                 .await;
             Ok(entry.snapshot(from))
         })
+    }
+
+    fn set_owner(&self, scope: &str, owner: &str) {
+        let held = self.scope(scope);
+        // The first owner noted stays.
+        if held.owner.get().is_none() {
+            let _ = held.owner.set(Arc::from(owner));
+        }
     }
 
     fn end_scope<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, ()> {

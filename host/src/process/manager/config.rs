@@ -26,6 +26,11 @@ pub struct ProcessManagerConfig {
     /// Processes running at once in one scope, at most. A start beyond is refused with a
     /// message saying so. Default 64.
     pub max_running_per_scope: usize,
+    /// Processes running at once in the scopes of one owner (a principal of an HTTP server,
+    /// see [`crate::process::ProcessBackend::set_owner`]), at most (`--max-processes-per-principal`).
+    /// A start beyond is refused with a message saying so. Scopes without an owner do not
+    /// count. Default: no limit but `max_running_total`.
+    pub max_running_per_owner: usize,
     /// Processes running at once on the whole host, all scopes together, at most (the host's
     /// `--max-processes-total`). A finished process whose leftovers still run counts while
     /// they run. A start beyond is refused with a message saying so. Each running process
@@ -100,6 +105,7 @@ impl Default for ProcessManagerConfig {
             kill_grace: Duration::from_secs(5),
             retention: Duration::from_secs(5 * 60),
             max_running_per_scope: 64,
+            max_running_per_owner: usize::MAX,
             max_running_total: default_max_running_total(),
             max_retained_per_scope: 256,
             max_retained_total: 4096,

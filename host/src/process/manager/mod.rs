@@ -134,7 +134,7 @@ use request::{PathRoots, validate_command, validate_env};
 use scope::Scope;
 use spawner::{Spawned, Spawner};
 use spec::Launch;
-use table::{Records, shut_down};
+use table::{Limits, Records, shut_down};
 
 pub use crate::sandbox::probe::{namespaces_available, namespaces_here};
 
@@ -409,11 +409,10 @@ impl ProcessManager {
             inherit_env,
             stdin,
         } = self.check(request)?;
-        let reservation = self.records.reserve(
-            scope,
-            self.config.max_running_per_scope,
-            self.config.max_running_total,
-        )?;
+        let owner = crate::lock(&self.scopes)
+            .get(scope)
+            .and_then(|held| held.owner.get().cloned());
+        let reservation = self.records.reserve(scope, owner.as_ref(), self.limits())?;
         let held = self.scope(scope);
         let confinement = self.confinement(&held, &what.profile).await?;
         // Building may have taken a while: a scope that ended meanwhile gets no command.
@@ -639,6 +638,15 @@ impl ProcessManager {
             ProcessError::Failed(format!("preparing the command's sandbox failed: {error}"))
         })?
         .map_err(|error| ProcessError::Failed(error.to_string()))
+    }
+
+    /// The limits a start is counted against.
+    fn limits(&self) -> Limits {
+        Limits {
+            per_scope: self.config.max_running_per_scope,
+            per_owner: self.config.max_running_per_owner,
+            total: self.config.max_running_total,
+        }
     }
 
     /// The profile of a request that names none: the operator's settings.

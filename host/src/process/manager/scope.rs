@@ -1,5 +1,5 @@
 //! What one scope (an agent session) holds in the process manager, in one place: its
-//! confinement state, its git guard and the index of its output logs; and [`end`], the order
+//! confinement state, its git guard, the index of its output logs and its owner; and [`end`], the order
 //! a scope is let go in.
 //!
 //! Two things stay keyed by the scope's name elsewhere, each under its own lock:
@@ -31,6 +31,9 @@ pub(super) struct Scope {
     git_guard: OnceLock<Arc<GitGuard>>,
     /// Which of its processes wrote which output log.
     pub(super) logs: Arc<ScopeLogs>,
+    /// Whose scope it is (a principal of an HTTP server), once noted: its processes count
+    /// in the owner's share (`table.rs`).
+    pub(super) owner: OnceLock<Arc<str>>,
 }
 
 impl Scope {
@@ -41,6 +44,7 @@ impl Scope {
             sandbox: Arc::new(ScopeSandbox::new(context, name)),
             git_guard: OnceLock::new(),
             logs: Arc::new(ScopeLogs::default()),
+            owner: OnceLock::new(),
         }
     }
 

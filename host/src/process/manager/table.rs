@@ -54,6 +54,19 @@ struct ScopeState {
     /// Bumped by `end_scope`: a start that reserved its slot under an older generation is
     /// not admitted.
     generation: u64,
+    /// Whose scope it is, when it has an owner: its processes count in the owner's share.
+    owner: Option<Arc<str>>,
+}
+
+/// The limits a start is counted against.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Limits {
+    /// Running processes of one scope, at most.
+    pub(super) per_scope: usize,
+    /// Running processes of one owner's scopes together, at most.
+    pub(super) per_owner: usize,
+    /// Processes holding a keeper on the host, at most.
+    pub(super) total: usize,
 }
 
 impl Table {
@@ -152,14 +165,22 @@ impl Records {
         table.entries.drain().map(|(_, entry)| entry).collect()
     }
 
-    /// Count a start against `scope`'s limit of `max_running_per_scope` running processes and
-    /// the host's of `max_running_total` across all scopes.
+    /// Count a start of `scope` (owned by `owner`, if it has one) against `limits`, in order:
+    ///
+    /// 1. The scope's running processes.
+    /// 2. The running processes of the owner's scopes together.
+    /// 3. The processes holding a keeper on the whole host.
     pub(super) fn reserve(
         &self,
         scope: &str,
-        max_running_per_scope: usize,
-        max_running_total: usize,
+        owner: Option<&Arc<str>>,
+        limits: Limits,
     ) -> Result<Reservation<'_>, ProcessError> {
+        let Limits {
+            per_scope: max_running_per_scope,
+            per_owner: max_running_per_owner,
+            total: max_running_total,
+        } = limits;
         let mut table = lock(&self.table);
         let busy = table
             .scopes
@@ -170,6 +191,28 @@ impl Records {
                 "too many running processes: this session already has {busy} (the limit is \
                  {max_running_per_scope}); wait for one to finish or stop one before starting another"
             )));
+        }
+        if let Some(owner) = owner {
+            let of_owner: usize = table
+                .scopes
+                .values()
+                .filter(|state| state.owner.as_ref() == Some(owner))
+                .map(|state| state.running + state.starting)
+                .sum();
+            if of_owner >= max_running_per_owner {
+                tracing::warn!(
+                    scope,
+                    %owner,
+                    of_owner,
+                    "refused a start: the principal's process limit is reached"
+                );
+                return Err(ProcessError::LimitReached(format!(
+                    "too many running processes: this principal's sessions already have \
+                     {of_owner} (the limit is {max_running_per_owner}, \
+                     --max-processes-per-principal); wait for one to finish or stop one before \
+                     starting another"
+                )));
+            }
         }
         // Every record that still holds a keeper counts, also a finished one whose leftovers
         // (`cmd &`) still run: they hold the host's descriptors just the same.
@@ -189,9 +232,13 @@ impl Records {
         }
         let state = table.scope(scope);
         state.starting += 1;
+        if state.owner.is_none() {
+            state.owner = owner.cloned();
+        }
         Ok(Reservation {
             records: self,
             scope: scope.to_owned(),
+            owner: owner.cloned(),
             generation: state.generation,
             armed: true,
         })
@@ -206,6 +253,9 @@ impl Records {
     ) -> Result<(), ProcessError> {
         let mut table = lock(&self.table);
         let refused = self.refusal(&table, &reservation);
+        // Giving the slot back may forget the scope's state: its owner comes back with the
+        // record.
+        let owner = reservation.owner.clone();
         reservation.release(&mut table);
         match refused {
             Some(error) => Err(error),
@@ -213,7 +263,11 @@ impl Records {
                 table
                     .entries
                     .insert(entry.spec.id.clone(), Arc::clone(entry));
-                table.scope(&entry.spec.scope).running += 1;
+                let state = table.scope(&entry.spec.scope);
+                state.running += 1;
+                if state.owner.is_none() {
+                    state.owner = owner;
+                }
                 table.holding += 1;
                 entry.counted.store(true, Ordering::Relaxed);
                 entry.holding.store(true, Ordering::Relaxed);
@@ -393,6 +447,8 @@ impl Records {
 pub(super) struct Reservation<'a> {
     records: &'a Records,
     scope: String,
+    /// The scope's owner, if it has one.
+    owner: Option<Arc<str>>,
     /// The scope's generation when the slot was taken.
     generation: u64,
     armed: bool,

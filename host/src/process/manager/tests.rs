@@ -789,6 +789,48 @@ async fn running_processes_are_capped_per_scope() {
         .expect("room again");
 }
 
+/// The scopes of one owner share its limit; scopes of another owner, and scopes without
+/// one, do not count in it.
+#[tokio::test]
+async fn running_processes_are_capped_per_owner() {
+    let (_dir, manager) = manager_with(|config| config.max_running_per_owner = 1);
+    for scope in ["m1", "m2"] {
+        manager.set_owner(scope, "mallory");
+    }
+    manager.set_owner("a1", "alice");
+    let first = manager
+        .start("m1", request("sleep 30"))
+        .await
+        .expect("mallory's first");
+    let error = manager
+        .start("m2", request("true"))
+        .await
+        .expect_err("mallory's second, in another scope of hers");
+    let ProcessError::LimitReached(message) = error else {
+        panic!("not LimitReached: {error:?}");
+    };
+    assert!(
+        message.contains("--max-processes-per-principal"),
+        "{message}"
+    );
+    manager
+        .start("a1", request("sleep 30"))
+        .await
+        .expect("alice's");
+    manager
+        .start("unowned", request("true"))
+        .await
+        .expect("a scope without an owner");
+    manager.signal("m1", &first, Signal::Kill).expect("kill");
+    let snapshot = manager.wait("m1", &first, LONG, ReadFrom::All).await;
+    assert!(!snapshot.expect("wait").running);
+    manager
+        .start("m2", request("true"))
+        .await
+        .expect("room again for mallory");
+    manager.shutdown().await;
+}
+
 #[tokio::test]
 async fn exited_processes_are_removed_after_retention() {
     let (_dir, manager) = manager_with(|config| config.retention = Duration::from_millis(200));
