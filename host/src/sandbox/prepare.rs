@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::landlock::{self, LandlockError, Plan};
 use super::namespaces::{self, NamespaceError, NamespaceKind, Namespaces, TmpView};
+use super::network::{AllowList, Gate};
 use super::probe;
 use super::seccomp::{self, SeccompError};
 use super::secrets::HiddenPaths;
@@ -153,7 +154,7 @@ pub(crate) struct Prepared {
     /// `RLIMIT_NPROC` in the namespaces holds the process limit (no pids cgroup).
     pub(crate) nproc_rlimit: bool,
     /// The session's network gate, for an allow-list (`network/`).
-    pub(crate) gate: Option<super::network::Gate>,
+    pub(crate) gate: Option<Gate>,
     /// The sizes of the session's own `/tmp` and `/dev/shm` when they are tmpfs of bounded
     /// size (`None` without namespaces), for the note when a command fills one.
     pub(crate) private_space: Option<PrivateSpace>,
@@ -467,7 +468,8 @@ fn sweep(dir: &Path) {
     }
 }
 
-/// Build the layers of `profile`.
+/// Build the layers of `profile`, with `temp` the scope's private temporary directory, as a
+/// sequence of steps.
 fn build(
     context: &Context,
     profile: &Profile,
@@ -477,6 +479,104 @@ fn build(
     let home = std::env::var_os("HOME")
         .map(PathBuf::from)
         .filter(|home| home.is_absolute());
+    // 1. The paths the profile hides and the roots it may write.
+    let Roots {
+        mut hidden,
+        mut writable,
+    } = roots(context, profile, temp, home.as_deref())?;
+    // 2. What the namespaces' view covers of the hidden paths.
+    let covers = covers(context, &hidden, &writable, temp);
+    // 3. The namespaces, with their view.
+    let temp = canonical(temp);
+    let allow_list = profile.network.allow_list();
+    let mut namespaces = view_namespaces(
+        context,
+        profile,
+        &writable,
+        &covers,
+        &temp,
+        allow_list.is_some(),
+    )?;
+    // 4. The session's network gate, for an allow-list.
+    let gate = start_gate(allow_list, namespaces.as_mut(), scope)?;
+    // 5. What the namespaces layer could not do, said once.
+    warn_of_what_is_missing(context, namespaces.as_ref());
+    // 6. Landlock's roots, around the private `/tmp`.
+    tmp_roots(
+        profile,
+        namespaces.as_ref(),
+        &covers,
+        &temp,
+        &mut hidden,
+        &mut writable,
+    );
+    // 7. The Unix sockets refused also inside the workspace.
+    let unix_denied = unix_denied(&hidden, home.as_deref());
+    // 8. The Landlock ruleset.
+    // With a network namespace of its own, `none` is enforced by it: the command may use its
+    // private loopback (a test server on 127.0.0.1), and nothing else exists there. Seccomp
+    // still allows only the socket families that stay inside it.
+    let private_network = namespaces
+        .as_ref()
+        .is_some_and(|ns| ns.has(NamespaceKind::Network));
+    let ruleset = landlock_rules(
+        profile,
+        namespaces.as_ref(),
+        hidden,
+        writable,
+        private_network,
+    )?;
+    // 9. The seccomp programs.
+    let unix_mode = super::unix::mode();
+    let seccomp = seccomp::programs(profile.network, private_network, unix_mode)?;
+    // 10. The keeper's options: the Unix sockets it lets the command reach, the namespaces it
+    //     joins, the limits it sets.
+    let (keeper_args, nproc_rlimit) = keeper_args(
+        context,
+        profile,
+        namespaces.as_ref(),
+        unix_mode,
+        &unix_denied,
+        &temp,
+    );
+    // 11. The variables set for the command, and the sizes of the session's own places.
+    let env = command_env(namespaces.is_some(), &temp, gate.as_ref());
+    let private_space = namespaces.as_ref().map(|ns| private_space(context, ns));
+    Ok(Prepared {
+        ruleset,
+        seccomp,
+        keeper_args,
+        env,
+        gate,
+        private_space,
+        late: Mutex::new(if namespaces.is_some() {
+            covers.late
+        } else {
+            Vec::new()
+        }),
+        namespaces,
+        nproc_rlimit,
+    })
+}
+
+/// The paths a profile hides and the roots it may write (canonical paths).
+struct Roots {
+    /// The host's own files, the profile's hidden paths, the user's credential stores under
+    /// every home, the runtime directories and `--hide`.
+    hidden: Vec<PathBuf>,
+    /// The scope's private temporary directory, and in `workspace-write` the workspace, the
+    /// `--writable` paths and the package managers' caches under the home.
+    writable: Vec<PathBuf>,
+}
+
+/// Step 1 of [`build`]: the paths `profile` hides and the roots it may write. A writable `/` is
+/// refused.
+fn roots(
+    context: &Context,
+    profile: &Profile,
+    temp: &Path,
+    home: Option<&Path>,
+) -> Result<Roots, PrepareError> {
     let mut hidden: Vec<PathBuf> = context.protected.iter().map(|p| canonical(p)).collect();
     hidden.extend(profile.hidden.iter().map(|p| canonical(p)));
     // The user's credential stores under every home, the runtime directories, `--hide`.
@@ -485,7 +585,7 @@ fn build(
     if profile.mode == SandboxMode::WorkspaceWrite {
         writable.push(canonical(&context.workdir));
         writable.extend(context.writable.iter().map(|p| canonical(p)));
-        if let Some(home) = &home {
+        if let Some(home) = home {
             let home = canonical(home);
             // Resolved: a cache that is a link is writable where it points.
             writable.extend(
@@ -498,6 +598,22 @@ fn build(
     if writable.iter().any(|root| root == Path::new("/")) {
         return Err(PrepareError::RootWritable);
     }
+    Ok(Roots { hidden, writable })
+}
+
+/// What the namespaces' view covers of the hidden paths.
+struct Covers {
+    /// The directories covered whole.
+    masks: Vec<PathBuf>,
+    /// The files covered, sorted.
+    mask_files: Vec<PathBuf>,
+    /// The hidden paths under `/tmp` that are missing now, covered when they appear.
+    late: Vec<PathBuf>,
+}
+
+/// Step 2 of [`build`]: what the namespaces' view covers of `hidden`, around the `writable`
+/// roots and the workspace.
+fn covers(context: &Context, hidden: &[PathBuf], writable: &[PathBuf], temp: &Path) -> Covers {
     // The scope's private directory is no root of the namespaces' view (only a place to mount
     // the session's tmpfs on, before anything is covered): the hidden directory that holds it
     // (the state directory) is covered all the same.
@@ -508,7 +624,7 @@ fn build(
         .cloned()
         .collect();
     visible.push(canonical(&context.workdir));
-    let masks = namespaces::masks(&hidden, &visible);
+    let masks = namespaces::masks(hidden, &visible);
     // Hidden paths under `/tmp` that are missing now: covered in the namespaces when they
     // appear (a missing path needs no cover yet, and a carve would take `/tmp` from the
     // commands).
@@ -531,39 +647,63 @@ fn build(
     );
     mask_files.sort();
     mask_files.dedup();
+    Covers {
+        masks,
+        mask_files,
+        late,
+    }
+}
+
+/// Step 3 of [`build`]: the namespaces of the profile, with their read-only view of the host
+/// (`None` without the namespaces layer). `temp` is the scope's private temporary directory
+/// (canonical); `gate`: an allow-list's sockets are opened in the network namespace.
+fn view_namespaces(
+    context: &Context,
+    profile: &Profile,
+    writable: &[PathBuf],
+    covers: &Covers,
+    temp: &Path,
+    gate: bool,
+) -> Result<Option<Namespaces>, PrepareError> {
     // In the namespaces' read-only view, `/tmp` is the private temporary directory; the other
     // writable roots are bound back read-write.
-    let temp = canonical(temp);
     let view: Vec<PathBuf> = writable
         .iter()
         .filter(|root| **root != temp)
         .cloned()
         .collect();
     let read_only = read_only_roots(context, profile, &view);
-    let allow_list = profile.network.allow_list();
     let request = namespaces::Request {
-        masks: &masks,
-        mask_files: &mask_files,
+        masks: &covers.masks,
+        mask_files: &covers.mask_files,
         writable: &view,
         read_only: &read_only,
-        private_tmp: Some(&temp),
+        private_tmp: Some(temp),
         tmp_bytes: (context.tmp_bytes > 0).then_some(context.tmp_bytes),
         tmp_overlay: !probe::disabled("overlay"),
         private_network: profile.network != Network::Full,
-        gate: allow_list.is_some(),
+        gate,
         pid: !probe::disabled("pid"),
         // Shared memory of the session's own: another session's files, and the host's, are
         // out of view, and the size is bounded.
         private_shm: (context.shm_bytes > 0).then_some(context.shm_bytes),
     };
-    let mut namespaces = make_namespaces(context, &request)?;
-    // An allow-list: the session's gate serves the sockets the helper opened in the network
-    // namespace. Without namespaces there is no gate: commands get no network at all, like
-    // `none` (the operator's `allow=` is refused at start there; a plugin's grant falls back).
-    let gate = match (&allow_list, namespaces.as_mut()) {
+    make_namespaces(context, &request)
+}
+
+/// Step 4 of [`build`]: for an allow-list, the session's gate, which serves the sockets the
+/// helper opened in the network namespace. Without namespaces there is no gate: commands get
+/// no network at all, like `none` (the operator's `allow=` is refused at start there; a
+/// plugin's grant falls back).
+fn start_gate(
+    allow_list: Option<Arc<AllowList>>,
+    namespaces: Option<&mut Namespaces>,
+    scope: &str,
+) -> Result<Option<Gate>, PrepareError> {
+    Ok(match (allow_list, namespaces) {
         (Some(list), Some(made)) => Some(
-            super::network::Gate::start(
-                list.clone(),
+            Gate::start(
+                list,
                 std::mem::take(&mut made.gate_sockets),
                 scope,
                 made.holder(),
@@ -585,8 +725,13 @@ fn build(
             None
         }
         _ => None,
-    };
-    if let Some(TmpView::Private(Some(reason))) = namespaces.as_ref().map(|ns| &ns.tmp) {
+    })
+}
+
+/// Step 5 of [`build`]: say once what confined commands get for want of a part of the
+/// namespaces layer (an overlay on `/tmp`, the namespaces themselves).
+fn warn_of_what_is_missing(context: &Context, namespaces: Option<&Namespaces>) {
+    if let Some(TmpView::Private(Some(reason))) = namespaces.map(|ns| &ns.tmp) {
         static SAID: std::sync::Once = std::sync::Once::new();
         SAID.call_once(|| {
             tracing::warn!(
@@ -611,12 +756,19 @@ fn build(
             );
         });
     }
-    // With a network namespace of its own, `none` is enforced by it: the command may use its
-    // private loopback (a test server on 127.0.0.1), and nothing else exists there. Seccomp
-    // still allows only the socket families that stay inside it.
-    let private_network = namespaces
-        .as_ref()
-        .is_some_and(|ns| ns.has(NamespaceKind::Network));
+}
+
+/// Step 6 of [`build`]: `/tmp` in Landlock's `hidden` paths and `writable` roots: the host's
+/// `/tmp` without namespaces, the namespaces' own `/tmp` with them. `temp` is the scope's
+/// private temporary directory (canonical).
+fn tmp_roots(
+    profile: &Profile,
+    namespaces: Option<&Namespaces>,
+    covers: &Covers,
+    temp: &Path,
+    hidden: &mut Vec<PathBuf>,
+    writable: &mut Vec<PathBuf>,
+) {
     // Landlock keeps carving every hidden path out even where the mount namespace covers it:
     // a cover goes away when what it covers is replaced from outside, and the carving keeps
     // the directories around a hidden path from being renamed.
@@ -632,10 +784,11 @@ fn build(
     // replaces what it covers (the overlay does not follow its lower layer's renames): the
     // whole of it is granted, and it stays live. Only where one is not covered (a hidden
     // directory that holds the workspace) is it carved like the host's tree.
-    if let Some(tmp) = namespaces.as_ref().and_then(Namespaces::tmp_root) {
+    if let Some(tmp) = namespaces.and_then(Namespaces::tmp_root) {
         writable.retain(|root| *root != temp);
         let covered = |path: &Path| {
-            masks.iter().any(|mask| path.starts_with(mask)) || mask_files.iter().any(|f| f == path)
+            covers.masks.iter().any(|mask| path.starts_with(mask))
+                || covers.mask_files.iter().any(|f| f == path)
         };
         let uncovered: Vec<PathBuf> = hidden
             .iter()
@@ -654,17 +807,13 @@ fn build(
         hidden.extend(uncovered);
         writable.push(tmp);
     }
-    // The PID namespace's own `/proc` is a new mount, which no rule on the host's `/proc`
-    // reaches (Landlock does not look at a mount point hidden by another mount).
-    let proc = namespaces.as_ref().and_then(Namespaces::proc_root);
-    // The namespaces' own `/dev/shm` is a new mount too. Without namespaces, `/dev/shm` is
-    // the host's, shared with every session: not writable.
-    let shm = namespaces
-        .as_ref()
-        .and_then(Namespaces::shm_root)
-        .filter(|_| profile.mode == SandboxMode::WorkspaceWrite);
-    // Sockets refused also inside the workspace (a workspace that is a home).
-    let unix_denied: Vec<PathBuf> = hidden
+}
+
+/// Step 7 of [`build`]: the places whose Unix sockets are refused also inside the workspace (a
+/// workspace that is a home): the `hidden` paths and the package managers' caches under the
+/// home.
+fn unix_denied(hidden: &[PathBuf], home: Option<&Path>) -> Vec<PathBuf> {
+    hidden
         .iter()
         .cloned()
         .chain(home.iter().flat_map(|home| {
@@ -672,7 +821,26 @@ fn build(
                 .iter()
                 .map(move |name| canonical(&home.join(name)))
         }))
-        .collect();
+        .collect()
+}
+
+/// Step 8 of [`build`]: the Landlock ruleset of `writable` roots and `hidden` paths, with the
+/// namespaces' own `/proc` and `/dev/shm`.
+fn landlock_rules(
+    profile: &Profile,
+    namespaces: Option<&Namespaces>,
+    hidden: Vec<PathBuf>,
+    writable: Vec<PathBuf>,
+    private_network: bool,
+) -> Result<landlock::Rules, PrepareError> {
+    // The PID namespace's own `/proc` is a new mount, which no rule on the host's `/proc`
+    // reaches (Landlock does not look at a mount point hidden by another mount).
+    let proc = namespaces.and_then(Namespaces::proc_root);
+    // The namespaces' own `/dev/shm` is a new mount too. Without namespaces, `/dev/shm` is
+    // the host's, shared with every session: not writable.
+    let shm = namespaces
+        .and_then(Namespaces::shm_root)
+        .filter(|_| profile.mode == SandboxMode::WorkspaceWrite);
     // The plan is made again when a directory it carved changes (`landlock::Rules`): all it is
     // made of is moved in here.
     let make_plan = move |carving: &mut landlock::Carving| {
@@ -683,15 +851,25 @@ fn build(
     };
     // Where the host sees the namespaces' view, `/proc/HOLDER/root`: which hidden paths are
     // covered there decides where commands may create entries beside them.
-    let view = namespaces.as_ref().map(Namespaces::root);
-    let ruleset = landlock::Rules::new(
+    let view = namespaces.map(Namespaces::root);
+    Ok(landlock::Rules::new(
         Box::new(make_plan),
         landlock::Carving::new(view),
         profile.network,
         private_network,
-    )?;
-    let unix_mode = super::unix::mode();
-    let seccomp = seccomp::programs(profile.network, private_network, unix_mode)?;
+    )?)
+}
+
+/// Step 10 of [`build`]: the keeper's options, and whether `RLIMIT_NPROC` holds the process
+/// limit. `temp` is the scope's private temporary directory (canonical).
+fn keeper_args(
+    context: &Context,
+    profile: &Profile,
+    namespaces: Option<&Namespaces>,
+    unix_mode: &super::unix::UnixMode,
+    unix_denied: &[PathBuf],
+    temp: &Path,
+) -> (Vec<String>, bool) {
     let mut keeper_args = super::unix::keeper_args(
         unix_mode,
         &super::unix::Places {
@@ -701,16 +879,14 @@ fn build(
                 .iter()
                 .map(|p| canonical(p))
                 .collect::<Vec<_>>(),
-            temp: namespaces.is_none().then_some(temp.as_path()),
-            private_tmp: namespaces
-                .as_ref()
-                .is_some_and(|ns| ns.tmp != TmpView::Host),
+            temp: namespaces.is_none().then_some(temp),
+            private_tmp: namespaces.is_some_and(|ns| ns.tmp != TmpView::Host),
             allowed: &context.allow_unix_sockets,
             name_service: profile.network == Network::Full,
-            denied: &unix_denied,
+            denied: unix_denied,
         },
     );
-    if let Some(namespaces) = &namespaces {
+    if let Some(namespaces) = namespaces {
         keeper_args.push(namespaces.keeper_arg());
     }
     if let Some(seconds) = profile.limits.cpu_seconds {
@@ -732,34 +908,31 @@ fn build(
     {
         keeper_args.push(format!("{}{processes}", option::RLIMIT_NPROC));
     }
-    Ok(Prepared {
-        ruleset,
-        seccomp,
-        keeper_args,
-        // In the namespaces the private directory is `/tmp` itself.
-        env: std::iter::once((
-            "TMPDIR".to_owned(),
-            if namespaces.is_some() {
-                "/tmp".to_owned()
-            } else {
-                temp.display().to_string()
-            },
-        ))
-        .chain(gate.iter().flat_map(super::network::Gate::env))
-        .collect(),
-        gate,
-        private_space: namespaces.as_ref().map(|ns| PrivateSpace {
-            tmp: (ns.tmp != TmpView::Host && context.tmp_bytes > 0).then_some(context.tmp_bytes),
-            shm: ns.shm_root().and(Some(context.shm_bytes)),
-        }),
-        late: Mutex::new(if namespaces.is_some() {
-            late
+    (keeper_args, nproc_rlimit)
+}
+
+/// Step 11 of [`build`]: the variables set for the command: `TMPDIR`, the scope's private
+/// temporary directory `temp` (in the namespaces, `/tmp` itself), and the `gate`'s.
+fn command_env(with_namespaces: bool, temp: &Path, gate: Option<&Gate>) -> Vec<(String, String)> {
+    std::iter::once((
+        "TMPDIR".to_owned(),
+        if with_namespaces {
+            "/tmp".to_owned()
         } else {
-            Vec::new()
-        }),
-        namespaces,
-        nproc_rlimit,
-    })
+            temp.display().to_string()
+        },
+    ))
+    .chain(gate.into_iter().flat_map(Gate::env))
+    .collect()
+}
+
+/// Step 11 of [`build`]: the sizes of the session's own `/tmp` and `/dev/shm` in `namespaces`.
+fn private_space(context: &Context, namespaces: &Namespaces) -> PrivateSpace {
+    PrivateSpace {
+        tmp: (namespaces.tmp != TmpView::Host && context.tmp_bytes > 0)
+            .then_some(context.tmp_bytes),
+        shm: namespaces.shm_root().and(Some(context.shm_bytes)),
+    }
 }
 
 /// Shell start-up files and git's global configuration under a home: run or read by the user's
