@@ -349,7 +349,7 @@ fn wall_nanos() -> i128 {
         .map_or(0, |since| since.as_nanos() as i128)
 }
 
-/// Makes a profile's plan: its roots, with what is added to the plan (see `prepare.rs`).
+/// Makes a profile's plan: its roots, with what is added to the plan (see `layers.rs`).
 pub(crate) type MakePlan = Box<dyn Fn(&mut Carving) -> Plan + Send + Sync>;
 
 /// A profile's ruleset, made again at a command's start when a directory it carved changed
