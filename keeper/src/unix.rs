@@ -36,6 +36,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::OnceLock;
 
+use crate::fds::{Received, receive_with_fds, send_with_fds};
 use toolhost_keeper_protocol::{MAX_REFUSED_NAME, UNIX_REFUSED, option};
 
 /// `AUDIT_ARCH_*` of this build (linux/audit.h).
@@ -141,82 +142,22 @@ pub(crate) fn install(channel: RawFd) -> io::Result<()> {
     if listener < 0 {
         return Err(io::Error::last_os_error());
     }
-    let sent = send_fd(channel, listener);
+    let sent = send_with_fds(channel, &[0], &[listener]);
     // SAFETY: closing the listener, ours alone: the command must never hold it.
     unsafe { libc::close(listener) };
     sent
 }
 
-/// Send `fd` over the Unix socket `channel` with one byte.
-fn send_fd(channel: RawFd, fd: RawFd) -> io::Result<()> {
-    let mut space = [0u64; 4];
-    let byte = [0u8; 1];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_ptr().cast_mut().cast(),
-        iov_len: 1,
-    };
-    // SAFETY: msghdr is plain data; all zeroes is a valid starting value.
-    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
-    message.msg_iov = &raw mut iov;
-    message.msg_iovlen = 1;
-    message.msg_control = space.as_mut_ptr().cast();
-    // SAFETY: a pure computation of a size from a constant.
-    message.msg_controllen = unsafe { libc::CMSG_SPACE(size_of::<RawFd>() as u32) } as _;
-    // SAFETY: `message` points at `space`, large enough for one descriptor's control message.
-    let header = unsafe { libc::CMSG_FIRSTHDR(&raw const message) };
-    if header.is_null() {
-        return Err(io::Error::other("no room for the listener"));
-    }
-    // SAFETY: `header` points into `space`, with room for a header and one descriptor.
-    unsafe {
-        (*header).cmsg_level = libc::SOL_SOCKET;
-        (*header).cmsg_type = libc::SCM_RIGHTS;
-        (*header).cmsg_len = libc::CMSG_LEN(size_of::<RawFd>() as u32) as _;
-        libc::CMSG_DATA(header).cast::<RawFd>().write_unaligned(fd);
-    }
-    // SAFETY: `message` points at valid buffers for the call.
-    if unsafe { libc::sendmsg(channel, &raw const message, 0) } != 1 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// In the keeper after the command started: the listener the command's process sent on
 /// `channel` (the keeper's end).
 pub(crate) fn receive_listener(channel: RawFd) -> io::Result<OwnedFd> {
-    let mut space = [0u64; 4];
+    let no_listener = || io::Error::other("the command's process sent no listener");
     let mut byte = [0u8; 1];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
-    // SAFETY: msghdr is plain data; all zeroes is a valid starting value.
-    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
-    message.msg_iov = &raw mut iov;
-    message.msg_iovlen = 1;
-    message.msg_control = space.as_mut_ptr().cast();
-    message.msg_controllen = size_of_val(&space) as _;
-    // SAFETY: `message` points at `iov` and `space`, valid and writable, alive for the call.
-    let read = unsafe {
-        libc::recvmsg(
-            channel,
-            &raw mut message,
-            libc::MSG_CMSG_CLOEXEC | libc::MSG_DONTWAIT,
-        )
-    };
-    if read != 1 {
-        return Err(io::Error::other("the command's process sent no listener"));
+    let received = receive_with_fds(channel, &mut byte, libc::MSG_DONTWAIT);
+    match received {
+        Ok(Received { read: 1, fds, .. }) => fds.into_iter().next().ok_or_else(no_listener),
+        _ => Err(no_listener()),
     }
-    // SAFETY: `message` was filled by recvmsg; the header lies within `space`.
-    let header = unsafe { libc::CMSG_FIRSTHDR(&raw const message) };
-    // SAFETY: as above; a non-null header is complete.
-    if header.is_null() || unsafe { (*header).cmsg_type } != libc::SCM_RIGHTS {
-        return Err(io::Error::other("the command's process sent no listener"));
-    }
-    // SAFETY: an SCM_RIGHTS message of one descriptor, installed for us by the kernel.
-    let fd = unsafe { libc::CMSG_DATA(header).cast::<RawFd>().read_unaligned() };
-    // SAFETY: the kernel installed this descriptor for us; nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Where the command may connect to a pathname socket.
