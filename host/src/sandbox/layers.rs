@@ -219,7 +219,7 @@ fn covers(context: &Context, hidden: &[PathBuf], writable: &[PathBuf], temp: &Pa
 
 /// Step 3 of [`build`]: the namespaces of the profile, with their read-only view of the host
 /// (`None` without the namespaces layer). `temp` is the scope's private temporary directory
-/// (canonical); `gate`: an allow-list's sockets are opened in the network namespace.
+/// (canonical). With `gate`, the helper opens an allow-list's sockets in the network namespace.
 fn view_namespaces(
     context: &Context,
     profile: &Profile,
