@@ -39,6 +39,7 @@
 //!   signal): it kills every descendant, waits for them, and exits.
 
 mod confine;
+mod fds;
 mod namespaces;
 mod network;
 mod start;

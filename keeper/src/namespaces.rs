@@ -193,7 +193,7 @@ pub(crate) fn make(args: &[OsString]) -> io::Result<()> {
                 stdout.flush()
             } else {
                 stdout.flush()?;
-                super::network::send_with_fds(libc::STDOUT_FILENO, answer.as_bytes(), &sockets)
+                super::fds::send_with_fds(libc::STDOUT_FILENO, answer.as_bytes(), &sockets)
             }
         }
         Err(error) => {

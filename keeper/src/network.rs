@@ -9,12 +9,12 @@
 //! 2. [`open_sockets`]: after the loopback is up, a TCP listener on `127.0.0.1` (a port the
 //!    kernel picks), one on `[::1]` with the same port, and UDP sockets on port 53 of both.
 //!    The IPv6 ones are skipped where the namespace has no `::1`.
-//! 3. [`send_with_fds`]: the helper's answer goes to the host with the sockets attached
-//!    (`SCM_RIGHTS`); the host tells them apart by type and address.
+//! 3. [`send_with_fds`](crate::fds::send_with_fds): the helper's answer goes to the host with
+//!    the sockets attached (`SCM_RIGHTS`); the host tells them apart by type and address.
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 /// What the view's `/etc/resolv.conf` holds: the host's stub on the namespace's loopback.
 const RESOLV_CONF: &str = "nameserver 127.0.0.1\nnameserver ::1\noptions timeout:1 attempts:1\n";
@@ -163,52 +163,4 @@ fn udp_socket(family: libc::c_int, port: u16) -> io::Result<OwnedFd> {
     bound_socket(family, libc::SOCK_DGRAM, port).map_err(|error| {
         io::Error::new(error.kind(), format!("the resolver stub's socket: {error}"))
     })
-}
-
-/// Send `bytes` on the socket `socket` with `fds` attached to them (`SCM_RIGHTS`).
-pub(crate) fn send_with_fds(socket: RawFd, bytes: &[u8], fds: &[OwnedFd]) -> io::Result<()> {
-    let raw: Vec<libc::c_int> = fds.iter().map(AsRawFd::as_raw_fd).collect();
-    let data_len = size_of_val(raw.as_slice());
-    // SAFETY: a pure size computation.
-    let space = unsafe { libc::CMSG_SPACE(data_len as u32) } as usize;
-    // u64 units: aligned as a `cmsghdr`.
-    let mut buffer = vec![0u64; space.div_ceil(8)];
-    let mut iov = libc::iovec {
-        iov_base: bytes.as_ptr().cast_mut().cast(),
-        iov_len: bytes.len(),
-    };
-    // SAFETY: msghdr is plain data; all zeroes is a valid starting value.
-    let mut header: libc::msghdr = unsafe { std::mem::zeroed() };
-    header.msg_iov = &raw mut iov;
-    header.msg_iovlen = 1;
-    header.msg_control = buffer.as_mut_ptr().cast();
-    header.msg_controllen = space as _;
-    // SAFETY: the control buffer is `space` bytes, room for one header with `data_len` bytes
-    // of data (CMSG_SPACE); CMSG_FIRSTHDR points into it.
-    unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(&raw const header);
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(data_len as u32) as _;
-        std::ptr::copy_nonoverlapping(raw.as_ptr().cast::<u8>(), libc::CMSG_DATA(cmsg), data_len);
-    }
-    loop {
-        // SAFETY: `header` points at `iov` (over `bytes`) and the control buffer, alive for
-        // the call. The answer is one short line: one call sends it whole.
-        let sent = unsafe { libc::sendmsg(socket, &raw const header, libc::MSG_NOSIGNAL) };
-        if sent >= 0 {
-            return if sent.cast_unsigned() == bytes.len() {
-                Ok(())
-            } else {
-                Err(io::Error::new(
-                    io::ErrorKind::WriteZero,
-                    "the answer was cut",
-                ))
-            };
-        }
-        let error = io::Error::last_os_error();
-        if error.kind() != io::ErrorKind::Interrupted {
-            return Err(error);
-        }
-    }
 }

@@ -4,11 +4,12 @@
 
 use std::ffi::OsString;
 use std::io::{self, Read};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::net::UnixStream;
 
-use toolhost_keeper_protocol::start::{HEADER_LEN, MAX_BODY, MAX_FDS, STDIN, TERMINAL};
+use crate::fds::{Received, receive_with_fds};
+use toolhost_keeper_protocol::start::{HEADER_LEN, MAX_BODY, STDIN, TERMINAL};
 
 /// A command handed to a keeper prepared ahead.
 #[derive(Debug)]
@@ -40,7 +41,14 @@ fn bad(message: &str) -> io::Error {
 /// keeper go unused). `confined`: a ruleset descriptor comes after the output.
 pub(crate) fn receive(control: &UnixStream, confined: bool) -> io::Result<Option<Start>> {
     let mut header = [0u8; HEADER_LEN];
-    let (read, mut fds) = receive_with_fds(control.as_raw_fd(), &mut header)?;
+    let Received {
+        read,
+        mut fds,
+        truncated,
+    } = receive_with_fds(control.as_raw_fd(), &mut header, 0)?;
+    if truncated {
+        return Err(bad("too many descriptors"));
+    }
     if read == 0 {
         return Ok(None);
     }
@@ -102,73 +110,4 @@ pub(crate) fn receive(control: &UnixStream, confined: bool) -> io::Result<Option
         ruleset,
         stdin,
     }))
-}
-
-/// `recvmsg` into `buf` with room for [`MAX_FDS`] descriptors (received close-on-exec),
-/// retried on `EINTR`. Returns the bytes read (0 at end-of-file) and the descriptors.
-fn receive_with_fds(socket: RawFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
-    // Room for the control message, aligned as the kernel writes it.
-    let mut space = [0u64; 8];
-    // SAFETY: a pure computation of a size from a constant.
-    let needed = unsafe { libc::CMSG_SPACE((MAX_FDS * size_of::<RawFd>()) as u32) };
-    debug_assert!(needed as usize <= size_of_val(&space));
-    loop {
-        let mut iov = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
-        // SAFETY: msghdr is plain data; all zeroes is a valid starting value.
-        let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
-        message.msg_iov = &raw mut iov;
-        message.msg_iovlen = 1;
-        message.msg_control = space.as_mut_ptr().cast();
-        message.msg_controllen = needed as _;
-        // SAFETY: `message` points at `iov` (over `buf`) and `space`, valid and writable for
-        // the lengths given, alive for the call.
-        let read = unsafe { libc::recvmsg(socket, &raw mut message, libc::MSG_CMSG_CLOEXEC) };
-        if read < 0 {
-            let error = io::Error::last_os_error();
-            if error.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(error);
-        }
-        let mut fds = Vec::new();
-        // SAFETY: `message` was filled by recvmsg; the CMSG macros walk its control buffer
-        // within `msg_controllen`.
-        let mut header = unsafe { libc::CMSG_FIRSTHDR(&raw const message) };
-        while !header.is_null() {
-            // SAFETY: `header` points at a complete control message header within the buffer.
-            let (level, kind, len) = unsafe {
-                (
-                    (*header).cmsg_level,
-                    (*header).cmsg_type,
-                    (*header).cmsg_len,
-                )
-            };
-            if level == libc::SOL_SOCKET && kind == libc::SCM_RIGHTS {
-                // SAFETY: as above; a pure computation of a length.
-                let empty = unsafe { libc::CMSG_LEN(0) } as usize;
-                // `cmsg_len`'s type differs between C libraries.
-                #[allow(clippy::unnecessary_cast)]
-                let count = (len as usize).saturating_sub(empty) / size_of::<RawFd>();
-                // SAFETY: the data of an SCM_RIGHTS message is `count` descriptors.
-                let data = unsafe { libc::CMSG_DATA(header) }.cast::<RawFd>();
-                for index in 0..count {
-                    // SAFETY: within the `count` descriptors; read unaligned, as CMSG_DATA
-                    // gives no alignment guarantee for the element type.
-                    let fd = unsafe { data.add(index).read_unaligned() };
-                    // SAFETY: the kernel installed this descriptor for us; nothing else owns
-                    // it.
-                    fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
-                }
-            }
-            // SAFETY: walking to the next header within the same filled buffer.
-            header = unsafe { libc::CMSG_NXTHDR(&raw const message, header) };
-        }
-        if message.msg_flags & libc::MSG_CTRUNC != 0 {
-            return Err(bad("too many descriptors"));
-        }
-        return Ok((read.cast_unsigned(), fds));
-    }
 }

@@ -28,6 +28,7 @@ pub(crate) mod cgroup;
 pub(crate) mod diagnose;
 pub(crate) mod git_guard;
 mod landlock;
+mod layers;
 pub(crate) mod namespaces;
 pub mod network;
 mod prepare;

@@ -10,7 +10,7 @@
 //! `git push -u`, `git checkout -b --track`).
 //! So the host checks these files itself, in every tier, and puts back what it refuses.
 //! The namespaces tier also binds read-only the `.git/hooks` that exist when a scope's
-//! namespaces are made (`prepare.rs`).
+//! namespaces are made (`layers.rs`).
 //! `--allow-hook-writes` turns both off.
 //!
 //! One [`GitGuard`] serves one scope (session):
