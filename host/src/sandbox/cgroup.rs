@@ -246,8 +246,8 @@ impl ParentCgroups {
         .as_ref()
     }
 
-    /// A session's cgroup below `self` (the host's), with `memory` as its memory limit.
-    pub(crate) fn session(&self, memory: Option<u64>) -> io::Result<ParentCgroups> {
+    /// A scope's cgroup below `self` (the host's), with `memory` as its memory limit.
+    pub(crate) fn scope(&self, memory: Option<u64>) -> io::Result<ParentCgroups> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let name = format!("session-{}", NEXT.fetch_add(1, Ordering::Relaxed));
         ParentCgroups::create(&self.bases(), &name, memory)

@@ -271,7 +271,7 @@ impl ScopeSandbox {
         self.cgroups
             .get_or_init(|| {
                 let host = ParentCgroups::host(self.context.memory_total)?;
-                host.session(self.context.memory_per_session)
+                host.scope(self.context.memory_per_session)
                     .map(Arc::new)
                     .map_err(|error| {
                         tracing::warn!(
