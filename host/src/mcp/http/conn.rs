@@ -5,8 +5,12 @@
 //!    bearer token.
 //! 2. Unauthenticated connections have a small pool of their own ([`Limits::unauthenticated`]):
 //!    when it is full, the oldest of them is closed to make room, so idle sockets cannot keep a
-//!    client with a token out. One still unauthenticated after [`Limits::unauthenticated_for`]
-//!    is closed.
+//!    client with a token out. A peer that is not on the loopback (`--allow-remote`) holds at
+//!    most a quarter of that pool ([`Limits::unauthenticated_per_address`]): its own oldest is
+//!    closed for its next one, so one remote address cannot push out every other client. Local
+//!    peers share the pool without a per-address bound: every local client is 127.0.0.1, and a
+//!    command can bind any 127.0.0.x. One still unauthenticated after
+//!    [`Limits::unauthenticated_for`] is closed.
 //! 3. The first request with a valid token moves its connection into the pool of authenticated
 //!    ones (`--max-connections`). When that pool is full, the request is answered `503` with
 //!    `Retry-After` and the connection is closed.
@@ -21,6 +25,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -47,18 +52,23 @@ pub struct Limits {
     pub authenticated: usize,
     /// Connections that have not yet sent a request with a valid token.
     pub unauthenticated: usize,
+    /// Of those, the most of one peer address that is not on the loopback.
+    pub unauthenticated_per_address: usize,
     /// How long a connection may stay unauthenticated.
     pub unauthenticated_for: Duration,
 }
 
 impl Limits {
     /// The limits for `--max-connections` `max` (`None`: the default, [`default_max`]): the
-    /// unauthenticated pool is an eighth of it, at least 4 and at most 64.
+    /// unauthenticated pool is an eighth of it, at least 4 and at most 64, and a quarter of
+    /// that for one remote address.
     pub fn new(max: Option<usize>) -> Self {
         let authenticated = max.unwrap_or_else(default_max).max(1);
+        let unauthenticated = (authenticated / 8).clamp(4, 64);
         Limits {
             authenticated,
-            unauthenticated: (authenticated / 8).clamp(4, 64),
+            unauthenticated,
+            unauthenticated_per_address: (unauthenticated / 4).max(1),
             unauthenticated_for: UNAUTHENTICATED_FOR,
         }
     }
@@ -83,8 +93,9 @@ pub struct Connections {
 struct State {
     /// The number the next connection gets: older connections have smaller ones.
     next: u64,
-    /// The unauthenticated connections, oldest first, each with what closes it.
-    waiting: BTreeMap<u64, CancellationToken>,
+    /// The unauthenticated connections, oldest first, each with what closes it and its peer's
+    /// address when that is not on the loopback.
+    waiting: BTreeMap<u64, (CancellationToken, Option<IpAddr>)>,
     /// How many connections are authenticated.
     authenticated: usize,
 }
@@ -94,20 +105,38 @@ impl Connections {
         crate::lock(&self.state)
     }
 
-    /// A place for a connection just accepted, unauthenticated; closes the oldest
-    /// unauthenticated connection when their pool is full.
-    fn admit(self: &Arc<Self>) -> Slot {
+    /// A place for a connection just accepted from `peer`, unauthenticated:
+    ///
+    /// 1. A remote peer at its share of the unauthenticated pool has its own oldest
+    ///    unauthenticated connection closed.
+    /// 2. When the pool is full, the oldest unauthenticated connection is closed.
+    fn admit(self: &Arc<Self>, peer: Option<IpAddr>) -> Slot {
         let close = CancellationToken::new();
+        let remote = peer.filter(|address| !address.is_loopback());
         let mut state = self.state();
+        if let Some(address) = remote {
+            let mine: Vec<u64> = state
+                .waiting
+                .iter()
+                .filter(|(_, (_, from))| *from == Some(address))
+                .map(|(id, _)| *id)
+                .collect();
+            let over = (mine.len() + 1).saturating_sub(self.limits.unauthenticated_per_address);
+            for id in mine.into_iter().take(over) {
+                if let Some((oldest, _)) = state.waiting.remove(&id) {
+                    oldest.cancel();
+                }
+            }
+        }
         while state.waiting.len() >= self.limits.unauthenticated {
             match state.waiting.pop_first() {
-                Some((_, oldest)) => oldest.cancel(),
+                Some((_, (oldest, _))) => oldest.cancel(),
                 None => break,
             }
         }
         let id = state.next;
         state.next += 1;
-        state.waiting.insert(id, close.clone());
+        state.waiting.insert(id, (close.clone(), remote));
         Slot(Arc::new(SlotInner {
             connections: Arc::clone(self),
             id,
@@ -209,8 +238,8 @@ impl Connections {
                 _ = stop.cancelled() => break,
                 accepted = listener.accept() => accepted,
             };
-            let stream = match accepted {
-                Ok((stream, _)) => stream,
+            let (stream, peer) = match accepted {
+                Ok((stream, peer)) => (stream, peer.ip()),
                 Err(error) => {
                     // Out of descriptors, most likely: the pools' closing frees some.
                     tracing::warn!(%error, "cannot accept an HTTP connection");
@@ -226,7 +255,7 @@ impl Connections {
             if let Err(error) = stream.set_nodelay(true) {
                 tracing::debug!(%error, "cannot set TCP_NODELAY on a connection");
             }
-            let slot = self.admit();
+            let slot = self.admit(Some(peer));
             tracker.spawn(serve_one(
                 stream,
                 slot,
@@ -308,12 +337,14 @@ mod tests {
         let connections = Connections::new(Limits {
             authenticated: 1,
             unauthenticated: 2,
+            unauthenticated_per_address: 1,
             unauthenticated_for: UNAUTHENTICATED_FOR,
         });
-        let first = connections.admit();
-        let second = connections.admit();
+        let local = Some(IpAddr::from([127, 0, 0, 1]));
+        let first = connections.admit(local);
+        let second = connections.admit(local);
         assert!(!first.0.close.is_cancelled());
-        let third = connections.admit();
+        let third = connections.admit(local);
         assert!(first.0.close.is_cancelled(), "the oldest is closed");
         assert!(!second.0.close.is_cancelled() && !third.0.close.is_cancelled());
         // One authenticated place: the second connection to ask is refused until it is free.
@@ -330,6 +361,7 @@ mod tests {
         let connections = Connections::new(Limits {
             authenticated: 4,
             unauthenticated: 4,
+            unauthenticated_per_address: 1,
             unauthenticated_for: Duration::from_millis(100),
         });
         let router = axum::Router::new().route(
@@ -368,6 +400,34 @@ mod tests {
         assert!(nothing.is_empty());
         stop.cancel();
         server.await.expect("server");
+    }
+
+    /// A remote address holds at most its share of the unauthenticated pool: its flood closes
+    /// its own connections, not another address's or a local client's.
+    #[test]
+    fn a_remote_address_holds_its_share_of_the_unauthenticated_pool() {
+        let connections = Connections::new(Limits::new(Some(64)));
+        assert_eq!(connections.limits.unauthenticated, 8);
+        assert_eq!(connections.limits.unauthenticated_per_address, 2);
+        let other = connections.admit(Some(IpAddr::from([192, 0, 2, 7])));
+        let local = connections.admit(Some(IpAddr::from([127, 0, 0, 1])));
+        let flood: Vec<Slot> = (0..100)
+            .map(|_| connections.admit(Some(IpAddr::from([198, 51, 100, 1]))))
+            .collect();
+        assert!(
+            !other.0.close.is_cancelled(),
+            "another remote address keeps its place"
+        );
+        assert!(
+            !local.0.close.is_cancelled(),
+            "a local client keeps its place"
+        );
+        let open = flood
+            .iter()
+            .filter(|slot| !slot.0.close.is_cancelled())
+            .count();
+        assert_eq!(open, 2, "the flooding address holds its share");
+        assert_eq!(connections.state().waiting.len(), 4);
     }
 
     #[test]
