@@ -50,8 +50,32 @@ pub(crate) fn serve(listener: OwnedFd, places: Places, status: RawFd) -> io::Res
     spawned.map(drop)
 }
 
+/// Receive the notifications until no process is left under the filter:
+///
+/// 1. Wait until a notification is pending (`POLLIN`) or no process is left under the filter
+///    (`POLLHUP`). Receiving blocks only while a process is under the filter: once none is,
+///    it fails at once with `ENOENT`, and a loop on it alone would spin until the keeper exits.
+/// 2. Receive the notification; `ENOENT` then means its caller went away meanwhile.
+/// 3. Handle it on a thread of its own.
 fn supervise(shared: &'static Shared) {
     loop {
+        let mut pending = libc::pollfd {
+            fd: shared.listener.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: `pending` is one valid pollfd; no timeout.
+        let ready = unsafe { libc::poll(&raw mut pending, 1, -1) };
+        if ready < 0 {
+            match io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINTR) => continue,
+                _ => return,
+            }
+        }
+        if pending.revents & libc::POLLIN == 0 {
+            // POLLHUP: no process is left under the filter; or the listener is unusable.
+            return;
+        }
         // SAFETY: seccomp_notif is plain data; the kernel wants it zeroed.
         let mut request: libc::seccomp_notif = unsafe { std::mem::zeroed() };
         // SAFETY: `request` is a valid, writable seccomp_notif for the ioctl.
@@ -337,4 +361,45 @@ fn connect(socket: &OwnedFd, address: &[u8]) -> Result<(), i32> {
         return Ok(());
     }
     Err(errno(&io::Error::last_os_error()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+    use std::time::Duration;
+
+    /// Once no process is left under the filter, the supervisor ends: receiving then fails at
+    /// once, and a loop on it alone would spin at full speed until the keeper exits. The
+    /// filter is installed by a thread of the test, which then exits.
+    #[test]
+    fn the_supervisor_ends_once_no_process_is_left_under_the_filter() {
+        let (ours, theirs) = UnixStream::pair().expect("socket pair");
+        let installer = std::thread::spawn(move || {
+            // SAFETY: prctl with PR_SET_NO_NEW_PRIVS affects this thread only (and what it
+            // would start); the thread ends right after.
+            unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
+            super::super::filter::install(theirs.as_raw_fd())
+        });
+        installer
+            .join()
+            .expect("the installing thread")
+            .expect("the filter installed");
+        let listener =
+            super::super::filter::receive_listener(ours.as_raw_fd()).expect("the listener");
+        let shared: &'static Shared = Box::leak(Box::new(Shared {
+            listener,
+            places: Places::default(),
+            status: -1,
+        }));
+        let (done, ended) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            supervise(shared);
+            let _ = done.send(());
+        });
+        assert!(
+            ended.recv_timeout(Duration::from_secs(10)).is_ok(),
+            "the supervisor still runs with nobody under its filter"
+        );
+    }
 }
