@@ -190,18 +190,19 @@ impl Plan {
                 carving.hidden.insert(seen);
             }
         }
+        // Looked up once per entry the walk meets: a set, not a scan of the list.
+        let exact: HashSet<&Path> = hidden.iter().map(PathBuf::as_path).collect();
+        // Every directory that holds a hidden path, the hidden paths themselves included.
+        let holding: HashSet<&Path> = hidden.iter().flat_map(|path| path.ancestors()).collect();
         // A hidden path inside another one is covered with it.
         let outermost: Vec<PathBuf> = hidden
             .iter()
-            .filter(|path| {
-                !hidden
-                    .iter()
-                    .any(|outer| outer != *path && path.starts_with(outer))
-            })
+            .filter(|path| !path.ancestors().skip(1).any(|outer| exact.contains(outer)))
             .cloned()
             .collect();
         let mut walk = Walk {
-            hidden,
+            hidden: exact,
+            holding,
             outermost: &outermost,
             before: std::mem::take(&mut carving.guarded),
             carving,
@@ -228,7 +229,10 @@ impl Plan {
 
 /// One making of a plan.
 struct Walk<'a> {
-    hidden: &'a [PathBuf],
+    /// The hidden paths.
+    hidden: HashSet<&'a Path>,
+    /// The directories that hold a hidden path, and the hidden paths.
+    holding: HashSet<&'a Path>,
     /// The hidden paths that are not inside another one.
     outermost: &'a [PathBuf],
     /// The guards of the plan before.
@@ -242,12 +246,12 @@ impl Walk<'_> {
     /// Symbolic links are skipped: what they point to is covered where it really is. In a
     /// writable root (`write`), a carved directory may take new entries (see [`Walk::guard`]).
     fn cover(&mut self, dir: &Path, write: bool, granted: &mut Vec<PathBuf>) {
-        if self.hidden.iter().any(|path| path == dir) {
+        if self.hidden.contains(dir) {
             return;
         }
         let meta = std::fs::symlink_metadata(dir);
         let is_dir = meta.as_ref().is_ok_and(|meta| meta.is_dir());
-        if !is_dir || !self.hidden.iter().any(|path| path.starts_with(dir)) {
+        if !is_dir || !self.holding.contains(dir) {
             granted.push(dir.to_path_buf());
             return;
         }
