@@ -278,13 +278,33 @@ fn warn_host_files_in_writable_roots(
         return;
     }
     let canonical = |path: &std::path::Path| crate::sandbox::canonical(path);
+    // `/` is no workspace (the process manager says so).
     let workspace = config
         .default_workdir
         .clone()
-        .or_else(|| std::env::current_dir().ok());
+        .or_else(|| std::env::current_dir().ok())
+        .and_then(|dir| crate::sandbox::Context::workspace_of(&dir))
+        .map(|dir| canonical(&dir));
+    // A home as the workspace gets one warning that says what to do, rather than one for
+    // each of the host's files in it.
+    let home = workspace.as_ref().filter(|dir| {
+        crate::sandbox::Homes::of_this_user()
+            .distinct()
+            .contains(dir)
+    });
+    if let Some(home) = home {
+        tracing::warn!(
+            "the workspace is the home directory {} (the host was started there without \
+             --workdir): confined commands may write anywhere in it but the credential stores \
+             and the host's own files, and those are hidden; pass --workdir with a project \
+             directory to keep commands to one project",
+            home.display()
+        );
+    }
     let roots: Vec<(PathBuf, &str)> = workspace
         .iter()
-        .map(|dir| (canonical(dir), "the workspace"))
+        .filter(|_| home.is_none())
+        .map(|dir| (dir.clone(), "the workspace"))
         .chain(
             config
                 .sandbox

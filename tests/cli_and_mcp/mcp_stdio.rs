@@ -1200,3 +1200,57 @@ async fn error_answers_are_not_logged_as_warnings() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!stderr.contains("WARN"), "{stderr}");
 }
+
+/// A server started in `/` without `--workdir` (as desktop clients start servers) serves:
+/// `ls` answers with its output and a note saying there is no workspace and what the person
+/// can do; a write outside `$TMPDIR` is refused (read-only), with the note again; `$TMPDIR`
+/// stays writable.
+#[tokio::test]
+async fn a_server_started_in_root_serves_read_only_with_a_note() {
+    let mut client = StdioClient::spawn_in(std::path::Path::new("/"), &[]);
+    client.initialize().await;
+    let listed = structured(
+        &client
+            .call_tool("execute", json!({"command": "ls -d /etc"}))
+            .await,
+    );
+    assert_eq!(listed["exit_code"], 0, "{listed}");
+    let text = listed["output"].as_str().unwrap_or_default();
+    assert!(text.starts_with("/etc\n"), "{listed}");
+    assert!(
+        text.contains("no workspace") && text.contains("--workdir"),
+        "{listed}"
+    );
+    let marker = marker();
+    let refused = structured(
+        &client
+            .call_tool(
+                "execute",
+                json!({"command": format!("touch /etc/toolhost-{marker}")}),
+            )
+            .await,
+    );
+    assert_ne!(refused["exit_code"], 0, "{refused}");
+    assert!(
+        !std::path::Path::new(&format!("/etc/toolhost-{marker}")).exists(),
+        "nothing was written in /etc"
+    );
+    let text = refused["output"].as_str().unwrap_or_default();
+    assert!(text.contains("no workspace"), "{refused}");
+    let temp = structured(
+        &client
+            .call_tool(
+                "execute",
+                json!({"command": "echo ok > \"$TMPDIR/f\" && cat \"$TMPDIR/f\""}),
+            )
+            .await,
+    );
+    assert_eq!(temp["exit_code"], 0, "{temp}");
+    assert!(
+        !temp["output"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("no workspace"),
+        "told once, then only on failure: {temp}"
+    );
+}

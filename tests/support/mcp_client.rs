@@ -45,8 +45,32 @@ impl StdioClient {
     /// Start `PROGRAM ARGS...` (a `toolhost serve` as a client would start it) without
     /// initializing.
     pub fn spawn_command(program: &std::path::Path, args: &[String]) -> StdioClient {
+        StdioClient::spawn_command_in(program, args, None)
+    }
+
+    /// [`StdioClient::spawn`] with `dir` as the server's working directory, as a desktop
+    /// client starts it.
+    pub fn spawn_in(dir: &std::path::Path, global_args: &[&str]) -> StdioClient {
+        let mut args: Vec<String> = shared_writable()
+            .iter()
+            .map(|arg| arg.to_string_lossy().into_owned())
+            .collect();
+        args.extend(global_args.iter().map(|arg| (*arg).to_owned()));
+        args.push("serve".to_owned());
+        StdioClient::spawn_command_in(&toolhost_bin(), &args, Some(dir))
+    }
+
+    fn spawn_command_in(
+        program: &std::path::Path,
+        args: &[String],
+        dir: Option<&std::path::Path>,
+    ) -> StdioClient {
         let (cache_key, cache_value) = cache_env();
-        let mut child = Command::new(program)
+        let mut command = Command::new(program);
+        if let Some(dir) = dir {
+            command.current_dir(dir);
+        }
+        let mut child = command
             .args(args)
             .env(cache_key, cache_value)
             .env("TOOLHOST_LOG", "error")

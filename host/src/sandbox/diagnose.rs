@@ -74,6 +74,9 @@ pub(crate) enum Refusal {
         /// The directory that holds it and a hidden path.
         dir: PathBuf,
     },
+    /// The host has no workspace (it was started in `/` without `--workdir`): commands may
+    /// write only in their own `/tmp` and the `--writable` directories.
+    NoWorkspace,
     /// The output reads like a refusal: what the confinement refuses, in general.
     Confined {
         /// The profile's summary.
@@ -103,6 +106,11 @@ impl Refusal {
                  beyond it failed]"
             ),
             Refusal::UnixSockets(refused) => super::unix::note(refused).unwrap_or_default(),
+            Refusal::NoWorkspace => "\n[toolhost: this server has no workspace: it was \
+                started in `/` without --workdir. Commands can read files, but write only in \
+                $TMPDIR and package caches. To work on a project, ask the person to restart \
+                the server with --workdir set to the project's directory]"
+                .to_owned(),
             Refusal::Network(note) => note.clone(),
             Refusal::HiddenPath { path, rule } => {
                 let why = match rule {

@@ -146,7 +146,7 @@ fn roots(
     hidden.extend(context.hidden.paths.iter().cloned());
     let mut writable = vec![canonical(temp)];
     if profile.mode == SandboxMode::WorkspaceWrite {
-        writable.push(canonical(&context.workdir));
+        writable.extend(context.workdir.as_deref().map(canonical));
         writable.extend(context.writable.iter().map(|p| canonical(p)));
         if let Some(home) = home {
             let home = canonical(home);
@@ -186,7 +186,7 @@ fn covers(context: &Context, hidden: &[PathBuf], writable: &[PathBuf], temp: &Pa
         .filter(|root| **root != scratch)
         .cloned()
         .collect();
-    visible.push(canonical(&context.workdir));
+    visible.extend(context.workdir.as_deref().map(canonical));
     let masks = namespaces::masks(hidden, &visible);
     // Hidden paths under `/tmp` that are missing now: covered in the namespaces when they
     // appear (a missing path needs no cover yet, and a carve would take `/tmp` from the
@@ -436,7 +436,7 @@ fn keeper_args(
     let mut keeper_args = super::unix::keeper_args(
         unix_mode,
         &super::unix::Places {
-            workdir: &canonical(&context.workdir),
+            workdir: context.workdir.as_deref().map(canonical).as_deref(),
             writable: &context
                 .writable
                 .iter()
@@ -531,8 +531,8 @@ fn read_only_roots(context: &Context, profile: &Profile, writable: &[PathBuf]) -
     let is_writable = |path: &Path| writable.iter().any(|root| path.starts_with(root));
     let mut roots = Vec::new();
     let homes: Vec<PathBuf> = context.hidden.homes.iter().map(|h| canonical(h)).collect();
-    let workdir = canonical(&context.workdir);
-    for path in homes.iter().chain(std::iter::once(&workdir)) {
+    let workdir = context.workdir.as_deref().map(canonical);
+    for path in homes.iter().chain(workdir.iter()) {
         let under_private = private
             .iter()
             .any(|place| path.starts_with(place) && path != place);

@@ -5,7 +5,7 @@ use super::*;
 fn sandbox_with(workdir: &Path) -> Option<(Arc<ScopeSandbox>, Profile)> {
     let sandbox = Arc::new(ScopeSandbox::new(
         Arc::new(Context {
-            workdir: workdir.to_path_buf(),
+            workdir: Some(workdir.to_path_buf()),
             ..Context::default()
         }),
         "test",

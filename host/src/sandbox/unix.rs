@@ -128,7 +128,7 @@ fn listener_allowed() -> std::io::Result<()> {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Places<'a> {
     /// The workspace.
-    pub(crate) workdir: &'a Path,
+    pub(crate) workdir: Option<&'a Path>,
     /// The operator's `--writable` roots.
     pub(crate) writable: &'a [PathBuf],
     /// The session's private directory (`$TMPDIR`) where it is a host directory (without
@@ -152,7 +152,7 @@ pub(crate) fn keeper_args(mode: &UnixMode, places: &Places) -> Vec<String> {
         return Vec::new();
     }
     let mut args = vec![option::UNIX_SUPERVISE.to_owned()];
-    let mut allow: Vec<PathBuf> = vec![places.workdir.to_path_buf()];
+    let mut allow: Vec<PathBuf> = places.workdir.iter().map(|dir| dir.to_path_buf()).collect();
     allow.extend(
         places
             .writable
@@ -195,7 +195,10 @@ pub(crate) fn keeper_args(mode: &UnixMode, places: &Places) -> Vec<String> {
     // Without namespaces the workspace and the caches share a mount, so a hard link can bring
     // a host socket in. With them every writable root is a mount of its own, but a refused
     // place inside one (a workspace that is a home) shares its mount.
-    let roots = std::iter::once(places.workdir).chain(places.writable.iter().map(PathBuf::as_path));
+    let roots = places
+        .workdir
+        .into_iter()
+        .chain(places.writable.iter().map(PathBuf::as_path));
     let nested = roots
         .flat_map(|root| places.denied.iter().map(move |denied| (root, denied)))
         .any(|(root, denied)| denied.starts_with(root));
@@ -260,7 +263,7 @@ mod tests {
         let allowed = [PathBuf::from("/var/run/docker.sock")];
         let denied = [PathBuf::from("/work/ws/.cache")];
         let places = Places {
-            workdir: Path::new("/work/ws"),
+            workdir: Some(Path::new("/work/ws")),
             writable: &writable,
             temp: Some(Path::new("/state/tmp/toolhost-1-x")),
             private_tmp: false,

@@ -115,8 +115,21 @@ pub(super) struct EntrySpec {
     pub(super) git_guard: Option<Arc<GitGuard>>,
     /// What the git guard undid right before it started.
     pub(super) git_note: Option<String>,
+    /// When its output says that the host has no workspace (see `sandbox::Context::workdir`).
+    pub(super) workspace_note: WorkspaceNote,
     pub(super) started_ms: u64,
     pub(super) started_at: Instant,
+}
+
+/// When a command's output says that the host has no workspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum WorkspaceNote {
+    /// Never: it has one, or the command runs unconfined.
+    Never,
+    /// When the command fails.
+    OnFailure,
+    /// Always: the first confined command of its scope.
+    Always,
 }
 
 /// What a new record takes over from its start: the keeper and what the process holds.
@@ -221,6 +234,11 @@ impl Entry {
                 &self.spec.workdir,
                 self.spec.started_ms,
             ));
+        }
+        if self.spec.workspace_note == WorkspaceNote::Always
+            || (failed && self.spec.workspace_note == WorkspaceNote::OnFailure)
+        {
+            refusals.push(Refusal::NoWorkspace);
         }
         refusals
     }

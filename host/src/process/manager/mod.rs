@@ -112,7 +112,7 @@ mod table;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -125,7 +125,7 @@ use crate::buffer::HeadTailBuffer;
 use crate::sandbox::git_guard::{GitGuard, Moment};
 use crate::sandbox::{self, Prepared, Profile};
 pub use config::ProcessManagerConfig;
-use entry::{Entry, EntrySpec, Held, LogTarget, unix_ms};
+use entry::{Entry, EntrySpec, Held, LogTarget, WorkspaceNote, unix_ms};
 use ids::Ids;
 use launch::Launcher;
 use monitor::{FIRST_READ_CHUNK, LogSlot, Monitor, MonitorGuard, OutputReader};
@@ -187,6 +187,8 @@ struct Confinement {
     prepared: Option<Arc<Prepared>>,
     git_guard: Option<Arc<GitGuard>>,
     git_note: Option<String>,
+    /// When the command's output says that the host has no workspace.
+    workspace_note: WorkspaceNote,
 }
 
 impl ProcessManager {
@@ -272,17 +274,29 @@ impl ProcessManager {
             .clone()
             .or_else(|| std::env::current_dir().ok())
             .unwrap_or_else(|| PathBuf::from("/"));
-        // The content scan runs here, before the first confined command (cached after).
+        let workspace = sandbox::Context::workspace_of(&workdir);
+        if workspace.is_none() && config.sandbox.mode != sandbox::SandboxMode::Off {
+            tracing::warn!(
+                "commands run in `/` and there is no workspace (the host was started in `/` \
+                 without --workdir, as desktop clients start servers): confined commands can \
+                 read files but write only in $TMPDIR, package caches and --writable \
+                 directories; pass --workdir with a project directory to give them one"
+            );
+        }
+        // The content scan runs here, before the first confined command (cached after). It
+        // skips the workspace, which commands may write anyway.
         let hidden = sandbox::HiddenPaths::for_host(
             &config.sandbox,
             log_dir.as_deref(),
-            std::iter::once(workdir.clone())
+            workspace
+                .iter()
+                .cloned()
                 .chain(config.protected.iter().cloned())
                 .chain(log_dir.clone())
                 .collect(),
         );
         let sandbox_context = Arc::new(sandbox::Context {
-            workdir,
+            workdir: workspace,
             writable: config.sandbox.writable.clone(),
             hidden: Arc::new(hidden),
             shm_bytes: config.sandbox.shm_bytes,
@@ -492,6 +506,7 @@ impl ProcessManager {
             hidden: prepared.map(|_| self.sandbox_context.hidden.clone()),
             git_guard: confinement.git_guard,
             git_note: confinement.git_note,
+            workspace_note: confinement.workspace_note,
             started_at: started.0,
             started_ms: started.1,
         }
@@ -591,6 +606,7 @@ impl ProcessManager {
     /// 2. The scope's git guard (none when the operator allows hook writes): what changed
     ///    since its last check that git would run outside the sandbox (a leftover of an
     ///    earlier command planting a hook) is undone before this command runs.
+    /// 3. Whether its output says that the host has no workspace.
     async fn confinement(
         &self,
         scope: &Scope,
@@ -604,10 +620,23 @@ impl ProcessManager {
             Some(guard) => guard.check(Moment::Start).await,
             None => None,
         };
+        // 3. Without a workspace, the scope's first confined command says so, and so does
+        //    every confined command that fails.
+        let workspace_note = if prepared.is_none()
+            || profile.mode != sandbox::SandboxMode::WorkspaceWrite
+            || self.sandbox_context.workdir.is_some()
+        {
+            WorkspaceNote::Never
+        } else if scope.told_no_workspace.swap(true, Ordering::AcqRel) {
+            WorkspaceNote::OnFailure
+        } else {
+            WorkspaceNote::Always
+        };
         Ok(Confinement {
             prepared,
             git_guard,
             git_note,
+            workspace_note,
         })
     }
 

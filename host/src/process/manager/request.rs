@@ -28,7 +28,9 @@ impl PathRoots {
                 .chain(&context.protected)
                 .map(|path| canonical(path))
                 .collect(),
-            visible: std::iter::once(&context.workdir)
+            visible: context
+                .workdir
+                .iter()
                 .chain(&context.writable)
                 .map(|path| canonical(path))
                 .collect(),

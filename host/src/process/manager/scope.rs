@@ -10,6 +10,7 @@
 //!
 //! [`end`] lets go of all three.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -34,6 +35,8 @@ pub(super) struct Scope {
     /// Whose scope it is (a principal of an HTTP server), once noted: its processes count
     /// in the owner's share (`table.rs`).
     pub(super) owner: OnceLock<Arc<str>>,
+    /// Its commands were told that the host has no workspace.
+    pub(super) told_no_workspace: AtomicBool,
 }
 
 impl Scope {
@@ -45,6 +48,7 @@ impl Scope {
             git_guard: OnceLock::new(),
             logs: Arc::new(ScopeLogs::default()),
             owner: OnceLock::new(),
+            told_no_workspace: AtomicBool::new(false),
         }
     }
 
