@@ -145,6 +145,20 @@ fn has_interpreter(path: &Path) -> bool {
     })
 }
 
+/// Whether the ELF file at `path` has a symbol table (a section of type `SHT_SYMTAB`): a
+/// stripped binary has none.
+fn has_symbols(path: &Path) -> bool {
+    let bytes = std::fs::read(path).expect("read the binary");
+    assert_eq!(&bytes[..5], b"\x7fELF\x02", "a 64-bit ELF file");
+    let u16_at = |at: usize| u16::from_le_bytes([bytes[at], bytes[at + 1]]) as usize;
+    let shoff = u64::from_le_bytes(bytes[0x28..0x30].try_into().expect("8 bytes")) as usize;
+    let (size, count) = (u16_at(0x3a), u16_at(0x3c));
+    (0..count).any(|i| {
+        let at = shoff + i * size + 4;
+        u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) == 2 // SHT_SYMTAB
+    })
+}
+
 /// The npm tarballs: the binary's package, then the launcher's.
 fn npm_tarballs(dist: &Path) -> (PathBuf, PathBuf) {
     let npm = dist.join("npm");
@@ -220,6 +234,13 @@ async fn the_crate_installs_offline_and_serves() {
     }
     let manifest = std::fs::read_to_string(package.join("Cargo.toml")).expect("Cargo.toml");
     assert!(!manifest.contains("path = \"../"), "{manifest}");
+    // A registry page resolves the README's relative links against the repository.
+    for key in ["repository", "homepage", "documentation"] {
+        assert!(
+            manifest.contains(&format!("\n{key} = ")),
+            "no {key}: {manifest}"
+        );
+    }
 
     let root = tempfile::tempdir().expect("root");
     let script = toolhost_e2e::repo_root().join("packaging/install-crate.sh");
@@ -228,6 +249,11 @@ async fn the_crate_installs_offline_and_serves() {
     assert!(
         !has_interpreter(&binary),
         "{} is dynamically linked",
+        binary.display()
+    );
+    assert!(
+        !has_symbols(&binary),
+        "{} is not stripped",
         binary.display()
     );
     serve_and_execute("cargo install", &binary, &serve()).await;
@@ -393,7 +419,14 @@ async fn the_mcp_bundle_is_valid_and_its_command_serves() {
     assert_eq!(manifest["version"], version());
     assert_eq!(manifest["server"]["type"], "binary");
     let config = &manifest["server"]["mcp_config"];
-    // What Claude Desktop runs: the command with ${__dirname} the bundle's directory.
+    // What Claude Desktop runs: the command with ${__dirname} the bundle's directory and the
+    // workspace the user chose in ${user_config.workspace}.
+    assert_eq!(
+        manifest["user_config"]["workspace"]["type"], "directory",
+        "{manifest}"
+    );
+    let workspace = tempfile::tempdir().expect("workspace");
+    let workspace = workspace.path().to_str().expect("UTF-8").to_owned();
     let dirname = unpacked.to_str().expect("UTF-8");
     let command = config["command"]
         .as_str()
@@ -407,6 +440,7 @@ async fn the_mcp_bundle_is_valid_and_its_command_serves() {
             arg.as_str()
                 .expect("a string")
                 .replace("${__dirname}", dirname)
+                .replace("${user_config.workspace}", &workspace)
         })
         .collect();
     serve_and_execute("mcpb", Path::new(&command), &args).await;

@@ -72,8 +72,8 @@ pub fn command_of(block: &Block) -> (String, Vec<String>) {
         ("sh", "claude-code") => {
             let words: Vec<&str> = block.text.split_whitespace().collect();
             assert_eq!(
-                &words[..4],
-                ["claude", "mcp", "add", "toolhost"],
+                &words[..6],
+                ["claude", "mcp", "add", "--scope", "user", "toolhost"],
                 "{}",
                 block.text
             );
