@@ -734,16 +734,26 @@ fn toolhost_sandbox_reports_the_layers_and_refusals() {
     assert!(report.contains("processes: NOT ENFORCED"), "{report}");
 }
 
-/// A host started in `/` (a service's default) does not make the whole filesystem writable.
+/// A host started in `/` (a service's default) does not make the whole filesystem writable:
+/// `/` is no workspace, so a command cannot write there and its output says why and what to
+/// do; `--writable /`, asked for outright, is refused.
 #[test]
-fn a_workspace_of_slash_is_refused_rather_than_made_writable() {
+fn a_workspace_of_slash_is_no_workspace_rather_than_made_writable() {
     let machine = Machine::new();
-    let refused = machine.run(&["--workdir", "/"], "touch /toolhost-escape", &[]);
-    let stderr = String::from_utf8_lossy(&refused.stderr);
+    let refused = machine.execute(&["--workdir", "/"], "touch /toolhost-escape");
+    assert_ne!(refused["exit_code"], 0, "{refused}");
+    let text = output(&refused);
+    assert!(
+        text.contains("no workspace") && text.contains("--workdir"),
+        "{refused}"
+    );
+    assert!(!std::path::Path::new("/toolhost-escape").exists());
+    let read = machine.execute(&["--workdir", "/", "--sandbox", "read-only"], "echo read");
+    assert_eq!(output(&read), "read\n", "{read}");
+    let asked = machine.run(&["--writable", "/"], "touch /toolhost-escape", &[]);
+    let stderr = String::from_utf8_lossy(&asked.stderr);
     assert!(stderr.contains("all of `/` writable"), "{stderr}");
     assert!(!std::path::Path::new("/toolhost-escape").exists());
-    let result = machine.execute(&["--workdir", "/", "--sandbox", "read-only"], "echo read");
-    assert_eq!(output(&result), "read\n", "{result}");
 }
 
 /// A plugin's grant confines its commands further than the operator does, never less: the

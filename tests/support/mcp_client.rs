@@ -30,16 +30,22 @@ pub struct StdioClient {
     notifications: mpsc::UnboundedReceiver<Value>,
 }
 
+/// `toolhost`'s arguments for `serve` with `global_args`, the tests' shared writable
+/// directories first.
+fn serve_args(global_args: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = shared_writable()
+        .iter()
+        .map(|arg| arg.to_string_lossy().into_owned())
+        .collect();
+    args.extend(global_args.iter().map(|arg| (*arg).to_owned()));
+    args.push("serve".to_owned());
+    args
+}
+
 impl StdioClient {
     /// Start `toolhost GLOBAL_ARGS... serve` without initializing.
     pub fn spawn(global_args: &[&str]) -> StdioClient {
-        let mut args: Vec<String> = shared_writable()
-            .iter()
-            .map(|arg| arg.to_string_lossy().into_owned())
-            .collect();
-        args.extend(global_args.iter().map(|arg| (*arg).to_owned()));
-        args.push("serve".to_owned());
-        StdioClient::spawn_command(&toolhost_bin(), &args)
+        StdioClient::spawn_command(&toolhost_bin(), &serve_args(global_args))
     }
 
     /// Start `PROGRAM ARGS...` (a `toolhost serve` as a client would start it) without
@@ -51,13 +57,7 @@ impl StdioClient {
     /// [`StdioClient::spawn`] with `dir` as the server's working directory, as a desktop
     /// client starts it.
     pub fn spawn_in(dir: &std::path::Path, global_args: &[&str]) -> StdioClient {
-        let mut args: Vec<String> = shared_writable()
-            .iter()
-            .map(|arg| arg.to_string_lossy().into_owned())
-            .collect();
-        args.extend(global_args.iter().map(|arg| (*arg).to_owned()));
-        args.push("serve".to_owned());
-        StdioClient::spawn_command_in(&toolhost_bin(), &args, Some(dir))
+        StdioClient::spawn_command_in(&toolhost_bin(), &serve_args(global_args), Some(dir))
     }
 
     fn spawn_command_in(
