@@ -119,10 +119,12 @@ fn ready_keepers_of(host: u32) -> Vec<u32> {
         .collect()
 }
 
-/// A keeper prepared ahead for the next command (made after the first confined start) is
-/// gone with the host killed by `SIGKILL`, like every keeper that ran a command.
+/// A keeper prepared ahead for the next command (made after the first confined start of a
+/// server: a one-shot `toolhost call` prepares none) is gone with the host killed by
+/// `SIGKILL`, like every keeper that ran a command.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_host_with_sigkill_ends_its_keepers_prepared_ahead() {
+    use std::io::Write;
     let marker = marker();
     let seconds = format!("1{marker}");
     let state = tempfile::tempdir().expect("state dir");
@@ -130,11 +132,24 @@ async fn killing_the_host_with_sigkill_ends_its_keepers_prepared_ahead() {
     let mut host = Command::new(toolhost_bin())
         .arg("--state-dir")
         .arg(state.path())
-        .args(["--no-cache", "call", "execute", &args.to_string()])
+        .args(["--no-cache", "serve"])
         .env("TOOLHOST_LOG", "warn")
+        .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
-        .expect("run toolhost");
+        .expect("run toolhost serve");
+    let requests = [
+        serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "escapes", "version": "0"}}}),
+        serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "execute", "arguments": args}}),
+    ];
+    let mut stdin = host.stdin.take().expect("stdin");
+    for request in requests {
+        writeln!(stdin, "{request}").expect("a request");
+    }
     let pid = host.id();
     let prepared = toolhost_e2e::eventually(Duration::from_secs(10), || {
         sleeps_with(&marker) == 1 && !ready_keepers_of(pid).is_empty()
@@ -143,6 +158,7 @@ async fn killing_the_host_with_sigkill_ends_its_keepers_prepared_ahead() {
     assert!(prepared, "no keeper was prepared ahead");
     let keepers = ready_keepers_of(pid);
     host.kill().expect("SIGKILL the host");
+    drop(stdin);
     host.wait().expect("reap the host");
     let gone = toolhost_e2e::eventually(Duration::from_secs(10), || {
         // Gone, or a zombie for its new parent to reap.

@@ -97,7 +97,7 @@ pub(crate) struct Context {
     pub(crate) writable: Vec<PathBuf>,
     /// The host's own files.
     pub(crate) protected: Vec<PathBuf>,
-    /// The user's credential stores and the operator's `--hide` paths (see `secrets.rs`).
+    /// The user's credential stores and the operator's `--hide` paths (see `secrets/`).
     pub(crate) hidden: Arc<HiddenPaths>,
     /// The size of a session's own `/dev/shm`, in bytes (`--shm-size-per-session`).
     pub(crate) shm_bytes: u64,

@@ -335,7 +335,8 @@ fn pin(pid: libc::pid_t, path: &[u8], id: u64, shared: &Shared) -> Result<File, 
     Ok(unsafe { File::from_raw_fd(fd) })
 }
 
-/// `connect(socket, address)`, retried on `EINTR`.
+/// `connect(socket, address)`. Signals are blocked on the supervisor's threads, so it is not
+/// interrupted; it is not retried (a connect retried after `EINTR` reports `EALREADY`).
 fn connect(socket: &OwnedFd, address: &[u8]) -> Result<(), i32> {
     let length = libc::socklen_t::try_from(address.len()).map_err(|_| libc::EINVAL)?;
     // SAFETY: sockaddr_storage is plain data.
