@@ -48,8 +48,23 @@ pub fn blocks() -> Vec<Block> {
 }
 
 /// The command and arguments a client starts for `block` (the server entry where that client
-/// looks for it).
+/// looks for it). An argument under `/home/you/` is the reader's own directory (a project
+/// for `--workdir`): the system's temporary directory stands for it.
 pub fn command_of(block: &Block) -> (String, Vec<String>) {
+    let (command, args) = written_command_of(block);
+    let own = std::env::temp_dir().display().to_string();
+    let args = args
+        .into_iter()
+        .map(|arg| match arg.starts_with("/home/you/") {
+            true => own.clone(),
+            false => arg,
+        })
+        .collect();
+    (command, args)
+}
+
+/// [`command_of`] as the block writes it.
+fn written_command_of(block: &Block) -> (String, Vec<String>) {
     let strings = |value: &Value| -> Vec<String> {
         value
             .as_array()
