@@ -118,7 +118,9 @@ done
 step "the release build: cargo install from the packaged crate, offline, for $target"
 # Until toolhost-keeper-protocol is on crates.io, the packaged one stands in for it.
 # (packaging/install-crate.sh also says how wasmtime's C file is compiled for musl.)
-"$repo/packaging/install-crate.sh" "$out/crates" "$out/cargo-root"
+# Its bin directory on the PATH for the install alone: cargo warns when the root it installs
+# into is not, and this one is ours, not the user's.
+PATH="$out/cargo-root/bin:$PATH" "$repo/packaging/install-crate.sh" "$out/crates" "$out/cargo-root"
 binary="$out/cargo-root/bin/toolhost"
 "$binary" --version
 
