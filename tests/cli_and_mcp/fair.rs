@@ -21,6 +21,16 @@ fn authority(server: &HttpServer) -> String {
         .to_owned()
 }
 
+/// A server whose token file names two principals, alice and mallory, started with `flags`;
+/// the token file's directory lives as long as the server must.
+async fn two_principals(flags: &[&str]) -> (tempfile::TempDir, HttpServer) {
+    let (dir, tokens) = token_file(&[("alice", ALICE), ("mallory", MALLORY)]);
+    let mut args = vec!["--token-file", &tokens];
+    args.extend_from_slice(flags);
+    let server = HttpServer::start(&args).await;
+    (dir, server)
+}
+
 /// `execute "echo ok"` in a new session of `token`'s principal, answered within
 /// [`ANSWER_TIMEOUT`] per request; what went wrong otherwise.
 async fn echo_ok(server: &HttpServer, token: &str) -> Result<(), String> {
@@ -221,16 +231,8 @@ async fn try_initialize(server: &HttpServer, token: &str) -> (StatusCode, String
 /// with a call in flight, and its client is told why with 404.
 #[tokio::test]
 async fn one_principal_cannot_take_the_sessions_of_another() {
-    let (_dir, tokens) = token_file(&[("alice", ALICE), ("mallory", MALLORY)]);
-    let server = HttpServer::start(&[
-        "--token-file",
-        &tokens,
-        "--max-sessions",
-        "3",
-        "--max-sessions-per-principal",
-        "2",
-    ])
-    .await;
+    let (_dir, server) =
+        two_principals(&["--max-sessions", "3", "--max-sessions-per-principal", "2"]).await;
     let busy = Session::open_as(server.url.clone(), MALLORY).await;
     let idle = Session::open_as(server.url.clone(), MALLORY).await;
     let (status, text) = try_initialize(&server, MALLORY).await;
@@ -274,16 +276,8 @@ async fn one_principal_cannot_take_the_sessions_of_another() {
 #[tokio::test]
 async fn one_principal_cannot_take_the_scopes_of_another() {
     use super::mcp_http::{request_2026_as, tool_call};
-    let (_dir, tokens) = token_file(&[("alice", ALICE), ("mallory", MALLORY)]);
-    let server = HttpServer::start(&[
-        "--token-file",
-        &tokens,
-        "--max-sessions",
-        "3",
-        "--max-scopes-per-principal",
-        "2",
-    ])
-    .await;
+    let (_dir, server) =
+        two_principals(&["--max-sessions", "3", "--max-scopes-per-principal", "2"]).await;
     let echo = || tool_call("execute", json!({"command": "echo hi"}));
     let call = |token: &'static str, scope: &'static str| {
         let server = &server;
@@ -320,10 +314,7 @@ async fn one_principal_cannot_take_the_scopes_of_another() {
 #[tokio::test]
 async fn one_principal_cannot_take_the_processes_or_calls_of_another() {
     use super::mcp_http::{request_2026_as, tool_call};
-    let (_dir, tokens) = token_file(&[("alice", ALICE), ("mallory", MALLORY)]);
-    let server = HttpServer::start(&[
-        "--token-file",
-        &tokens,
+    let (_dir, server) = two_principals(&[
         "--max-processes-per-principal",
         "1",
         "--max-calls-per-principal",
@@ -408,10 +399,7 @@ async fn one_principal_cannot_take_the_processes_or_calls_of_another() {
 #[tokio::test]
 async fn a_session_or_scope_with_a_running_process_is_not_reclaimed() {
     use super::mcp_http::{request_2026_as, tool_call};
-    let (_dir, tokens) = token_file(&[("alice", ALICE), ("mallory", MALLORY)]);
-    let server = HttpServer::start(&[
-        "--token-file",
-        &tokens,
+    let (_dir, server) = two_principals(&[
         "--max-sessions",
         "3",
         "--max-sessions-per-principal",
