@@ -283,7 +283,7 @@ fn warn_host_files_in_writable_roots(
         .default_workdir
         .clone()
         .or_else(|| std::env::current_dir().ok())
-        .and_then(|dir| crate::sandbox::Context::workspace_of(&dir))
+        .and_then(|dir| crate::sandbox::workspace_of(&dir))
         .map(|dir| canonical(&dir));
     // A home as the workspace gets one warning that says what to do, rather than one for
     // each of the host's files in it.

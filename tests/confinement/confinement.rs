@@ -754,6 +754,16 @@ fn a_workspace_of_slash_is_no_workspace_rather_than_made_writable() {
     let stderr = String::from_utf8_lossy(&asked.stderr);
     assert!(stderr.contains("all of `/` writable"), "{stderr}");
     assert!(!std::path::Path::new("/toolhost-escape").exists());
+    // `toolhost sandbox` says so too.
+    let report = Command::new(toolhost_bin())
+        .args(["--workdir", "/", "sandbox"])
+        .output()
+        .expect("toolhost sandbox");
+    let report = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report.contains("Workspace: none") && report.contains("--workdir"),
+        "{report}"
+    );
 }
 
 /// A plugin's grant confines its commands further than the operator does, never less: the

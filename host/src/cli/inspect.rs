@@ -33,10 +33,23 @@ pub(crate) fn sandbox(cli: &Cli) -> Result<ExitCode> {
         &settings.reveal,
         &scan_settings(cli, &settings),
     )?;
+    let workdir = cli
+        .workdir
+        .clone()
+        .or_else(|| std::env::current_dir().ok())
+        .unwrap_or_else(|| "/".into());
+    let workspace = match toolhost::sandbox::workspace_of(&workdir) {
+        Some(dir) => format!("Workspace (written by workspace-write): {}", dir.display()),
+        None => "Workspace: none: commands run in `/` (no --workdir, started in `/`); they \
+                 read files but write only in $TMPDIR, package caches and --writable \
+                 directories. Pass --workdir DIR to give them one"
+            .to_owned(),
+    };
     out(format_args!(
-        "{}\nWith these flags commands get: {}\n{}\n{}",
+        "{}\nWith these flags commands get: {}\n{}\n{}\n{}",
         probe::report(&probe::support(), &namespaces, &profiles),
         settings.profile().summary(),
+        workspace,
         hidden.report(namespaces.is_ok()),
         toolhost::sandbox::unix::report(&settings.allow_unix_socket)
     ));

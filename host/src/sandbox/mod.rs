@@ -62,6 +62,13 @@ pub(crate) fn normalize(path: &std::path::Path) -> std::path::PathBuf {
         })
 }
 
+/// The workspace of a host whose commands run in `dir` by default: `dir`, unless it is `/` (a
+/// server started in `/`, as desktop clients start them, without `--workdir`): all of `/`
+/// writable would confine nothing, so there is then no workspace.
+pub fn workspace_of(dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    (canonical(dir) != std::path::Path::new("/")).then(|| dir.to_path_buf())
+}
+
 /// `path` with its links resolved, or as it is when it does not exist.
 pub(crate) fn canonical(path: &std::path::Path) -> std::path::PathBuf {
     path.canonicalize().unwrap_or_else(|_| path.to_path_buf())

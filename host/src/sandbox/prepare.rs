@@ -90,7 +90,7 @@ const RETRY_AFTER: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Context {
     /// The operator's workspace, writable in `workspace-write`; `None` when the host has none
-    /// (it was started in `/` without `--workdir`, see [`Context::workspace_of`]): commands
+    /// (it was started in `/` without `--workdir`, see [`workspace_of`](super::workspace_of)): commands
     /// then write only in their own `/tmp` and the `--writable` directories.
     pub(crate) workdir: Option<PathBuf>,
     /// The operator's `--writable` paths.
@@ -120,15 +120,6 @@ pub(crate) struct Context {
     pub(crate) namespaces_layer: bool,
     /// The operator's `--allow-unix-socket` paths.
     pub(crate) allow_unix_sockets: Vec<PathBuf>,
-}
-
-impl Context {
-    /// The workspace of a host whose commands run in `dir` by default: `dir`, unless it is `/`
-    /// (a server started in `/`, as desktop clients start them, without `--workdir`): all of
-    /// `/` writable would confine nothing, so there is then no workspace.
-    pub(crate) fn workspace_of(dir: &Path) -> Option<PathBuf> {
-        (super::canonical(dir) != Path::new("/")).then(|| dir.to_path_buf())
-    }
 }
 
 /// The layers of one profile, ready for keepers.

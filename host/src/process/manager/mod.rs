@@ -274,7 +274,7 @@ impl ProcessManager {
             .clone()
             .or_else(|| std::env::current_dir().ok())
             .unwrap_or_else(|| PathBuf::from("/"));
-        let workspace = sandbox::Context::workspace_of(&workdir);
+        let workspace = sandbox::workspace_of(&workdir);
         if workspace.is_none() && config.sandbox.mode != sandbox::SandboxMode::Off {
             tracing::warn!(
                 "commands run in `/` and there is no workspace (the host was started in `/` \
