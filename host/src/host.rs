@@ -578,12 +578,7 @@ impl ToolHost {
 
     /// Whether `scope` has a process running, or what a finished one left running.
     pub fn has_processes(&self, scope: &str) -> bool {
-        self.registry
-            .loader()
-            .backend
-            .list(scope)
-            .iter()
-            .any(|process| process.running || !process.left_running.is_empty())
+        self.registry.loader().backend.has_processes(scope)
     }
 
     /// The full output log of process `id` of `scope`, when it has one that still exists.

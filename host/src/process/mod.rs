@@ -246,6 +246,15 @@ pub trait ProcessBackend: Send + Sync + 'static {
     /// The scope's processes: running first, then newest first.
     fn list(&self, scope: &str) -> Vec<ProcessInfo>;
 
+    /// Whether the scope has a process running, or what a finished one left running. The
+    /// default reads [`ProcessBackend::list`]; a backend that can tell without building every
+    /// process's description (and reading `/proc` for its leftovers) answers itself.
+    fn has_processes(&self, scope: &str) -> bool {
+        self.list(scope)
+            .iter()
+            .any(|process| process.running || !process.left_running.is_empty())
+    }
+
     /// Signal the process and everything it started. `Terminate` escalates to SIGKILL after
     /// the grace period without the caller waiting for it.
     fn signal(&self, scope: &str, id: &str, signal: Signal) -> Result<(), ProcessError>;

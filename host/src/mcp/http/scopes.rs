@@ -148,6 +148,7 @@ impl HttpScopes {
                     && entry.in_flight == 0
                     && entry.tasks.running_task_count() == 0
                     && count(owner) >= self.per_principal
+                    // Asked last: it looks at the scope's processes.
                     && !self.host.has_processes(&entry.name)
             })
             .min_by_key(|(_, entry)| entry.last)

@@ -249,14 +249,15 @@ impl Sessions {
                 let victim = table
                     .iter()
                     .filter(|(id, a)| {
-                        a.in_flight == 0
-                            && a.principal.as_ref() != principal
-                            && live.contains(*id)
-                            && a.scope
-                                .as_deref()
-                                .is_none_or(|scope| !self.host.has_processes(scope))
+                        a.in_flight == 0 && a.principal.as_ref() != principal && live.contains(*id)
                     })
                     .filter(|(_, a)| count(a.principal.as_ref()) >= self.per_principal)
+                    // Asked last: it looks at the scope's processes.
+                    .filter(|(_, a)| {
+                        a.scope
+                            .as_deref()
+                            .is_none_or(|scope| !self.host.has_processes(scope))
+                    })
                     .min_by_key(|(_, a)| a.last)
                     .map(|(id, _)| id.clone());
                 // 3. None to reclaim.

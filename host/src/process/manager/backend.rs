@@ -62,6 +62,11 @@ impl ProcessBackend for ProcessManager {
         self.records.list(scope)
     }
 
+    fn has_processes(&self, scope: &str) -> bool {
+        (self.records.of_scope(scope).iter())
+            .any(|entry| entry.is_running() || entry.has_leftovers())
+    }
+
     fn read_log(
         &self,
         scope: &str,

@@ -83,12 +83,16 @@ impl Launcher {
 
     /// Whether keepers can be spawned at all.
     pub(super) fn check(&self) -> Result<(), ProcessError> {
-        match self.spawner {
-            Some(_) => Ok(()),
-            None => Err(ProcessError::Failed(
+        self.spawner().map(drop)
+    }
+
+    /// The spawner thread, or why there is none.
+    fn spawner(&self) -> Result<&Spawner, ProcessError> {
+        self.spawner.as_ref().ok_or_else(|| {
+            ProcessError::Failed(
                 "cannot start processes: the spawner thread could not be created".to_owned(),
-            )),
-        }
+            )
+        })
     }
 
     /// Run `launch` in `scope` under a keeper, confined by `confine` with `profile`:
@@ -154,9 +158,7 @@ impl Launcher {
         confine: Option<&Arc<Prepared>>,
         launch: Launch<'_>,
     ) -> Result<Launched, ProcessError> {
-        let spawner = self.spawner.as_ref().ok_or_else(|| {
-            ProcessError::Failed("the spawner thread could not be created".to_owned())
-        })?;
+        let spawner = self.spawner()?;
         let shell = launch.shell.to_path_buf();
         let workdir = launch.workdir.to_path_buf();
         // Limits on everything the command starts; more processes than asked for, the
