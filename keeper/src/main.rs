@@ -10,8 +10,8 @@
 //! [--join-cgroup=FD]... [OPTIONS] PROGRAM ARGV0 [ARG...]`. The protocol crate
 //! (`keeper/protocol/`, [`toolhost_keeper_protocol`]) defines the arguments, the descriptors
 //! the keeper gets and the bytes it exchanges with the host, and lists the steps in order.
-//! Each `--join-cgroup` descriptor is an open `cgroup.procs` of one of the command's cgroups,
-//! which the keeper moves itself into before anything else (a descriptor that is not a cgroup
+//! Each `--join-cgroup` descriptor is an open `tasks` (cgroup v1) or `cgroup.procs` (v2) of
+//! one of the command's cgroups, which the keeper moves itself into before anything else (a descriptor that is not a cgroup
 //! file, or a failed move, and the command does not run). The other options and the
 //! descriptors from [`fd::RULESET`] on confine the command (see `confine.rs`). When they
 //! include a PID namespace, the keeper forks once after joining it and carries on in the
@@ -124,7 +124,7 @@ fn run() -> io::Result<()> {
     let ready = args.first().is_some_and(|arg| arg == option::READY);
     let terminal = !ready && args.first().is_some_and(|arg| arg == option::TTY);
     let args = &args[usize::from(ready || terminal)..];
-    // `--join-cgroup=FD`: the `cgroup.procs` of one of the command's cgroups.
+    // `--join-cgroup=FD`: the `tasks` or `cgroup.procs` of one of the command's cgroups.
     let cgroups: Vec<RawFd> = args
         .iter()
         .map_while(|arg| {
@@ -528,8 +528,8 @@ pub(crate) fn set_cloexec(fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
-/// Move this process into each cgroup whose `cgroup.procs` is open at one of `fds`, and close
-/// them. A descriptor that is not a file of a cgroup file system is refused: a write of "0"
+/// Move this process into each cgroup whose `tasks` or `cgroup.procs` is open at one of
+/// `fds`, and close them. A descriptor that is not a file of a cgroup file system is refused: a write of "0"
 /// elsewhere (a pipe, a socket) would succeed and leave the command outside its cgroup.
 fn join_cgroups(fds: &[RawFd]) -> io::Result<()> {
     // `statfs.f_type` of cgroup v1 and v2 file systems (linux/magic.h).
@@ -556,7 +556,9 @@ fn join_cgroups(fds: &[RawFd]) -> io::Result<()> {
                 format!("descriptor {} is not a cgroup file", procs.as_raw_fd()),
             ));
         }
-        // "0": the writing process itself.
+        // "0": the writing thread itself. The keeper has one thread here, so to `tasks` (v1)
+        // this moves the process as `cgroup.procs` would, without the kernel's wait for an
+        // RCU grace period (see the host's `sandbox/cgroup.rs`).
         procs.write_all(b"0")?;
     }
     Ok(())
@@ -599,7 +601,7 @@ mod tests {
 
     #[test]
     fn only_cgroup_files_are_joined() {
-        // A pipe in the place of a `cgroup.procs` (what a descriptor mix-up would hand over):
+        // A pipe in the place of a cgroup file (what a descriptor mix-up would hand over):
         // writing "0" to it would succeed, so it must be refused before the write.
         let (read, write) = pipe().expect("pipe");
         let error = join_cgroups(&[write]).expect_err("a pipe is not a cgroup");

@@ -5,8 +5,9 @@
 //! inside whatever bounds the host itself (a service's limits): for each controller, its
 //! cgroup v1 hierarchy (as root, or where delegated), else the unified (v2) hierarchy where
 //! the controller is delegated to the host's cgroup. The host creates the command's cgroups,
-//! sets the limits and hands the keeper an open `cgroup.procs` of each; the keeper moves
-//! itself in before it starts the command, so everything the command starts is counted. A
+//! sets the limits and hands the keeper an open `tasks` (v1) or `cgroup.procs` (v2) of each;
+//! the keeper moves itself in before it starts the command, so everything the command starts
+//! is counted. A
 //! cgroup is removed once its command's record is dropped.
 //!
 //! The cgroups nest, so that memory is bounded per command, per session and for the host:
@@ -360,7 +361,7 @@ fn remove_tree(dir: &Path) {
 #[derive(Debug)]
 pub(crate) struct CommandCgroups {
     dirs: Vec<PathBuf>,
-    /// `cgroup.procs` of each, for the keeper.
+    /// `tasks` (v1) or `cgroup.procs` (v2) of each, for the keeper.
     procs: Vec<File>,
     /// The memory and pids cgroups, and whether each is v2.
     memory: Option<(PathBuf, bool)>,
@@ -427,7 +428,7 @@ impl CommandCgroups {
             {
                 return Ok::<_, io::Error>(dir.clone());
             }
-            let dir = cgroups.make(&hierarchy.dir, &name)?;
+            let dir = cgroups.make(&hierarchy.dir, &name, hierarchy.v2)?;
             if hierarchy.v2 {
                 v2_dir = Some(dir.clone());
             }
@@ -453,7 +454,16 @@ impl CommandCgroups {
         Ok((!cgroups.dirs.is_empty()).then_some(cgroups))
     }
 
-    fn make(&mut self, base: &Path, name: &str) -> io::Result<PathBuf> {
+    /// Make the cgroup `name` under `base` and open the file the keeper writes itself into.
+    ///
+    /// On cgroup v1 that file is `tasks`, not `cgroup.procs`: a write of "0" to `tasks` moves
+    /// only the writing thread, and the kernel moves one thread writing for itself without
+    /// the lock that holds every fork and exit still (`cgroup_threadgroup_rwsem`). Taking that
+    /// lock waits for an RCU grace period after a quiet spell, 5 to 14 ms on the 2-core
+    /// machine of docs/performance.md. The keeper is one thread when it joins, so moving the
+    /// thread moves the process. Cgroup v2 has no `tasks` file (`cgroup.threads` moves a
+    /// thread only within a threaded subtree), so v2 keeps `cgroup.procs`.
+    fn make(&mut self, base: &Path, name: &str, v2: bool) -> io::Result<PathBuf> {
         let dir = base.join(name);
         if let Err(error) = std::fs::create_dir(&dir) {
             // Left by an earlier host that had this pid and died before removing it: an empty
@@ -465,15 +475,16 @@ impl CommandCgroups {
             std::fs::create_dir(&dir)?;
         }
         self.dirs.push(dir.clone());
-        self.procs.push(
-            OpenOptions::new()
-                .write(true)
-                .open(dir.join("cgroup.procs"))?,
-        );
+        self.procs
+            .push(OpenOptions::new().write(true).open(dir.join(if v2 {
+                "cgroup.procs"
+            } else {
+                "tasks"
+            }))?);
         Ok(dir)
     }
 
-    /// The open `cgroup.procs` files, for the keeper to write itself into.
+    /// The open `tasks` (v1) or `cgroup.procs` (v2) files, for the keeper to write itself into.
     pub(crate) fn procs(&self) -> &[File] {
         &self.procs
     }

@@ -16,8 +16,8 @@
 //!    ARGV0 [ARG...]` (see [`option`]).
 //!    Its descriptors are its stdio, then those of [`fd`]: the status pipe's write end, its
 //!    end of the control socket, its own executable, and with `--confine` the Landlock
-//!    ruleset, the seccomp programs and the scope's namespaces, then the `cgroup.procs` of the
-//!    command's cgroups.
+//!    ruleset, the seccomp programs and the scope's namespaces, then the `tasks` or
+//!    `cgroup.procs` of the command's cgroups.
 //!    Every other descriptor is closed.
 //! 3. The keeper closes its own executable, moves itself into the cgroups and joins the
 //!    namespaces.
@@ -119,7 +119,7 @@ pub mod fd {
     /// them cannot clobber one another.
     pub const FIRST_FREE: i32 = FIRST_NAMESPACE + MAX_NAMESPACES as i32 + MAX_CGROUPS as i32;
 
-    /// The first `cgroup.procs` descriptor: the one after every other descriptor the keeper
+    /// The first cgroup file descriptor: the one after every other descriptor the keeper
     /// gets.
     /// `confined`: `--confine` is given; `namespaces`: how many namespaces are given.
     pub const fn first_cgroup(confined: bool, namespaces: usize) -> i32 {
@@ -305,8 +305,8 @@ pub mod option {
     /// terminal.
     /// Only as the first option.
     pub const TTY: &str = "--tty";
-    /// `--join-cgroup=FD`: descriptor `FD` is the open `cgroup.procs` of one of the command's
-    /// cgroups.
+    /// `--join-cgroup=FD`: descriptor `FD` is the open `tasks` (cgroup v1) or `cgroup.procs`
+    /// (cgroup v2) of one of the command's cgroups.
     /// The keeper moves itself in before anything else.
     /// A descriptor that is not a cgroup file, or a failed move, and the command does not run.
     pub const JOIN_CGROUP: &str = "--join-cgroup=";

@@ -215,7 +215,7 @@ struct ChildContext {
     layers: (RawFd, RawFd),
     /// The namespaces for the descriptors from [`fd::FIRST_NAMESPACE`] on; -1 for none.
     namespaces: [RawFd; fd::MAX_NAMESPACES],
-    /// `cgroup.procs` files to join; -1 for none.
+    /// Cgroup files (`tasks` or `cgroup.procs`) to join; -1 for none.
     cgroups: [RawFd; fd::MAX_CGROUPS],
     nice: i32,
     parent: libc::pid_t,

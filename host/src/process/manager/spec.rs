@@ -82,7 +82,7 @@ pub(super) struct ChildSpec {
     /// The scope's namespaces (user, mount, and maybe network and PID), for the keeper's
     /// descriptors from [`fd::FIRST_NAMESPACE`] on.
     pub(super) namespaces: Vec<OwnedFd>,
-    /// `cgroup.procs` of the command's cgroups, for the descriptors after the others
+    /// `tasks` or `cgroup.procs` of the command's cgroups, for the descriptors after the others
     /// ([`fd::first_cgroup`]); the keeper moves itself in (`--join-cgroup=FD`).
     pub(super) cgroups: Vec<OwnedFd>,
     pub(super) nice: i32,
@@ -237,7 +237,7 @@ impl StartMessage {
     }
 }
 
-/// The scope's namespaces and the command's `cgroup.procs`, as the keeper's descriptors.
+/// The scope's namespaces and the command's cgroup files, as the keeper's descriptors.
 fn keeper_descriptors(
     confine: Option<&Prepared>,
     cgroups: Option<&CommandCgroups>,
@@ -276,7 +276,7 @@ fn keeper_options(
     namespaces: usize,
     cgroups: usize,
 ) -> io::Result<()> {
-    // The cgroups' `cgroup.procs` follow the other descriptors the keeper gets; it moves
+    // The cgroups' files to join follow the other descriptors the keeper gets; it moves
     // itself in before anything else (see `child_main` for why not here).
     let first_cgroup = fd::first_cgroup(confine.is_some(), namespaces);
     for slot in (first_cgroup..).take(cgroups) {
