@@ -55,11 +55,10 @@ pub(crate) async fn build_host_with(cli: &Cli, shares: Option<Shares>) -> Result
         config.default_workdir = Some(dir.clone());
     }
     config.sandbox = sandbox_settings(cli)?;
-    // A host that serves one call never uses a keeper prepared ahead: it would make one
-    // after the command and wait for it at its exit.
-    if !matches!(cli.command, Command::Serve(_)) {
-        config.ready_keepers = 0;
-    }
+    // A host that is no server prepares nothing for a later call: a keeper prepared ahead
+    // would be made after the command and waited for at its exit, and the git guard's
+    // watches cost their removal at exit.
+    config.serves_one_call = !matches!(cli.command, Command::Serve(_));
     if let Command::Serve(args) = &cli.command
         && let Some(file) = &args.token_file
     {

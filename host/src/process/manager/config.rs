@@ -84,6 +84,11 @@ pub struct ProcessManagerConfig {
     pub ready_keepers: usize,
     /// How long a keeper prepared ahead waits unused before it is released. Default 60 s.
     pub ready_keeper_idle: Duration,
+    /// The host is no server: it runs a call or a few (`toolhost call`, `toolhost test`) and
+    /// exits, so nothing is prepared for a later command. No keeper is prepared ahead (whatever
+    /// [`ready_keepers`](Self::ready_keepers) says), and the git guard sets no watches, so
+    /// every check reads the repositories. Default false.
+    pub serves_one_call: bool,
 }
 
 impl ProcessManagerConfig {
@@ -120,6 +125,7 @@ impl Default for ProcessManagerConfig {
             protected: Vec::new(),
             ready_keepers: 16,
             ready_keeper_idle: Duration::from_secs(60),
+            serves_one_call: false,
         }
     }
 }

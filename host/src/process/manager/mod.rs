@@ -318,7 +318,11 @@ impl ProcessManager {
             log_dir: log_dir.map(Arc::from),
             launcher: Launcher::new(
                 spawner,
-                config.ready_keepers,
+                if config.serves_one_call {
+                    0
+                } else {
+                    config.ready_keepers
+                },
                 config.ready_keeper_idle,
                 config.nice,
                 runtime.clone(),
@@ -615,7 +619,12 @@ impl ProcessManager {
         let prepared = self.layers(scope, profile).await?;
         let git_guard = (profile.mode != sandbox::SandboxMode::Off
             && !self.sandbox_context.allow_hook_writes)
-            .then(|| scope.git_guard(|| GitGuard::new(&scope.name, &self.path_roots.visible)));
+            .then(|| {
+                scope.git_guard(|| {
+                    let watch = !self.config.serves_one_call;
+                    GitGuard::new(&scope.name, &self.path_roots.visible, watch)
+                })
+            });
         let git_note = match &git_guard {
             Some(guard) => guard.check(Moment::Start).await,
             None => None,

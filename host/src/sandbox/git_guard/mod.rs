@@ -167,8 +167,9 @@ pub(crate) struct GitGuard {
 
 impl GitGuard {
     /// A guard of `scope` over the git repositories of `roots` (resolved paths). Nothing is
-    /// read before the first check.
-    pub(crate) fn new(scope: &str, roots: &[PathBuf]) -> GitGuard {
+    /// read before the first check. Without `watch`, no check ends at the watches (`watch.rs`):
+    /// every check reads the repositories.
+    pub(crate) fn new(scope: &str, roots: &[PathBuf], watch: bool) -> GitGuard {
         let mut roots: Vec<PathBuf> = roots
             .iter()
             .filter(|root| root.is_absolute() && root.parent().is_some())
@@ -179,7 +180,10 @@ impl GitGuard {
         GitGuard {
             scope: scope.to_owned(),
             roots: roots.into(),
-            state: Arc::default(),
+            state: Arc::new(tokio::sync::Mutex::new(State {
+                watches: (!watch).then(Watches::none),
+                ..State::default()
+            })),
         }
     }
 

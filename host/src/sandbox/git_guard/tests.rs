@@ -469,6 +469,35 @@ fn the_note_names_the_file_what_was_refused_and_says_not_to_retry() {
     assert!(note(Moment::ScopeEnd, &[refusal]).is_none());
 }
 
+/// A guard made without watches (a host that is no server) reads the repositories at every
+/// check, so a hook planted between two checks is still undone.
+#[tokio::test]
+async fn a_guard_without_watches_reads_every_time() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().canonicalize().expect("canonical");
+    init(&root);
+    let guard = GitGuard::new("unwatched", std::slice::from_ref(&root), false);
+    assert!(
+        guard.check(Moment::Start).await.is_none(),
+        "the first check records"
+    );
+    assert!(guard.check(Moment::End).await.is_none(), "nothing changed");
+    let hook = root.join(".git/hooks/post-merge");
+    write_exec(&hook, "evil");
+    let note = guard.check(Moment::End).await;
+    assert!(note.is_some(), "the planted hook is refused");
+    assert!(!hook.exists(), "and undone");
+    let state = guard.state.lock().await;
+    assert_eq!(state.skipped, 0, "no check ended at the watches");
+    assert!(
+        state
+            .watches
+            .as_ref()
+            .is_some_and(|watches| !watches.active()),
+        "no inotify descriptor is held"
+    );
+}
+
 /// A check that read nothing (the watches saw no change) refuses nothing and is counted.
 fn skipped_check(ws: &mut Workspace) -> bool {
     let before = ws.state.skipped;

@@ -54,6 +54,24 @@ impl Watches {
         }
     }
 
+    /// No watches: every check is a full one. For a host that is no server (`toolhost call`),
+    /// where a watch saves a check or two at most and closing an inotify descriptor that holds watches waits for the
+    /// kernel to free them (an SRCU grace period, about 13 ms on the 2-core machine of
+    /// docs/performance.md).
+    pub(super) fn none() -> Watches {
+        Watches {
+            inotify: None,
+            roles: HashMap::new(),
+            incomplete: false,
+        }
+    }
+
+    /// Whether these watches hold an inotify descriptor.
+    #[cfg(test)]
+    pub(super) fn active(&self) -> bool {
+        self.inotify.is_some()
+    }
+
     /// Watch the directory `dir` (step 1 of the module's flow).
     pub(super) fn add(&mut self, dir: &OwnedFd, role: Role) {
         let Some(inotify) = &self.inotify else {
