@@ -71,6 +71,11 @@ pub fn workspace_of(dir: &std::path::Path) -> Option<std::path::PathBuf> {
 
 /// `path` with its links resolved, or as it is when it does not exist.
 pub(crate) fn canonical(path: &std::path::Path) -> std::path::PathBuf {
+    // One `stat` first: most of the paths asked about (the credential stores) do not exist,
+    // and resolving one that does not fails only after a look-up per component.
+    if std::fs::metadata(path).is_err() {
+        return path.to_path_buf();
+    }
     path.canonicalize().unwrap_or_else(|_| path.to_path_buf())
 }
 

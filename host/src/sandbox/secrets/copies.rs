@@ -18,7 +18,7 @@
 //! 6. An index that cannot be read or parsed hides its git directory all the same (deny by
 //!    default); a repository without an index tracks nothing and stays.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
@@ -46,15 +46,14 @@ const DOTFILES_FOLDERS: &[&str] = &[".config/vcsh/repo.d"];
 /// git directories under `homes` whose index tracks a hidden path.
 pub(super) fn of(homes: &[PathBuf], hidden: &[PathBuf]) -> Vec<PathBuf> {
     let mut copies: Vec<PathBuf> = Vec::new();
+    let mut seen: HashSet<PathBuf> = hidden.iter().cloned().collect();
     let mut push = |path: PathBuf| {
-        if !copies.contains(&path) && !hidden.contains(&path) {
+        if seen.insert(path.clone()) {
             copies.push(path);
         }
     };
-    for path in hidden {
-        for backup in backups(path) {
-            push(backup);
-        }
+    for backup in backups(hidden) {
+        push(backup);
     }
     // The hidden paths as listed under each home too (a `~/.aws` that is a link is hidden where
     // it points, and a repository at the home tracks it by its own name).
@@ -92,17 +91,51 @@ fn backup_names(name: &[u8]) -> Vec<Vec<u8>> {
     ]
 }
 
-/// The backups beside `path` that exist, resolved like every hidden path.
-fn backups(path: &Path) -> Vec<PathBuf> {
-    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
-        return Vec::new();
+/// The backups beside each of `paths` that exist, resolved like every hidden path.
+///
+/// Each directory is listed once and the backup names looked up among its entries: most of
+/// the hidden paths share a few directories (a home), and most of those that do not are in
+/// directories that do not exist. A directory that cannot be listed (no read permission, or
+/// more than [`MAX_ENTRIES_PER_DIRECTORY`] entries) is asked name by name.
+fn backups(paths: &[PathBuf]) -> Vec<PathBuf> {
+    let mut listings: HashMap<&Path, Option<HashSet<OsString>>> = HashMap::new();
+    let mut found = Vec::new();
+    for path in paths {
+        let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+            continue;
+        };
+        let entries = listings.entry(dir).or_insert_with(|| entries(dir));
+        for backup in backup_names(name.as_bytes()) {
+            let backup = OsString::from_vec(backup);
+            let exists = match entries {
+                Some(entries) => entries.contains(&backup),
+                None => std::fs::symlink_metadata(dir.join(&backup)).is_ok(),
+            };
+            if exists {
+                found.push(canonical(&dir.join(backup)));
+            }
+        }
+    }
+    found
+}
+
+/// The names in `dir`: none where it does not exist; `None` where it cannot be listed whole.
+fn entries(dir: &Path) -> Option<HashSet<OsString>> {
+    let listing = match std::fs::read_dir(dir) {
+        Ok(listing) => listing,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return Some(HashSet::new());
+        }
+        Err(_) => return None,
     };
-    backup_names(name.as_bytes())
-        .into_iter()
-        .map(|backup| dir.join(OsString::from_vec(backup)))
-        .filter(|backup| std::fs::symlink_metadata(backup).is_ok())
-        .map(|backup| canonical(&backup))
-        .collect()
+    let mut names = HashSet::new();
+    for entry in listing {
+        if names.len() >= MAX_ENTRIES_PER_DIRECTORY {
+            return None;
+        }
+        names.insert(entry.ok()?.file_name());
+    }
+    Some(names)
 }
 
 /// Whether `path` is a git directory: a `HEAD` file, and an `objects` directory or a

@@ -16,6 +16,7 @@
 //! The system's password hashes ([`HIDDEN_SYSTEM_FILES`]) are hidden apart: only by a mount in
 //! the namespaces layer. A Landlock rule would have to freeze `/etc` at the session's start.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use super::canonical;
@@ -410,8 +411,9 @@ impl HiddenPaths {
     ) -> Result<HiddenPaths, NotHidden> {
         let homes = homes.distinct();
         let mut paths = listed(&homes, runtime_dirs);
-        let push = |path: PathBuf, paths: &mut Vec<PathBuf>| {
-            if !paths.contains(&path) {
+        let mut seen: HashSet<PathBuf> = paths.iter().cloned().collect();
+        let mut push = |path: PathBuf, paths: &mut Vec<PathBuf>| {
+            if seen.insert(path.clone()) {
                 paths.push(path);
             }
         };
@@ -557,12 +559,13 @@ impl HiddenPaths {
 /// `~/.ssh` that is a link hides where it points), each once.
 fn listed(homes: &[PathBuf], runtime_dirs: &[PathBuf]) -> Vec<PathBuf> {
     let mut paths: Vec<PathBuf> = Vec::new();
+    let mut seen = HashSet::new();
     let stores = homes
         .iter()
         .flat_map(|home| HIDDEN_IN_HOME.iter().map(move |name| home.join(name)));
     for path in stores.chain(runtime_dirs.iter().cloned()) {
         let path = canonical(&path);
-        if !paths.contains(&path) {
+        if seen.insert(path.clone()) {
             paths.push(path);
         }
     }
