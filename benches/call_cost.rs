@@ -16,12 +16,16 @@
 //! Prints each part's median and p90, what it adds over native and its ratio to native; then
 //! the differences of medians (the guest's cost, the host-call overhead (4) - (2), the MCP
 //! transport (5) - (4)) and the targets: MCP at most 200 us over native and at most 1.2x of it;
-//! the one-shot call within 3x of `sh -c true` as a process.
+//! the one-shot call confined within 1.5x of `--sandbox off` (at most 2.3x where a layer's
+//! fixed cost stands in the way). The one-shot calls run in a project with a git repository;
+//! variants that leave one layer out (cgroups, namespaces, the Unix-socket supervisor, the
+//! content scan, the git guard) or add the network gate give each layer's fixed cost in a
+//! session's first command.
 //!
 //! Then the same parts that run a process again *after idle*: each call after a fixed gap of
 //! [`IDLE_GAP`] in which nothing of the benchmark runs (`TOOLHOST_IDLE_ROUNDS` rounds, default
-//! 20), with the ratios confined / `--sandbox off` and their targets: MCP after idle at most
-//! 1.3x, back to back at most 1.2x. Asserts nothing about time.
+//! 20), with the ratios confined / `--sandbox off` and their targets: MCP after idle and back
+//! to back at most 1.2x. Asserts nothing about time.
 //!
 //! Run with `cargo bench -p toolhost-e2e --bench call_cost`.
 
@@ -47,7 +51,10 @@ const ARGUMENTS: &str = r#"{"command":"true"}"#;
 /// What each part may add over native at most (the MCP target).
 const TARGET_ADDED_US: f64 = 200.0;
 const TARGET_MCP_RATIO: f64 = 1.2;
-const TARGET_ONE_SHOT_RATIO: f64 = 3.0;
+/// The one-shot call, confined against `--sandbox off`, as whole processes.
+const TARGET_ONE_SHOT_RATIO: f64 = 1.5;
+/// The most it may take where the fixed costs of the layers stand in the way (and are named).
+const CEILING_ONE_SHOT_RATIO: f64 = 2.3;
 /// The quiet spell before each after-idle call.
 const IDLE_GAP: Duration = Duration::from_secs(1);
 const IDLE_ROUNDS: usize = 20;
@@ -59,7 +66,7 @@ const IDLE_PARTS: [Part; 5] = [
     Part::McpOff,
     Part::McpConfined,
 ];
-const TARGET_IDLE_RATIO: f64 = 1.3;
+const TARGET_IDLE_RATIO: f64 = 1.2;
 const TARGET_BACK_TO_BACK_RATIO: f64 = 1.2;
 
 /// The in-process parts, in the order of the table.
@@ -237,55 +244,148 @@ async fn once(part: Part, s: &mut Subjects) -> Duration {
     }
 }
 
-/// The one-shot parts: whole processes, wall time of spawn and wait.
+/// The one-shot parts: whole processes, wall time of spawn and wait. Each confined variant
+/// but the first leaves one layer out (or, for the network gate, adds it), so that the
+/// difference to the first is that layer's fixed cost in a session's first command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum OneShot {
-    Sh,
-    CallConfined,
-    CallOff,
+struct OneShot {
+    label: &'static str,
+    /// `sh -c true` rather than `toolhost call`.
+    sh: bool,
+    /// Arguments before `call`.
+    args: &'static [&'static str],
+    /// `TOOLHOST_SANDBOX_DISABLE`, if set.
+    disable: Option<&'static str>,
 }
 
-const ONE_SHOTS: [OneShot; 3] = [OneShot::Sh, OneShot::CallConfined, OneShot::CallOff];
+const SH: OneShot = OneShot {
+    label: "6  sh -c true as a process",
+    sh: true,
+    args: &[],
+    disable: None,
+};
+const CALL_CONFINED: OneShot = OneShot {
+    label: "6  toolhost call execute, confined",
+    sh: false,
+    args: &[],
+    disable: None,
+};
+const CALL_OFF: OneShot = OneShot {
+    label: "6  toolhost --sandbox off call execute",
+    sh: false,
+    args: &["--sandbox", "off"],
+    disable: None,
+};
 
-impl OneShot {
-    fn label(self) -> &'static str {
-        match self {
-            OneShot::Sh => "6  sh -c true as a process",
-            OneShot::CallConfined => "6  toolhost call execute, confined",
-            OneShot::CallOff => "6  toolhost --sandbox off call execute",
-        }
+/// The one-shot processes: `sh`, confined, off, then the confined variants of
+/// [`LAYERS`], in that order.
+const ONE_SHOTS: [OneShot; 3 + LAYERS.len()] = {
+    let mut all = [SH; 3 + LAYERS.len()];
+    all[1] = CALL_CONFINED;
+    all[2] = CALL_OFF;
+    let mut index = 0;
+    while index < LAYERS.len() {
+        all[3 + index] = LAYERS[index].1;
+        index += 1;
     }
-}
+    all
+};
 
-fn one_shot_once(which: OneShot, bin: &Path, state: &Path) -> Duration {
-    let mut command = match which {
-        OneShot::Sh => {
-            let mut command = std::process::Command::new("sh");
-            command.args(["-c", "true"]);
-            command
+/// Each layer with a fixed cost in a session's first command, and the confined call without
+/// it (with it, for the network gate, which is off by default): the layer's name, the
+/// variant, and whether the variant adds the layer.
+const LAYERS: [(&str, OneShot, bool); 6] = [
+    (
+        "cgroups (made, joined, removed)",
+        OneShot {
+            label: "6  confined, TOOLHOST_SANDBOX_DISABLE=cgroups",
+            sh: false,
+            args: &[],
+            disable: Some("cgroups"),
+        },
+        false,
+    ),
+    (
+        "namespaces (user, mount, PID; the masks)",
+        OneShot {
+            label: "6  confined, TOOLHOST_SANDBOX_DISABLE=namespaces",
+            sh: false,
+            args: &[],
+            disable: Some("namespaces"),
+        },
+        false,
+    ),
+    (
+        "the Unix-socket supervisor",
+        OneShot {
+            label: "6  confined, TOOLHOST_SANDBOX_DISABLE=unix-supervisor",
+            sh: false,
+            args: &[],
+            disable: Some("unix-supervisor"),
+        },
+        false,
+    ),
+    (
+        "the content scan for secrets (cache warm)",
+        OneShot {
+            label: "6  confined, --secret-scan off",
+            sh: false,
+            args: &["--secret-scan", "off"],
+            disable: None,
+        },
+        false,
+    ),
+    (
+        "the git guard's first read (one repository)",
+        OneShot {
+            label: "6  confined, --allow-hook-writes (no git guard)",
+            sh: false,
+            args: &["--allow-hook-writes"],
+            disable: None,
+        },
+        false,
+    ),
+    (
+        "the network gate (--network allow=example.com)",
+        OneShot {
+            label: "6  confined, --network allow=example.com",
+            sh: false,
+            args: &["--network", "allow=example.com"],
+            disable: None,
+        },
+        true,
+    ),
+];
+
+/// One run of `which`, in `project` (a directory holding one git repository).
+fn one_shot_once(which: OneShot, bin: &Path, state: &Path, project: &Path) -> Duration {
+    let mut command = if which.sh {
+        let mut command = std::process::Command::new("sh");
+        command.args(["-c", "true"]);
+        command
+    } else {
+        let mut command = std::process::Command::new(bin);
+        let mut args: Vec<OsString> = vec!["--state-dir".into(), state.into()];
+        args.extend(which.args.iter().map(OsString::from));
+        args.extend(["call".into(), "execute".into(), ARGUMENTS.into()]);
+        let (cache_key, cache_value) = toolhost_e2e::cache_env();
+        command
+            .args(args)
+            .env(cache_key, cache_value)
+            .env("TOOLHOST_LOG", "error");
+        if let Some(layer) = which.disable {
+            command.env("TOOLHOST_SANDBOX_DISABLE", layer);
         }
-        OneShot::CallConfined | OneShot::CallOff => {
-            let mut command = std::process::Command::new(bin);
-            let mut args: Vec<OsString> = vec!["--state-dir".into(), state.into()];
-            if which == OneShot::CallOff {
-                args.extend(["--sandbox".into(), "off".into()]);
-            }
-            args.extend(["call".into(), "execute".into(), ARGUMENTS.into()]);
-            let (cache_key, cache_value) = toolhost_e2e::cache_env();
-            command
-                .args(args)
-                .env(cache_key, cache_value)
-                .env("TOOLHOST_LOG", "error");
-            command
-        }
+        command
     };
+    command.current_dir(project);
     let began = Instant::now();
     let output = command.output().expect("spawn the one-shot process");
     let elapsed = began.elapsed();
     assert!(output.status.success(), "{which:?}: {output:?}");
-    if which != OneShot::Sh {
+    if !which.sh {
         let result: Value = serde_json::from_slice(&output.stdout).expect("the result is JSON");
-        assert_eq!(result["exit_code"], 0, "{result}");
+        assert_eq!(result["exit_code"], 0, "{which:?}: {result}");
     }
     elapsed
 }
@@ -414,6 +514,14 @@ async fn run() {
 
     let bin = toolhost_e2e::toolhost_bin();
     let one_shot_state = state_path("one-shot");
+    // The one-shot calls run in a project with a git repository, as an agent's do.
+    let project = state_path("project");
+    let init = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&project)
+        .status()
+        .expect("run git init");
+    assert!(init.success(), "git init in the project");
     let began = Instant::now();
     let mut one_shot_samples = tokio::task::spawn_blocking(move || {
         let mut samples: Vec<Vec<Duration>> =
@@ -421,7 +529,7 @@ async fn run() {
         for round in 0..ONE_SHOT_WARMUP + ONE_SHOT_SAMPLES {
             for k in 0..ONE_SHOTS.len() {
                 let index = (k + round) % ONE_SHOTS.len();
-                let took = one_shot_once(ONE_SHOTS[index], &bin, &one_shot_state);
+                let took = one_shot_once(ONE_SHOTS[index], &bin, &one_shot_state, &project);
                 if round >= ONE_SHOT_WARMUP {
                     samples[index].push(took);
                 }
@@ -457,7 +565,7 @@ async fn run() {
     );
     print_header("part (ratio against sh -c true as a process)");
     for (which, stats) in ONE_SHOTS.iter().zip(&one_shot) {
-        print_row(which.label(), *stats, sh, true);
+        print_row(which.label, *stats, sh, true);
     }
 
     let idle_stats: Vec<Stats> = idle_samples.iter_mut().map(|s| summary(s)).collect();
@@ -543,13 +651,30 @@ async fn run() {
             met(idle <= TARGET_IDLE_RATIO)
         );
     }
-    for (label, index) in [("confined", 1), ("--sandbox off", 2)] {
-        let ratio = ratio(one_shot[index].median, sh.median);
-        println!(
-            "  one-shot toolhost call, {label:<13}: {ratio:.2}x of sh -c true as a process (target <= {TARGET_ONE_SHOT_RATIO}x: {})",
-            met(ratio <= TARGET_ONE_SHOT_RATIO)
-        );
+    let (confined, off) = (one_shot[1].median, one_shot[2].median);
+    let one_shot_ratio = ratio(confined, off);
+    println!(
+        "  one-shot toolhost call, confined / --sandbox off: {one_shot_ratio:.2}x (target <= {TARGET_ONE_SHOT_RATIO}x: {}; with the fixed costs below named, at most {CEILING_ONE_SHOT_RATIO}x: {})",
+        met(one_shot_ratio <= TARGET_ONE_SHOT_RATIO),
+        met(one_shot_ratio <= CEILING_ONE_SHOT_RATIO)
+    );
+    println!(
+        "fixed costs in the one-shot call, a session's first command (difference of medians against the confined call, ms; {:.2} ms over --sandbox off in all):",
+        ms(confined) - ms(off)
+    );
+    for (index, (layer, _, adds)) in LAYERS.iter().enumerate() {
+        let variant = ms(one_shot[3 + index].median);
+        let cost = if *adds {
+            variant - ms(confined)
+        } else {
+            ms(confined) - variant
+        };
+        println!("  {layer:<48} {cost:>+7.2}");
     }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
 }
 
 fn main() {
