@@ -40,7 +40,9 @@ use crate::guest::{
 use crate::plugins::PluginInfo;
 use crate::plugins::registry::{Registry, Snapshot};
 use crate::plugins::watcher;
-use crate::process::{OutputLog, ProcessBackend, ProcessManager, ProcessManagerConfig};
+use crate::process::{
+    OutputLog, ProcessBackend, ProcessError, ProcessManager, ProcessManagerConfig,
+};
 use std::future::{Future, IntoFuture};
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -293,11 +295,17 @@ fn warn_host_files_in_writable_roots(
             .contains(dir)
     });
     if let Some(home) = home {
+        let narrowed = if config.workspaces_under.is_empty() {
+            ""
+        } else {
+            " (a session whose client offers a project as its root, or whose call names one as \
+             its workdir, narrows its own workspace to it)"
+        };
         tracing::warn!(
             "the workspace is the home directory {} (the host was started there without \
              --workdir): confined commands may write anywhere in it but the credential stores \
              and the host's own files, and those are hidden; pass --workdir with a project \
-             directory to keep commands to one project",
+             directory to keep commands to one project{narrowed}",
             home.display()
         );
     }
@@ -615,6 +623,22 @@ impl ToolHost {
                 let _ = tokio::task::spawn_blocking(move || manager.sweep_logs()).await;
             }
         });
+    }
+
+    /// Make `dir`'s project the workspace of `scope`, as `from` asks (see
+    /// [`ProcessBackend::choose_workspace`]): the workspace the scope has then, or why `dir`
+    /// cannot be one; `None` when scopes keep the host's workspace.
+    pub async fn choose_workspace(
+        &self,
+        scope: &str,
+        dir: &std::path::Path,
+        from: crate::process::WorkspaceSource,
+    ) -> Result<Option<PathBuf>, ProcessError> {
+        self.registry
+            .loader()
+            .backend
+            .choose_workspace(scope, dir, from)
+            .await
     }
 
     /// Terminate every process of `scope` (its session ended).

@@ -65,9 +65,19 @@ pub(crate) struct Cli {
     #[arg(long, value_name = "N", default_value_t = toolhost::DEFAULT_MAX_CALLS_PER_SESSION as u32, global = true, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_calls_per_session: u32,
 
-    /// Default working directory of processes (default: the current directory).
+    /// The workspace: default working directory of processes, and the directory confined
+    /// commands may write, for every session (default: the current directory, unless it is
+    /// `/`; then a session chooses its own under --workspaces-under).
     #[arg(long, value_name = "DIR", global = true)]
     pub(crate) workdir: Option<PathBuf>,
+
+    /// A parent under which a session may choose its own workspace, when --workdir is not
+    /// given: a root its MCP client offers, or a call's `workdir`, under DIR makes that project
+    /// the session's workspace (repeatable; default: the user's home directories; never a home
+    /// itself, a dot-directory or a directory of PATH). `none` keeps every session on the
+    /// host's workspace.
+    #[arg(long, value_name = "DIR", global = true)]
+    pub(crate) workspaces_under: Vec<PathBuf>,
 
     /// Shell that runs commands as `SHELL -c COMMAND` (default: /bin/sh).
     #[arg(long, value_name = "PATH", global = true)]

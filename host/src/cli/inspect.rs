@@ -38,13 +38,22 @@ pub(crate) fn sandbox(cli: &Cli) -> Result<ExitCode> {
         .clone()
         .or_else(|| std::env::current_dir().ok())
         .unwrap_or_else(|| "/".into());
-    let workspace = match toolhost::sandbox::workspace_of(&workdir) {
+    let mut workspace = match toolhost::sandbox::workspace_of(&workdir) {
         Some(dir) => format!("Workspace (written by workspace-write): {}", dir.display()),
         None => "Workspace: none: commands run in `/` (no --workdir, started in `/`); they \
                  read files but write only in $TMPDIR, package caches and --writable \
                  directories. Pass --workdir DIR to give them one"
             .to_owned(),
     };
+    let parents = super::options::workspaces_under(cli)?;
+    if cli.workdir.is_none() && !parents.is_empty() {
+        let parents: Vec<String> = parents.iter().map(|p| p.display().to_string()).collect();
+        workspace.push_str(&format!(
+            "\nA session may choose its own workspace under {} (its client's roots, or a \
+             call's workdir; see `--workspaces-under`)",
+            parents.join(", ")
+        ));
+    }
     out(format_args!(
         "{}\nWith these flags commands get: {}\n{}\n{}\n{}",
         probe::report(&probe::support(), &namespaces, &profiles),

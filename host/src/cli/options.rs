@@ -54,6 +54,7 @@ pub(crate) async fn build_host_with(cli: &Cli, shares: Option<Shares>) -> Result
         );
         config.default_workdir = Some(dir.clone());
     }
+    config.workspaces_under = workspaces_under(cli)?;
     config.sandbox = sandbox_settings(cli)?;
     // A host that is no server prepares nothing for a later call: a keeper prepared ahead
     // would be made after the command and waited for at its exit, and the git guard's
@@ -193,4 +194,35 @@ pub(crate) fn sandbox_settings(cli: &Cli) -> Result<SandboxSettings> {
     }
     settings.allow_hook_writes = cli.allow_hook_writes;
     Ok(settings)
+}
+
+/// The parents a session may choose its workspace under: `--workspaces-under` (each an
+/// existing directory, or `none` for no choosing), else the user's home directories.
+pub(crate) fn workspaces_under(cli: &Cli) -> Result<Vec<std::path::PathBuf>> {
+    if cli
+        .workspaces_under
+        .iter()
+        .any(|dir| dir.as_os_str() == "none")
+    {
+        anyhow::ensure!(
+            cli.workspaces_under.len() == 1,
+            "--workspaces-under none cannot be given with directories"
+        );
+        return Ok(Vec::new());
+    }
+    if cli.workspaces_under.is_empty() {
+        return Ok(toolhost::sandbox::Homes::of_this_user().distinct());
+    }
+    for dir in &cli.workspaces_under {
+        anyhow::ensure!(
+            dir.is_absolute() && dir.is_dir(),
+            "--workspaces-under {} is not an existing directory given by its absolute path",
+            dir.display()
+        );
+        anyhow::ensure!(
+            dir.as_path() != std::path::Path::new("/"),
+            "--workspaces-under / would let a session make any directory its workspace"
+        );
+    }
+    Ok(cli.workspaces_under.clone())
 }

@@ -13,7 +13,9 @@ use std::time::Duration;
 pub use crate::buffer::Truncation;
 use crate::sandbox::Profile;
 use crate::terminal::{Key, Screen, TerminalSize};
-pub use manager::{ProcessManager, ProcessManagerConfig, namespaces_available, namespaces_here};
+pub use manager::{
+    ProcessManager, ProcessManagerConfig, WorkspaceSource, namespaces_available, namespaces_here,
+};
 
 /// A command to run.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -262,6 +264,20 @@ pub trait ProcessBackend: Send + Sync + 'static {
     /// Terminate every process of `scope` (the session ended) and wait until they are gone
     /// (bounded by the kill grace period).
     fn end_scope<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, ()>;
+
+    /// Make `dir`'s project the workspace of `scope` (a root its MCP client offered): the
+    /// writable root and default working directory of its next commands. Returns the
+    /// workspace the scope has then, or why `dir` cannot be one; `None` when this backend's
+    /// scopes keep one workspace (the default).
+    fn choose_workspace<'a>(
+        &'a self,
+        scope: &'a str,
+        dir: &'a std::path::Path,
+        from: WorkspaceSource,
+    ) -> BoxFuture<'a, Result<Option<PathBuf>, ProcessError>> {
+        let _ = (scope, dir, from);
+        Box::pin(std::future::ready(Ok(None)))
+    }
 
     /// Note that `scope` belongs to `owner` (a principal of an HTTP server): its processes
     /// then count in the owner's share of running processes as well as in the scope's and

@@ -75,8 +75,9 @@ pub(crate) enum Refusal {
         dir: PathBuf,
     },
     /// The host has no workspace (it was started in `/` without `--workdir`): commands may
-    /// write only in their own `/tmp` and the `--writable` directories.
-    NoWorkspace,
+    /// write only in their own `/tmp` and the `--writable` directories. Holds the parents
+    /// under which a call's `workdir` may choose the session's workspace (none: it cannot).
+    NoWorkspace(Vec<PathBuf>),
     /// The output reads like a refusal: what the confinement refuses, in general.
     Confined {
         /// The profile's summary.
@@ -106,7 +107,18 @@ impl Refusal {
                  beyond it failed]"
             ),
             Refusal::UnixSockets(refused) => super::unix::note(refused).unwrap_or_default(),
-            Refusal::NoWorkspace => "\n[toolhost: this server has no workspace: it was \
+            Refusal::NoWorkspace(parents) if !parents.is_empty() => format!(
+                "\n[toolhost: this session has no workspace yet: the server was started in `/` \
+                 without --workdir. Commands can read files, but write only in $TMPDIR and \
+                 package caches. To work on a project, run a command with `workdir` set to the \
+                 project's directory under {}: that project becomes this session's workspace]",
+                parents
+                    .iter()
+                    .map(|parent| parent.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" or ")
+            ),
+            Refusal::NoWorkspace(_) => "\n[toolhost: this server has no workspace: it was \
                 started in `/` without --workdir. Commands can read files, but write only in \
                 $TMPDIR and package caches. To work on a project, ask the person to restart \
                 the server with --workdir set to the project's directory]"

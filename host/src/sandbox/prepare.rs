@@ -237,7 +237,9 @@ impl PrivateSpace {
 /// profile used so far. Dropped (directory removed) when the scope ends.
 #[derive(Debug)]
 pub(crate) struct ScopeSandbox {
-    context: Arc<Context>,
+    /// The host's context, or the scope's own once it chose a workspace
+    /// ([`Self::set_context`]).
+    context: Mutex<Arc<Context>>,
     /// The scope's name, for what is logged about it.
     scope: String,
     temp: Mutex<Option<tempfile::TempDir>>,
@@ -257,7 +259,7 @@ impl ScopeSandbox {
     /// An empty state; nothing is built before the first confined command.
     pub(crate) fn new(context: Arc<Context>, scope: &str) -> Self {
         ScopeSandbox {
-            context,
+            context: Mutex::new(context),
             scope: scope.to_owned(),
             temp: Mutex::new(None),
             prepared: Mutex::new(HashMap::new()),
@@ -267,13 +269,29 @@ impl ScopeSandbox {
         }
     }
 
+    /// The context the scope's layers are built with.
+    pub(crate) fn context(&self) -> Arc<Context> {
+        lock(&self.context).clone()
+    }
+
+    /// Build the scope's layers with `context` from now on (a workspace of its own): the
+    /// layers built so far are let go, in the build turn, so that no build under way puts
+    /// back layers of the old context. A running command keeps the layers it started with.
+    pub(crate) async fn set_context(&self, context: Arc<Context>) {
+        let _turn = self.build_turn().await;
+        *lock(&self.context) = context;
+        lock(&self.prepared).clear();
+        lock(&self.failed).clear();
+    }
+
     /// The session's cgroup, below the host's, with the session's memory limit; made on first
     /// use. `None` where the host has no cgroup of its own (said once by the host's).
     pub(crate) fn cgroups(&self) -> Option<Arc<ParentCgroups>> {
         self.cgroups
             .get_or_init(|| {
-                let host = ParentCgroups::host(self.context.memory_total)?;
-                host.scope(self.context.memory_per_session)
+                let context = self.context();
+                let host = ParentCgroups::host(context.memory_total)?;
+                host.scope(context.memory_per_session)
                     .map(Arc::new)
                     .map_err(|error| {
                         tracing::warn!(
@@ -357,7 +375,7 @@ impl ScopeSandbox {
         }
         match self
             .temp_dir()
-            .and_then(|temp| super::layers::build(&self.context, profile, &temp, &self.scope))
+            .and_then(|temp| super::layers::build(&self.context(), profile, &temp, &self.scope))
         {
             Ok(built) => {
                 lock(&self.failed).remove(profile);
@@ -378,12 +396,12 @@ impl ScopeSandbox {
         if let Some(dir) = temp.as_ref() {
             return Ok(dir.path().to_path_buf());
         }
-        let made = self.context.temp_parent.as_ref().map(|parent| {
+        let made = self.context().temp_parent.clone().map(|parent| {
             std::fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
-                .create(parent)
-                .map(|()| parent.clone())
+                .create(&parent)
+                .map(|()| parent)
         });
         let parent = match made {
             Some(Ok(parent)) => parent,

@@ -1,15 +1,15 @@
 //! The process manager as the guests' [`ProcessBackend`]: each call finds the scope's record
 //! (or its log) and asks it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::ProcessManager;
 use super::output_log;
 use super::scope::{self, Ending};
+use super::{ProcessManager, WorkspaceSource};
 use crate::process::{
     self, BoxFuture, LogPage, OutputSnapshot, ProcessBackend, ProcessError, ProcessInfo, ReadFrom,
     Signal, StartRequest, Until,
@@ -146,6 +146,15 @@ impl ProcessBackend for ProcessManager {
                 .await;
             Ok(entry.snapshot(from))
         })
+    }
+
+    fn choose_workspace<'a>(
+        &'a self,
+        scope: &'a str,
+        dir: &'a Path,
+        from: WorkspaceSource,
+    ) -> BoxFuture<'a, Result<Option<PathBuf>, ProcessError>> {
+        Box::pin(ProcessManager::choose_workspace(self, scope, dir, from))
     }
 
     fn set_owner(&self, scope: &str, owner: &str) {

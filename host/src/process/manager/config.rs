@@ -89,6 +89,13 @@ pub struct ProcessManagerConfig {
     /// [`ready_keepers`](Self::ready_keepers) says), and the git guard sets no watches, so
     /// every check reads the repositories. Default false.
     pub serves_one_call: bool,
+    /// The parents under which a scope may choose a workspace of its own, when
+    /// [`default_workdir`](Self::default_workdir) is not set: a root its MCP client offers, or
+    /// a call's `workdir`, under one of them makes that project the scope's workspace (see
+    /// [`ProcessManager::choose_workspace`](super::ProcessManager::choose_workspace)). Empty:
+    /// every scope keeps the host's workspace. Default empty; the CLI's default is the
+    /// user's home directories (`--workspaces-under`).
+    pub workspaces_under: Vec<PathBuf>,
 }
 
 impl ProcessManagerConfig {
@@ -126,6 +133,7 @@ impl Default for ProcessManagerConfig {
             ready_keepers: 16,
             ready_keeper_idle: Duration::from_secs(60),
             serves_one_call: false,
+            workspaces_under: Vec::new(),
         }
     }
 }

@@ -117,6 +117,8 @@ pub(super) struct EntrySpec {
     pub(super) git_note: Option<String>,
     /// When its output says that the host has no workspace (see `sandbox::Context::workdir`).
     pub(super) workspace_note: WorkspaceNote,
+    /// The parents a call's `workdir` may choose the scope's workspace under, for that note.
+    pub(super) workspace_parents: Vec<PathBuf>,
     pub(super) started_ms: u64,
     pub(super) started_at: Instant,
 }
@@ -238,7 +240,7 @@ impl Entry {
         if self.spec.workspace_note == WorkspaceNote::Always
             || (failed && self.spec.workspace_note == WorkspaceNote::OnFailure)
         {
-            refusals.push(Refusal::NoWorkspace);
+            refusals.push(Refusal::NoWorkspace(self.spec.workspace_parents.clone()));
         }
         refusals
     }

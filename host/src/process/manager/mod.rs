@@ -108,6 +108,7 @@ mod spec;
 mod stdio;
 mod stop;
 mod table;
+mod workspace;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -135,6 +136,7 @@ use scope::Scope;
 use spawner::{Spawned, Spawner};
 use spec::Launch;
 use table::{Limits, Records, shut_down};
+pub use workspace::WorkspaceSource;
 
 pub use crate::sandbox::probe::{namespaces_available, namespaces_here};
 
@@ -163,6 +165,18 @@ pub struct ProcessManager {
     scopes: Mutex<HashMap<String, Arc<Scope>>>,
     /// The context's hidden and visible roots, resolved once for the `workdir` check.
     path_roots: PathRoots,
+    /// What a scope's own workspace is checked against; `None` when scopes keep the host's
+    /// (`--workdir` given, or no parent allowed).
+    choosing: Option<Choosing>,
+}
+
+/// The parents a scope's workspace may be chosen under, and what a candidate must keep out
+/// of (`workspace.rs`), resolved once.
+struct Choosing {
+    parents: Vec<PathBuf>,
+    homes: Vec<PathBuf>,
+    protected: Vec<PathBuf>,
+    path_dirs: Vec<PathBuf>,
 }
 
 /// A start's request, checked: what its record shows, and what only its launch needs.
@@ -275,7 +289,18 @@ impl ProcessManager {
             .or_else(|| std::env::current_dir().ok())
             .unwrap_or_else(|| PathBuf::from("/"));
         let workspace = sandbox::workspace_of(&workdir);
-        if workspace.is_none() && config.sandbox.mode != sandbox::SandboxMode::Off {
+        if workspace.is_none()
+            && config.sandbox.mode != sandbox::SandboxMode::Off
+            && !config.workspaces_under.is_empty()
+        {
+            tracing::info!(
+                parents = ?config.workspaces_under,
+                "the host was started in `/` without --workdir: each session's workspace is \
+                 chosen by its client's roots or a call's workdir under these parents; until \
+                 then its confined commands write only in $TMPDIR, package caches and \
+                 --writable directories"
+            );
+        } else if workspace.is_none() && config.sandbox.mode != sandbox::SandboxMode::Off {
             tracing::warn!(
                 "commands run in `/` and there is no workspace (the host was started in `/` \
                  without --workdir, as desktop clients start servers): confined commands can \
@@ -314,7 +339,28 @@ impl ProcessManager {
             namespaces_layer: true,
             allow_unix_sockets: config.sandbox.allow_unix_socket.clone(),
         });
+        let choosing = (config.default_workdir.is_none() && !config.workspaces_under.is_empty())
+            .then(|| Choosing {
+                parents: config
+                    .workspaces_under
+                    .iter()
+                    .map(|dir| sandbox::canonical(dir))
+                    .collect(),
+                homes: sandbox_context
+                    .hidden
+                    .homes
+                    .iter()
+                    .map(|home| sandbox::canonical(home))
+                    .collect(),
+                protected: sandbox_context
+                    .protected
+                    .iter()
+                    .map(|path| sandbox::canonical(path))
+                    .collect(),
+                path_dirs: workspace::path_dirs(),
+            });
         Arc::new(Self {
+            choosing,
             log_dir: log_dir.map(Arc::from),
             launcher: Launcher::new(
                 spawner,
@@ -421,17 +467,18 @@ impl ProcessManager {
         scope: &str,
         request: StartRequest,
     ) -> Result<String, ProcessError> {
+        let held = self.scope(scope);
+        if let Some(dir) = request.workdir.as_deref().filter(|dir| dir.is_absolute()) {
+            self.follow_workdir(&held, dir).await;
+        }
         let Checked {
             what,
             mut env,
             inherit_env,
             stdin,
-        } = self.check(request)?;
-        let owner = crate::lock(&self.scopes)
-            .get(scope)
-            .and_then(|held| held.owner.get().cloned());
+        } = self.check(&held, request)?;
+        let owner = held.owner.get().cloned();
         let reservation = self.records.reserve(scope, owner.as_ref(), self.limits())?;
-        let held = self.scope(scope);
         let confinement = self.confinement(&held, &what.profile).await?;
         // Building may have taken a while: a scope that ended meanwhile gets no command.
         reservation.check()?;
@@ -511,6 +558,11 @@ impl ProcessManager {
             git_guard: confinement.git_guard,
             git_note: confinement.git_note,
             workspace_note: confinement.workspace_note,
+            workspace_parents: self
+                .choosing
+                .as_ref()
+                .map(|choosing| choosing.parents.clone())
+                .unwrap_or_default(),
             started_at: started.0,
             started_ms: started.1,
         }
@@ -518,7 +570,7 @@ impl ProcessManager {
 
     /// Check a start's request: the host still serves, the command, its variables, its
     /// terminal size and its working directory are valid, and a keeper can be spawned.
-    fn check(&self, request: StartRequest) -> Result<Checked, ProcessError> {
+    fn check(&self, scope: &Scope, request: StartRequest) -> Result<Checked, ProcessError> {
         if self.records.is_closed() {
             return Err(shut_down());
         }
@@ -528,11 +580,16 @@ impl ProcessManager {
             size.check().map_err(ProcessError::InvalidRequest)?;
         }
         let profile = request.profile.unwrap_or_else(|| self.default_profile());
-        let workdir = self.path_roots.resolve(
-            self.config.default_workdir.as_deref(),
-            request.workdir,
-            &profile,
-        )?;
+        let workdir = match scope.workspace() {
+            Some(chosen) => chosen
+                .roots
+                .resolve(Some(&chosen.dir), request.workdir, &profile)?,
+            None => self.path_roots.resolve(
+                self.config.default_workdir.as_deref(),
+                request.workdir,
+                &profile,
+            )?,
+        };
         self.launcher.check()?;
         Ok(Checked {
             what: What {
@@ -622,7 +679,10 @@ impl ProcessManager {
             .then(|| {
                 scope.git_guard(|| {
                     let watch = !self.config.serves_one_call;
-                    GitGuard::new(&scope.name, &self.path_roots.visible, watch)
+                    match scope.workspace() {
+                        Some(chosen) => GitGuard::new(&scope.name, &chosen.roots.visible, watch),
+                        None => GitGuard::new(&scope.name, &self.path_roots.visible, watch),
+                    }
                 })
             });
         let git_note = match &git_guard {
@@ -634,6 +694,7 @@ impl ProcessManager {
         let workspace_note = if prepared.is_none()
             || profile.mode != sandbox::SandboxMode::WorkspaceWrite
             || self.sandbox_context.workdir.is_some()
+            || scope.workspace().is_some()
         {
             WorkspaceNote::Never
         } else if scope.told_no_workspace.swap(true, Ordering::AcqRel) {
@@ -688,6 +749,109 @@ impl ProcessManager {
     }
 
     /// The profile of a request that names none: the operator's settings.
+    /// Make `dir`'s project the workspace of `scope` (`workspace.rs`), as `from` asks:
+    /// returns the workspace the scope has then, or why `dir` cannot be one. `None` when
+    /// scopes keep the host's workspace (`--workdir` given, or no parent allowed).
+    pub async fn choose_workspace(
+        &self,
+        scope: &str,
+        dir: &Path,
+        from: WorkspaceSource,
+    ) -> Result<Option<PathBuf>, ProcessError> {
+        let Some(choosing) = &self.choosing else {
+            return Ok(None);
+        };
+        let project = workspace::project_of(
+            dir,
+            &workspace::Allowed {
+                parents: &choosing.parents,
+                homes: &choosing.homes,
+                protected: &choosing.protected,
+                roots: &self.path_roots,
+                path_dirs: &choosing.path_dirs,
+            },
+        )
+        .map_err(ProcessError::InvalidRequest)?;
+        let held = self.scope(scope);
+        self.set_workspace(&held, project.clone(), from).await;
+        Ok(Some(project))
+    }
+
+    /// A start's absolute `workdir` outside the scope's workspace, under an allowed parent,
+    /// makes its project the workspace; one that cannot be is left to the `workdir` check.
+    async fn follow_workdir(&self, scope: &Scope, dir: &Path) {
+        let Some(choosing) = &self.choosing else {
+            return;
+        };
+        let current = scope
+            .workspace()
+            .map(|chosen| chosen.dir.clone())
+            .or_else(|| {
+                self.sandbox_context
+                    .workdir
+                    .as_deref()
+                    .map(sandbox::canonical)
+            });
+        // Inside the workspace nothing changes, unless the workspace is the host's and holds
+        // an allowed parent (a server started in a home): a project there narrows it.
+        let resolved = sandbox::canonical(dir);
+        if current.is_some_and(|current| {
+            resolved.starts_with(&current)
+                && !choosing
+                    .parents
+                    .iter()
+                    .any(|parent| parent.starts_with(&current))
+        }) {
+            return;
+        }
+        let allowed = workspace::Allowed {
+            parents: &choosing.parents,
+            homes: &choosing.homes,
+            protected: &choosing.protected,
+            roots: &self.path_roots,
+            path_dirs: &choosing.path_dirs,
+        };
+        match workspace::project_of(dir, &allowed) {
+            Ok(project) => {
+                self.set_workspace(scope, project, WorkspaceSource::CallWorkdir)
+                    .await;
+            }
+            Err(why) => {
+                tracing::debug!(scope = %scope.name, %why, "a call's workdir is no workspace")
+            }
+        }
+    }
+
+    /// Make `project` the workspace of `scope`, unless it is already: the scope's layers are
+    /// built again with it as the writable root, and its git guard made again over it.
+    async fn set_workspace(&self, scope: &Scope, project: PathBuf, from: WorkspaceSource) {
+        let _turn = scope.choosing.lock().await;
+        if scope
+            .workspace()
+            .is_some_and(|chosen| chosen.dir == project)
+        {
+            return;
+        }
+        let context = Arc::new(sandbox::Context {
+            workdir: Some(project.clone()),
+            ..(*self.sandbox_context).clone()
+        });
+        let roots = PathRoots::of(&context);
+        scope.sandbox.set_context(context).await;
+        scope
+            .set_workspace(Arc::new(workspace::ScopeWorkspace {
+                dir: project.clone(),
+                roots,
+            }))
+            .await;
+        tracing::info!(
+            scope = %scope.name,
+            workspace = %project.display(),
+            from = from.describe(),
+            "a session chose its workspace"
+        );
+    }
+
     fn default_profile(&self) -> Profile {
         self.config.sandbox.profile()
     }

@@ -11,13 +11,14 @@
 //! [`end`] lets go of all three.
 
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use super::launch::Launcher;
 use super::output_log::ScopeLogs;
 use super::stop;
 use super::table::Records;
+use super::workspace::ScopeWorkspace;
 use crate::sandbox::git_guard::{GitGuard, Moment};
 use crate::sandbox::{Context, ScopeSandbox};
 
@@ -28,8 +29,13 @@ pub(super) struct Scope {
     pub(super) name: String,
     /// Its private temporary directory and the confinement layers built for it so far.
     pub(super) sandbox: Arc<ScopeSandbox>,
-    /// Its git guard, made at its first confined command (`sandbox/git_guard/`).
-    git_guard: OnceLock<Arc<GitGuard>>,
+    /// Its git guard, made at its first confined command (`sandbox/git_guard/`), and made
+    /// again over the new roots when the scope chooses a workspace.
+    git_guard: Mutex<Option<Arc<GitGuard>>>,
+    /// The workspace it chose (`workspace.rs`); `None`: the host's.
+    workspace: Mutex<Option<Arc<ScopeWorkspace>>>,
+    /// Held while a workspace is being chosen: one at a time.
+    pub(super) choosing: tokio::sync::Mutex<()>,
     /// Which of its processes wrote which output log.
     pub(super) logs: Arc<ScopeLogs>,
     /// Whose scope it is (a principal of an HTTP server), once noted: its processes count
@@ -45,7 +51,9 @@ impl Scope {
         Scope {
             name: name.to_owned(),
             sandbox: Arc::new(ScopeSandbox::new(context, name)),
-            git_guard: OnceLock::new(),
+            git_guard: Mutex::new(None),
+            workspace: Mutex::new(None),
+            choosing: tokio::sync::Mutex::new(()),
             logs: Arc::new(ScopeLogs::default()),
             owner: OnceLock::new(),
             told_no_workspace: AtomicBool::new(false),
@@ -54,13 +62,32 @@ impl Scope {
 
     /// Its git guard, made by `make` on first use.
     pub(super) fn git_guard(&self, make: impl FnOnce() -> GitGuard) -> Arc<GitGuard> {
-        self.git_guard.get_or_init(|| Arc::new(make())).clone()
+        crate::lock(&self.git_guard)
+            .get_or_insert_with(|| Arc::new(make()))
+            .clone()
+    }
+
+    /// The workspace the scope chose, if it chose one.
+    pub(super) fn workspace(&self) -> Option<Arc<ScopeWorkspace>> {
+        crate::lock(&self.workspace).clone()
+    }
+
+    /// Take `workspace` as the scope's: its git guard is let go (after a last check) and made
+    /// again over the new roots at the next confined command. Commands running keep the
+    /// guard they started with, which checks again at their end.
+    pub(super) async fn set_workspace(&self, workspace: Arc<ScopeWorkspace>) {
+        *crate::lock(&self.workspace) = Some(workspace);
+        let old = crate::lock(&self.git_guard).take();
+        if let Some(guard) = old {
+            guard.check(Moment::ScopeEnd).await;
+        }
     }
 
     /// A last check of its git guard (at the scope's end, and at the host's, when its
     /// temporary directory goes with the host's).
     pub(super) async fn check_at_host_end(&self) {
-        if let Some(guard) = self.git_guard.get() {
+        let guard = crate::lock(&self.git_guard).clone();
+        if let Some(guard) = guard {
             guard.check(Moment::ScopeEnd).await;
         }
     }
