@@ -1201,6 +1201,86 @@ async fn error_answers_are_not_logged_as_warnings() {
     assert!(!stderr.contains("WARN"), "{stderr}");
 }
 
+/// One `execute` call's structured result.
+async fn run(client: &mut StdioClient, arguments: Value) -> Value {
+    structured(&client.call_tool("execute", arguments).await)
+}
+
+/// Without `--workdir`, a call's `workdir` under a `--workspaces-under` parent makes that
+/// project (the repository's top) the session's workspace from that call on: its writes reach
+/// the host there and nowhere else, it is the default working directory after, a dot-directory
+/// is never chosen, and another session keeps no workspace. The parent is under `/tmp`, whose
+/// other writes stay in the session's own `/tmp`: what counts is what reaches the host.
+#[tokio::test]
+async fn a_calls_workdir_under_a_parent_chooses_the_sessions_workspace() {
+    let parent = tempfile::tempdir().expect("parent");
+    let parent = parent.path().canonicalize().expect("canonical");
+    for dir in ["proj/.git", "proj/src", "other", ".dot"] {
+        std::fs::create_dir_all(parent.join(dir)).expect("mkdir");
+    }
+    let under = parent.display().to_string();
+    let mut client =
+        StdioClient::spawn_in(std::path::Path::new("/"), &["--workspaces-under", &under]);
+    client.initialize().await;
+    let first = run(
+        &mut client,
+        json!({"command": "touch made && pwd", "workdir": parent.join("proj/src")}),
+    )
+    .await;
+    assert_eq!(first["exit_code"], 0, "{first}");
+    assert!(
+        parent.join("proj/src/made").exists(),
+        "the write reached the project: {first}"
+    );
+    let default = run(&mut client, json!({"command": "pwd && touch top"})).await;
+    assert_eq!(
+        default["output"]
+            .as_str()
+            .unwrap_or_default()
+            .lines()
+            .next(),
+        Some(parent.join("proj").to_str().expect("utf-8")),
+        "the repository's top is the default working directory: {default}"
+    );
+    assert!(parent.join("proj/top").exists(), "{default}");
+    let outside = run(
+        &mut client,
+        json!({"command": format!("touch {}", parent.join("other/no").display())}),
+    )
+    .await;
+    assert!(
+        !parent.join("other/no").exists(),
+        "outside the workspace: {outside}"
+    );
+    let dot = run(
+        &mut client,
+        json!({"command": "touch t", "workdir": parent.join(".dot")}),
+    )
+    .await;
+    assert!(
+        !parent.join(".dot/t").exists(),
+        "a dot-directory is no workspace: {dot}"
+    );
+
+    let mut other =
+        StdioClient::spawn_in(std::path::Path::new("/"), &["--workspaces-under", &under]);
+    other.initialize().await;
+    let elsewhere = run(
+        &mut other,
+        json!({"command": format!("touch {}", parent.join("proj/b").display())}),
+    )
+    .await;
+    assert!(
+        !parent.join("proj/b").exists(),
+        "another session has no workspace: {elsewhere}"
+    );
+    let text = elsewhere["output"].as_str().unwrap_or_default();
+    assert!(
+        text.contains(&under),
+        "the note names the parent: {elsewhere}"
+    );
+}
+
 /// A server started in `/` without `--workdir` (as desktop clients start servers) serves:
 /// `ls` answers with its output and a note saying there is no workspace and what the person
 /// can do; a write outside `$TMPDIR` is refused (read-only), with the note again; `$TMPDIR`

@@ -26,6 +26,24 @@ impl Principal {
     }
 }
 
+/// The address of the peer an HTTP request came from, in the request's extensions.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PeerAddress(pub(crate) std::net::SocketAddr);
+
+impl PeerAddress {
+    /// Whether `context`'s request came from this machine: over stdio, or over HTTP from a
+    /// loopback address.
+    pub(super) fn is_local(context: &RequestContext<RoleServer>) -> bool {
+        let Some(parts) = context.extensions.get::<axum::http::request::Parts>() else {
+            return true;
+        };
+        parts
+            .extensions
+            .get::<PeerAddress>()
+            .is_some_and(|peer| peer.0.ip().is_loopback())
+    }
+}
+
 /// The scope a request runs in, and that scope's tasks; holds a named scope in use while it
 /// lives.
 pub struct ScopeRef {

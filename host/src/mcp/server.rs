@@ -7,7 +7,7 @@
 
 use super::logging::SessionLog;
 use super::results::call_result;
-use super::scope::{NamedScopes, Principal, ScopeRef};
+use super::scope::{NamedScopes, PeerAddress, Principal, ScopeRef};
 use super::{resources, tasks};
 use crate::{CallOptions, Progress, ProgressSink, ToolHost, ToolInfo};
 use rmcp::model::{
@@ -32,6 +32,9 @@ use tokio_util::sync::CancellationToken;
 /// Longest a finished call waits for its last progress notifications to go out before it
 /// answers.
 const PROGRESS_FLUSH: Duration = Duration::from_secs(1);
+
+/// Longest a call waits for the client's answer to `roots/list` before it runs without it.
+const ROOTS_WAIT: Duration = Duration::from_secs(2);
 
 /// Instructions sent to clients in the `initialize` result.
 const INSTRUCTIONS: &str = "Shell tools for this machine. Run commands with `execute`; follow \
@@ -62,6 +65,10 @@ struct Session {
     tasks: TaskManager,
     /// Host log lines for the client, once it set a level.
     log: Arc<SessionLog>,
+    /// The client's roots were asked for (at the first call).
+    roots_asked: AtomicBool,
+    /// The client said its roots changed since they were last asked for.
+    roots_changed: AtomicBool,
 }
 
 impl Drop for Session {
@@ -104,6 +111,8 @@ impl ToolServer {
                 ended: CancellationToken::new(),
                 tasks: TaskManager::new(),
                 log: Arc::default(),
+                roots_asked: AtomicBool::new(false),
+                roots_changed: AtomicBool::new(false),
             }),
             named_scopes: None,
         }
@@ -188,6 +197,7 @@ impl ToolServer {
             None => "{}".to_string(),
         };
         let scope = self.scope_of(&context)?;
+        self.follow_roots(&scope.name, &context).await;
         let principal = Principal::of(&context).map(|who| who.0.as_str());
         // An unknown tool, or a call over a limit, is answered at once (and not as a task
         // that fails); the place taken is the call's.
@@ -238,6 +248,106 @@ impl ToolServer {
         }
         call_result(&self.session.host, &scope.name, outcome).map(Into::into)
     }
+}
+
+impl ToolServer {
+    /// Let the client's roots choose the session's workspace (2025-era sessions, whose
+    /// clients declare `roots`):
+    ///
+    /// 1. Asked at the session's first call, and again at the first call after the client
+    ///    said they changed (`notifications/roots/list_changed`); else nothing is asked.
+    /// 2. A client that is not on this machine (HTTP from an address that is not loopback)
+    ///    is not asked: its paths are not this machine's.
+    /// 3. The answer is waited for at most [`ROOTS_WAIT`]; a late or failed one leaves the
+    ///    workspace as it is.
+    /// 4. The first `file:` root that the host accepts as a workspace becomes the session's
+    ///    (see [`ToolHost::choose_workspace`]); the others are logged and skipped.
+    // Roots are deprecated from revision 2026-07-28 on (SEP-2577); 2025-era clients still
+    // offer them, and they are only asked of those.
+    #[allow(deprecated)]
+    async fn follow_roots(&self, scope: &str, context: &RequestContext<RoleServer>) {
+        let session = &self.session;
+        let sessionless = context
+            .protocol_version()
+            .is_some_and(|version| !version.has_initialize());
+        let offers = context
+            .peer
+            .peer_info()
+            .is_some_and(|info| info.capabilities.roots.is_some());
+        if sessionless || !offers {
+            return;
+        }
+        // 1. First call, or changed since.
+        let first = !session.roots_asked.swap(true, Ordering::AcqRel);
+        let changed = session.roots_changed.swap(false, Ordering::AcqRel);
+        if !first && !changed {
+            return;
+        }
+        // 2. Only a client on this machine.
+        if !PeerAddress::is_local(context) {
+            tracing::debug!(%scope, "the client's roots are not asked for: it is not on this machine");
+            return;
+        }
+        // 3. A bounded wait.
+        let roots = match tokio::time::timeout(ROOTS_WAIT, context.peer.list_roots()).await {
+            Ok(Ok(listed)) => listed.roots,
+            Ok(Err(error)) => {
+                tracing::debug!(%scope, %error, "the client did not list its roots");
+                return;
+            }
+            Err(_) => {
+                tracing::warn!(
+                    %scope,
+                    "the client did not answer roots/list within {ROOTS_WAIT:?}: the session keeps its workspace"
+                );
+                return;
+            }
+        };
+        // 4. The first that is accepted.
+        for root in roots {
+            let Some(dir) = file_path(&root.uri) else {
+                tracing::debug!(%scope, uri = %root.uri, "a root that is not a file: URI is ignored");
+                continue;
+            };
+            let chosen = session
+                .host
+                .choose_workspace(scope, &dir, crate::process::WorkspaceSource::Roots)
+                .await;
+            match chosen {
+                Ok(_) => return,
+                Err(why) => {
+                    tracing::info!(%scope, root = %dir.display(), %why, "a root is not taken as the workspace");
+                }
+            }
+        }
+    }
+}
+
+/// The local path of a `file:` URI (`file:///dir`, `file://localhost/dir`), percent-decoded;
+/// `None` for any other URI or host.
+fn file_path(uri: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStringExt;
+    let rest = uri.strip_prefix("file://")?;
+    let path = rest.strip_prefix("localhost").unwrap_or(rest);
+    if !path.starts_with('/') {
+        return None;
+    }
+    let bytes = path.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        if bytes[index] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(index + 1..index + 3)?).ok()?;
+            decoded.push(u8::from_str_radix(hex, 16).ok()?);
+            index += 3;
+        } else {
+            decoded.push(bytes[index]);
+            index += 1;
+        }
+    }
+    Some(std::path::PathBuf::from(std::ffi::OsString::from_vec(
+        decoded,
+    )))
 }
 
 /// Why there are no `prompts/*` here.
@@ -393,6 +503,10 @@ impl ServerHandler for ToolServer {
     /// names in `_meta` (`toolhost/scope`).
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
         Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2026_07_28))
+    }
+
+    async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {
+        self.session.roots_changed.store(true, Ordering::Release);
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
@@ -626,5 +740,31 @@ impl ServerHandler for ToolServer {
             request.params,
             context.protocol_version().as_ref(),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::file_path;
+    use std::path::PathBuf;
+
+    #[test]
+    fn file_uris_give_local_paths_and_nothing_else_does() {
+        assert_eq!(
+            file_path("file:///home/me/my%20project"),
+            Some(PathBuf::from("/home/me/my project"))
+        );
+        assert_eq!(
+            file_path("file://localhost/srv/app"),
+            Some(PathBuf::from("/srv/app"))
+        );
+        for other in [
+            "https://example.com/x",
+            "file://server/share",
+            "file:relative",
+            "file:///bad%2",
+        ] {
+            assert_eq!(file_path(other), None, "{other}");
+        }
     }
 }

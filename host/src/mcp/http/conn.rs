@@ -19,6 +19,7 @@
 //!    connections too.
 //! 5. When the server stops, each connection finishes its requests in progress and closes.
 
+use super::super::scope::PeerAddress;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use hyper::body::Incoming;
@@ -282,9 +283,13 @@ async fn serve_one(
 ) {
     let close = slot.0.close.clone();
     let for_requests = slot.clone();
+    let peer = stream.peer_addr().ok().map(PeerAddress);
     let router = TowerToHyperService::new(router);
     let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
         request.extensions_mut().insert(for_requests.clone());
+        if let Some(peer) = peer {
+            request.extensions_mut().insert(peer);
+        }
         hyper::service::Service::call(&router, request)
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
