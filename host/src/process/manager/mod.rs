@@ -179,6 +179,19 @@ struct Choosing {
     path_dirs: Vec<PathBuf>,
 }
 
+impl Choosing {
+    /// What a candidate is checked against, with the host's `roots`.
+    fn allowed<'a>(&'a self, roots: &'a PathRoots) -> workspace::Allowed<'a> {
+        workspace::Allowed {
+            parents: &self.parents,
+            homes: &self.homes,
+            protected: &self.protected,
+            roots,
+            path_dirs: &self.path_dirs,
+        }
+    }
+}
+
 /// A start's request, checked: what its record shows, and what only its launch needs.
 struct Checked {
     what: What,
@@ -761,17 +774,8 @@ impl ProcessManager {
         let Some(choosing) = &self.choosing else {
             return Ok(None);
         };
-        let project = workspace::project_of(
-            dir,
-            &workspace::Allowed {
-                parents: &choosing.parents,
-                homes: &choosing.homes,
-                protected: &choosing.protected,
-                roots: &self.path_roots,
-                path_dirs: &choosing.path_dirs,
-            },
-        )
-        .map_err(ProcessError::InvalidRequest)?;
+        let project = workspace::project_of(dir, &choosing.allowed(&self.path_roots))
+            .map_err(ProcessError::InvalidRequest)?;
         let held = self.scope(scope);
         self.set_workspace(&held, project.clone(), from).await;
         Ok(Some(project))
@@ -804,14 +808,7 @@ impl ProcessManager {
         }) {
             return;
         }
-        let allowed = workspace::Allowed {
-            parents: &choosing.parents,
-            homes: &choosing.homes,
-            protected: &choosing.protected,
-            roots: &self.path_roots,
-            path_dirs: &choosing.path_dirs,
-        };
-        match workspace::project_of(dir, &allowed) {
+        match workspace::project_of(dir, &choosing.allowed(&self.path_roots)) {
             Ok(project) => {
                 self.set_workspace(scope, project, WorkspaceSource::CallWorkdir)
                     .await;
