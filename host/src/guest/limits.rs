@@ -112,8 +112,12 @@ impl ResourceLimiter for CallLimiter {
         Ok(true)
     }
 
+    /// Core module instances of one call. A Python plugin built with componentize-py makes
+    /// 14 (libc, libpython, the WASI emulation libraries, the runtime, the bindings, the
+    /// adapter, shims) and one more per native extension module; 64 leaves room for those.
+    /// Each instance's memories and tables are held to the memory budget all the same.
     fn instances(&self) -> usize {
-        16
+        64
     }
 
     fn tables(&self) -> usize {
