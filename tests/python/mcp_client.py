@@ -3,7 +3,7 @@
 Usage: mcp_client.py TOOLHOST_BINARY GROUP
 
 GROUP is one of the scenario groups below (`tools`, `resources`, `cancel`, `progress`, `idle`,
-`origin`, `logging`, `cli`, `malformed`, `tasks_2026`); each runs its checks over every
+`origin`, `logging`, `cli`, `malformed`, `tasks_2026`, `roots`); each runs its checks over every
 transport it concerns and prints `python mcp client: GROUP ok`, or exits non-zero with a
 message on the first mismatch.
 HTTP servers are started here (`toolhost serve --http 127.0.0.1:0 --token-file F`, the bound
@@ -30,6 +30,11 @@ written on the SDK's extension hooks: a `ClientExtension` declaring the extensio
 `ClientSession.send_request` and the SDK's `GetTaskRequest`/`CancelTaskRequest` models (made
 to name the task in the `Mcp-Name` header, which a 2026-07-28 HTTP server requires for
 `tasks/*` and those 2025-11-25 models do not send).
+
+The `roots` group starts its servers in `/` with `--workspaces-under PARENT`, PARENT a fresh
+directory under `/var/tmp` (not `/tmp`, which confined commands see privately, nor the home
+directory, whose caches they may write). Its client offers roots through the SDK's
+`list_roots_callback` and announces a change with `send_roots_list_changed`.
 """
 
 from __future__ import annotations
@@ -39,8 +44,10 @@ import importlib.metadata
 import inspect
 import json
 import os
+import pathlib
 import queue
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -63,7 +70,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client import stdio as stdio_module
 from mcp.client import streamable_http as _streamable_http
 from mcp.client.stdio import stdio_client
-from pydantic import ConfigDict
+from pydantic import ConfigDict, FileUrl
 
 try:  # 2.x: the SDK's message types, the high-level `Client` and its extension hooks
     import mcp_types as types
@@ -295,14 +302,26 @@ async def http_server(binary: str, *extra: str) -> AsyncIterator[HttpServer]:
 
 @asynccontextmanager
 async def stdio_session(
-    binary: str, *extra: str, logging_callback: Any = None
+    binary: str,
+    *extra: str,
+    logging_callback: Any = None,
+    list_roots_callback: Any = None,
+    cwd: str | None = None,
 ) -> AsyncIterator[ClientSession]:
-    """A session with a fresh `toolhost serve [EXTRA...]` over stdio."""
+    """A session with a fresh `toolhost serve [EXTRA...]` over stdio, started in `cwd` (None:
+    this process's). With `list_roots_callback` the SDK declares the `roots` capability."""
     # The SDK passes only a few variables by default; the cache location and log level matter.
-    params = StdioServerParameters(command=binary, args=["serve", *extra], env=dict(os.environ))
+    params = StdioServerParameters(
+        command=binary, args=["serve", *extra], env=dict(os.environ), cwd=cwd
+    )
     async with (
         stdio_client(params) as (read, write),
-        ClientSession(read, write, logging_callback=logging_callback) as session,
+        ClientSession(
+            read,
+            write,
+            logging_callback=logging_callback,
+            list_roots_callback=list_roots_callback,
+        ) as session,
     ):
         await initialize(session)
         yield session
@@ -1503,6 +1522,153 @@ async def check_tasks_http(server: HttpServer) -> None:
         await check_task_cancel(client, alpha, stranger, beta)
 
 
+# ---- a workspace per session (--workspaces-under) --------------------------------------------
+
+
+def workspaces_root() -> str:
+    """Where the `roots` group makes its parent directory: `/var/tmp/toolhost-test-machines-UID`
+    (as the confinement tests' fake machines when their root would be under `/tmp`), which no
+    profile hides or makes writable. Not under `/tmp`, which a confined command sees privately
+    (a write outside its workspace could land there without failing), nor under the home
+    directory, whose package caches (`~/.cache`, where the target directory may be) are
+    writable."""
+    root = f"/var/tmp/toolhost-test-machines-{os.geteuid()}"
+    os.makedirs(root, exist_ok=True)
+    return os.path.realpath(root)
+
+
+def make_projects(parent: str) -> None:
+    """PARENT/proj-a, PARENT/proj-b/src in a git repository (`git init`, or a bare `.git`
+    directory where git is missing: the server only looks for `.git`) and PARENT/.hidden-dir."""
+    for sub in ("proj-a", "proj-b/src", ".hidden-dir"):
+        os.makedirs(os.path.join(parent, sub))
+    repo = os.path.join(parent, "proj-b")
+    git = shutil.which("git")
+    if git is not None:
+        subprocess.run([git, "init", "-q", repo], check=True, stdin=subprocess.DEVNULL)
+    else:
+        os.mkdir(os.path.join(repo, ".git"))
+
+
+class OfferedRoots:
+    """A session's `list_roots_callback` (which makes the SDK declare `roots`): answers
+    `roots/list` with the directories in `dirs`, which the test changes, and counts the asks."""
+
+    def __init__(self, *dirs: str) -> None:
+        self.dirs = list(dirs)
+        self.asked = 0
+
+    async def __call__(self, context: Any) -> Any:
+        model = types if types is not None else importlib.import_module("mcp.types")
+        self.asked += 1
+        roots = [model.Root(uri=FileUrl(pathlib.Path(d).as_uri())) for d in self.dirs]
+        log(f"  roots/list #{self.asked} answered with {self.dirs}")
+        return model.ListRootsResult(roots=roots)
+
+
+async def roots_changed(session: ClientSession) -> None:
+    """`notifications/roots/list_changed`, without the SDK's warning that roots are deprecated
+    after 2025-11-25 (SEP-2577): this is a 2025-era session."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The roots capability is deprecated")
+        await session.send_roots_list_changed()
+
+
+async def execute(session: ClientSession, arguments: dict[str, Any]) -> dict[str, Any]:
+    """One `execute` call's result object (it must not be an error)."""
+    return result_json(await session.call_tool("execute", arguments))
+
+
+def first_line(out: dict[str, Any]) -> str:
+    """The first line of a result's output (a note may follow the command's own lines)."""
+    lines = out.get("output", "").splitlines()
+    return lines[0] if lines else ""
+
+
+def all_text(result: Any) -> str:
+    """Everything a tool result says: its text items and its structured content."""
+    texts = [item.text for item in result.content if item.type == "text"]
+    structured = field(result, "structured_content", "structuredContent")
+    if structured is not None:
+        texts.append(json.dumps(structured))
+    return "\n".join(texts)
+
+
+async def check_write(
+    session: ClientSession, path: str, allowed: bool, what: str, name: str | None = None
+) -> None:
+    """`touch PATH` (or `touch NAME`, in the working directory) succeeds and `path` reaches the
+    host (`allowed`), or fails and does not."""
+    out = await execute(session, {"command": f"touch {shlex.quote(name or path)}"})
+    exists = os.path.exists(path)
+    if allowed:
+        check(out["exit_code"] == 0 and exists, f"{what}: touch {path} did not write it: {out}")
+    else:
+        check(out["exit_code"] != 0, f"{what}: touch {path} exited 0: {out}")
+        check(not exists, f"{what}: touch {path} wrote it on the host: {out}")
+    shown = os.path.join(os.path.basename(os.path.dirname(path)), os.path.basename(path))
+    log(f"  {what}: touch {'wrote' if allowed else 'refused'} {shown}")
+
+
+async def check_roots_choose_workspace(binary: str, parent: str) -> None:
+    """A client declaring `roots` (started in `/`, so no host workspace): its first root under
+    the parent is the workspace from the first call (the working directory, the only place it
+    writes); after `notifications/roots/list_changed` the next call asks again, and a root
+    inside a repository makes the repository's top the workspace."""
+    proj_a, proj_b = os.path.join(parent, "proj-a"), os.path.join(parent, "proj-b")
+    offered = OfferedRoots(proj_a)
+    flags = ("--workspaces-under", parent)
+    async with stdio_session(binary, *flags, list_roots_callback=offered, cwd="/") as session:
+        here = await execute(session, {"command": "pwd"})
+        check(offered.asked == 1, f"roots/list asked {offered.asked} times at the first call")
+        check(here["exit_code"] == 0, f"pwd: {here}")
+        check(first_line(here) == proj_a, f"the root {proj_a} is not the working directory: {here}")
+        made = os.path.join(proj_a, "made-by-a")
+        await check_write(session, made, True, "in the root's project", "made-by-a")
+        await check_write(session, os.path.join(proj_b, "nope"), False, "outside the workspace")
+        check(offered.asked == 1, f"roots/list asked {offered.asked} times without a change")
+
+        offered.dirs = [os.path.join(proj_b, "src")]
+        await roots_changed(session)
+        here = await execute(session, {"command": "pwd"})
+        check(offered.asked == 2, f"roots/list asked {offered.asked} times after the change")
+        check(here["exit_code"] == 0, f"pwd: {here}")
+        check(first_line(here) == proj_b, f"the repository's top {proj_b} is not the working directory: {here}")
+        await check_write(session, os.path.join(proj_b, "x"), True, "in the new workspace", "x")
+        await check_write(session, os.path.join(proj_a, "after-b"), False, "the former workspace")
+        check(offered.asked == 2, f"roots/list asked {offered.asked} times without a change")
+
+
+async def check_workdir_chooses_workspace(binary: str, parent: str) -> None:
+    """A client without `roots` (started in `/`): no workspace (a note says so) until a call's
+    `workdir` under the parent chooses that project; a dot-directory is never chosen."""
+    proj_a = os.path.join(parent, "proj-a")
+    async with stdio_session(binary, "--workspaces-under", parent, cwd="/") as session:
+        listed = await session.call_tool("execute", {"command": "ls /"})
+        out = result_json(listed)
+        check(out["exit_code"] == 0 and "etc" in out["output"].split(), f"ls /: {out}")
+        check("workspace" in all_text(listed).lower(), f"no note about the workspace: {out}")
+        log(f"  ls / without a workspace: {out['output'].strip().splitlines()[-1]!r}")
+        await check_write(session, os.path.join(proj_a, "before"), False, "without a workspace")
+
+        chosen = await execute(session, {"command": "touch by-workdir && pwd", "workdir": proj_a})
+        check(chosen["exit_code"] == 0, f"the call with workdir {proj_a}: {chosen}")
+        check(first_line(chosen) == proj_a, f"pwd in workdir {proj_a}: {chosen}")
+        check(os.path.isfile(os.path.join(proj_a, "by-workdir")), f"touch did not reach {proj_a}: {chosen}")
+        here = await execute(session, {"command": "pwd"})
+        check(first_line(here) == proj_a, f"{proj_a} is not the working directory after: {here}")
+
+        hidden = os.path.join(parent, ".hidden-dir")
+        try:
+            result = await session.call_tool("execute", {"command": "touch t", "workdir": hidden})
+        except McpError as e:
+            outcome = f"refused: {e.error.code} {e.error.message}"
+        else:
+            outcome = f"a result: {all_text(result)[:300]}"
+        check(not os.path.exists(os.path.join(hidden, "t")), f"touch t wrote in {hidden}: {outcome}")
+        log(f"  workdir {hidden}: {outcome}")
+
+
 # ---- groups ----------------------------------------------------------------------------------
 
 
@@ -1693,6 +1859,19 @@ async def group_tasks_2026(binary: str) -> None:
         await check_tasks_http(server)
 
 
+async def group_roots(binary: str) -> None:
+    """12: a workspace per session under `--workspaces-under`, over stdio with servers started
+    in `/`: chosen by the client's roots (and again after they changed), or by a call's
+    `workdir`; never a dot-directory."""
+    with tempfile.TemporaryDirectory(prefix="toolhost-py-roots-", dir=workspaces_root()) as parent:
+        parent = os.path.realpath(parent)
+        make_projects(parent)
+        log(f"roots over stdio, under {parent}")
+        await check_roots_choose_workspace(binary, parent)
+        log("a call's workdir over stdio, a session without roots")
+        await check_workdir_chooses_workspace(binary, parent)
+
+
 GROUPS: dict[str, Callable[[str], Awaitable[None]]] = {
     "tools": group_tools,
     "resources": group_resources,
@@ -1704,6 +1883,7 @@ GROUPS: dict[str, Callable[[str], Awaitable[None]]] = {
     "cli": group_cli,
     "malformed": group_malformed,
     "tasks_2026": group_tasks_2026,
+    "roots": group_roots,
 }
 
 

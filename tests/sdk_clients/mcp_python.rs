@@ -37,7 +37,17 @@
 //!   `execute` of `sleep 2.5; echo done` with timeout 1s is a task working past 1 s that
 //!   completes with `done`, and `tasks/cancel` ends a task `cancelled` with its command;
 //!   another scope neither sees nor cancels it; a 2025-11-25 client declaring the extension
-//!   gets plain results.
+//!   gets plain results;
+//! - `roots`: servers started in `/` with `--workspaces-under PARENT`, PARENT a fresh directory
+//!   under `/var/tmp` (never `/tmp`, which confined commands see privately, nor the home
+//!   directory, whose caches they may write). A client declaring `roots` (the SDK's
+//!   `list_roots_callback`) is asked for them at its first call only. Its root `proj-a` becomes
+//!   the working directory and the only place its commands write. After
+//!   `notifications/roots/list_changed` the next call asks again, and the root `proj-b/src`
+//!   makes the repository's top `proj-b` the workspace in place of `proj-a`. A client without
+//!   `roots` has no workspace, and its first result says so in a note. A call's `workdir` of
+//!   `PARENT/proj-a` makes that project its workspace and working directory from then on. A
+//!   `workdir` in a dot-directory under PARENT writes nothing there.
 //!
 //! The SDK lives in a virtualenv under the target directory (`<target>/mcp-venv`), created on
 //! the first run (needs `python3` with `venv` and access to PyPI) and reused while its marker
@@ -287,4 +297,9 @@ fn python_sdk_malformed_messages() {
 #[test]
 fn python_sdk_protocol_2026_and_tasks() {
     run_group("tasks_2026");
+}
+
+#[test]
+fn python_sdk_roots_and_workdir_choose_workspaces() {
+    run_group("roots");
 }

@@ -59,7 +59,8 @@ pub async fn serve_stdio(host: Arc<ToolHost>) -> Result<(), ServeError> {
     let signals = spawn_signal_watch(stop.clone())?;
     let outcome = async {
         let transport = stdio::LineTransport::new(tokio::io::stdin(), tokio::io::stdout())
-            .cancel_at_end(stop.clone());
+            .cancel_at_end(stop.clone())
+            .on_roots_changed(server.roots_changed_flag());
         let running = tokio::select! {
             running = server.clone().serve_with_ct(transport, stop.clone()) => match running {
                 Ok(running) => running,

@@ -67,8 +67,12 @@ struct Session {
     log: Arc<SessionLog>,
     /// The client's roots were asked for (at the first call).
     roots_asked: AtomicBool,
-    /// The client said its roots changed since they were last asked for.
-    roots_changed: AtomicBool,
+    /// The client said its roots changed since they were last asked for (set by the handler
+    /// of the notification, and on stdio by the transport as it reads it).
+    roots_changed: Arc<AtomicBool>,
+    /// The transport sets `roots_changed` itself, so the handler of the notification does
+    /// not (it may run after the next call has read the flag, and set it again).
+    transport_marks_roots: AtomicBool,
 }
 
 impl Drop for Session {
@@ -112,7 +116,8 @@ impl ToolServer {
                 tasks: TaskManager::new(),
                 log: Arc::default(),
                 roots_asked: AtomicBool::new(false),
-                roots_changed: AtomicBool::new(false),
+                roots_changed: Arc::default(),
+                transport_marks_roots: AtomicBool::new(false),
             }),
             named_scopes: None,
         }
@@ -173,6 +178,15 @@ impl ToolServer {
             self.session.scope.clone(),
             self.session.tasks.clone(),
         )))
+    }
+
+    /// The flag a transport sets when the client says its roots changed, as it reads the
+    /// notification (see [`super::stdio::LineTransport::on_roots_changed`]).
+    pub fn roots_changed_flag(&self) -> Arc<AtomicBool> {
+        self.session
+            .transport_marks_roots
+            .store(true, Ordering::Release);
+        self.session.roots_changed.clone()
     }
 
     /// The scope every call of this session runs in.
@@ -506,7 +520,9 @@ impl ServerHandler for ToolServer {
     }
 
     async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {
-        self.session.roots_changed.store(true, Ordering::Release);
+        if !self.session.transport_marks_roots.load(Ordering::Acquire) {
+            self.session.roots_changed.store(true, Ordering::Release);
+        }
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {

@@ -23,6 +23,7 @@ use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use serde_json::Value;
 use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as SyncMutex};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::Mutex;
@@ -51,6 +52,9 @@ pub struct LineTransport<R, W> {
     input_ended: Option<CancellationToken>,
     /// Answers to broken lines being written; `close` waits for them.
     writes: TaskTracker,
+    /// Set when `notifications/roots/list_changed` is read, before it is handed on (see
+    /// [`LineTransport::on_roots_changed`]).
+    roots_changed: Option<Arc<AtomicBool>>,
 }
 
 /// What reading and writing share.
@@ -101,7 +105,16 @@ where
             state: Arc::default(),
             input_ended: None,
             writes: TaskTracker::new(),
+            roots_changed: None,
         }
+    }
+
+    /// Set `flag` when the client says its roots changed, as the message is read: rmcp hands
+    /// each message to a task of its own, so the request after the notification could run
+    /// before the notification's handler does.
+    pub fn on_roots_changed(mut self, flag: Arc<AtomicBool>) -> Self {
+        self.roots_changed = Some(flag);
+        self
     }
 
     /// Cancel `token` when the input ends. Given the service's token, a client that goes
@@ -192,6 +205,9 @@ where
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
         loop {
             if let Some(message) = self.queue.pop_front() {
+                if let (Some(flag), true) = (&self.roots_changed, roots_changed(&message)) {
+                    flag.store(true, Ordering::Release);
+                }
                 return Some(message);
             }
             let line = match self.read_line().await {
@@ -256,6 +272,18 @@ where
 }
 
 /// Write each value as one line and flush.
+/// Whether `message` is `notifications/roots/list_changed`.
+fn roots_changed(message: &RxJsonRpcMessage<RoleServer>) -> bool {
+    matches!(
+        message,
+        rmcp::model::JsonRpcMessage::Notification(notification)
+            if matches!(
+                notification.notification,
+                rmcp::model::ClientNotification::RootsListChangedNotification(_)
+            )
+    )
+}
+
 async fn write_lines<W: AsyncWrite + Unpin>(
     out: &Mutex<Option<W>>,
     values: &[Value],
