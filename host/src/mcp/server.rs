@@ -262,9 +262,7 @@ impl ToolServer {
         }
         call_result(&self.session.host, &scope.name, outcome).map(Into::into)
     }
-}
 
-impl ToolServer {
     /// Let the client's roots choose the session's workspace (2025-era sessions, whose
     /// clients declare `roots`):
     ///

@@ -271,7 +271,6 @@ where
     }
 }
 
-/// Write each value as one line and flush.
 /// Whether `message` is `notifications/roots/list_changed`.
 fn roots_changed(message: &RxJsonRpcMessage<RoleServer>) -> bool {
     matches!(
@@ -284,6 +283,7 @@ fn roots_changed(message: &RxJsonRpcMessage<RoleServer>) -> bool {
     )
 }
 
+/// Write each value as one line and flush.
 async fn write_lines<W: AsyncWrite + Unpin>(
     out: &Mutex<Option<W>>,
     values: &[Value],

@@ -761,7 +761,6 @@ impl ProcessManager {
         }
     }
 
-    /// The profile of a request that names none: the operator's settings.
     /// Make `dir`'s project the workspace of `scope` (`workspace.rs`), as `from` asks:
     /// returns the workspace the scope has then, or why `dir` cannot be one. `None` when
     /// scopes keep the host's workspace (`--workdir` given, or no parent allowed).
@@ -849,6 +848,7 @@ impl ProcessManager {
         );
     }
 
+    /// The profile of a request that names none: the operator's settings.
     fn default_profile(&self) -> Profile {
         self.config.sandbox.profile()
     }

@@ -1,6 +1,6 @@
 //! What one scope (an agent session) holds in the process manager, in one place: its
-//! confinement state, its git guard, the index of its output logs and its owner; and [`end`], the order
-//! a scope is let go in.
+//! confinement state, its git guard, the index of its output logs, its owner and the workspace
+//! it chose; and [`end`], the order a scope is let go in.
 //!
 //! Two things stay keyed by the scope's name elsewhere, each under its own lock:
 //! - the process table (`table.rs`) counts a scope's processes under the lock that admits a
