@@ -1,0 +1,164 @@
+//! The cost of calling an interpreter plugin: `py_word_count`, the Python example
+//! (`guest-tools/python/word_count`, a component with a Python interpreter inside, about
+//! 18 MB), against the Rust default policy's `process_list` on the fake process capability (a
+//! fresh instance and one host call: the floor of any call). Both are `ToolHost::call` in
+//! process, interleaved, a fresh instance per call in both; the plugin's code is compiled
+//! once, before the rounds, and cached.
+//!
+//! Also the host's start with the plugin: its compiled code not cached (Cranelift compiles the
+//! interpreter) and cached (mapped from disk).
+//!
+//! Prints medians, p90 and ratios. Asserts nothing about time. Needs the Python toolchain of
+//! `tests/plugin_languages` (installed into the target directory on first use: `python3` with
+//! `venv`, and PyPI).
+//!
+//! Run: `cargo bench -p toolhost-e2e --bench plugin_call`
+
+#[path = "../tests/plugin_languages/toolchains.rs"]
+#[allow(dead_code)]
+mod toolchains;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use toolhost::ToolHost;
+use toolhost::testing::FakeProcesses;
+use toolhost_e2e::repo_root;
+use toolhost_e2e::stats::{percentile, ratio};
+
+const WARMUP: usize = 10;
+const SAMPLES: usize = 200;
+const STARTS: usize = 3;
+const TEXT_ARGUMENTS: &str = r#"{"text":"The quick brown fox\njumps over the lazy dog."}"#;
+
+/// Build the Python example into `plugins`, from a copy of its source in `work`.
+fn build_example(componentize_py: &Path, work: &Path, plugins: &Path) -> PathBuf {
+    let source = work.join("source");
+    std::fs::create_dir_all(&source).expect("source directory");
+    std::fs::copy(
+        repo_root().join("guest-tools/python/word_count/app.py"),
+        source.join("app.py"),
+    )
+    .expect("copy app.py");
+    let wasm = plugins.join("py_word_count.wasm");
+    let status = Command::new(componentize_py)
+        .arg("-d")
+        .arg(repo_root().join("wit"))
+        .args(["-w", "tools", "componentize", "app", "-o"])
+        .arg(&wasm)
+        .current_dir(&source)
+        .status()
+        .expect("run componentize-py");
+    assert!(status.success(), "componentize-py failed: {status}");
+    wasm
+}
+
+/// A host with the default policy and the plugins in `plugins`, its cache in `cache`, and how
+/// long it took to build.
+async fn host(plugins: &Path, cache: &Path) -> (ToolHost, Duration) {
+    let started = Instant::now();
+    let host = ToolHost::builder()
+        .cache_dir(Some(cache.to_path_buf()))
+        .plugin_dir(plugins)
+        .process_backend(FakeProcesses::new())
+        .build()
+        .await
+        .expect("the host builds with the Python plugin");
+    (host, started.elapsed())
+}
+
+/// One call's wall time.
+async fn call(host: &ToolHost, tool: &str, arguments: &str) -> Duration {
+    let started = Instant::now();
+    let output = host
+        .call("bench", tool, arguments)
+        .await
+        .unwrap_or_else(|error| panic!("{tool} failed: {error}"));
+    let elapsed = started.elapsed();
+    std::hint::black_box(output);
+    elapsed
+}
+
+/// Median and p90, in milliseconds.
+fn summary(samples: &mut [Duration]) -> (f64, f64) {
+    samples.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    (ms(percentile(samples, 0.5)), ms(percentile(samples, 0.9)))
+}
+
+#[tokio::main]
+async fn main() {
+    let toolchain = match toolchains::python() {
+        Ok(toolchain) => toolchain,
+        Err(unavailable) => {
+            eprintln!(
+                "plugin_call: no Python toolchain here, nothing measured: {}",
+                unavailable.reason
+            );
+            return;
+        }
+    };
+    let work = tempfile::tempdir().expect("work directory");
+    let plugins = work.path().join("plugins");
+    std::fs::create_dir(&plugins).expect("plugins directory");
+    build_example(&toolchain.componentize_py, work.path(), &plugins);
+
+    // Starts: cold (a fresh cache each time), then warm (the same cache again).
+    let mut cold = Vec::new();
+    let mut warm = Vec::new();
+    for _ in 0..STARTS {
+        let cache = tempfile::tempdir().expect("cache directory");
+        cold.push(host(&plugins, cache.path()).await.1);
+        warm.push(host(&plugins, cache.path()).await.1);
+    }
+
+    // Calls, interleaved, on one host whose code is compiled.
+    let cache = tempfile::tempdir().expect("cache directory");
+    let (host, _) = host(&plugins, cache.path()).await;
+    let parts = [
+        (
+            "py_word_count (Python plugin)",
+            "py_word_count",
+            TEXT_ARGUMENTS,
+        ),
+        (
+            "process_list (Rust default policy, fake)",
+            "process_list",
+            "{}",
+        ),
+    ];
+    let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(SAMPLES); parts.len()];
+    for round in 0..WARMUP + SAMPLES {
+        for k in 0..parts.len() {
+            let index = (k + round) % parts.len();
+            let (_, tool, arguments) = parts[index];
+            let took = call(&host, tool, arguments).await;
+            if round >= WARMUP {
+                samples[index].push(took);
+            }
+        }
+    }
+    host.shutdown().await;
+
+    println!("plugin_call: {SAMPLES} calls of each after {WARMUP} warm-up rounds, interleaved");
+    println!("  {:<44} {:>10} {:>10}", "call", "median ms", "p90 ms");
+    let mut medians = Vec::new();
+    for ((label, _, _), samples) in parts.iter().zip(samples.iter_mut()) {
+        let (median, p90) = summary(samples);
+        medians.push(median);
+        println!("  {label:<44} {median:>10.2} {p90:>10.2}");
+    }
+    println!(
+        "  the Python plugin's call / the Rust policy's floor: {:.1}x",
+        medians[0] / medians[1]
+    );
+    let (cold, _) = summary(&mut cold);
+    let (warm, _) = summary(&mut warm);
+    println!(
+        "host start with the Python plugin ({STARTS} each): compiled now {cold:.0} ms, cached {warm:.0} ms ({:.0}x)",
+        ratio(
+            Duration::from_secs_f64(cold / 1e3),
+            Duration::from_secs_f64(warm / 1e3)
+        )
+    );
+}
