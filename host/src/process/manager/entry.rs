@@ -118,7 +118,7 @@ pub(super) struct EntrySpec {
     /// When its output says that the host has no workspace (see `sandbox::Context::workdir`).
     pub(super) workspace_note: WorkspaceNote,
     /// The parents a call's `workdir` may choose the scope's workspace under, for that note.
-    pub(super) workspace_parents: Vec<PathBuf>,
+    pub(super) workspace_parents: Option<Arc<[PathBuf]>>,
     pub(super) started_ms: u64,
     pub(super) started_at: Instant,
 }
@@ -240,7 +240,8 @@ impl Entry {
         if self.spec.workspace_note == WorkspaceNote::Always
             || (failed && self.spec.workspace_note == WorkspaceNote::OnFailure)
         {
-            refusals.push(Refusal::NoWorkspace(self.spec.workspace_parents.clone()));
+            let parents = self.spec.workspace_parents.as_deref().unwrap_or_default();
+            refusals.push(Refusal::NoWorkspace(parents.to_vec()));
         }
         refusals
     }

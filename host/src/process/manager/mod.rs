@@ -173,10 +173,15 @@ pub struct ProcessManager {
 /// The parents a scope's workspace may be chosen under, and what a candidate must keep out
 /// of (`workspace.rs`), resolved once.
 struct Choosing {
-    parents: Vec<PathBuf>,
+    /// Shared with each start's record, for the no-workspace note.
+    parents: Arc<[PathBuf]>,
     homes: Vec<PathBuf>,
     protected: Vec<PathBuf>,
     path_dirs: Vec<PathBuf>,
+    /// The host's workspace, resolved, unless it holds an allowed parent (a server started
+    /// in a home): a call's `workdir` in it keeps a scope on it; in one that holds a parent,
+    /// a project narrows it.
+    host_workspace: Option<PathBuf>,
 }
 
 impl Choosing {
@@ -359,6 +364,7 @@ impl ProcessManager {
                     .iter()
                     .map(|dir| sandbox::canonical(dir))
                     .collect(),
+                host_workspace: None,
                 homes: sandbox_context
                     .hidden
                     .homes
@@ -371,6 +377,19 @@ impl ProcessManager {
                     .map(|path| sandbox::canonical(path))
                     .collect(),
                 path_dirs: workspace::path_dirs(),
+            })
+            .map(|mut choosing| {
+                choosing.host_workspace = sandbox_context
+                    .workdir
+                    .as_deref()
+                    .map(sandbox::canonical)
+                    .filter(|dir| {
+                        !choosing
+                            .parents
+                            .iter()
+                            .any(|parent| parent.starts_with(dir))
+                    });
+                choosing
             });
         Arc::new(Self {
             choosing,
@@ -574,8 +593,7 @@ impl ProcessManager {
             workspace_parents: self
                 .choosing
                 .as_ref()
-                .map(|choosing| choosing.parents.clone())
-                .unwrap_or_default(),
+                .map(|choosing| choosing.parents.clone()),
             started_at: started.0,
             started_ms: started.1,
         }
@@ -786,25 +804,16 @@ impl ProcessManager {
         let Some(choosing) = &self.choosing else {
             return;
         };
-        let current = scope
-            .workspace()
-            .map(|chosen| chosen.dir.clone())
-            .or_else(|| {
-                self.sandbox_context
-                    .workdir
-                    .as_deref()
-                    .map(sandbox::canonical)
-            });
-        // Inside the workspace nothing changes, unless the workspace is the host's and holds
-        // an allowed parent (a server started in a home): a project there narrows it.
+        // Inside the workspace nothing changes (see `Choosing::host_workspace` for the host's).
         let resolved = sandbox::canonical(dir);
-        if current.is_some_and(|current| {
-            resolved.starts_with(&current)
-                && !choosing
-                    .parents
-                    .iter()
-                    .any(|parent| parent.starts_with(&current))
-        }) {
+        let inside = match scope.workspace() {
+            Some(chosen) => resolved.starts_with(&chosen.dir),
+            None => choosing
+                .host_workspace
+                .as_ref()
+                .is_some_and(|host| resolved.starts_with(host)),
+        };
+        if inside {
             return;
         }
         match workspace::project_of(dir, &choosing.allowed(&self.path_roots)) {
