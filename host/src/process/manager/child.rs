@@ -16,7 +16,7 @@ use toolhost_keeper_protocol::fd;
 
 use super::keeper::{self, above_reserved};
 use super::reap::wait_exited;
-use super::spec::ChildSpec;
+use super::spec::{ChildFds, ChildSpec};
 
 /// The machinery the spawner thread keeps between spawns: a stack for the child and
 /// `/dev/null`. Only used from that thread.
@@ -62,7 +62,10 @@ impl Forker {
     /// stdio and the keeper's descriptors; working directory; every other descriptor closed;
     /// signal handlers reset to the default (they would run on shared memory) and the signal
     /// mask cleared; `execveat` of the keeper.
-    pub(super) fn spawn(&self, spec: &ChildSpec) -> Result<Pid, SpawnError> {
+    ///
+    /// `fds` are the numbers of the spec's descriptors in this thread's descriptor table
+    /// ([`ChildSpec::fds`] where the thread shares the host's).
+    pub(super) fn spawn(&self, spec: &ChildSpec, fds: &ChildFds) -> Result<Pid, SpawnError> {
         let argv: Vec<*const libc::c_char> = spec
             .argv
             .iter()
@@ -80,25 +83,14 @@ impl Forker {
             argv: argv.as_ptr(),
             envp: envp.as_ptr(),
             workdir: spec.workdir.as_ptr(),
-            stdin: spec
-                .stdin
-                .as_ref()
-                .map_or(self.dev_null.as_raw_fd(), AsRawFd::as_raw_fd),
-            output: spec.output.as_raw_fd(),
-            status: spec.keeper.status.as_raw_fd(),
-            control: spec.keeper.control.as_raw_fd(),
-            cgroups: std::array::from_fn(|index| {
-                spec.cgroups
-                    .get(index)
-                    .map_or(-1, |procs| procs.as_raw_fd())
-            }),
-            layers: spec.layers.as_ref().map_or((-1, -1), |(ruleset, seccomp)| {
-                (ruleset.as_raw_fd(), seccomp.as_raw_fd())
-            }),
+            stdin: fds.stdin.unwrap_or(self.dev_null.as_raw_fd()),
+            output: fds.output,
+            status: fds.status,
+            control: fds.control,
+            cgroups: std::array::from_fn(|index| fds.cgroups.get(index).copied().unwrap_or(-1)),
+            layers: fds.layers.unwrap_or((-1, -1)),
             namespaces: std::array::from_fn(|index| {
-                spec.namespaces
-                    .get(index)
-                    .map_or(-1, |namespace| namespace.as_raw_fd())
+                fds.namespaces.get(index).copied().unwrap_or(-1)
             }),
             nice: spec.nice,
             parent: nix::unistd::getpid().as_raw(),
@@ -152,6 +144,8 @@ impl Forker {
 pub(super) enum SpawnStep {
     /// Handing the job to the spawner thread.
     Spawner,
+    /// Copying the child's descriptors into the spawner thread's table.
+    Descriptors,
     /// `clone` itself (e.g. too many processes).
     Clone,
     /// `setsid` in the child.
@@ -179,6 +173,7 @@ impl std::fmt::Display for SpawnError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let step = match self.step {
             SpawnStep::Spawner => "spawner thread",
+            SpawnStep::Descriptors => "pidfd_getfd",
             SpawnStep::Clone => "clone",
             SpawnStep::Setsid => "setsid",
             SpawnStep::DeathSignal => "prctl(PR_SET_PDEATHSIG)",
@@ -501,7 +496,7 @@ mod tests {
         let (pid, _host) = std::thread::spawn(move || {
             let forker = Forker::new().expect("forker");
             let (_reader, host, sleeps) = spec(&command, Path::new("/"));
-            let pid = forker.spawn(&sleeps).expect("spawn");
+            let pid = forker.spawn(&sleeps, &sleeps.fds()).expect("spawn");
             // Both sleeps run (so the keeper is past its start) before the thread, and with
             // it the parent-death signal, goes.
             while sleeping(marker) < 2 {
@@ -523,7 +518,7 @@ mod tests {
     fn spawn_failures_name_the_step() {
         let forker = Forker::new().expect("forker");
         let (_reader, _host, bad_dir) = spec("true", Path::new("/nonexistent/dir"));
-        let error = forker.spawn(&bad_dir).expect_err("chdir");
+        let error = forker.spawn(&bad_dir, &bad_dir.fds()).expect_err("chdir");
         assert_eq!(error.step, SpawnStep::Chdir);
         assert!(error.to_string().starts_with("chdir: "), "{error}");
     }
@@ -532,7 +527,7 @@ mod tests {
     async fn a_keeper_reports_the_exit_then_ends_when_nothing_is_left() {
         let forker = Forker::new().expect("forker");
         let (_reader, host, exits) = spec("exit 5", Path::new("/"));
-        let pid = forker.spawn(&exits).expect("spawn");
+        let pid = forker.spawn(&exits, &exits.fds()).expect("spawn");
         drop(exits);
         let mut status = Receiver::from_owned_fd(host.status).expect("status");
         let report = read_exit(&mut status).await;
@@ -547,7 +542,7 @@ mod tests {
 
         // A signal reaches the command through the keeper, and is reported as its end.
         let (_reader, host, sleeps) = spec("exec sleep 30", Path::new("/"));
-        let pid = forker.spawn(&sleeps).expect("spawn");
+        let pid = forker.spawn(&sleeps, &sleeps.fds()).expect("spawn");
         drop(sleeps);
         let mut status = Receiver::from_owned_fd(host.status).expect("status");
         request(&host.control, crate::process::Signal::Kill).expect("request");
@@ -555,5 +550,51 @@ mod tests {
         assert_eq!(exit, Some(Exit::Signal(libc::SIGKILL)));
         stop_and_reap(pid);
         wait_gone(status, None).await;
+    }
+
+    /// The number of descriptors in the table of thread `tid` of this process.
+    fn table_size(tid: &str) -> usize {
+        std::fs::read_dir(format!("/proc/self/task/{tid}/fd")).map_or(0, Iterator::count)
+    }
+
+    #[tokio::test]
+    async fn children_are_cloned_from_a_small_table_of_their_own() {
+        let open = |count| -> Vec<std::fs::File> {
+            (0..count)
+                .map(|_| std::fs::File::open("/dev/null").expect("open"))
+                .collect()
+        };
+        // The host holds many descriptors before the thread starts, and opens more after.
+        let before = open(150);
+        let spawner = super::super::spawner::Spawner::new().expect("spawner");
+        let after = open(150);
+        let (reader, host, echoes) = spec("echo started; exit 3", Path::new("/"));
+        let spawned = spawner.spawn(echoes).await.expect("spawn");
+        let mut status = Receiver::from_owned_fd(host.status).expect("status");
+        assert_eq!(read_exit(&mut status).await.exit, Some(Exit::Code(3)));
+        let output = io::read_to_string(reader).expect("output");
+        assert_eq!(output, "started\n");
+        stop_and_reap(spawned.release());
+        // Every cloner thread of this process (other tests make theirs) has left the
+        // shared table, which holds the 300, and kept none of the first 150.
+        let spawners: Vec<String> = std::fs::read_dir("/proc/self/task")
+            .expect("tasks")
+            .flatten()
+            .filter(|task| {
+                std::fs::read_to_string(task.path().join("comm"))
+                    .is_ok_and(|comm| comm.trim() == "toolhost-cloner")
+            })
+            .map(|task| task.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(!spawners.is_empty(), "no cloner thread found");
+        let shared = table_size(&rustix::process::getpid().as_raw_nonzero().to_string());
+        assert!(
+            shared >= before.len() + after.len(),
+            "the shared table holds {shared}"
+        );
+        for tid in spawners {
+            let own = table_size(&tid);
+            assert!(own < 64, "cloner thread {tid} holds {own} descriptors");
+        }
     }
 }

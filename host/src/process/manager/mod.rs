@@ -89,6 +89,7 @@
 
 mod backend;
 mod child;
+mod cloner;
 mod config;
 mod descendants;
 mod entry;

@@ -9,6 +9,11 @@
 //! `block_in_place` (as `wasmtime-wasi` may) can be turned into one. So the manager owns one
 //! plain thread that does nothing but spawn, lives exactly as long as the manager, and takes
 //! its children with it when it exits. A spawn costs one channel hop each way.
+//!
+//! Where the kernel allows it, the clone itself happens on a second plain thread, the
+//! cloner (`cloner.rs`), which has a small descriptor table of its own: a start then does
+//! not copy and close the host's whole table. The cloner lives exactly as long as this
+//! thread, so the parent-death signal keeps its meaning.
 
 use std::io;
 use std::os::fd::OwnedFd;
@@ -18,6 +23,7 @@ use nix::unistd::Pid;
 use tokio::sync::oneshot;
 
 use super::child::{Forker, SpawnError, SpawnStep};
+use super::cloner::Cloner;
 use super::reap;
 use super::spec::ChildSpec;
 
@@ -93,8 +99,8 @@ impl Spawner {
         let (jobs, queue) = mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("toolhost-spawner".to_owned())
-            .spawn(move || match Forker::new() {
-                Ok(forker) => run(&forker, &queue),
+            .spawn(move || match Maker::new() {
+                Ok(maker) => run(&maker, &queue),
                 Err(error) => {
                     tracing::error!(%error, "the process spawner cannot start processes");
                     let message = error.to_string();
@@ -123,11 +129,42 @@ impl Spawner {
     }
 }
 
-fn run(forker: &Forker, queue: &mpsc::Receiver<Job>) {
+/// What makes the children: the cloner thread, or this thread itself where the cloner
+/// cannot leave the shared table.
+enum Maker {
+    Cloner(Cloner),
+    Here(Forker),
+}
+
+impl Maker {
+    fn new() -> io::Result<Self> {
+        match Cloner::new() {
+            Ok(cloner) => Ok(Self::Cloner(cloner)),
+            Err(error) => {
+                tracing::debug!(
+                    %error,
+                    "children are cloned from the host's shared descriptor table: every start \
+                     copies it"
+                );
+                Forker::new().map(Self::Here)
+            }
+        }
+    }
+
+    /// Start the child of `spec`. The spec is dropped here, in the shared table, as soon as
+    /// the child has started: our copy of its output pipe's write end must close, or the
+    /// reader would never see end-of-file.
+    fn spawn(&self, spec: ChildSpec) -> Result<Pid, SpawnError> {
+        match self {
+            Self::Cloner(cloner) => cloner.spawn(spec).1,
+            Self::Here(forker) => forker.spawn(&spec, &spec.fds()),
+        }
+    }
+}
+
+fn run(maker: &Maker, queue: &mpsc::Receiver<Job>) {
     while let Ok(Job { spec, reply }) = queue.recv() {
-        let result = forker.spawn(&spec).map(Spawned::new);
-        // Close our copy of the pipe's write end now, or the reader would never see EOF.
-        drop(spec);
+        let result = maker.spawn(spec).map(Spawned::new);
         // If the caller went away (its future was dropped), the answer comes back and is
         // dropped here: its guard kills and reaps the child.
         let _ = reply.send(result);

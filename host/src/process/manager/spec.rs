@@ -6,7 +6,7 @@
 
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -88,7 +88,62 @@ pub(super) struct ChildSpec {
     pub(super) nice: i32,
 }
 
+/// The numbers of a [`ChildSpec`]'s descriptors in one descriptor table: the spec's own, or
+/// copies of them in the spawner thread's table (`own_table.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct ChildFds {
+    pub(super) output: RawFd,
+    pub(super) stdin: Option<RawFd>,
+    pub(super) status: RawFd,
+    pub(super) control: RawFd,
+    pub(super) layers: Option<(RawFd, RawFd)>,
+    pub(super) namespaces: Vec<RawFd>,
+    pub(super) cgroups: Vec<RawFd>,
+}
+
+impl ChildFds {
+    /// The same descriptors, each passed through `copy`.
+    pub(super) fn map(&self, mut copy: impl FnMut(RawFd) -> io::Result<RawFd>) -> io::Result<Self> {
+        Ok(Self {
+            output: copy(self.output)?,
+            stdin: self.stdin.map(&mut copy).transpose()?,
+            status: copy(self.status)?,
+            control: copy(self.control)?,
+            layers: match self.layers {
+                Some((ruleset, seccomp)) => Some((copy(ruleset)?, copy(seccomp)?)),
+                None => None,
+            },
+            namespaces: self
+                .namespaces
+                .iter()
+                .map(|fd| copy(*fd))
+                .collect::<io::Result<_>>()?,
+            cgroups: self
+                .cgroups
+                .iter()
+                .map(|fd| copy(*fd))
+                .collect::<io::Result<_>>()?,
+        })
+    }
+}
+
 impl ChildSpec {
+    /// The spec's descriptors, as numbers in the table that holds them.
+    pub(super) fn fds(&self) -> ChildFds {
+        ChildFds {
+            output: self.output.as_raw_fd(),
+            stdin: self.stdin.as_ref().map(AsRawFd::as_raw_fd),
+            status: self.keeper.status.as_raw_fd(),
+            control: self.keeper.control.as_raw_fd(),
+            layers: self
+                .layers
+                .as_ref()
+                .map(|(ruleset, seccomp)| (ruleset.as_raw_fd(), seccomp.as_raw_fd())),
+            namespaces: self.namespaces.iter().map(AsRawFd::as_raw_fd).collect(),
+            cgroups: self.cgroups.iter().map(AsRawFd::as_raw_fd).collect(),
+        }
+    }
+
     /// `shell -c command` under a keeper, in `workdir`, with the host environment (only the
     /// `inherit` names, if given) plus `env` (which wins), and the launch's stdio (a terminal
     /// stdin: the keeper makes it the command's controlling terminal). A `shell` without a
