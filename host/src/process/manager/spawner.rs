@@ -1,4 +1,4 @@
-//! The manager's spawner thread: every child is created from it.
+//! The manager's spawner thread: every child is created from it, or from its cloner thread.
 //!
 //! Children (keepers) are started with `PR_SET_PDEATHSIG(SIGTERM)`, which makes a keeper
 //! stop everything under it when the host goes, however it goes (closing its control socket
