@@ -10,7 +10,14 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-use toolhost_keeper_protocol::start::MAX_FDS;
+use toolhost_keeper_protocol::{resident, start};
+
+/// The most descriptors one message brings: a start message's or a fork request's.
+const MAX_FDS: usize = if start::MAX_FDS > resident::MAX_FDS {
+    start::MAX_FDS
+} else {
+    resident::MAX_FDS
+};
 
 /// Send `bytes` on the socket `socket` with `fds` attached to them (`SCM_RIGHTS`).
 pub(crate) fn send_with_fds(socket: RawFd, bytes: &[u8], fds: &[impl AsRawFd]) -> io::Result<()> {

@@ -19,6 +19,8 @@
 //! `toolhost-keeper --ready [--join-cgroup=FD]... [OPTIONS]` is a keeper prepared ahead: it
 //! does all of the above but start a command, then waits for its command in a start message
 //! on the control socket (`start.rs`), whose descriptors become the command's stdio.
+//! `toolhost-keeper --resident [OPTIONS]` joins the namespaces once and forks such keepers on
+//! request (`resident.rs`).
 //! `toolhost-keeper --make-namespaces ...` is the other mode: it makes a scope's namespaces for the host (see
 //! `namespaces.rs`).
 //!
@@ -42,6 +44,7 @@ mod confine;
 mod fds;
 mod namespaces;
 mod network;
+mod resident;
 mod start;
 mod tree;
 mod unix;
@@ -122,8 +125,10 @@ fn run() -> io::Result<()> {
     // `--ready`: prepared ahead, the command comes in a start message; `--tty`: stdin is a
     // terminal, to become the command's controlling terminal.
     let ready = args.first().is_some_and(|arg| arg == option::READY);
-    let terminal = !ready && args.first().is_some_and(|arg| arg == option::TTY);
-    let args = &args[usize::from(ready || terminal)..];
+    // `--resident`: forks keepers prepared ahead on request (`resident.rs`).
+    let resident = args.first().is_some_and(|arg| arg == option::RESIDENT);
+    let terminal = !ready && !resident && args.first().is_some_and(|arg| arg == option::TTY);
+    let args = &args[usize::from(ready || resident || terminal)..];
     // `--join-cgroup=FD`: the `tasks` or `cgroup.procs` of one of the command's cgroups.
     let cgroups: Vec<RawFd> = args
         .iter()
@@ -141,7 +146,13 @@ fn run() -> io::Result<()> {
         })?;
     let args = &args[cgroups.len()..];
     let (confinement, options) = Confinement::from_args(args)?;
-    let given = match (&args[options..], ready) {
+    if resident && !cgroups.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a resident keeper joins no cgroup (run by the toolhost host)",
+        ));
+    }
+    let given = match (&args[options..], ready || resident) {
         ([], true) => None,
         ([program, argv0, rest @ ..], false) => Some(Given {
             terminal,
@@ -168,13 +179,26 @@ fn run() -> io::Result<()> {
     // (not passed) is harmless.
     unsafe { libc::close(fd::EXECUTABLE) };
 
+    // A resident joins the namespaces once, then each keeper it forks carries on from here
+    // with the cgroups of its request, in the namespaces already. A resident that cannot
+    // join them exits: the host then spawns each keeper, which says why on its command's
+    // output.
+    let mut cgroups = cgroups;
+    if resident {
+        confinement.join()?;
+        match resident::serve(&control)? {
+            None => return Ok(()),
+            Some(forked) => cgroups = forked.cgroups,
+        }
+    }
+
     // Into the command's cgroups first, so that the keeper and everything it starts are
     // counted; a command that cannot be limited does not run. A failure is said on the
     // command's output, so a keeper prepared ahead says it once it has the command.
     let mut failure = join_cgroups(&cgroups)
         .err()
         .map(|error| format!("toolhost: cannot move the command into its cgroups: {error}"));
-    if failure.is_none() {
+    if failure.is_none() && !resident {
         match confinement.join() {
             Ok(false) => {}
             Ok(true) => {

@@ -65,6 +65,26 @@
 //! 5. End-of-file on the control socket before a start message, or `SIGTERM`, and the keeper
 //!    exits: nothing of a command ever ran under it.
 //!
+//! # A resident keeper, at a glance
+//!
+//! A keeper may also be *resident*: one per scope, profile and layers, it forks keepers
+//! prepared ahead that are already in the scope's namespaces (see [`resident`]).
+//!
+//! 1. The host starts it as a keeper prepared ahead, with [`option::RESIDENT`] in the place of
+//!    [`option::READY`] and no `--join-cgroup`.
+//! 2. It joins the namespaces and waits on its control socket.
+//!    With a PID namespace it does not fork: its children are in the namespace.
+//! 3. For each fork request ([`resident::FORK`]) it forks a keeper, which takes the request's
+//!    descriptors as its status pipe, its control socket and its cgroup files.
+//!    That keeper moves itself into the cgroups and goes on from step 2 of a keeper prepared
+//!    ahead (it waits for its start message).
+//!    The resident answers with the new keeper's pid.
+//! 4. The resident reaps one of its keepers only once the host has released it
+//!    ([`resident::RELEASE`]), so that its pid names it until then.
+//! 5. End-of-file on the control socket: the resident waits for every keeper it forked, reaps
+//!    them and exits.
+//!    Its keepers have `SIGTERM` as their parent-death signal.
+//!
 //! # A scope's namespaces, at a glance
 //!
 //! The keeper has a second mode, the namespace *helper* (see [`helper`]).
@@ -301,6 +321,10 @@ pub mod option {
     /// a start message on the control socket (see [`start`](crate::start)).
     /// Only as the first option (then there is no [`TTY`]: the start message says so).
     pub const READY: &str = "--ready";
+    /// The keeper is resident: it joins the namespaces, then forks keepers prepared ahead on
+    /// request (see [`resident`](crate::resident)).
+    /// Only as the first option, and without [`JOIN_CGROUP`].
+    pub const RESIDENT: &str = "--resident";
     /// The command's stdin is a terminal, which the keeper makes the command's controlling
     /// terminal.
     /// Only as the first option.
@@ -384,6 +408,29 @@ pub mod start {
     pub const TERMINAL: u8 = b't';
     /// A flag: a stdin descriptor comes last (without it, stdin is `/dev/null`).
     pub const STDIN: u8 = b'i';
+}
+
+pub mod resident {
+    //! The requests a resident keeper ([`option::RESIDENT`](crate::option::RESIDENT)) takes
+    //! on its control socket, and its answer.
+    //!
+    //! A request is one byte.
+    //! [`FORK`] carries by `SCM_RIGHTS` the new keeper's status pipe (write end), its end of a
+    //! control socket, then the `tasks` or `cgroup.procs` of each of its command's cgroups (at
+    //! most [`MAX_CGROUPS`](crate::fd::MAX_CGROUPS)).
+    //! The answer is [`ANSWER_LEN`] bytes: the new keeper's pid as a little-endian `i32`, or
+    //! the negated `errno` of the failed fork.
+    //! [`RELEASE`] is followed by a pid as a little-endian `i32` and has no answer.
+
+    /// Fork a keeper prepared ahead.
+    pub const FORK: u8 = b'F';
+    /// The host no longer refers to the keeper with the pid that follows: reap it once it has
+    /// exited.
+    pub const RELEASE: u8 = b'R';
+    /// The length of the answer to [`FORK`], and of the pid after [`RELEASE`].
+    pub const ANSWER_LEN: usize = 4;
+    /// The most descriptors a [`FORK`] request carries.
+    pub const MAX_FDS: usize = 2 + crate::fd::MAX_CGROUPS;
 }
 
 pub mod helper {

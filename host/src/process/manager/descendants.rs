@@ -18,6 +18,7 @@ use nix::libc;
 use nix::unistd::Pid;
 
 use super::entry::Entry;
+use super::spawner::KeeperPid;
 use crate::process::Leftover;
 
 /// Processes named in a note, at most.
@@ -206,7 +207,7 @@ impl Entry {
         if self.is_running() || !self.has_leftovers() {
             return Vec::new();
         }
-        let keeper = crate::lock(&self.keeper).pid;
+        let keeper = crate::lock(&self.keeper).pid.as_ref().map(KeeperPid::pid);
         keeper.map_or_else(Vec::new, left_running)
     }
 
@@ -247,7 +248,7 @@ impl Entry {
     /// Every process below the command's keeper (the command itself while it runs), as its
     /// command's processes see them.
     pub(super) fn processes(&self) -> Vec<Leftover> {
-        let keeper = crate::lock(&self.keeper).pid;
+        let keeper = crate::lock(&self.keeper).pid.as_ref().map(KeeperPid::pid);
         keeper.map_or_else(Vec::new, left_running)
     }
 
@@ -262,7 +263,7 @@ impl Entry {
         let Some(input) = self.input.identity() else {
             return false;
         };
-        let keeper = crate::lock(&self.keeper).pid;
+        let keeper = crate::lock(&self.keeper).pid.as_ref().map(KeeperPid::pid);
         // Checked every 50 ms of a quiet wait: the cheap walk (a process it misses is seen at
         // the next look, or the quiet time ends the wait).
         keeper.is_some_and(|keeper| {

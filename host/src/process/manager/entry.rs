@@ -10,14 +10,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use std::os::fd::OwnedFd;
 
-use nix::unistd::Pid;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::input::InputSide;
 use super::keeper;
 use super::output_log::{OutputLog, ScopeLogs};
-use super::reap::{self, Exit};
+use super::reap::Exit;
+use super::spawner::KeeperPid;
 use crate::buffer::HeadTailBuffer;
 use crate::lock;
 use crate::process::{OutputSnapshot, ProcessInfo, ReadFrom, Signal, Until};
@@ -35,8 +35,8 @@ pub(super) struct Entry {
     pub(super) cgroups: Mutex<Option<CommandCgroups>>,
     /// Counted in its scope's running count (until finished).
     pub(super) counted: AtomicBool,
-    /// The keeper: its pid until it is reaped (while it is `Some` the keeper is our child,
-    /// alive or a zombie, so the pid cannot be reused), and the host's end of its control
+    /// The keeper: its pid until it is reaped (while it is `Some` the keeper is alive or a
+    /// zombie nobody reaps, so the pid cannot be reused), and the host's end of its control
     /// socket until the record lets go of it (closing it stops everything under the keeper).
     pub(super) keeper: Mutex<Keeper>,
     /// Counted in the host's total of processes (`Table::holding`): from its admission until
@@ -69,7 +69,7 @@ pub(super) struct Entry {
 
 /// The host's hold on a process's keeper.
 pub(super) struct Keeper {
-    pub(super) pid: Option<Pid>,
+    pub(super) pid: Option<KeeperPid>,
     pub(super) control: Option<OwnedFd>,
 }
 
@@ -138,8 +138,8 @@ pub(super) enum WorkspaceNote {
 pub(super) struct Held {
     /// Its cgroups (limits on everything it started), if any.
     pub(super) cgroups: Option<CommandCgroups>,
-    /// The keeper, our unreaped child.
-    pub(super) keeper: Pid,
+    /// The keeper, unreaped.
+    pub(super) keeper: KeeperPid,
     /// The host's end of the keeper's control socket.
     pub(super) control: OwnedFd,
     /// Empty, sized for this process.
@@ -219,7 +219,10 @@ impl Entry {
                 gate_refusals,
                 list,
                 self.spec.started_ms,
-                lock(&self.keeper).pid.map(Pid::as_raw),
+                lock(&self.keeper)
+                    .pid
+                    .as_ref()
+                    .map(|keeper| keeper.pid().as_raw()),
             )
         {
             refusals.push(Refusal::Network(refused));
@@ -548,7 +551,7 @@ impl Entry {
     /// Let go of the keeper: close its control socket, which makes it kill everything under
     /// it and exit, and take its pid out of the record, so nobody signals or reaps it after
     /// this: the caller must reap it. `None` when it was taken (reaped) already.
-    pub(super) fn release_keeper(&self) -> Option<Pid> {
+    pub(super) fn release_keeper(&self) -> Option<KeeperPid> {
         let mut keeper = lock(&self.keeper);
         keeper.control = None;
         keeper.pid.take()
@@ -561,10 +564,10 @@ impl Entry {
         if self.keeper_lost.load(Ordering::Acquire) {
             self.signal_marked(Signal::Kill);
         }
-        if let Some(pid) = self.release_keeper() {
+        if let Some(keeper) = self.release_keeper() {
             // Forgotten under the lock, so nobody signals the keeper after this; the pid
             // cannot be reused before `stop_and_reap` reaps it.
-            reap::stop_and_reap(pid);
+            keeper.stop_and_reap();
         }
         self.removed.send_replace(true);
         self.close_log();
@@ -575,8 +578,8 @@ impl Entry {
     /// output), so finished records hold no process, descriptor or cgroup. Signalling it then
     /// finds nothing to signal, as it should.
     pub(super) fn release_when_gone(&self) {
-        if let Some(pid) = self.release_keeper() {
-            reap::stop_and_reap(pid);
+        if let Some(keeper) = self.release_keeper() {
+            keeper.stop_and_reap();
         }
         let cgroups = lock(&self.cgroups).take();
         drop(cgroups);

@@ -15,6 +15,7 @@ use super::child::SpawnStep;
 use super::entry::Entry;
 use super::keeper;
 use super::ready::{self, ReadyKeeper, ReadyKeepers};
+use super::resident::Resident;
 use super::scope::Scope;
 use super::spawner::{Spawned, Spawner};
 use super::spec::{ChildSpec, Launch, StartMessage};
@@ -113,7 +114,11 @@ impl Launcher {
                     .wait_spawning(&scope.name, profile, READY_WAIT)
                     .await;
             }
-            if let Some(ready) = self.hand_over(&scope.name, profile, prepared, &launch) {
+            let ready = match self.hand_over(&scope.name, profile, prepared, &launch) {
+                Some(ready) => Some(ready),
+                None => self.fork_now(scope, profile, prepared, &launch).await,
+            };
+            if let Some(ready) = ready {
                 return Ok(Launched {
                     spawned: ready.spawned,
                     control: ready.host.control,
@@ -123,6 +128,41 @@ impl Launcher {
             }
         }
         self.spawn_keeper(scope, profile, confine, launch).await
+    }
+
+    /// Have the resident keeper of `scope`, `profile` and `prepared` fork a keeper now, if
+    /// there is one, and hand it `launch`: `None` when there is none or that failed (the
+    /// caller spawns a keeper, which reports any failure as it should).
+    async fn fork_now(
+        &self,
+        scope: &Scope,
+        profile: &Profile,
+        prepared: &Arc<Prepared>,
+        launch: &Launch<'_>,
+    ) -> Option<ReadyKeeper> {
+        let spawner = self.spawner.as_ref()?;
+        self.ready.resident(&scope.name, profile, prepared)?;
+        let recipe = ready::Recipe {
+            scope: scope.name.clone(),
+            profile: profile.clone(),
+            prepared: Arc::clone(prepared),
+            scope_cgroups: scope.sandbox.cgroups(),
+            nice: self.nice,
+        };
+        let ready = ready::make(spawner, &self.ready, recipe, false)
+            .await
+            .map_err(|error| tracing::debug!(%error, "cannot fork a keeper"))
+            .ok()?;
+        match StartMessage::new(launch, prepared).and_then(|message| {
+            keeper::send_start(&ready.host.control, &message.bytes, &message.fds)
+        }) {
+            Ok(()) => Some(ready),
+            Err(error) => {
+                tracing::debug!(%error, "a forked keeper could not take its command");
+                ready::release_soon(vec![ready]);
+                None
+            }
+        }
     }
 
     /// Hand `launch` to the keeper prepared ahead for `scope`, `profile` and its layers
@@ -227,16 +267,37 @@ impl Launcher {
         let Some(spawner) = self.spawner.clone() else {
             return;
         };
+        let recipe = || ready::Recipe {
+            scope: scope.name.clone(),
+            profile: profile.clone(),
+            prepared: Arc::clone(prepared),
+            scope_cgroups: scope.sandbox.cgroups(),
+            nice: self.nice,
+        };
+        let mut making = false;
         while let Some(serial) = self.ready.turn(&scope.name, profile) {
-            let recipe = ready::Recipe {
-                scope: scope.name.clone(),
-                profile: profile.clone(),
-                prepared: Arc::clone(prepared),
-                scope_cgroups: scope.sandbox.cgroups(),
-                nice: self.nice,
-            };
-            self.make_ready(serial, recipe, spawner.clone(), Arc::clone(started));
+            self.make_ready(serial, recipe(), spawner.clone(), Arc::clone(started));
+            making = true;
         }
+        // The host's bound on keepers prepared ahead reached: the resident keeper at least,
+        // which later starts of this scope and profile fork their keepers from.
+        if !making && self.ready.resident_turn(&scope.name, profile, prepared) {
+            self.start_resident(recipe(), spawner, Arc::clone(started));
+        }
+    }
+
+    /// Start the resident keeper of `recipe` once `started` has finished (or [`READY_AFTER`]
+    /// after its start), in the turn [`ReadyKeepers::resident_turn`] gave.
+    fn start_resident(&self, recipe: ready::Recipe, spawner: Spawner, started: Arc<Entry>) {
+        let pool = Arc::clone(&self.ready);
+        let starting = self.making.track_future(async move {
+            started
+                .wait_finished(Instant::now().checked_add(READY_AFTER))
+                .await;
+            drop(started);
+            ready::start_resident(&spawner, &pool, &recipe).await;
+        });
+        self.runtime.spawn(starting);
     }
 
     /// Make the keeper of turn `serial` once `started` has finished (or [`READY_AFTER`] after
@@ -261,7 +322,7 @@ impl Launcher {
                 return None;
             }
             pool.spawning(serial);
-            let made = match ready::make(&spawner, recipe).await {
+            let made = match ready::make(&spawner, &pool, recipe, true).await {
                 Ok(made) => Some(made),
                 Err(error) => {
                     tracing::debug!(%error, "cannot prepare a keeper ahead");
@@ -303,12 +364,20 @@ impl Launcher {
     }
 }
 
-/// Release `keepers` prepared ahead, and wait until they are gone.
-async fn release(keepers: Vec<ReadyKeeper>) {
-    if keepers.is_empty() {
+/// Release `keepers` prepared ahead, and wait until they are gone; then let go of
+/// `residents`, waiting for those nothing else holds (a command's keeper holds its resident
+/// until it is reaped).
+async fn release((keepers, residents): (Vec<ReadyKeeper>, Vec<Arc<Resident>>)) {
+    if keepers.is_empty() && residents.is_empty() {
         return;
     }
-    let released =
-        tokio::task::spawn_blocking(move || keepers.into_iter().for_each(ReadyKeeper::release));
+    let released = tokio::task::spawn_blocking(move || {
+        keepers.into_iter().for_each(ReadyKeeper::release);
+        for resident in residents {
+            if let Ok(resident) = Arc::try_unwrap(resident) {
+                resident.close_and_wait();
+            }
+        }
+    });
     let _ = released.await;
 }

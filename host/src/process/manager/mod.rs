@@ -103,6 +103,7 @@ mod pty;
 mod ready;
 mod reap;
 mod request;
+mod resident;
 mod scope;
 mod spawner;
 mod spec;
@@ -134,7 +135,7 @@ use monitor::{FIRST_READ_CHUNK, LogSlot, Monitor, MonitorGuard, OutputReader};
 use output_log::ScopeLogs;
 use request::{PathRoots, validate_command, validate_env};
 use scope::Scope;
-use spawner::{Spawned, Spawner};
+use spawner::{KeeperPid, Spawned, Spawner};
 use spec::Launch;
 use table::{Limits, Records, shut_down};
 pub use workspace::WorkspaceSource;
@@ -542,7 +543,7 @@ impl ProcessManager {
         // then, dropping `spawned` (an early return) stops and reaps it.
         let held_parts = Held {
             cgroups: launched.cgroups,
-            keeper: launched.spawned.pid(),
+            keeper: launched.spawned.keeper(),
             control: launched.control,
             buffer: HeadTailBuffer::new(self.config.head_bytes, self.config.tail_bytes),
             input: stdio.input,
@@ -891,11 +892,15 @@ impl Drop for ProcessManager {
     /// the dropping thread, possibly a runtime worker, never waits for them), then delete the
     /// log files.
     fn drop(&mut self) {
-        ready::release_soon(self.launcher.ready().close());
+        let (keepers, residents) = self.launcher.ready().close();
+        ready::release_soon(keepers);
+        // Each closes its control socket: it exits once every keeper it forked is gone.
+        drop(residents);
         let entries = self.records.close_and_drain();
         let keepers: Vec<_> = entries
             .iter()
             .filter_map(|entry| entry.release_keeper())
+            .filter_map(KeeperPid::reaped_by_us)
             .collect();
         reap::reap_all_soon(keepers);
         for entry in &entries {

@@ -27,6 +27,7 @@
 //! - They are spawned from the manager's spawner thread, like every keeper, so their
 //!   parent-death signal holds; when the host dies the kernel closes their control sockets.
 
+use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,7 +35,7 @@ use std::time::Duration;
 use nix::unistd::Pid;
 
 use super::keeper::{self, HostEnds};
-use super::reap;
+use super::resident::Resident;
 use super::spawner::{Spawned, Spawner};
 use super::spec::ChildSpec;
 use crate::sandbox::namespaces::NamespaceKind;
@@ -73,9 +74,7 @@ impl ReadyKeeper {
             ..
         } = self;
         drop(host);
-        let pid = spawned.release();
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let _ = reap::wait_exited(pid, false);
+        spawned.stop_and_wait();
         drop(cgroups);
     }
 
@@ -111,9 +110,20 @@ pub(super) struct ReadyKeepers {
     idle: Duration,
 }
 
+/// A resident keeper of the pool, for `scope`, `profile` and the layers `prepared`.
+struct ResidentOf {
+    scope: String,
+    profile: Profile,
+    prepared: Arc<Prepared>,
+    /// `None` while it is being started.
+    resident: Option<Arc<Resident>>,
+}
+
 #[derive(Default)]
 struct State {
     ready: Vec<ReadyKeeper>,
+    /// The resident keepers (`resident.rs`) the keepers prepared ahead are forked from.
+    residents: Vec<ResidentOf>,
     /// Being made: (serial, scope, profile).
     making: Vec<(u64, String, Profile)>,
     /// The serials of those being spawned right now (not waiting for their turn to start).
@@ -123,6 +133,26 @@ struct State {
 }
 
 impl State {
+    /// Take out the residents of `scope` and `profile` made with other layers than
+    /// `prepared`, to be dropped outside the lock.
+    fn drop_stale_residents(
+        &mut self,
+        scope: &str,
+        profile: &Profile,
+        prepared: &Arc<Prepared>,
+    ) -> Vec<ResidentOf> {
+        let (stale, kept) =
+            std::mem::take(&mut self.residents)
+                .into_iter()
+                .partition(|held: &ResidentOf| {
+                    held.scope == scope
+                        && held.profile == *profile
+                        && !Arc::ptr_eq(&held.prepared, prepared)
+                });
+        self.residents = kept;
+        stale
+    }
+
     /// How many are ready or being made for `scope` and `profile`.
     fn count_for(&self, scope: &str, profile: &Profile) -> usize {
         self.ready
@@ -203,6 +233,106 @@ impl ReadyKeepers {
             index += 1;
         }
         (found, stale)
+    }
+
+    /// The resident keeper for `scope`, `profile` and the layers `prepared`, if there is one;
+    /// one of that scope and profile made with other layers is let go.
+    pub(super) fn resident(
+        &self,
+        scope: &str,
+        profile: &Profile,
+        prepared: &Arc<Prepared>,
+    ) -> Option<Arc<Resident>> {
+        let mut state = crate::lock(&self.state);
+        let stale = state.drop_stale_residents(scope, profile, prepared);
+        let found = state
+            .residents
+            .iter()
+            .find(|held| held.scope == scope && held.profile == *profile)
+            .and_then(|held| held.resident.clone());
+        drop(state);
+        drop(stale);
+        found
+    }
+
+    /// A turn to start the resident keeper for `scope`, `profile` and the layers `prepared`
+    /// ([`ReadyKeepers::keep_resident`] ends it): `false` when one is there or being started,
+    /// the pool is closed, nothing is prepared ahead on this host, or [`PER_SCOPE`] profiles
+    /// of the scope have one.
+    pub(super) fn resident_turn(
+        &self,
+        scope: &str,
+        profile: &Profile,
+        prepared: &Arc<Prepared>,
+    ) -> bool {
+        let mut state = crate::lock(&self.state);
+        let stale = state.drop_stale_residents(scope, profile, prepared);
+        let of_scope: Vec<&Profile> = state
+            .residents
+            .iter()
+            .filter(|held| held.scope == scope)
+            .map(|held| &held.profile)
+            .collect();
+        let turn = !state.closed
+            && self.per_host > 0
+            && !of_scope.contains(&profile)
+            && of_scope.len() < PER_SCOPE;
+        if turn {
+            state.residents.push(ResidentOf {
+                scope: scope.to_owned(),
+                profile: profile.clone(),
+                prepared: Arc::clone(prepared),
+                resident: None,
+            });
+        }
+        drop(state);
+        drop(stale);
+        turn
+    }
+
+    /// End the turn [`ReadyKeepers::resident_turn`] gave: keep `resident` (`None`: it could
+    /// not be started), unless the pool closed or the scope ended meanwhile (it is dropped
+    /// then).
+    pub(super) fn keep_resident(
+        &self,
+        scope: &str,
+        profile: &Profile,
+        prepared: &Arc<Prepared>,
+        resident: Option<Arc<Resident>>,
+    ) {
+        let mut state = crate::lock(&self.state);
+        let slot = state.residents.iter().position(|held| {
+            held.scope == scope
+                && held.profile == *profile
+                && Arc::ptr_eq(&held.prepared, prepared)
+                && held.resident.is_none()
+        });
+        let unkept = match (slot, resident) {
+            (Some(at), Some(resident)) => {
+                state.residents[at].resident = Some(resident);
+                None
+            }
+            (Some(at), None) => {
+                state.residents.swap_remove(at);
+                None
+            }
+            (None, resident) => resident,
+        };
+        drop(state);
+        drop(unkept);
+    }
+
+    /// Let go of `resident` (it failed a fork).
+    pub(super) fn forget_resident(&self, resident: &Arc<Resident>) {
+        let mut state = crate::lock(&self.state);
+        let at = state.residents.iter().position(|held| {
+            held.resident
+                .as_ref()
+                .is_some_and(|held| Arc::ptr_eq(held, resident))
+        });
+        let forgotten = at.map(|at| state.residents.swap_remove(at));
+        drop(state);
+        drop(forgotten);
     }
 
     /// Whether one is ready for `scope` and `profile`.
@@ -292,9 +422,18 @@ impl ReadyKeepers {
         Some(state.ready.swap_remove(at))
     }
 
-    /// Take out every one of `scope`, and forget those being made for it.
-    pub(super) fn end_scope(&self, scope: &str) -> Vec<ReadyKeeper> {
+    /// Take out every one of `scope`, and forget those being made for it; and its resident
+    /// keepers.
+    pub(super) fn end_scope(&self, scope: &str) -> (Vec<ReadyKeeper>, Vec<Arc<Resident>>) {
         let mut state = crate::lock(&self.state);
+        let (residents, others): (Vec<_>, Vec<_>) = std::mem::take(&mut state.residents)
+            .into_iter()
+            .partition(|held| held.scope == scope);
+        state.residents = others;
+        let residents = residents
+            .into_iter()
+            .filter_map(|held| held.resident)
+            .collect();
         let State {
             making, spawning, ..
         } = &mut *state;
@@ -309,7 +448,7 @@ impl ReadyKeepers {
             .into_iter()
             .partition(|k| k.scope == scope);
         state.ready = kept;
-        gone
+        (gone, residents)
     }
 
     /// Whether it was closed ([`ReadyKeepers::close`]).
@@ -317,13 +456,17 @@ impl ReadyKeepers {
         crate::lock(&self.state).closed
     }
 
-    /// Make no more; take out every one.
-    pub(super) fn close(&self) -> Vec<ReadyKeeper> {
+    /// Make no more; take out every one, and every resident keeper.
+    pub(super) fn close(&self) -> (Vec<ReadyKeeper>, Vec<Arc<Resident>>) {
         let mut state = crate::lock(&self.state);
         state.closed = true;
         state.making.clear();
         state.spawning.clear();
-        std::mem::take(&mut state.ready)
+        let residents = std::mem::take(&mut state.residents)
+            .into_iter()
+            .filter_map(|held| held.resident)
+            .collect();
+        (std::mem::take(&mut state.ready), residents)
     }
 
     /// How many are ready, per scope (for tests and reports).
@@ -345,6 +488,17 @@ impl ReadyKeepers {
             .iter()
             .filter(|k| k.scope == scope && k.profile == *profile)
             .map(ReadyKeeper::pid)
+            .collect()
+    }
+
+    /// The resident keepers of `scope` (for tests).
+    #[cfg(test)]
+    pub(super) fn residents(&self, scope: &str) -> Vec<Arc<Resident>> {
+        crate::lock(&self.state)
+            .residents
+            .iter()
+            .filter(|held| held.scope == scope)
+            .filter_map(|held| held.resident.clone())
             .collect()
     }
 
@@ -371,9 +525,25 @@ pub(super) struct Recipe {
     pub(super) nice: i32,
 }
 
-/// Make a keeper prepared ahead: its command's cgroups, its channels, the keeper itself (on
-/// the spawner thread). `Err` says why not.
-pub(super) async fn make(spawner: &Spawner, recipe: Recipe) -> Result<ReadyKeeper, String> {
+/// Make a keeper prepared ahead: its command's cgroups, its channels, the keeper itself
+/// (forked by the resident keeper of its scope, profile and layers, or spawned on the spawner
+/// thread). A resident is started for it first when there is none and `new_resident` allows.
+/// `Err` says why not.
+pub(super) async fn make(
+    spawner: &Spawner,
+    pool: &ReadyKeepers,
+    recipe: Recipe,
+    new_resident: bool,
+) -> Result<ReadyKeeper, String> {
+    let resident = match pool.resident(&recipe.scope, &recipe.profile, &recipe.prepared) {
+        Some(resident) => Some(resident),
+        None if new_resident
+            && pool.resident_turn(&recipe.scope, &recipe.profile, &recipe.prepared) =>
+        {
+            start_resident(spawner, pool, &recipe).await
+        }
+        None => None,
+    };
     let Recipe {
         scope,
         profile,
@@ -381,8 +551,10 @@ pub(super) async fn make(spawner: &Spawner, recipe: Recipe) -> Result<ReadyKeepe
         scope_cgroups,
         nice,
     } = recipe;
+    // Limits on everything the command starts count its keeper too (two when a spawned one
+    // forks into a PID namespace; one forked by a resident is in it already).
     let keepers = match prepared.namespaces.as_ref() {
-        Some(namespaces) if namespaces.has(NamespaceKind::Pid) => 2,
+        Some(namespaces) if resident.is_none() && namespaces.has(NamespaceKind::Pid) => 2,
         _ => 1,
     };
     let cgroups = CommandCgroups::create(
@@ -392,12 +564,35 @@ pub(super) async fn make(spawner: &Spawner, recipe: Recipe) -> Result<ReadyKeepe
     )
     .map_err(|error| format!("cannot create the command's cgroups: {error}"))?;
     let (host, ends) = keeper::channels().map_err(|error| error.to_string())?;
-    let spec = ChildSpec::ready(ends, &prepared, cgroups.as_ref(), nice)
-        .map_err(|error| error.to_string())?;
-    let spawned = spawner
-        .spawn(spec)
-        .await
-        .map_err(|error| error.to_string())?;
+    let spawned = match resident {
+        Some(resident) => {
+            let files = cgroups
+                .as_ref()
+                .map_or(&[][..], CommandCgroups::procs)
+                .iter()
+                .map(|file| file.try_clone().map(OwnedFd::from))
+                .collect::<std::io::Result<Vec<_>>>()
+                .map_err(|error| error.to_string())?;
+            let forker = Arc::clone(&resident);
+            let forked = tokio::task::spawn_blocking(move || forker.fork(ends, &files)).await;
+            match forked {
+                Ok(Ok(pid)) => Spawned::forked(pid, resident),
+                Ok(Err(error)) => {
+                    pool.forget_resident(&resident);
+                    return Err(format!("the resident keeper cannot fork: {error}"));
+                }
+                Err(error) => return Err(error.to_string()),
+            }
+        }
+        None => {
+            let spec = ChildSpec::ready(ends, &prepared, cgroups.as_ref(), nice)
+                .map_err(|error| error.to_string())?;
+            spawner
+                .spawn(spec)
+                .await
+                .map_err(|error| error.to_string())?
+        }
+    };
     Ok(ReadyKeeper {
         scope,
         profile,
@@ -407,4 +602,39 @@ pub(super) async fn make(spawner: &Spawner, recipe: Recipe) -> Result<ReadyKeepe
         host,
         cgroups,
     })
+}
+
+/// Start the resident keeper for `recipe`'s scope, profile and layers, in the turn
+/// [`ReadyKeepers::resident_turn`] gave, and put it in `pool`.
+pub(super) async fn start_resident(
+    spawner: &Spawner,
+    pool: &ReadyKeepers,
+    recipe: &Recipe,
+) -> Option<Arc<Resident>> {
+    let started = spawn_resident(spawner, recipe)
+        .await
+        .map_err(|error| tracing::debug!(%error, "cannot start a resident keeper"))
+        .ok();
+    pool.keep_resident(
+        &recipe.scope,
+        &recipe.profile,
+        &recipe.prepared,
+        started.clone(),
+    );
+    started
+}
+
+/// Spawn a resident keeper for `recipe`'s scope, profile and layers.
+async fn spawn_resident(spawner: &Spawner, recipe: &Recipe) -> Result<Arc<Resident>, String> {
+    let (host, ends) = keeper::channels().map_err(|error| error.to_string())?;
+    let spec = ChildSpec::resident(ends, &recipe.prepared, recipe.nice)
+        .map_err(|error| error.to_string())?;
+    let spawned = spawner
+        .spawn(spec)
+        .await
+        .map_err(|error| error.to_string())?;
+    let resident = Resident::new(spawned.pid(), host).map_err(|error| error.to_string())?;
+    // The resident owns it from now on.
+    spawned.release();
+    Ok(Arc::new(resident))
 }

@@ -47,7 +47,10 @@ fn handed_to(manager: &ProcessManager, scope: &str, id: &str, ready: &[Pid]) -> 
 /// The keeper of a running process.
 fn keeper_of(manager: &ProcessManager, scope: &str, id: &str) -> Option<Pid> {
     let entry = manager.records.find(scope, id).ok()?;
-    crate::lock(&entry.keeper).pid
+    crate::lock(&entry.keeper)
+        .pid
+        .as_ref()
+        .map(KeeperPid::pid)
 }
 
 /// Whether `pid` is gone (reaped: not even a zombie).
@@ -270,6 +273,174 @@ async fn a_command_cannot_signal_the_keeper_it_was_handed_to() {
     );
 }
 
+/// The parent of `pid` and its process state letter, from `/proc/PID/stat`.
+fn parent_and_state(pid: Pid) -> Option<(Pid, char)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut fields = stat.get(stat.rfind(')')? + 2..)?.split(' ');
+    let state = fields.next()?.chars().next()?;
+    let parent = fields.next()?.parse().ok()?;
+    Some((Pid::from_raw(parent), state))
+}
+
+/// The one resident keeper of `scope`, once there is one.
+async fn resident_of(manager: &ProcessManager, scope: &str) -> Arc<resident::Resident> {
+    assert!(
+        until(|| manager.launcher.ready().residents(scope).len() == 1).await,
+        "no resident keeper in {scope}"
+    );
+    manager.launcher.ready().residents(scope).remove(0)
+}
+
+#[tokio::test]
+async fn keepers_are_forked_by_the_resident_keeper_of_their_scope() {
+    let (_dir, manager) = manager();
+    let ready = ready_in(&manager, SCOPE).await;
+    let resident = resident_of(&manager, SCOPE).await;
+    let resident_pid = resident.pid();
+    drop(resident);
+    // The resident is the host's child, started with `--resident`.
+    let host = Pid::from_raw(i32::try_from(std::process::id()).expect("pid"));
+    assert_eq!(
+        parent_and_state(resident_pid).map(|(parent, _)| parent),
+        Some(host)
+    );
+    let cmdline = std::fs::read(format!("/proc/{resident_pid}/cmdline")).expect("cmdline");
+    assert!(
+        cmdline
+            .split(|byte| *byte == 0)
+            .any(|arg| arg == b"--resident"),
+        "{:?}",
+        String::from_utf8_lossy(&cmdline)
+    );
+    // More commands at once than keepers are ready (the first of those were made while the
+    // resident was being started): the others' keepers are forked on the call path, by the
+    // resident, and run their commands.
+    let mut ids = Vec::new();
+    let mut forked = 0;
+    for n in 0..ready::PER_PROFILE + 2 {
+        let id = manager
+            .start(SCOPE, request(&format!("echo started-{n}; exec sleep 60")))
+            .await
+            .expect("start");
+        wait_for(&manager, SCOPE, &id, &format!("started-{n}")).await;
+        let keeper = keeper_of(&manager, SCOPE, &id).expect("a keeper");
+        if !ready.contains(&keeper) {
+            assert_eq!(
+                parent_and_state(keeper).map(|(parent, _)| parent),
+                Some(resident_pid)
+            );
+            forked += 1;
+        }
+        ids.push(id);
+    }
+    assert!(forked >= 2, "only {forked} keepers were forked");
+    // The keepers prepared ahead from now on are its children, not the host's.
+    assert!(
+        until(|| {
+            let now = manager.launcher.ready().pids(SCOPE);
+            !now.is_empty()
+                && now.iter().all(|keeper| {
+                    parent_and_state(*keeper).map(|(parent, _)| parent) == Some(resident_pid)
+                })
+        })
+        .await,
+        "keepers prepared ahead were not forked by the resident"
+    );
+    // Signals reach the command of a forked keeper.
+    let last = ids.last().expect("an id");
+    manager.signal(SCOPE, last, Signal::Kill).expect("kill");
+    let killed = manager
+        .wait(SCOPE, last, LONG, ReadFrom::All)
+        .await
+        .expect("wait");
+    assert_eq!(
+        killed.exit_code,
+        Some(128 + nix::libc::SIGKILL),
+        "{killed:?}"
+    );
+    // The resident goes with its scope, and nothing it forked stays.
+    let keepers: Vec<Pid> = ids
+        .iter()
+        .filter_map(|id| keeper_of(&manager, SCOPE, id))
+        .collect();
+    manager.end_scope(SCOPE).await;
+    assert!(
+        until(|| gone(resident_pid) && keepers.iter().all(|pid| gone(*pid))).await,
+        "the resident keeper or a keeper it forked outlived the scope"
+    );
+}
+
+#[tokio::test]
+async fn a_resident_reaps_a_keeper_only_once_released() {
+    let (_dir, manager) = manager();
+    ready_in(&manager, SCOPE).await;
+    let resident = resident_of(&manager, SCOPE).await;
+    let (host, ends) = keeper::channels().expect("channels");
+    let forker = Arc::clone(&resident);
+    let keeper = tokio::task::spawn_blocking(move || forker.fork(ends, &[]))
+        .await
+        .expect("join")
+        .expect("fork");
+    assert_eq!(
+        parent_and_state(keeper).map(|(parent, _)| parent),
+        Some(resident.pid())
+    );
+    // Let go unused: it exits, and stays a zombie, so its pid names nobody else.
+    drop(host);
+    assert!(
+        until(|| parent_and_state(keeper).is_some_and(|(_, state)| state == 'Z')).await,
+        "the keeper did not exit"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(parent_and_state(keeper).map(|(_, state)| state), Some('Z'));
+    // Released: reaped.
+    resident.release(keeper);
+    assert!(
+        until(|| gone(keeper)).await,
+        "a released keeper was not reaped"
+    );
+    drop(resident);
+    manager.end_scope(SCOPE).await;
+}
+
+#[tokio::test]
+async fn a_start_after_its_resident_died_spawns_its_keeper() {
+    let (_dir, manager) = manager();
+    ready_in(&manager, SCOPE).await;
+    let resident = resident_of(&manager, SCOPE).await.pid();
+    nix::sys::signal::kill(resident, nix::sys::signal::Signal::SIGKILL).expect("kill");
+    // The host's child, a zombie until the host lets go of it.
+    assert!(
+        until(|| parent_and_state(resident).is_none_or(|(_, state)| state == 'Z')).await,
+        "the resident keeper did not die"
+    );
+    // Its keepers prepared ahead went with it (their parent-death signal); every start
+    // still gets a keeper.
+    for n in 0..ready::PER_PROFILE + 1 {
+        let done = run_in(&manager, SCOPE, &format!("echo run-{n}")).await;
+        assert_eq!(done.exit_code, Some(0), "{done:?}");
+        assert!(done.text.contains(&format!("run-{n}")), "{done:?}");
+    }
+    // A failed fork let go of the dead resident: reaped.
+    assert!(
+        until(|| gone(resident)).await,
+        "the dead resident was not reaped"
+    );
+    manager.end_scope(SCOPE).await;
+}
+
+#[tokio::test]
+async fn no_resident_keeper_outlives_the_manager() {
+    let (_dir, manager) = manager();
+    ready_in(&manager, SCOPE).await;
+    let resident = resident_of(&manager, SCOPE).await.pid();
+    manager.shutdown().await;
+    assert!(
+        until(|| gone(resident)).await,
+        "the resident keeper outlived the manager"
+    );
+}
+
 #[test]
 fn ready_keepers_are_bounded_per_scope_and_per_host() {
     let pool = ReadyKeepers::new(5, Duration::from_secs(60));
@@ -290,7 +461,7 @@ fn ready_keepers_are_bounded_per_scope_and_per_host() {
     assert!(pool.turn("b", &first).is_some());
     assert!(pool.turn("c", &first).is_none());
     // A scope that ended takes back its turns; what was being made for it comes back.
-    assert!(pool.end_scope("a").is_empty());
+    assert!(pool.end_scope("a").0.is_empty());
     let turn = pool.turn("c", &first).expect("room again");
     assert!(pool.put(turn, None).is_none());
     assert_eq!(pool.count(None), 0);

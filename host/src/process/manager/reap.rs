@@ -132,6 +132,23 @@ pub(super) fn reap_all_soon(mut pids: Vec<Pid>) {
     }
 }
 
+/// Wait until the process of `pidfd` has exited (its pidfd is readable).
+pub(super) fn wait_pidfd(pidfd: &OwnedFd) {
+    use std::os::fd::AsRawFd;
+    loop {
+        let mut fds = [libc::pollfd {
+            fd: pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        // SAFETY: `fds` is a valid array of one pollfd, on a descriptor we own.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 1, -1) };
+        if ready != -1 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return;
+        }
+    }
+}
+
 /// `pidfd_open(pid, 0)` (Linux 5.3+). The descriptor is close-on-exec and becomes readable
 /// once the process has exited (is a zombie or reaped).
 pub(super) fn pidfd_open(pid: Pid) -> io::Result<OwnedFd> {

@@ -16,8 +16,8 @@
 //! thread, so the parent-death signal keeps its meaning.
 
 use std::io;
-use std::os::fd::OwnedFd;
-use std::sync::mpsc;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::{Arc, mpsc};
 
 use nix::unistd::Pid;
 use tokio::sync::oneshot;
@@ -25,7 +25,93 @@ use tokio::sync::oneshot;
 use super::child::{Forker, SpawnError, SpawnStep};
 use super::cloner::Cloner;
 use super::reap;
+use super::resident::Resident;
 use super::spec::ChildSpec;
+
+/// A keeper's pid, and how it is reaped: by the host (its child) or by the resident keeper
+/// that forked it (`resident.rs`), once released to it.
+///
+/// Until it is stopped and reaped ([`KeeperPid::stop_and_reap`]) the pid cannot name another
+/// process: the keeper is alive, or a zombie nobody reaps.
+#[derive(Clone)]
+pub(super) struct KeeperPid {
+    pid: Pid,
+    /// The resident that forked it, and the keeper's pidfd, which signals reach it through
+    /// (`None`: our own child).
+    resident: Option<(Arc<Resident>, Option<Arc<OwnedFd>>)>,
+}
+
+impl KeeperPid {
+    /// The pid.
+    pub(super) fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// Stop it (`SIGTERM` makes a keeper kill every descendant and exit; one that has not
+    /// set up yet kills nothing, having started nothing) and have it reaped once it has
+    /// exited, without blocking the caller. Nobody may signal it afterwards.
+    pub(super) fn stop_and_reap(self) {
+        match self.resident {
+            None => reap::stop_and_reap(self.pid),
+            Some((resident, pidfd)) => {
+                terminate(self.pid, pidfd.as_deref());
+                resident.release(self.pid);
+            }
+        }
+    }
+
+    /// Its pid when it is our child, for the caller to reap; `None` when its resident reaps
+    /// it (released to it now).
+    pub(super) fn reaped_by_us(self) -> Option<Pid> {
+        match self.resident {
+            None => Some(self.pid),
+            Some((resident, _)) => {
+                resident.release(self.pid);
+                None
+            }
+        }
+    }
+
+    /// Stop it and wait until it has exited (and is reaped, by us or its resident; `pidfd`
+    /// is its pidfd, if any). Blocks: call it from a blocking thread.
+    pub(super) fn stop_and_wait(self) {
+        match self.resident {
+            None => {
+                let _ = nix::sys::signal::kill(self.pid, nix::sys::signal::Signal::SIGTERM);
+                let _ = reap::wait_exited(self.pid, false);
+            }
+            Some((resident, pidfd)) => {
+                terminate(self.pid, pidfd.as_deref());
+                if let Some(pidfd) = pidfd {
+                    reap::wait_pidfd(&pidfd);
+                }
+                resident.release(self.pid);
+            }
+        }
+    }
+}
+
+/// `SIGTERM` to a keeper forked by a resident: through its pidfd where there is one, which
+/// names it even if its resident died and another reaped it.
+fn terminate(pid: Pid, pidfd: Option<&OwnedFd>) {
+    match pidfd {
+        Some(pidfd) => {
+            // SAFETY: integer arguments on a pidfd we own; no siginfo.
+            unsafe {
+                nix::libc::syscall(
+                    nix::libc::SYS_pidfd_send_signal,
+                    pidfd.as_raw_fd(),
+                    nix::libc::SIGTERM,
+                    std::ptr::null::<nix::libc::siginfo_t>(),
+                    0u32,
+                )
+            };
+        }
+        None => {
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        }
+    }
+}
 
 /// A started keeper.
 ///
@@ -33,7 +119,7 @@ use super::spec::ChildSpec;
 /// started) and reaps it: a start abandoned anywhere between the spawn and the hand-over to a
 /// monitor (its future dropped, an error on the way) leaves nothing running or unreaped.
 pub(super) struct Spawned {
-    pid: Pid,
+    keeper: KeeperPid,
     /// Readable once the keeper has exited (`None` on kernels without pidfds).
     pidfd: Option<OwnedFd>,
     armed: bool,
@@ -41,10 +127,27 @@ pub(super) struct Spawned {
 
 impl Spawned {
     fn new(pid: Pid) -> Self {
-        // Opened while the keeper is our unreaped child, so it is the keeper's.
-        let pidfd = reap::pidfd_open(pid).ok();
-        Self {
+        Self::with(KeeperPid {
             pid,
+            resident: None,
+        })
+    }
+
+    /// The keeper `pid` forked by `resident`.
+    pub(super) fn forked(pid: Pid, resident: Arc<Resident>) -> Self {
+        // Opened while the keeper is alive or an unreaped zombie, so it is the keeper's.
+        let pidfd = reap::pidfd_open(pid).ok().map(Arc::new);
+        Self::with(KeeperPid {
+            pid,
+            resident: Some((resident, pidfd)),
+        })
+    }
+
+    fn with(keeper: KeeperPid) -> Self {
+        // Opened while the keeper is alive or an unreaped zombie, so it is the keeper's.
+        let pidfd = reap::pidfd_open(keeper.pid).ok();
+        Self {
+            keeper,
             pidfd,
             armed: true,
         }
@@ -52,7 +155,12 @@ impl Spawned {
 
     /// The keeper's pid.
     pub(super) fn pid(&self) -> Pid {
-        self.pid
+        self.keeper.pid
+    }
+
+    /// The keeper's pid and reaper, for its record.
+    pub(super) fn keeper(&self) -> KeeperPid {
+        self.keeper.clone()
     }
 
     /// Take the pidfd out (the guard does not need it).
@@ -66,17 +174,23 @@ impl Spawned {
         self.armed = false;
     }
 
+    /// Stop the keeper and wait until it has exited. Blocks: call it from a blocking thread.
+    pub(super) fn stop_and_wait(mut self) {
+        self.armed = false;
+        self.keeper.clone().stop_and_wait();
+    }
+
     /// The caller owns the child from now on (it must stop and reap it): its pid.
     pub(super) fn release(mut self) -> Pid {
         self.armed = false;
-        self.pid
+        self.keeper.pid
     }
 }
 
 impl Drop for Spawned {
     fn drop(&mut self) {
         if self.armed {
-            reap::stop_and_reap(self.pid);
+            self.keeper.clone().stop_and_reap();
         }
     }
 }

@@ -207,11 +207,25 @@ impl ChildSpec {
         cgroups: Option<&CommandCgroups>,
         nice: i32,
     ) -> io::Result<Self> {
+        Self::waiting(option::READY, keeper, confine, cgroups, nice)
+    }
+
+    /// A resident keeper for `confine`'s scope and layers (`resident.rs`): it joins the
+    /// namespaces and forks keepers prepared ahead on request.
+    pub(super) fn resident(keeper: KeeperEnds, confine: &Prepared, nice: i32) -> io::Result<Self> {
+        Self::waiting(option::RESIDENT, keeper, confine, None, nice)
+    }
+
+    /// A keeper started with `mode` ([`option::READY`] or [`option::RESIDENT`]) and no command.
+    fn waiting(
+        mode: &str,
+        keeper: KeeperEnds,
+        confine: &Prepared,
+        cgroups: Option<&CommandCgroups>,
+        nice: i32,
+    ) -> io::Result<Self> {
         let (namespaces, cgroups) = keeper_descriptors(Some(confine), cgroups)?;
-        let mut argv = vec![
-            cstring(b"toolhost-keeper")?,
-            cstring(option::READY.as_bytes())?,
-        ];
+        let mut argv = vec![cstring(b"toolhost-keeper")?, cstring(mode.as_bytes())?];
         keeper_options(&mut argv, Some(confine), namespaces.len(), cgroups.len())?;
         let dev_null = std::fs::File::options()
             .read(true)

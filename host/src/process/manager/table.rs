@@ -503,7 +503,12 @@ impl Records {
         lock(&self.table)
             .entries
             .values()
-            .filter_map(|entry| lock(&entry.keeper).pid)
+            .filter_map(|entry| {
+                lock(&entry.keeper)
+                    .pid
+                    .as_ref()
+                    .map(super::spawner::KeeperPid::pid)
+            })
             .collect()
     }
 }
