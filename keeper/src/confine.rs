@@ -31,11 +31,22 @@ fn clone_flag(kind: NamespaceKind) -> libc::c_int {
     }
 }
 
+/// One seccomp program of [`fd::SECCOMP`].
+#[derive(Debug)]
+struct Program {
+    /// Marked [`fd::SECCOMP_SHARED`].
+    shared: bool,
+    instructions: Vec<libc::sock_filter>,
+}
+
 /// What to apply to the command.
 #[derive(Debug, Default)]
 pub(crate) struct Confinement {
     /// Landlock and seccomp ([`fd::RULESET`] and [`fd::SECCOMP`]).
-    layers: Option<Vec<Vec<libc::sock_filter>>>,
+    layers: Option<Vec<Program>>,
+    /// The shared programs are installed in this process already (a resident keeper's, see
+    /// [`Confinement::install_shared`]), so the command inherits them.
+    shared_installed: bool,
     cpu_seconds: Option<u64>,
     data_bytes: Option<u64>,
     processes: Option<u64>,
@@ -187,21 +198,10 @@ impl Confinement {
             unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd::RULESET, 0u32) } == 0;
         step("landlock_restrict_self", landlock)?;
         for program in programs {
-            let filter = libc::sock_fprog {
-                len: u16::try_from(program.len()).unwrap_or(u16::MAX),
-                filter: program.as_ptr().cast_mut(),
-            };
-            // SAFETY: `filter` points at `program`'s instructions, alive for the call; the
-            // kernel copies the program.
-            let installed = unsafe {
-                libc::syscall(
-                    libc::SYS_seccomp,
-                    libc::SECCOMP_SET_MODE_FILTER,
-                    0u32,
-                    &raw const filter,
-                )
-            } == 0;
-            step("seccomp(SECCOMP_SET_MODE_FILTER)", installed)?;
+            if program.shared && self.shared_installed {
+                continue;
+            }
+            step("seccomp(SECCOMP_SET_MODE_FILTER)", install(program))?;
         }
         if let Some(channel) = supervisor {
             let supervised = crate::unix::install(channel).is_ok();
@@ -210,6 +210,47 @@ impl Confinement {
             unsafe { libc::close(channel) };
         }
         Ok(())
+    }
+}
+
+impl Confinement {
+    /// In a resident keeper, once it has joined the namespaces: set `no_new_privs` and install
+    /// the programs marked [`fd::SECCOMP_SHARED`] on this process, so that every keeper it
+    /// forks, and their commands, inherit them compiled. The keeper makes none of the calls
+    /// they refuse from here on.
+    pub(crate) fn install_shared(&mut self) -> io::Result<()> {
+        let Some(programs) = &self.layers else {
+            return Ok(());
+        };
+        // SAFETY: integer arguments; sets a flag of this process only.
+        if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        for program in programs.iter().filter(|program| program.shared) {
+            if !install(program) {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        self.shared_installed = true;
+        Ok(())
+    }
+}
+
+/// Install `program` on this process; `false` on failure (`errno` says why).
+fn install(program: &Program) -> bool {
+    let filter = libc::sock_fprog {
+        len: u16::try_from(program.instructions.len()).unwrap_or(u16::MAX),
+        filter: program.instructions.as_ptr().cast_mut(),
+    };
+    // SAFETY: `filter` points at the program's instructions, alive for the call; the kernel
+    // copies the program.
+    unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            0u32,
+            &raw const filter,
+        ) == 0
     }
 }
 
@@ -286,7 +327,7 @@ fn drop_capabilities() {
 
 /// Read the seccomp programs from [`fd::SECCOMP`] (with `pread`: the file is shared by every
 /// keeper of the profile, so its offset is not ours to move).
-fn read_programs() -> io::Result<Vec<Vec<libc::sock_filter>>> {
+fn read_programs() -> io::Result<Vec<Program>> {
     let mut bytes = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
@@ -310,7 +351,9 @@ fn read_programs() -> io::Result<Vec<Vec<libc::sock_filter>>> {
     let mut rest = bytes.as_slice();
     while !rest.is_empty() {
         let (count, tail) = rest.split_first_chunk::<4>().ok_or_else(bad)?;
-        let count = usize::try_from(u32::from_ne_bytes(*count)).map_err(|_| bad())?;
+        let count = u32::from_ne_bytes(*count);
+        let shared = count & fd::SECCOMP_SHARED != 0;
+        let count = usize::try_from(count & !fd::SECCOMP_SHARED).map_err(|_| bad())?;
         let size = count.checked_mul(8).ok_or_else(bad)?;
         if tail.len() < size {
             return Err(bad());
@@ -325,7 +368,10 @@ fn read_programs() -> io::Result<Vec<Vec<libc::sock_filter>>> {
                 k: u32::from_ne_bytes([raw[4], raw[5], raw[6], raw[7]]),
             })
             .collect();
-        programs.push(program);
+        programs.push(Program {
+            shared,
+            instructions: program,
+        });
         rest = tail;
     }
     Ok(programs)

@@ -145,7 +145,7 @@ fn run() -> io::Result<()> {
             )
         })?;
     let args = &args[cgroups.len()..];
-    let (confinement, options) = Confinement::from_args(args)?;
+    let (mut confinement, options) = Confinement::from_args(args)?;
     if resident && !cgroups.is_empty() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -186,6 +186,7 @@ fn run() -> io::Result<()> {
     let mut cgroups = cgroups;
     if resident {
         confinement.join()?;
+        confinement.install_shared()?;
         match resident::serve(&control)? {
             None => return Ok(()),
             Some(forked) => cgroups = forked.cgroups,

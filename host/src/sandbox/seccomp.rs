@@ -28,6 +28,8 @@ use seccompiler::{
     SeccompRule, TargetArch,
 };
 
+use toolhost_keeper_protocol::fd;
+
 use super::Network;
 use super::unix::UnixMode;
 
@@ -131,14 +133,19 @@ pub(super) fn programs(
         SeccompAction::Errno(libc::EPERM.cast_unsigned()),
         arch,
     )?;
-    let mut programs = vec![BpfProgram::try_from(deny)?];
-    programs.push(BpfProgram::try_from(SeccompFilter::new(
-        BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::ENOSYS.cast_unsigned()),
-        arch,
-    )?)?);
-    programs.push(BpfProgram::try_from(unix_filter(unix, arch)?)?);
+    // (program, shared): the keeper itself works under a shared one (it makes no call these
+    // deny once it has joined the namespaces), so a resident keeper installs it once.
+    let mut programs = vec![(BpfProgram::try_from(deny)?, true)];
+    programs.push((
+        BpfProgram::try_from(SeccompFilter::new(
+            BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
+            SeccompAction::Allow,
+            SeccompAction::Errno(libc::ENOSYS.cast_unsigned()),
+            arch,
+        )?)?,
+        true,
+    ));
+    programs.push((BpfProgram::try_from(unix_filter(unix, arch)?)?, true));
     // An allow-list is `none` with the session's gate on its loopback.
     if network != Network::Full {
         let mut allowed = vec![libc::AF_UNIX];
@@ -159,12 +166,16 @@ pub(super) fn programs(
                 })
                 .collect::<Result<Vec<_>, _>>()?,
         )?;
-        programs.push(BpfProgram::try_from(SeccompFilter::new(
-            BTreeMap::from([(libc::SYS_socket, vec![other])]),
-            SeccompAction::Allow,
-            SeccompAction::Errno(libc::EACCES.cast_unsigned()),
-            arch,
-        )?)?);
+        // Not shared: the keeper's supervisor asks the kernel's socket table over netlink.
+        programs.push((
+            BpfProgram::try_from(SeccompFilter::new(
+                BTreeMap::from([(libc::SYS_socket, vec![other])]),
+                SeccompAction::Allow,
+                SeccompAction::Errno(libc::EACCES.cast_unsigned()),
+                arch,
+            )?)?,
+            false,
+        ));
     }
     store(&programs)
 }
@@ -215,12 +226,17 @@ fn unix_filter(unix: &UnixMode, arch: TargetArch) -> Result<SeccompFilter, Secco
     )?)
 }
 
-/// The programs in a sealed memory file.
-fn store(programs: &[BpfProgram]) -> Result<OwnedFd, SeccompError> {
+/// The programs in a sealed memory file, each with whether it is shared
+/// ([`fd::SECCOMP_SHARED`]).
+fn store(programs: &[(BpfProgram, bool)]) -> Result<OwnedFd, SeccompError> {
     let mut bytes = Vec::new();
-    for program in programs {
-        let length = u32::try_from(program.len()).map_err(std::io::Error::other)?;
-        bytes.extend_from_slice(&length.to_ne_bytes());
+    for (program, shared) in programs {
+        let length = u32::try_from(program.len())
+            .ok()
+            .filter(|length| length & fd::SECCOMP_SHARED == 0)
+            .ok_or_else(|| std::io::Error::other("a seccomp program too long"))?;
+        let flag = if *shared { fd::SECCOMP_SHARED } else { 0 };
+        bytes.extend_from_slice(&(length | flag).to_ne_bytes());
         for instruction in program {
             bytes.extend_from_slice(&instruction.code.to_ne_bytes());
             bytes.push(instruction.jt);

@@ -72,7 +72,8 @@
 //!
 //! 1. The host starts it as a keeper prepared ahead, with [`option::RESIDENT`] in the place of
 //!    [`option::READY`] and no `--join-cgroup`.
-//! 2. It joins the namespaces and waits on its control socket.
+//! 2. It joins the namespaces, installs the seccomp programs marked
+//!    [`fd::SECCOMP_SHARED`] on itself, and waits on its control socket.
 //!    With a PID namespace it does not fork: its children are in the namespace.
 //! 3. For each fork request ([`resident::FORK`]) it forks a keeper, which takes the request's
 //!    descriptors as its status pipe, its control socket and its cgroup files.
@@ -126,7 +127,13 @@ pub mod fd {
     /// `--confine` only.
     /// Each program is a native-endian `u32` instruction count followed by that many 8-byte
     /// `sock_filter` instructions.
+    /// The count may carry [`SECCOMP_SHARED`].
     pub const SECCOMP: i32 = 7;
+    /// Set in a seccomp program's instruction count: the keeper itself keeps working under the
+    /// program, so a resident keeper installs it on itself once, and the keepers it forks and
+    /// their commands inherit it (compiled once, not per command).
+    /// Without it, each command's process installs the program before its `exec`.
+    pub const SECCOMP_SHARED: u32 = 1 << 31;
     /// The first of the scope's namespaces, in the order `--namespaces=` names them.
     pub const FIRST_NAMESPACE: i32 = 8;
     /// Most namespaces a keeper joins: one of each [`NamespaceKind`].

@@ -47,10 +47,7 @@ fn handed_to(manager: &ProcessManager, scope: &str, id: &str, ready: &[Pid]) -> 
 /// The keeper of a running process.
 fn keeper_of(manager: &ProcessManager, scope: &str, id: &str) -> Option<Pid> {
     let entry = manager.records.find(scope, id).ok()?;
-    crate::lock(&entry.keeper)
-        .pid
-        .as_ref()
-        .map(KeeperPid::pid)
+    crate::lock(&entry.keeper).pid.as_ref().map(KeeperPid::pid)
 }
 
 /// Whether `pid` is gone (reaped: not even a zombie).
@@ -368,6 +365,40 @@ async fn keepers_are_forked_by_the_resident_keeper_of_their_scope() {
         until(|| gone(resident_pid) && keepers.iter().all(|pid| gone(*pid))).await,
         "the resident keeper or a keeper it forked outlived the scope"
     );
+}
+
+/// The `Seccomp_filters:` line of `/proc/PID/status` (`self` for the reader).
+const FILTERS: &str = "grep Seccomp_filters /proc/self/status";
+
+#[tokio::test]
+async fn a_forked_keeper_s_command_has_the_programs_of_a_spawned_one() {
+    let (_dir, manager) = manager();
+    // The first command's keeper is spawned: it installs every program in the command.
+    let first = run_in(&manager, SCOPE, FILTERS).await;
+    assert!(first.text.contains("Seccomp_filters:"), "{first:?}");
+    let resident = resident_of(&manager, SCOPE).await.pid();
+    // The resident has the shared ones installed; its keepers inherit them.
+    let status = std::fs::read_to_string(format!("/proc/{resident}/status")).expect("status");
+    assert!(status.contains("Seccomp:\t2"), "{status}");
+    // Commands held running until one's keeper is forked by the resident (the first ones
+    // ready were made while it started). Each runs under exactly as many programs as the
+    // first one: none twice, none missing.
+    let mut forked = false;
+    for _ in 0..=ready::PER_PROFILE {
+        let id = manager
+            .start(SCOPE, request(&format!("{FILTERS}; exec sleep 60")))
+            .await
+            .expect("start");
+        let text = wait_for(&manager, SCOPE, &id, "Seccomp_filters:").await;
+        assert_eq!(text, first.text);
+        let keeper = keeper_of(&manager, SCOPE, &id).expect("a keeper");
+        if parent_and_state(keeper).map(|(parent, _)| parent) == Some(resident) {
+            forked = true;
+            break;
+        }
+    }
+    assert!(forked, "no keeper was forked by the resident");
+    manager.end_scope(SCOPE).await;
 }
 
 #[tokio::test]
