@@ -378,6 +378,14 @@ fn the_mount_namespace_is_a_read_only_view_with_a_private_tmp() {
     assert!(!machine.path("home/escape").exists());
 }
 
+/// Read one byte of the parent's memory with `process_vm_readv`; print the error and fail when
+/// refused.
+const PROCESS_VM_READV: &str = "/usr/bin/python3 -c 'import ctypes,os,sys; \
+     l=ctypes.CDLL(None, use_errno=True); b=ctypes.create_string_buffer(1); \
+     v=(ctypes.c_void_p*2)(ctypes.addressof(b), 1); \
+     r=l.process_vm_readv(os.getppid(), v, 1, v, 1, 0); \
+     print(os.strerror(ctypes.get_errno())); sys.exit(r < 0)'";
+
 #[test]
 fn the_confinement_cannot_be_undone_from_inside() {
     let machine = Machine::new();
@@ -396,6 +404,7 @@ fn the_confinement_cannot_be_undone_from_inside() {
         ),
         ("a new user namespace", "unshare -U true"),
         ("a new mount namespace", "unshare -m true"),
+        ("reading another process's memory", PROCESS_VM_READV),
         (
             "clone with CLONE_NEWUSER",
             "/usr/bin/python3 -c 'import ctypes,os,platform,sys; l=ctypes.CDLL(None, use_errno=True); \

@@ -1,11 +1,14 @@
 //! The seccomp layer: system calls a confined command may not make.
 //!
-//! Two filters, compiled once per scope and profile with `seccompiler` and handed to the keeper
-//! in a sealed memory file ([`programs`]):
+//! Filters compiled once per scope and profile with `seccompiler` and handed to the keeper
+//! in a sealed memory file ([`programs`]). Those the keeper itself makes no call of are marked
+//! shared: a resident keeper installs them on itself once, and the keepers it forks and their
+//! commands inherit them; each command's process installs the others. They refuse:
 //!
 //! - `EPERM` for what could undo the other layers or reach other processes: mounting
 //!   (old and new mount API), `pivot_root`, `chroot`, new namespaces (`unshare`, `setns`,
-//!   `clone` with a `CLONE_NEW*` flag), `ptrace`, `process_vm_readv`/`writev`, `bpf`,
+//!   `clone` with a `CLONE_NEW*` flag), `ptrace`, `process_vm_readv`/`writev` (in a program
+//!   of their own: the keeper makes them), `bpf`,
 //!   `perf_event_open`, the kernel keyring, `userfaultfd`, io_uring, loading kernels and
 //!   modules, `reboot`, `swapon`/`swapoff`, `acct`, changing the clock; and, when the network
 //!   is `none`, `socket` for anything but a Unix socket (`EACCES` there, so that a refused
@@ -63,8 +66,6 @@ const DENIED: &[libc::c_long] = &[
     libc::SYS_unshare,
     libc::SYS_setns,
     libc::SYS_ptrace,
-    libc::SYS_process_vm_readv,
-    libc::SYS_process_vm_writev,
     libc::SYS_bpf,
     libc::SYS_perf_event_open,
     libc::SYS_keyctl,
@@ -88,6 +89,12 @@ const DENIED: &[libc::c_long] = &[
     libc::SYS_clock_adjtime,
     libc::SYS_adjtimex,
 ];
+
+/// System calls refused outright that the keeper itself makes: its `connect` supervision
+/// reads the caller's address with `process_vm_readv`. They are in a program of their own,
+/// which each command's process installs (not shared, see [`programs`]).
+const DENIED_TO_COMMANDS: &[libc::c_long] =
+    &[libc::SYS_process_vm_readv, libc::SYS_process_vm_writev];
 
 /// `clone` flags that create namespaces.
 const NAMESPACE_FLAGS: &[libc::c_int] = &[
@@ -146,6 +153,18 @@ pub(super) fn programs(
         true,
     ));
     programs.push((BpfProgram::try_from(unix_filter(unix, arch)?)?, true));
+    programs.push((
+        BpfProgram::try_from(SeccompFilter::new(
+            DENIED_TO_COMMANDS
+                .iter()
+                .map(|&call| (call, Vec::new()))
+                .collect(),
+            SeccompAction::Allow,
+            SeccompAction::Errno(libc::EPERM.cast_unsigned()),
+            arch,
+        )?)?,
+        false,
+    ));
     // An allow-list is `none` with the session's gate on its loopback.
     if network != Network::Full {
         let mut allowed = vec![libc::AF_UNIX];

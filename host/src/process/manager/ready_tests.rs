@@ -402,6 +402,64 @@ async fn a_forked_keeper_s_command_has_the_programs_of_a_spawned_one() {
 }
 
 #[tokio::test]
+async fn a_forked_keeper_s_command_is_refused_what_a_spawned_one_s_is() {
+    let (_dir, manager) = manager();
+    ready_in(&manager, SCOPE).await;
+    let resident = resident_of(&manager, SCOPE).await.pid();
+    // A new namespace (the shared deny list) and another process's memory (the program each
+    // command installs itself).
+    let attempts = "unshare -U true 2>&1; echo unshare=$?; \
+        /usr/bin/python3 -c 'import ctypes,os; l=ctypes.CDLL(None, use_errno=True); \
+        b=ctypes.create_string_buffer(1); v=(ctypes.c_void_p*2)(ctypes.addressof(b), 1); \
+        l.process_vm_readv(os.getppid(), v, 1, v, 1, 0); \
+        print(\"readv:\", os.strerror(ctypes.get_errno()))'";
+    let mut forked = false;
+    for _ in 0..=ready::PER_PROFILE {
+        let id = manager
+            .start(SCOPE, request(&format!("{attempts}; exec sleep 60")))
+            .await
+            .expect("start");
+        let text = wait_for(&manager, SCOPE, &id, "readv:").await;
+        assert!(text.contains("unshare=1"), "{text}");
+        assert!(text.contains("readv: Operation not permitted"), "{text}");
+        let keeper = keeper_of(&manager, SCOPE, &id).expect("a keeper");
+        if parent_and_state(keeper).map(|(parent, _)| parent) == Some(resident) {
+            forked = true;
+            break;
+        }
+    }
+    assert!(forked, "no keeper was forked by the resident");
+    manager.end_scope(SCOPE).await;
+}
+
+#[tokio::test]
+async fn a_forked_keeper_supervises_its_command_s_connects() {
+    let (_dir, manager) = manager();
+    ready_in(&manager, SCOPE).await;
+    let resident = resident_of(&manager, SCOPE).await.pid();
+    // A TCP connect to a closed loopback port goes through the keeper's supervision (where it
+    // is on): the keeper reads the caller's address and connects for it, so the command sees
+    // the real refusal, not the keeper's failure to inspect the call.
+    let connect = "bash -c 'exec 3<>/dev/tcp/127.0.0.1/1' 2>&1; echo done";
+    let mut forked = false;
+    for _ in 0..=ready::PER_PROFILE {
+        let id = manager
+            .start(SCOPE, request(&format!("{connect}; exec sleep 60")))
+            .await
+            .expect("start");
+        let text = wait_for(&manager, SCOPE, &id, "done").await;
+        assert!(text.contains("Connection refused"), "{text}");
+        let keeper = keeper_of(&manager, SCOPE, &id).expect("a keeper");
+        if parent_and_state(keeper).map(|(parent, _)| parent) == Some(resident) {
+            forked = true;
+            break;
+        }
+    }
+    assert!(forked, "no keeper was forked by the resident");
+    manager.end_scope(SCOPE).await;
+}
+
+#[tokio::test]
 async fn a_resident_reaps_a_keeper_only_once_released() {
     let (_dir, manager) = manager();
     ready_in(&manager, SCOPE).await;
