@@ -310,14 +310,16 @@ fn run() -> io::Result<()> {
     };
     let leader = i32::try_from(child.id()).map_err(io::Error::other)?;
     drop(child);
+    let mut supervisor = None;
     if let Some((keeper_end, child_end)) = supervision {
         drop(child_end);
         // The command runs with the filter: without its supervisor, its connects would hang.
-        let served = unix::receive_listener(keeper_end.as_raw_fd())
-            .and_then(|listener| unix::serve(listener, places, status.as_raw_fd()));
-        if let Err(error) = served {
-            eprintln!("toolhost-keeper: cannot supervise the command's connects: {error}");
-            tree::kill_all();
+        match unix::receive_listener(keeper_end.as_raw_fd()) {
+            Ok(listener) => supervisor = Some(unix::serve(listener, places, status.as_raw_fd())),
+            Err(error) => {
+                eprintln!("toolhost-keeper: cannot supervise the command's connects: {error}");
+                tree::kill_all();
+            }
         }
     }
     release_stdio()?;
@@ -374,8 +376,16 @@ fn run() -> io::Result<()> {
         if stopping {
             tree::kill_all();
         }
-        match wait_for_event(&control, wake_read)? {
+        let listener = supervisor.as_ref().map(unix::Supervisor::fd);
+        match wait_for_event(&control, wake_read, listener)? {
             Event::Wake => drain(wake_read),
+            Event::Connect(revents) => {
+                if let Some(serving) = &supervisor
+                    && let unix::Received::Done = serving.receive(revents)
+                {
+                    supervisor = None;
+                }
+            }
             Event::Control => {
                 let mut byte = [0u8; 1];
                 match control.read(&mut byte) {
@@ -485,10 +495,13 @@ enum Event {
     Wake,
     /// The control socket is readable (a request or end-of-file).
     Control,
+    /// The `connect` supervision's listener polled with these events.
+    Connect(libc::c_short),
 }
 
-/// Block until a signal arrives or the control socket is readable.
-fn wait_for_event(control: &UnixStream, wake: RawFd) -> io::Result<Event> {
+/// Block until a signal arrives, the control socket is readable, or `listener` (the
+/// `connect` supervision's, if any) has a notification or hung up.
+fn wait_for_event(control: &UnixStream, wake: RawFd, listener: Option<RawFd>) -> io::Result<Event> {
     loop {
         let mut fds = [
             libc::pollfd {
@@ -501,9 +514,15 @@ fn wait_for_event(control: &UnixStream, wake: RawFd) -> io::Result<Event> {
                 events: libc::POLLIN,
                 revents: 0,
             },
+            libc::pollfd {
+                // A negative descriptor is ignored by poll.
+                fd: listener.unwrap_or(-1),
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
-        // SAFETY: `fds` is a valid array of two pollfd structures.
-        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        // SAFETY: `fds` is a valid array of three pollfd structures.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 3, -1) };
         if ready == -1 {
             let error = io::Error::last_os_error();
             if error.kind() == io::ErrorKind::Interrupted {
@@ -516,6 +535,9 @@ fn wait_for_event(control: &UnixStream, wake: RawFd) -> io::Result<Event> {
         }
         if fds[1].revents != 0 {
             return Ok(Event::Control);
+        }
+        if fds[2].revents != 0 {
+            return Ok(Event::Connect(fds[2].revents));
         }
     }
 }

@@ -47,7 +47,7 @@ pub(crate) fn serve(control: &UnixStream) -> io::Result<Option<Forked>> {
     }
     let mut released: Vec<libc::pid_t> = Vec::new();
     loop {
-        match crate::wait_for_event(control, wake_read)? {
+        match crate::wait_for_event(control, wake_read, None)? {
             crate::Event::Wake => {
                 crate::drain(wake_read);
                 reap_released(&mut released);
@@ -85,6 +85,8 @@ pub(crate) fn serve(control: &UnixStream) -> io::Result<Option<Forked>> {
                     _ => {}
                 }
             }
+            // Never polled here.
+            crate::Event::Connect(_) => {}
         }
     }
 }

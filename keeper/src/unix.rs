@@ -9,8 +9,8 @@
 //! 1. The command's process, between `fork` and `exec`, installs [`program`](filter::program) with
 //!    `SECCOMP_FILTER_FLAG_NEW_LISTENER` ([`install`]), sends the listener to the keeper over a
 //!    socket pair and closes it: the command never holds it.
-//! 2. The keeper's supervisor thread receives each notification ([`serve`]), and a thread of
-//!    its own handles it ([`supervisor`]'s `handle`).
+//! 2. The keeper's main loop receives each notification ([`Supervisor::receive`]), and a
+//!    thread of its own handles it ([`supervisor`]'s `handle`).
 //! 3. It copies the address from the caller's memory (`process_vm_readv`), then checks that
 //!    the notification is still valid (the pid was not reused).
 //! 4. It takes the caller's socket with `pidfd_getfd`: the same open file description, so
@@ -45,4 +45,4 @@ mod supervisor;
 
 pub(crate) use filter::{install, receive_listener};
 pub(crate) use places::Places;
-pub(crate) use supervisor::serve;
+pub(crate) use supervisor::{Received, Supervisor, serve};

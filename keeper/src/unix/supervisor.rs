@@ -1,7 +1,7 @@
 //! Steps 2 to 8 of the supervision: the supervisor's threads, and the checks each `connect`
 //! goes through.
 //!
-//! [`serve`] receives the notifications on a thread of its own.
+//! [`Supervisor::receive`] takes each notification in the keeper's main loop.
 //! [`handle`] checks one call, and makes the connection for the caller.
 //! A refusal is `EPERM`, reported to the host on the status pipe.
 
@@ -24,57 +24,50 @@ struct Shared {
     status: RawFd,
 }
 
-/// Step 2: serve the notifications of `listener` on a thread of its own, for the life of the
-/// keeper. Signals are blocked on it (and on the threads it starts): the keeper's main thread
-/// takes them, and a `connect` made for the command is not interrupted by them.
-pub(crate) fn serve(listener: OwnedFd, places: Places, status: RawFd) -> io::Result<()> {
+/// Step 2: the notifications of a listener, received by the keeper's main loop (no thread of
+/// their own: a thread per command cost its stack's mapping and the TLB shootdowns of every
+/// later `munmap` in the keeper).
+pub(crate) struct Supervisor {
+    shared: &'static Shared,
+}
+
+/// What [`Supervisor::receive`] found.
+pub(crate) enum Received {
+    /// A notification was taken (and is being handled), or none was there after all.
+    Served,
+    /// No process is left under the filter, or the listener is unusable: stop polling it.
+    Done,
+}
+
+/// Supervise the connects notified on `listener`, with `places` and refusals reported on
+/// `status`.
+pub(crate) fn serve(listener: OwnedFd, places: Places, status: RawFd) -> Supervisor {
     let shared: &'static Shared = Box::leak(Box::new(Shared {
         listener,
         places,
         status,
     }));
-    // SAFETY: sigset_t is plain data, filled by sigfillset.
-    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `all` is a valid sigset_t.
-    unsafe { libc::sigfillset(&raw mut all) };
-    // SAFETY: sigset_t is plain data; `old` is filled by pthread_sigmask.
-    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: valid sigset pointers; blocks signals in this thread while spawning, so the new
-    // thread starts with them blocked.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &raw const all, &raw mut old) };
-    let spawned = std::thread::Builder::new()
-        .name("unix-supervisor".into())
-        .spawn(move || supervise(shared));
-    // SAFETY: restoring this thread's mask as it was.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &raw const old, std::ptr::null_mut()) };
-    spawned.map(drop)
+    Supervisor { shared }
 }
 
-/// Receive the notifications until no process is left under the filter:
-///
-/// 1. Wait until a notification is pending (`POLLIN`) or no process is left under the filter
-///    (`POLLHUP`). Receiving blocks only while a process is under the filter: once none is,
-///    it fails at once with `ENOENT`, and a loop on it alone would spin until the keeper exits.
-/// 2. Receive the notification; `ENOENT` then means its caller went away meanwhile.
-/// 3. Handle it on a thread of its own.
-fn supervise(shared: &'static Shared) {
-    loop {
-        let mut pending = libc::pollfd {
-            fd: shared.listener.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: `pending` is one valid pollfd; no timeout.
-        let ready = unsafe { libc::poll(&raw mut pending, 1, -1) };
-        if ready < 0 {
-            match io::Error::last_os_error().raw_os_error() {
-                Some(libc::EINTR) => continue,
-                _ => return,
-            }
-        }
-        if pending.revents & libc::POLLIN == 0 {
-            // POLLHUP: no process is left under the filter; or the listener is unusable.
-            return;
+impl Supervisor {
+    /// The listener, for the keeper's `poll`: readable when a notification is pending, hung
+    /// up (`POLLHUP`) when no process is left under the filter.
+    pub(crate) fn fd(&self) -> RawFd {
+        self.shared.listener.as_raw_fd()
+    }
+
+    /// Once the listener polled readable or hung up:
+    ///
+    /// 1. On `POLLHUP` alone, stop: receiving would fail at once with `ENOENT` from now on.
+    /// 2. Receive the notification; `ENOENT` then means its caller went away meanwhile.
+    /// 3. Handle it on a thread of its own, with every signal blocked (the keeper's main
+    ///    thread takes them, and a `connect` made for the command is not interrupted by
+    ///    them): a blocking connect (TCP to a slow host) must not hold the keeper back.
+    pub(crate) fn receive(&self, revents: libc::c_short) -> Received {
+        let shared = self.shared;
+        if revents & libc::POLLIN == 0 {
+            return Received::Done;
         }
         // SAFETY: seccomp_notif is plain data; the kernel wants it zeroed.
         let mut request: libc::seccomp_notif = unsafe { std::mem::zeroed() };
@@ -87,21 +80,32 @@ fn supervise(shared: &'static Shared) {
             )
         };
         if received != 0 {
-            match io::Error::last_os_error().raw_os_error() {
+            return match io::Error::last_os_error().raw_os_error() {
                 // Interrupted, or the caller went away before it was received.
-                Some(libc::EINTR | libc::ENOENT) => continue,
+                Some(libc::EINTR | libc::ENOENT) => Received::Served,
                 // No process is left under the filter, or the listener is gone.
-                _ => return,
-            }
+                _ => Received::Done,
+            };
         }
-        // A blocking connect (TCP to a slow host) must not hold the others back.
+        // SAFETY: sigset_t is plain data, filled by sigfillset.
+        let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `all` is a valid sigset_t.
+        unsafe { libc::sigfillset(&raw mut all) };
+        // SAFETY: sigset_t is plain data; `old` is filled by pthread_sigmask.
+        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: valid sigset pointers; blocks signals in this thread while spawning, so the
+        // new thread starts with them blocked.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &raw const all, &raw mut old) };
         let handled = std::thread::Builder::new().spawn(move || {
             let result = handle(shared, &request);
             respond(shared, request.id, result);
         });
+        // SAFETY: restoring this thread's mask as it was.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &raw const old, std::ptr::null_mut()) };
         if handled.is_err() {
             respond(shared, request.id, Err(libc::EAGAIN));
         }
+        Received::Served
     }
 }
 
@@ -370,9 +374,9 @@ mod tests {
     use std::os::unix::net::UnixStream;
     use std::time::Duration;
 
-    /// Once no process is left under the filter, the supervisor ends: receiving then fails at
-    /// once, and a loop on it alone would spin at full speed until the keeper exits. The
-    /// filter is installed by a thread of the test, which then exits.
+    /// Once no process is left under the filter, the listener hangs up and the supervisor is
+    /// done: receiving then fails at once, and a loop on it would spin at full speed until the
+    /// keeper exits. The filter is installed by a thread of the test, which then exits.
     #[test]
     fn the_supervisor_ends_once_no_process_is_left_under_the_filter() {
         let (ours, theirs) = UnixStream::pair().expect("socket pair");
@@ -388,19 +392,22 @@ mod tests {
             .expect("the filter installed");
         let listener =
             super::super::filter::receive_listener(ours.as_raw_fd()).expect("the listener");
-        let shared: &'static Shared = Box::leak(Box::new(Shared {
-            listener,
-            places: Places::default(),
-            status: -1,
-        }));
-        let (done, ended) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            supervise(shared);
-            let _ = done.send(());
-        });
+        let supervisor = serve(listener, Places::default(), -1);
+        let mut pending = libc::pollfd {
+            fd: supervisor.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let limit = i32::try_from(Duration::from_secs(10).as_millis()).expect("ms");
+        // SAFETY: one valid pollfd.
+        let ready = unsafe { libc::poll(&raw mut pending, 1, limit) };
+        assert_eq!(
+            ready, 1,
+            "the listener did not hang up with nobody under its filter"
+        );
         assert!(
-            ended.recv_timeout(Duration::from_secs(10)).is_ok(),
-            "the supervisor still runs with nobody under its filter"
+            matches!(supervisor.receive(pending.revents), Received::Done),
+            "the supervisor goes on with nobody under its filter"
         );
     }
 }
