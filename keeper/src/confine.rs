@@ -44,8 +44,9 @@ struct Program {
 pub(crate) struct Confinement {
     /// Landlock and seccomp ([`fd::RULESET`] and [`fd::SECCOMP`]).
     layers: Option<Vec<Program>>,
-    /// The shared programs are installed in this process already (a resident keeper's, see
-    /// [`Confinement::install_shared`]), so the command inherits them.
+    /// The shared programs are installed in this process already, and its capability
+    /// bounding set is empty (a resident keeper's, see [`Confinement::install_shared`]): the
+    /// command inherits both.
     shared_installed: bool,
     cpu_seconds: Option<u64>,
     data_bytes: Option<u64>,
@@ -189,7 +190,7 @@ impl Confinement {
         let Some(programs) = &self.layers else {
             return Ok(());
         };
-        drop_capabilities();
+        drop_capabilities(self.shared_installed);
         // SAFETY: integer arguments; sets a flag of this process only.
         let nnp = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } == 0;
         step("prctl(PR_SET_NO_NEW_PRIVS)", nnp)?;
@@ -214,14 +215,16 @@ impl Confinement {
 }
 
 impl Confinement {
-    /// In a resident keeper, once it has joined the namespaces: set `no_new_privs` and install
-    /// the programs marked [`fd::SECCOMP_SHARED`] on this process, so that every keeper it
-    /// forks, and their commands, inherit them compiled. The keeper makes none of the calls
-    /// they refuse from here on.
+    /// In a resident keeper, once it has joined the namespaces: empty the capability
+    /// bounding set, set `no_new_privs` and install the programs marked
+    /// [`fd::SECCOMP_SHARED`] on this process, so that every keeper it forks, and their
+    /// commands, inherit them (the programs compiled). The keeper makes none of the calls they
+    /// refuse from here on, and gains no capability by an `exec`.
     pub(crate) fn install_shared(&mut self) -> io::Result<()> {
         let Some(programs) = &self.layers else {
             return Ok(());
         };
+        drop_bounding_set();
         // SAFETY: integer arguments; sets a flag of this process only.
         if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
             return Err(io::Error::last_os_error());
@@ -283,11 +286,9 @@ fn set_limit(resource: Resource, value: u64) -> bool {
 /// Give up every capability for good: drop them from the bounding set (possible only with
 /// `CAP_SETPCAP`, i.e. when the host runs as root), clear the ambient set, and empty the
 /// effective, permitted and inheritable sets. Without capabilities this changes nothing.
-fn drop_capabilities() {
-    for capability in 0..64 {
-        // SAFETY: integer arguments; fails harmlessly (EINVAL past the last capability, EPERM
-        // without CAP_SETPCAP).
-        unsafe { libc::prctl(libc::PR_CAPBSET_DROP, capability, 0, 0, 0) };
+fn drop_capabilities(bounding_dropped: bool) {
+    if !bounding_dropped {
+        drop_bounding_set();
     }
     // SAFETY: integer arguments; clears this process's ambient capabilities.
     unsafe {
@@ -323,6 +324,20 @@ fn drop_capabilities() {
     }; 2];
     // SAFETY: `header` and `data` have the layout capset(2) expects for version 3.
     unsafe { libc::syscall(libc::SYS_capset, &raw const header, data.as_ptr()) };
+}
+
+/// Drop every capability from this process's bounding set, so that no `exec` gains one.
+/// A failure is harmless: `EPERM` without `CAP_SETPCAP` (there is nothing to gain then, with
+/// `no_new_privs`), and `EINVAL` past the kernel's last capability, where it stops.
+fn drop_bounding_set() {
+    for capability in 0..64 {
+        // SAFETY: integer arguments.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, capability, 0, 0, 0) } != 0
+            && io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL)
+        {
+            return;
+        }
+    }
 }
 
 /// Read the seccomp programs from [`fd::SECCOMP`] (with `pread`: the file is shared by every

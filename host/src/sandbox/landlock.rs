@@ -427,11 +427,23 @@ impl Made {
 
     /// No watched directory changed since, and every stamp is trusted.
     fn fresh(&self) -> bool {
-        !self.racy
-            && self
-                .stamps
-                .iter()
-                .all(|(dir, stamp)| Stamp::of(dir) == *stamp)
+        if self.racy {
+            tracing::debug!(
+                "a directory around a hidden path had just changed: the Landlock rules are made again"
+            );
+            return false;
+        }
+        match self
+            .stamps
+            .iter()
+            .find(|(dir, stamp)| Stamp::of(dir) != *stamp)
+        {
+            None => true,
+            Some((dir, _)) => {
+                tracing::debug!(dir = %dir.display(), "a directory around a hidden path changed: the Landlock rules are made again");
+                false
+            }
+        }
     }
 }
 

@@ -367,8 +367,8 @@ async fn keepers_are_forked_by_the_resident_keeper_of_their_scope() {
     );
 }
 
-/// The `Seccomp_filters:` line of `/proc/PID/status` (`self` for the reader).
-const FILTERS: &str = "grep Seccomp_filters /proc/self/status";
+/// The reader's seccomp filters and capabilities, from `/proc/self/status`.
+const FILTERS: &str = "grep -E '^(Seccomp_filters|Cap(Inh|Prm|Eff|Bnd|Amb)):' /proc/self/status";
 
 #[tokio::test]
 async fn a_forked_keeper_s_command_has_the_programs_of_a_spawned_one() {
@@ -382,7 +382,7 @@ async fn a_forked_keeper_s_command_has_the_programs_of_a_spawned_one() {
     assert!(status.contains("Seccomp:\t2"), "{status}");
     // Commands held running until one's keeper is forked by the resident (the first ones
     // ready were made while it started). Each runs under exactly as many programs as the
-    // first one: none twice, none missing.
+    // first one (none twice, none missing), with the same capabilities.
     let mut forked = false;
     for _ in 0..=ready::PER_PROFILE {
         let id = manager
