@@ -367,6 +367,30 @@ async fn keepers_are_forked_by_the_resident_keeper_of_their_scope() {
     );
 }
 
+/// Start `command` (held running after it) in [`SCOPE`] until one's keeper is forked by
+/// `resident` (the first keepers ready were made while it started), checking the output of
+/// each, up to `needle`, with `check`.
+async fn until_forked(
+    manager: &ProcessManager,
+    resident: Pid,
+    command: &str,
+    needle: &str,
+    check: impl Fn(&str),
+) {
+    for _ in 0..=ready::PER_PROFILE {
+        let id = manager
+            .start(SCOPE, request(&format!("{command}; exec sleep 60")))
+            .await
+            .expect("start");
+        check(&wait_for(manager, SCOPE, &id, needle).await);
+        let keeper = keeper_of(manager, SCOPE, &id).expect("a keeper");
+        if parent_and_state(keeper).map(|(parent, _)| parent) == Some(resident) {
+            return;
+        }
+    }
+    panic!("no keeper was forked by the resident");
+}
+
 /// The reader's seccomp filters and capabilities, from `/proc/self/status`.
 const FILTERS: &str = "grep -E '^(Seccomp_filters|Cap(Inh|Prm|Eff|Bnd|Amb)):' /proc/self/status";
 
@@ -383,21 +407,10 @@ async fn a_forked_keeper_s_command_has_the_programs_of_a_spawned_one() {
     // Commands held running until one's keeper is forked by the resident (the first ones
     // ready were made while it started). Each runs under exactly as many programs as the
     // first one (none twice, none missing), with the same capabilities.
-    let mut forked = false;
-    for _ in 0..=ready::PER_PROFILE {
-        let id = manager
-            .start(SCOPE, request(&format!("{FILTERS}; exec sleep 60")))
-            .await
-            .expect("start");
-        let text = wait_for(&manager, SCOPE, &id, "Seccomp_filters:").await;
+    until_forked(&manager, resident, FILTERS, "Seccomp_filters:", |text| {
         assert_eq!(text, first.text);
-        let keeper = keeper_of(&manager, SCOPE, &id).expect("a keeper");
-        if parent_and_state(keeper).map(|(parent, _)| parent) == Some(resident) {
-            forked = true;
-            break;
-        }
-    }
-    assert!(forked, "no keeper was forked by the resident");
+    })
+    .await;
     manager.end_scope(SCOPE).await;
 }
 
@@ -413,22 +426,11 @@ async fn a_forked_keeper_s_command_is_refused_what_a_spawned_one_s_is() {
         b=ctypes.create_string_buffer(1); v=(ctypes.c_void_p*2)(ctypes.addressof(b), 1); \
         l.process_vm_readv(os.getppid(), v, 1, v, 1, 0); \
         print(\"readv:\", os.strerror(ctypes.get_errno()))'";
-    let mut forked = false;
-    for _ in 0..=ready::PER_PROFILE {
-        let id = manager
-            .start(SCOPE, request(&format!("{attempts}; exec sleep 60")))
-            .await
-            .expect("start");
-        let text = wait_for(&manager, SCOPE, &id, "readv:").await;
+    until_forked(&manager, resident, attempts, "readv:", |text| {
         assert!(text.contains("unshare=1"), "{text}");
         assert!(text.contains("readv: Operation not permitted"), "{text}");
-        let keeper = keeper_of(&manager, SCOPE, &id).expect("a keeper");
-        if parent_and_state(keeper).map(|(parent, _)| parent) == Some(resident) {
-            forked = true;
-            break;
-        }
-    }
-    assert!(forked, "no keeper was forked by the resident");
+    })
+    .await;
     manager.end_scope(SCOPE).await;
 }
 
@@ -441,21 +443,10 @@ async fn a_forked_keeper_supervises_its_command_s_connects() {
     // is on): the keeper reads the caller's address and connects for it, so the command sees
     // the real refusal, not the keeper's failure to inspect the call.
     let connect = "bash -c 'exec 3<>/dev/tcp/127.0.0.1/1' 2>&1; echo done";
-    let mut forked = false;
-    for _ in 0..=ready::PER_PROFILE {
-        let id = manager
-            .start(SCOPE, request(&format!("{connect}; exec sleep 60")))
-            .await
-            .expect("start");
-        let text = wait_for(&manager, SCOPE, &id, "done").await;
+    until_forked(&manager, resident, connect, "done", |text| {
         assert!(text.contains("Connection refused"), "{text}");
-        let keeper = keeper_of(&manager, SCOPE, &id).expect("a keeper");
-        if parent_and_state(keeper).map(|(parent, _)| parent) == Some(resident) {
-            forked = true;
-            break;
-        }
-    }
-    assert!(forked, "no keeper was forked by the resident");
+    })
+    .await;
     manager.end_scope(SCOPE).await;
 }
 
