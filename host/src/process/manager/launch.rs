@@ -153,16 +153,7 @@ impl Launcher {
             .await
             .map_err(|error| tracing::debug!(%error, "cannot fork a keeper"))
             .ok()?;
-        match StartMessage::new(launch, prepared).and_then(|message| {
-            keeper::send_start(&ready.host.control, &message.bytes, &message.fds)
-        }) {
-            Ok(()) => Some(ready),
-            Err(error) => {
-                tracing::debug!(%error, "a forked keeper could not take its command");
-                ready::release_soon(vec![ready]);
-                None
-            }
-        }
+        give(ready, launch, prepared)
     }
 
     /// Hand `launch` to the keeper prepared ahead for `scope`, `profile` and its layers
@@ -177,17 +168,7 @@ impl Launcher {
     ) -> Option<ReadyKeeper> {
         let (ready, stale) = self.ready.take(scope, profile, prepared);
         ready::release_soon(stale);
-        let ready = ready?;
-        match StartMessage::new(launch, prepared).and_then(|message| {
-            keeper::send_start(&ready.host.control, &message.bytes, &message.fds)
-        }) {
-            Ok(()) => Some(ready),
-            Err(error) => {
-                tracing::debug!(%error, scope, "a keeper prepared ahead could not take its command");
-                ready::release_soon(vec![ready]);
-                None
-            }
-        }
+        give(ready?, launch, prepared)
     }
 
     /// Make the command's cgroups and spawn a keeper for `launch`.
@@ -380,4 +361,20 @@ async fn release((keepers, residents): (Vec<ReadyKeeper>, Vec<Arc<Resident>>)) {
         }
     });
     let _ = released.await;
+}
+
+/// Send `launch` (with the layers `prepared`) to `ready`, a keeper waiting for its command:
+/// `None` when it could not take it (it is gone: then it is released, and the caller makes a
+/// keeper as usual).
+fn give(ready: ReadyKeeper, launch: &Launch<'_>, prepared: &Prepared) -> Option<ReadyKeeper> {
+    match StartMessage::new(launch, prepared)
+        .and_then(|message| keeper::send_start(&ready.host.control, &message.bytes, &message.fds))
+    {
+        Ok(()) => Some(ready),
+        Err(error) => {
+            tracing::debug!(%error, scope = ready.scope(), "a keeper waiting for its command could not take it");
+            ready::release_soon(vec![ready]);
+            None
+        }
+    }
 }

@@ -78,6 +78,11 @@ impl ReadyKeeper {
         drop(cgroups);
     }
 
+    /// The scope it was made for.
+    pub(super) fn scope(&self) -> &str {
+        &self.scope
+    }
+
     /// Its pid, for tests.
     #[cfg(test)]
     pub(super) fn pid(&self) -> Pid {
