@@ -212,9 +212,7 @@ impl Confinement {
         }
         Ok(())
     }
-}
 
-impl Confinement {
     /// In a resident keeper, once it has joined the namespaces: empty the capability
     /// bounding set, set `no_new_privs` and install the programs marked
     /// [`fd::SECCOMP_SHARED`] on this process, so that every keeper it forks, and their

@@ -134,37 +134,29 @@ pub(super) fn programs(
         })
         .collect::<Result<Vec<_>, _>>()?;
     denied.insert(libc::SYS_clone, namespaces);
-    let deny = SeccompFilter::new(
-        denied,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::EPERM.cast_unsigned()),
-        arch,
-    )?;
+    let whole = |call: &libc::c_long| (*call, Vec::new());
     // (program, shared): the keeper itself works under a shared one (it makes no call these
     // deny once it has joined the namespaces), so a resident keeper installs it once.
-    let mut programs = vec![(BpfProgram::try_from(deny)?, true)];
-    programs.push((
-        BpfProgram::try_from(SeccompFilter::new(
-            BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
-            SeccompAction::Allow,
-            SeccompAction::Errno(libc::ENOSYS.cast_unsigned()),
-            arch,
-        )?)?,
-        true,
-    ));
-    programs.push((BpfProgram::try_from(unix_filter(unix, arch)?)?, true));
-    programs.push((
-        BpfProgram::try_from(SeccompFilter::new(
-            DENIED_TO_COMMANDS
-                .iter()
-                .map(|&call| (call, Vec::new()))
-                .collect(),
-            SeccompAction::Allow,
-            SeccompAction::Errno(libc::EPERM.cast_unsigned()),
-            arch,
-        )?)?,
-        false,
-    ));
+    let mut programs = vec![
+        (refusing(denied, libc::EPERM, arch)?, true),
+        (
+            refusing(
+                BTreeMap::from([whole(&libc::SYS_clone3)]),
+                libc::ENOSYS,
+                arch,
+            )?,
+            true,
+        ),
+        (unix_filter(unix, arch)?, true),
+        (
+            refusing(
+                DENIED_TO_COMMANDS.iter().map(whole).collect(),
+                libc::EPERM,
+                arch,
+            )?,
+            false,
+        ),
+    ];
     // An allow-list is `none` with the session's gate on its loopback.
     if network != Network::Full {
         let mut allowed = vec![libc::AF_UNIX];
@@ -186,17 +178,25 @@ pub(super) fn programs(
                 .collect::<Result<Vec<_>, _>>()?,
         )?;
         // Not shared: the keeper's supervisor asks the kernel's socket table over netlink.
-        programs.push((
-            BpfProgram::try_from(SeccompFilter::new(
-                BTreeMap::from([(libc::SYS_socket, vec![other])]),
-                SeccompAction::Allow,
-                SeccompAction::Errno(libc::EACCES.cast_unsigned()),
-                arch,
-            )?)?,
-            false,
-        ));
+        let socket = BTreeMap::from([(libc::SYS_socket, vec![other])]);
+        programs.push((refusing(socket, libc::EACCES, arch)?, false));
     }
     store(&programs)
+}
+
+/// A program that fails the calls `rules` match with `errno` and lets every other through.
+fn refusing(
+    rules: BTreeMap<i64, Vec<SeccompRule>>,
+    errno: libc::c_int,
+    arch: TargetArch,
+) -> Result<BpfProgram, SeccompError> {
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(errno.cast_unsigned()),
+        arch,
+    )?;
+    Ok(BpfProgram::try_from(filter)?)
 }
 
 /// The `socket` types of `AF_UNIX` a confined command may make.
@@ -205,7 +205,7 @@ const UNIX_TYPES: [i32; 2] = [libc::SOCK_STREAM, libc::SOCK_SEQPACKET];
 /// `EACCES` for Unix sockets of the other types (`socket` and `socketpair`), and in the
 /// strict mode for every `socket(AF_UNIX, ..)`. The type's low four bits are the type; the
 /// others are flags (`SOCK_NONBLOCK`, `SOCK_CLOEXEC`).
-fn unix_filter(unix: &UnixMode, arch: TargetArch) -> Result<SeccompFilter, SeccompError> {
+fn unix_filter(unix: &UnixMode, arch: TargetArch) -> Result<BpfProgram, SeccompError> {
     let unix_family = || {
         SeccompCondition::new(
             0,
@@ -234,15 +234,14 @@ fn unix_filter(unix: &UnixMode, arch: TargetArch) -> Result<SeccompFilter, Secco
         UnixMode::Supervised => other_types()?,
         UnixMode::Strict(_) => vec![SeccompRule::new(vec![unix_family()?])?],
     };
-    Ok(SeccompFilter::new(
+    refusing(
         BTreeMap::from([
             (libc::SYS_socket, socket),
             (libc::SYS_socketpair, other_types()?),
         ]),
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::EACCES.cast_unsigned()),
+        libc::EACCES,
         arch,
-    )?)
+    )
 }
 
 /// The programs in a sealed memory file, each with whether it is shared

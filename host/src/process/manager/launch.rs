@@ -130,6 +130,17 @@ impl Launcher {
         self.spawn_keeper(scope, profile, confine, launch).await
     }
 
+    /// What making a keeper of `scope`, `profile` and the layers `prepared` takes.
+    fn recipe(&self, scope: &Scope, profile: &Profile, prepared: &Arc<Prepared>) -> ready::Recipe {
+        ready::Recipe {
+            scope: scope.name.clone(),
+            profile: profile.clone(),
+            prepared: Arc::clone(prepared),
+            scope_cgroups: scope.sandbox.cgroups(),
+            nice: self.nice,
+        }
+    }
+
     /// Have the resident keeper of `scope`, `profile` and `prepared` fork a keeper now, if
     /// there is one, and hand it `launch`: `None` when there is none or that failed (the
     /// caller spawns a keeper, which reports any failure as it should).
@@ -141,15 +152,9 @@ impl Launcher {
         launch: &Launch<'_>,
     ) -> Option<ReadyKeeper> {
         let spawner = self.spawner.as_ref()?;
-        self.ready.resident(&scope.name, profile, prepared)?;
-        let recipe = ready::Recipe {
-            scope: scope.name.clone(),
-            profile: profile.clone(),
-            prepared: Arc::clone(prepared),
-            scope_cgroups: scope.sandbox.cgroups(),
-            nice: self.nice,
-        };
-        let ready = ready::make(spawner, &self.ready, recipe, false)
+        let resident = self.ready.resident(&scope.name, profile, prepared)?;
+        let recipe = self.recipe(scope, profile, prepared);
+        let ready = ready::make_with(spawner, &self.ready, recipe, Some(resident))
             .await
             .map_err(|error| tracing::debug!(%error, "cannot fork a keeper"))
             .ok()?;
@@ -248,13 +253,7 @@ impl Launcher {
         let Some(spawner) = self.spawner.clone() else {
             return;
         };
-        let recipe = || ready::Recipe {
-            scope: scope.name.clone(),
-            profile: profile.clone(),
-            prepared: Arc::clone(prepared),
-            scope_cgroups: scope.sandbox.cgroups(),
-            nice: self.nice,
-        };
+        let recipe = || self.recipe(scope, profile, prepared);
         let mut making = false;
         while let Some(serial) = self.ready.turn(&scope.name, profile) {
             self.make_ready(serial, recipe(), spawner.clone(), Arc::clone(started));

@@ -146,16 +146,13 @@ impl State {
         profile: &Profile,
         prepared: &Arc<Prepared>,
     ) -> Vec<ResidentOf> {
-        let (stale, kept) =
-            std::mem::take(&mut self.residents)
-                .into_iter()
-                .partition(|held: &ResidentOf| {
-                    held.scope == scope
-                        && held.profile == *profile
-                        && !Arc::ptr_eq(&held.prepared, prepared)
-                });
-        self.residents = kept;
-        stale
+        self.residents
+            .extract_if(.., |held| {
+                held.scope == scope
+                    && held.profile == *profile
+                    && !Arc::ptr_eq(&held.prepared, prepared)
+            })
+            .collect()
     }
 
     /// How many are ready or being made for `scope` and `profile`.
@@ -431,12 +428,9 @@ impl ReadyKeepers {
     /// keepers.
     pub(super) fn end_scope(&self, scope: &str) -> (Vec<ReadyKeeper>, Vec<Arc<Resident>>) {
         let mut state = crate::lock(&self.state);
-        let (residents, others): (Vec<_>, Vec<_>) = std::mem::take(&mut state.residents)
-            .into_iter()
-            .partition(|held| held.scope == scope);
-        state.residents = others;
-        let residents = residents
-            .into_iter()
+        let residents = state
+            .residents
+            .extract_if(.., |held| held.scope == scope)
             .filter_map(|held| held.resident)
             .collect();
         let State {
@@ -549,6 +543,17 @@ pub(super) async fn make(
         }
         None => None,
     };
+    make_with(spawner, pool, recipe, resident).await
+}
+
+/// Make a keeper prepared ahead, forked by `resident` (a failed fork lets it go from `pool`),
+/// or spawned on the spawner thread without one.
+pub(super) async fn make_with(
+    spawner: &Spawner,
+    pool: &ReadyKeepers,
+    recipe: Recipe,
+    resident: Option<Arc<Resident>>,
+) -> Result<ReadyKeeper, String> {
     let Recipe {
         scope,
         profile,
