@@ -583,15 +583,12 @@ pub(super) async fn make_with(
                 .map(|file| file.try_clone().map(OwnedFd::from))
                 .collect::<std::io::Result<Vec<_>>>()
                 .map_err(|error| error.to_string())?;
-            let forker = Arc::clone(&resident);
-            let forked = tokio::task::spawn_blocking(move || forker.fork(ends, &files)).await;
-            match forked {
-                Ok(Ok(pid)) => Spawned::forked(pid, resident),
-                Ok(Err(error)) => {
+            match resident.fork(ends, &files).await {
+                Ok(pid) => Spawned::forked(pid, resident),
+                Err(error) => {
                     pool.forget_resident(&resident);
                     return Err(format!("the resident keeper cannot fork: {error}"));
                 }
-                Err(error) => return Err(error.to_string()),
             }
         }
         None => {

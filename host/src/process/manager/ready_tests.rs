@@ -456,11 +456,7 @@ async fn a_resident_reaps_a_keeper_only_once_released() {
     ready_in(&manager, SCOPE).await;
     let resident = resident_of(&manager, SCOPE).await;
     let (host, ends) = keeper::channels().expect("channels");
-    let forker = Arc::clone(&resident);
-    let keeper = tokio::task::spawn_blocking(move || forker.fork(ends, &[]))
-        .await
-        .expect("join")
-        .expect("fork");
+    let keeper = resident.fork(ends, &[]).await.expect("fork");
     assert_eq!(
         parent_and_state(keeper).map(|(parent, _)| parent),
         Some(resident.pid())

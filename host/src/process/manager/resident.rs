@@ -18,13 +18,14 @@
 //!   holder's drop closes its control socket: the resident waits for every keeper it forked,
 //!   then exits, and the host reaps it.
 
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
 use nix::unistd::Pid;
+use tokio::io::unix::AsyncFd;
 use toolhost_keeper_protocol::resident::{ANSWER_LEN, FORK, RELEASE};
 
 use super::keeper::{HostEnds, KeeperEnds};
@@ -32,9 +33,10 @@ use super::reap;
 
 /// A resident keeper (see the module documentation).
 pub(super) struct Resident {
-    /// The host's end of its control socket; `None` once closed. Requests and their answers
-    /// go under this lock, so that each answer is read by the request it answers.
-    control: Mutex<Option<UnixStream>>,
+    /// The host's end of its control socket, non-blocking; `None` once closed.
+    control: Mutex<Option<Arc<AsyncFd<UnixStream>>>>,
+    /// One fork request at a time, so that each answer is read by the request it answers.
+    turn: tokio::sync::Mutex<()>,
     /// The read end of its status pipe: nothing is written there; kept open so that the
     /// resident's writes could never raise `SIGPIPE`.
     _status: OwnedFd,
@@ -49,12 +51,16 @@ const ANSWER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Resident {
     /// The resident spawned as `pid` (released from its spawn guard), with the host's ends of
-    /// its channels.
+    /// its channels. Inside a Tokio runtime (its control socket is polled by it).
     pub(super) fn new(pid: Pid, host: HostEnds) -> io::Result<Self> {
         let control = UnixStream::from(host.control);
-        control.set_read_timeout(Some(ANSWER_WAIT))?;
+        control.set_nonblocking(true)?;
+        // SAFETY: the `UnixStream` owns its descriptor and is owned by the `AsyncFd` from now
+        // on, so the descriptor stays open and the same for the `AsyncFd`'s whole life.
+        let control = unsafe { AsyncFd::register(control) }.map_err(io::Error::from)?;
         Ok(Self {
-            control: Mutex::new(Some(control)),
+            control: Mutex::new(Some(Arc::new(control))),
+            turn: tokio::sync::Mutex::new(()),
             _status: host.status,
             pid,
             reaped: false,
@@ -68,48 +74,35 @@ impl Resident {
     }
 
     /// Fork a keeper prepared ahead, with `keeper` as its channels and `cgroups` (the `tasks`
-    /// or `cgroup.procs` files of its command's cgroups) to move into: its pid. Blocks for
-    /// the round trip: call it from a blocking thread.
-    /// A failed round trip lets the resident go (its later requests fail at once): an answer
-    /// half read would be taken for the next one's.
-    pub(super) fn fork(&self, keeper: KeeperEnds, cgroups: &[OwnedFd]) -> io::Result<Pid> {
+    /// or `cgroup.procs` files of its command's cgroups) to move into: its pid. Holds no
+    /// thread while it waits for the answer.
+    /// A round trip that fails, takes longer than [`ANSWER_WAIT`] or is abandoned (its future
+    /// dropped) lets the resident go (its later requests fail at once): an answer half read,
+    /// or not read, would be taken for the next one's.
+    pub(super) async fn fork(&self, keeper: KeeperEnds, cgroups: &[OwnedFd]) -> io::Result<Pid> {
         let mut raw = vec![keeper.status.as_raw_fd(), keeper.control.as_raw_fd()];
         raw.extend(cgroups.iter().map(AsRawFd::as_raw_fd));
-        let mut guard = crate::lock(&self.control);
-        let control = guard
-            .as_ref()
+        let _turn = self.turn.lock().await;
+        let control = crate::lock(&self.control)
+            .clone()
             .ok_or_else(|| io::Error::other("the resident keeper was let go"))?;
-        let answer = Self::round_trip(control, &raw);
-        if answer.is_err() {
-            guard.take();
-        }
-        match i32::from_le_bytes(answer?) {
+        let mut pending = LetGoUnlessDone {
+            resident: self,
+            done: false,
+        };
+        let answer = tokio::time::timeout(ANSWER_WAIT, round_trip(&control, &raw))
+            .await
+            .unwrap_or_else(|_| {
+                Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the resident keeper did not answer",
+                ))
+            })?;
+        pending.done = true;
+        match i32::from_le_bytes(answer) {
             pid if pid > 0 => Ok(Pid::from_raw(pid)),
             errno => Err(io::Error::from_raw_os_error(errno.saturating_neg())),
         }
-    }
-
-    /// Send a fork request with the descriptors `raw`; its answer.
-    fn round_trip(control: &UnixStream, raw: &[i32]) -> io::Result<[u8; ANSWER_LEN]> {
-        let rights = [ControlMessage::ScmRights(raw)];
-        loop {
-            // MSG_NOSIGNAL: a resident that is gone gives EPIPE, not SIGPIPE.
-            match sendmsg::<()>(
-                control.as_raw_fd(),
-                &[io::IoSlice::new(&[FORK])],
-                &rights,
-                MsgFlags::MSG_NOSIGNAL,
-                None,
-            ) {
-                Ok(_) => break,
-                Err(nix::errno::Errno::EINTR) => {}
-                Err(errno) => return Err(io::Error::from(errno)),
-            }
-        }
-        let mut answer = [0u8; ANSWER_LEN];
-        let mut stream = control;
-        stream.read_exact(&mut answer)?;
-        Ok(answer)
     }
 
     /// The host no longer refers to its keeper `pid`: the resident reaps it once it has
@@ -118,6 +111,8 @@ impl Resident {
         let mut message = [0u8; 1 + ANSWER_LEN];
         message[0] = RELEASE;
         message[1..].copy_from_slice(&pid.as_raw().to_le_bytes());
+        // Not under `turn`: a release is one small message, which the socket never interleaves
+        // with a fork request's.
         if let Some(control) = crate::lock(&self.control).as_ref() {
             // MSG_DONTWAIT: a resident that stopped reading cannot block the host (the keeper
             // stays a zombie until that resident exits); MSG_NOSIGNAL: one that is gone gives
@@ -148,4 +143,61 @@ impl Drop for Resident {
             reap::reap_soon(self.pid);
         }
     }
+}
+
+/// Lets its resident go when dropped before the round trip is done.
+struct LetGoUnlessDone<'a> {
+    resident: &'a Resident,
+    done: bool,
+}
+
+impl Drop for LetGoUnlessDone<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            crate::lock(&self.resident.control).take();
+        }
+    }
+}
+
+/// Send a fork request with the descriptors `raw` on `control`; its answer.
+async fn round_trip(control: &AsyncFd<UnixStream>, raw: &[i32]) -> io::Result<[u8; ANSWER_LEN]> {
+    let rights = [ControlMessage::ScmRights(raw)];
+    loop {
+        let mut ready = control.writable().await?;
+        // MSG_NOSIGNAL: a resident that is gone gives EPIPE, not SIGPIPE.
+        let sent = ready.try_io(|socket| {
+            sendmsg::<()>(
+                socket.as_raw_fd(),
+                &[io::IoSlice::new(&[FORK])],
+                &rights,
+                MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
+                None,
+            )
+            .map_err(io::Error::from)
+        });
+        match sent {
+            Ok(Ok(_)) => break,
+            Ok(Err(error)) if error.kind() == io::ErrorKind::Interrupted => {}
+            Ok(Err(error)) => return Err(error),
+            Err(_would_block) => {}
+        }
+    }
+    let mut answer = [0u8; ANSWER_LEN];
+    let mut read = 0;
+    while read < ANSWER_LEN {
+        let mut ready = control.readable().await?;
+        match ready.try_io(|socket| io::Read::read(&mut socket.get_ref(), &mut answer[read..])) {
+            Ok(Ok(0)) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the resident keeper is gone",
+                ));
+            }
+            Ok(Ok(n)) => read += n,
+            Ok(Err(error)) if error.kind() == io::ErrorKind::Interrupted => {}
+            Ok(Err(error)) => return Err(error),
+            Err(_would_block) => {}
+        }
+    }
+    Ok(answer)
 }
