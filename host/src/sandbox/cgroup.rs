@@ -213,6 +213,44 @@ pub(crate) struct ParentCgroups {
     dirs: Vec<PathBuf>,
     /// The memory limit set on it, in bytes.
     memory_limit: Option<u64>,
+    /// Its commands' cgroups that were left clean, for its next commands (at most [`KEPT`]).
+    kept: std::sync::Mutex<Vec<Kept>>,
+}
+
+/// How many clean command cgroups a session keeps for its next commands.
+const KEPT: usize = 4;
+
+/// Above this much memory still charged to a command's cgroup once its command is gone (files
+/// it cached, kernel objects), the cgroup is removed rather than kept: the next command starts
+/// with at most this much counted against its limit.
+const KEPT_CHARGE_BYTES: u64 = 1 << 20;
+
+/// A command's cgroups, clean and empty, kept by its session for a later command.
+#[derive(Debug)]
+struct Kept {
+    dirs: Vec<PathBuf>,
+    procs: Vec<File>,
+    memory: Option<(PathBuf, bool)>,
+    pids: Option<(PathBuf, bool)>,
+    /// The limits written to them.
+    processes: Option<u32>,
+    memory_limit: Option<u64>,
+}
+
+impl Kept {
+    /// Whether no process is counted in them any more (`pids.current`, or the memory
+    /// cgroup's list of processes where there is no pids cgroup).
+    fn empty(&self) -> bool {
+        match (&self.pids, &self.memory) {
+            (Some((dir, _)), _) => std::fs::read_to_string(dir.join("pids.current"))
+                .is_ok_and(|count| count.trim() == "0"),
+            (None, Some((dir, v2))) => {
+                std::fs::read_to_string(dir.join(if *v2 { "cgroup.procs" } else { "tasks" }))
+                    .is_ok_and(|tasks| tasks.trim().is_empty())
+            }
+            (None, None) => true,
+        }
+    }
 }
 
 impl ParentCgroups {
@@ -265,6 +303,46 @@ impl ParentCgroups {
         self.memory
             .as_ref()
             .is_some_and(|(dir, v2)| own_limit_reached(dir, *v2))
+    }
+
+    /// A kept command cgroup with exactly the controllers asked for, if the session has one.
+    fn take_kept(&self, pids: bool, memory: bool) -> Option<Kept> {
+        let mut kept = self
+            .kept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let at = kept
+            .iter()
+            .position(|k| k.pids.is_some() == pids && k.memory.is_some() == memory && k.empty())?;
+        Some(kept.swap_remove(at))
+    }
+
+    /// Whether the session keeps fewer than [`KEPT`] command cgroups.
+    fn has_room(&self) -> bool {
+        self.kept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+            < KEPT
+    }
+
+    /// Keep `kept` for a later command; removed instead when the session already keeps
+    /// [`KEPT`] (another command was kept meanwhile).
+    fn keep(&self, kept: Kept) {
+        let mut all = self
+            .kept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if all.len() < KEPT {
+            all.push(kept);
+            return;
+        }
+        drop(all);
+        let Kept { dirs, procs, .. } = kept;
+        drop(procs);
+        for dir in &dirs {
+            let _ = std::fs::remove_dir(dir);
+        }
     }
 
     fn bases(&self) -> Bases {
@@ -329,6 +407,19 @@ impl ParentCgroups {
 
 impl Drop for ParentCgroups {
     fn drop(&mut self) {
+        let kept = std::mem::take(
+            self.kept
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for Kept { dirs, procs, .. } in kept {
+            drop(procs);
+            for dir in &dirs {
+                if let Err(error) = std::fs::remove_dir(dir) {
+                    tracing::debug!(dir = %dir.display(), %error, "cannot remove a command's cgroup");
+                }
+            }
+        }
         for dir in &self.dirs {
             if let Err(error) = std::fs::remove_dir(dir) {
                 tracing::debug!(dir = %dir.display(), %error, "cannot remove a cgroup");
@@ -368,6 +459,8 @@ pub(crate) struct CommandCgroups {
     pids: Option<(PathBuf, bool)>,
     /// The memory limit set on it, in bytes.
     memory_limit: Option<u64>,
+    /// The process limit set on it.
+    processes: Option<u32>,
     /// The session's cgroup it is made in, kept until it is removed (a parent goes last).
     parent: Option<std::sync::Arc<ParentCgroups>>,
 }
@@ -407,6 +500,13 @@ impl CommandCgroups {
             }),
         });
         let hierarchies = below.as_ref().unwrap_or(all);
+        let wants_pids = processes.is_some() && hierarchies.pids.is_some();
+        let wants_memory = memory_bytes.is_some() && hierarchies.memory.is_some();
+        if let Some(parent) = &parent
+            && let Some(kept) = parent.take_kept(wants_pids, wants_memory)
+        {
+            return CommandCgroups::reuse(kept, parent.clone(), processes, memory_bytes).map(Some);
+        }
         let name = format!(
             "toolhost-{}-{}",
             std::process::id(),
@@ -418,6 +518,7 @@ impl CommandCgroups {
             memory: None,
             pids: None,
             memory_limit: memory_bytes,
+            processes,
             parent,
         };
         // One v2 cgroup serves both controllers.
@@ -452,6 +553,99 @@ impl CommandCgroups {
             cgroups.memory = Some((dir, hierarchy.v2));
         }
         Ok((!cgroups.dirs.is_empty()).then_some(cgroups))
+    }
+
+    /// A session's kept cgroups for a command limited to `processes` and `memory_bytes`: the
+    /// limits are written only where they differ from the ones they hold.
+    fn reuse(
+        kept: Kept,
+        parent: std::sync::Arc<ParentCgroups>,
+        processes: Option<u32>,
+        memory_bytes: Option<u64>,
+    ) -> io::Result<CommandCgroups> {
+        let cgroups = CommandCgroups {
+            dirs: kept.dirs,
+            procs: kept.procs,
+            memory: kept.memory,
+            pids: kept.pids,
+            memory_limit: memory_bytes,
+            processes,
+            parent: Some(parent),
+        };
+        if let (Some(limit), Some((dir, _))) = (processes, &cgroups.pids)
+            && kept.processes != Some(limit)
+        {
+            std::fs::write(dir.join("pids.max"), limit.to_string())?;
+        }
+        if let (Some(limit), Some((dir, v2))) = (memory_bytes, &cgroups.memory)
+            && kept.memory_limit != Some(limit)
+        {
+            if *v2 {
+                std::fs::write(dir.join("memory.max"), limit.to_string())?;
+            } else {
+                // v1 keeps memory's limit at or below memory and swap's: the one that grows
+                // is written first. The highest usage starts again from the current one.
+                let memory = dir.join("memory.limit_in_bytes");
+                let both = dir.join("memory.memsw.limit_in_bytes");
+                let growing = kept.memory_limit.is_none_or(|old| limit > old);
+                let order = if growing {
+                    [&both, &memory]
+                } else {
+                    [&memory, &both]
+                };
+                for file in order {
+                    let written = std::fs::write(file, limit.to_string());
+                    if file == &memory {
+                        written?;
+                    }
+                }
+                for counter in [
+                    "memory.max_usage_in_bytes",
+                    "memory.memsw.max_usage_in_bytes",
+                ] {
+                    let _ = std::fs::write(dir.join(counter), "0");
+                }
+            }
+        }
+        Ok(cgroups)
+    }
+
+    /// Whether these cgroups can serve another command of the session once empty: no limit of
+    /// theirs was reached (so the counters the next command's notes read are still zero), and
+    /// little memory is still charged to them. `Err` says why not. Whether they are empty is
+    /// checked when they are taken again ([`Kept::empty`]): a keeper forked by a resident
+    /// keeper is counted until the resident reaps it, after its command's record is gone.
+    fn clean(&self) -> Result<(), &'static str> {
+        let read = |dir: &Path, name: &str| {
+            std::fs::read_to_string(dir.join(name))
+                .ok()
+                .and_then(|text| text.trim().parse::<u64>().ok())
+        };
+        if self.pids.is_some() && self.process_limit_hit() {
+            return Err("their process limit was reached");
+        }
+        let Some((dir, v2)) = &self.memory else {
+            return Ok(());
+        };
+        let (usage, limit_reached) = if *v2 {
+            (
+                read(dir, "memory.current"),
+                counter(&dir.join("memory.events.local"), "oom ")
+                    || counter(&dir.join("memory.events"), "oom_kill "),
+            )
+        } else {
+            (
+                read(dir, "memory.usage_in_bytes"),
+                read(dir, "memory.failcnt") != Some(0) || self.memory_limit_hit(),
+            )
+        };
+        if limit_reached {
+            return Err("their memory limit was reached");
+        }
+        match usage {
+            Some(bytes) if bytes <= KEPT_CHARGE_BYTES => Ok(()),
+            _ => Err("memory is still charged to them"),
+        }
     }
 
     /// Make the cgroup `name` under `base` and open the file the keeper writes itself into.
@@ -602,7 +796,27 @@ fn counter(file: &Path, key: &str) -> bool {
 }
 
 impl Drop for CommandCgroups {
+    /// Keep the cgroups for the session's next command when they are clean and the session
+    /// keeps fewer than [`KEPT`]; remove them otherwise.
     fn drop(&mut self) {
+        let clean = match &self.parent {
+            Some(parent) if parent.has_room() => self.clean(),
+            _ => Err("their session keeps enough"),
+        };
+        if let Err(why) = clean {
+            tracing::debug!(dirs = ?self.dirs, "a command's cgroups are removed, not kept: {why}");
+        }
+        if let (Some(parent), Ok(())) = (&self.parent, clean) {
+            parent.keep(Kept {
+                dirs: std::mem::take(&mut self.dirs),
+                procs: std::mem::take(&mut self.procs),
+                memory: self.memory.take(),
+                pids: self.pids.take(),
+                processes: self.processes,
+                memory_limit: self.memory_limit,
+            });
+            return;
+        }
         self.procs.clear();
         for dir in &self.dirs {
             if let Err(error) = std::fs::remove_dir(dir) {

@@ -1727,3 +1727,67 @@ async fn what_an_unconfined_command_left_after_killing_its_keeper_is_found_and_s
         );
     }
 }
+
+/// A session's commands run in cgroups it keeps for them, not made for each; a cgroup whose
+/// process limit was reached is not kept, so no later command is said to have reached it.
+#[tokio::test]
+async fn a_session_keeps_clean_command_cgroups_and_drops_one_whose_limit_was_reached() {
+    if sandbox::cgroup::hierarchies().pids.is_none() {
+        eprintln!("no pids cgroup here: commands get no cgroups to keep");
+        return;
+    }
+    let (_dir, manager) = manager_with(|config| config.sandbox.limits.processes = Some(8));
+    let pids_cgroup = |text: &str| {
+        text.lines()
+            .find(|line| {
+                line.split(':')
+                    .nth(1)
+                    .is_some_and(|c| c.split(',').any(|c| c == "pids"))
+                    || line.starts_with("0::")
+            })
+            .map(str::to_owned)
+            .unwrap_or_default()
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..8 {
+        let done = run(&manager, "cat /proc/self/cgroup").await;
+        assert_eq!(done.exit_code, Some(0), "{}", done.text);
+        seen.insert(pids_cgroup(&done.text));
+    }
+    assert!(
+        seen.len() <= 4,
+        "8 commands in a row ran in {} cgroups: {seen:?}",
+        seen.len()
+    );
+    let marker = "0.7171";
+    let bomb = run(
+        &manager,
+        &format!("cat /proc/self/cgroup; for i in 1 2 3 4 5 6 7 8 9 10 11 12; do sleep {marker} & done; wait"),
+    )
+    .await;
+    // Its leftovers gone, its cgroup is kept or removed.
+    let deadline = std::time::Instant::now() + LONG;
+    while !live_processes_with(marker).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sleeps did not end"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        bomb.text.contains("reached its limit of 8 processes"),
+        "{}",
+        bomb.text
+    );
+    let full = pids_cgroup(&bomb.text);
+    assert!(full.contains("toolhost-"), "{}", bomb.text);
+    for _ in 0..8 {
+        let done = run(&manager, "cat /proc/self/cgroup").await;
+        assert!(
+            !done.text.contains("reached its limit"),
+            "a later command is said to have reached the limit: {}",
+            done.text
+        );
+        assert_ne!(pids_cgroup(&done.text), full, "the full cgroup was kept");
+    }
+}
