@@ -38,6 +38,7 @@ use landlock::{
 };
 
 use super::Network;
+use super::changes::{Changes, Watched};
 use crate::lock;
 
 /// The newest ABI this code knows; older kernels get what they support (see `probe`).
@@ -374,6 +375,9 @@ struct How {
     private_network: bool,
     /// How long after a change a directory's times are not trusted ([`RACY`]).
     racy: Duration,
+    /// Whether the directories' changes are watched with inotify where it can be used;
+    /// otherwise each start compares their stamps.
+    watch: bool,
 }
 
 impl std::fmt::Debug for Rules {
@@ -396,6 +400,17 @@ struct Made {
     racy: bool,
     /// When the making began.
     began: Instant,
+    /// The watched directories' inotify watches, taken before their stamps (`None`: checked
+    /// by their stamps).
+    watched: Option<Watched>,
+}
+
+impl Drop for Made {
+    fn drop(&mut self) {
+        if let (Some(changes), Some(watched)) = (Changes::host(), &self.watched) {
+            changes.forget(watched);
+        }
+    }
 }
 
 impl Made {
@@ -405,8 +420,13 @@ impl Made {
         let from = wall_nanos();
         let plan = (how.make)(carving);
         let ruleset = build(&plan, how.network, how.private_network)?;
-        let stamps: Vec<(PathBuf, Option<Stamp>)> = plan
-            .watch
+        let dirs: Vec<PathBuf> = plan.watch.into_iter().collect();
+        // Watched before they are stamped: a change after this is an event, one before it
+        // shows in the stamps' times.
+        let watched = Changes::host()
+            .filter(|_| how.watch)
+            .and_then(|changes| changes.watch(&dirs));
+        let stamps: Vec<(PathBuf, Option<Stamp>)> = dirs
             .into_iter()
             .map(|dir| {
                 let stamp = Stamp::of(&dir);
@@ -422,6 +442,7 @@ impl Made {
             stamps,
             racy,
             began,
+            watched,
         })
     }
 
@@ -432,6 +453,15 @@ impl Made {
                 "a directory around a hidden path had just changed: the Landlock rules are made again"
             );
             return false;
+        }
+        if let (Some(changes), Some(watched)) = (Changes::host(), &self.watched) {
+            let changed = changes.changed(watched);
+            if changed {
+                tracing::debug!(
+                    "a directory around a hidden path changed: the Landlock rules are made again"
+                );
+            }
+            return !changed;
         }
         match self
             .stamps
@@ -456,22 +486,25 @@ impl Rules {
         network: Network,
         private_network: bool,
     ) -> Result<Rules, LandlockError> {
-        Rules::with_margin(make, carving, network, private_network, RACY)
+        Rules::with_margin(make, carving, network, private_network, RACY, true)
     }
 
-    /// [`Rules::new`], with directories' times trusted `racy` after a change.
+    /// [`Rules::new`], with directories' times trusted `racy` after a change, and their
+    /// changes watched with inotify when `watch` is set.
     fn with_margin(
         make: MakePlan,
         mut carving: Carving,
         network: Network,
         private_network: bool,
         racy: Duration,
+        watch: bool,
     ) -> Result<Rules, LandlockError> {
         let how = How {
             make,
             network,
             private_network,
             racy,
+            watch,
         };
         let made = Made::new(&how, &mut carving)?;
         Ok(Rules {

@@ -164,9 +164,20 @@ fn a_replaced_hidden_entry_takes_back_what_is_new_beside_it() {
     assert!(!plan.write.contains(&base.join("w/mine")), "nor later");
 }
 
-/// Rules planned beneath `base` instead of `/`, with times trusted 200 ms after a change,
-/// and every plan they made; `None` (said) where this kernel has no Landlock.
+/// Rules planned beneath `base` instead of `/`, with times trusted 200 ms after a change and
+/// changes watched with inotify, and every plan they made; `None` (said) where this kernel
+/// has no Landlock.
 fn rules(base: &Path, hidden: &[PathBuf]) -> Option<(Rules, Arc<Mutex<Vec<Plan>>>)> {
+    rules_watched(base, hidden, true)
+}
+
+/// [`rules`], with changes watched with inotify only when `watch` is set (otherwise each
+/// start compares the directories' stamps, as where inotify cannot be used).
+fn rules_watched(
+    base: &Path,
+    hidden: &[PathBuf],
+    watch: bool,
+) -> Option<(Rules, Arc<Mutex<Vec<Plan>>>)> {
     let plans = Arc::new(Mutex::new(Vec::new()));
     let (made, base, hidden) = (plans.clone(), base.to_path_buf(), hidden.to_vec());
     let make: MakePlan = Box::new(move |carving: &mut Carving| {
@@ -180,6 +191,7 @@ fn rules(base: &Path, hidden: &[PathBuf]) -> Option<(Rules, Arc<Mutex<Vec<Plan>>
         Network::Full,
         false,
         Duration::from_millis(200),
+        watch,
     ) {
         Ok(rules) => Some((rules, plans)),
         Err(LandlockError::Unsupported) => {
@@ -196,10 +208,20 @@ fn settle() {
 
 #[test]
 fn rules_are_made_again_when_a_carved_directory_changes() {
+    made_again_when_a_carved_directory_changes(true);
+}
+
+/// Where inotify cannot be used, the directories' stamps say the same.
+#[test]
+fn without_inotify_the_stamps_say_when_a_carved_directory_changed() {
+    made_again_when_a_carved_directory_changes(false);
+}
+
+fn made_again_when_a_carved_directory_changes(watch: bool) {
     let (_root, base) = base();
     make(&base, &["home/.ssh"], &["home/a"]);
     settle();
-    let Some((rules, plans)) = rules(&base, &[base.join("home/.ssh")]) else {
+    let Some((rules, plans)) = rules_watched(&base, &[base.join("home/.ssh")], watch) else {
         return;
     };
     let count = || lock(&plans).len();
@@ -207,6 +229,11 @@ fn rules_are_made_again_when_a_carved_directory_changes() {
     assert_eq!(count(), 1, "nothing changed: the same rules");
     // A file written in place keeps its inode, and its directory's times.
     std::fs::write(base.join("home/a"), "more").unwrap();
+    rules.current().unwrap();
+    assert_eq!(count(), 1);
+    // So does a file whose mode changes.
+    let mode = std::os::unix::fs::PermissionsExt::from_mode(0o600);
+    std::fs::set_permissions(base.join("home/a"), mode).unwrap();
     rules.current().unwrap();
     assert_eq!(count(), 1);
     std::fs::write(base.join("home/b"), "new").unwrap();

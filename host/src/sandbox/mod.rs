@@ -25,6 +25,7 @@
 //! is missing is refused.
 
 pub(crate) mod cgroup;
+mod changes;
 pub(crate) mod diagnose;
 pub(crate) mod git_guard;
 mod landlock;
