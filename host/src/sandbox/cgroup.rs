@@ -7,8 +7,9 @@
 //! the controller is delegated to the host's cgroup. The host creates the command's cgroups,
 //! sets the limits and hands the keeper an open `tasks` (v1) or `cgroup.procs` (v2) of each;
 //! the keeper moves itself in before it starts the command, so everything the command starts
-//! is counted. A
-//! cgroup is removed once its command's record is dropped.
+//! is counted. Once its command's record is dropped, a session keeps a command's cgroup for a
+//! later command when it is clean (no limit of it reached, little memory still charged to
+//! it), and removes it otherwise.
 //!
 //! The cgroups nest, so that memory is bounded per command, per session and for the host:
 //!
