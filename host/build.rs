@@ -75,10 +75,17 @@ fn from_repository(root: &Path, out_dir: &Path) {
     println!("cargo:rerun-if-changed={}", root.join("wit").display());
     let toolchain = root.join("rust-toolchain.toml");
     println!("cargo:rerun-if-changed={}", toolchain.display());
+    let python_requirements = guests.join("python/requirements.txt");
+    let js_lock = guests.join("js/word_count/package-lock.json");
+    for path in [&python_requirements, &js_lock] {
+        println!("cargo:rerun-if-changed={}", path.display());
+    }
     scaffold_files(
         &guests.join("Cargo.toml"),
         &guests.join("Cargo.lock"),
         &toolchain,
+        &python_requirements,
+        &js_lock,
     );
 
     // OUT_DIR is <target>/<profile>/build/toolhost-<hash>/out: share one guest target dir
@@ -128,6 +135,8 @@ fn from_package(packaged: &Path, out_dir: &Path) {
         &packaged.join("guest-workspace.toml"),
         &packaged.join("guest-workspace.lock"),
         &packaged.join("rust-toolchain.toml"),
+        &packaged.join("python-requirements.txt"),
+        &packaged.join("js-package-lock.json"),
     );
     // The keeper's workspace, copied under OUT_DIR with its manifests named back.
     let keeper = out_dir.join("keeper-workspace");
@@ -147,13 +156,22 @@ fn shared_dir(out_dir: &Path, name: &str) -> PathBuf {
         .unwrap_or_else(|| out_dir.join(name))
 }
 
-/// The files `src/cli/scaffold.rs` includes: the guest workspace's manifest and lock file and
-/// the toolchain file, by absolute path.
-fn scaffold_files(guest_workspace: &Path, guest_lock: &Path, toolchain: &Path) {
+/// The files `src/cli/scaffold.rs` and `src/cli/scaffold_script.rs` include, by absolute
+/// path: the guest workspace's manifest and lock file, the toolchain file, the Python
+/// examples' pinned requirements and the JavaScript example's lock file.
+fn scaffold_files(
+    guest_workspace: &Path,
+    guest_lock: &Path,
+    toolchain: &Path,
+    python_requirements: &Path,
+    js_lock: &Path,
+) {
     for (var, path) in [
         ("TOOLHOST_SCAFFOLD_GUEST_WORKSPACE", guest_workspace),
         ("TOOLHOST_SCAFFOLD_GUEST_LOCK", guest_lock),
         ("TOOLHOST_SCAFFOLD_TOOLCHAIN", toolchain),
+        ("TOOLHOST_SCAFFOLD_PY_REQUIREMENTS", python_requirements),
+        ("TOOLHOST_SCAFFOLD_JS_LOCK", js_lock),
     ] {
         assert!(path.is_file(), "{} is missing", path.display());
         println!("cargo:rustc-env={var}={}", path.display());

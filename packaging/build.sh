@@ -64,6 +64,9 @@ done
 cp guest-tools/Cargo.toml "$packaged/guest-workspace.toml"
 cp guest-tools/Cargo.lock "$packaged/guest-workspace.lock"
 cp rust-toolchain.toml "$packaged/rust-toolchain.toml"
+# The pinned toolchains that `toolhost new-policy --lang python|js` writes into a project.
+cp guest-tools/python/requirements.txt "$packaged/python-requirements.txt"
+cp guest-tools/js/word_count/package-lock.json "$packaged/js-package-lock.json"
 # The SDK, and the keeper's sources. `cargo package` leaves out every directory holding a
 # Cargo.toml, so each is stored as Cargo.toml.vendored (host/build.rs names them back).
 (cd guest-tools/crates && tar --exclude=target -cf - toolhost-policy) | tar -xf - -C "$packaged"

@@ -125,14 +125,29 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 Err(error) => unusable(&error),
             }
         }
-        Command::NewPolicy { name, dir } => {
-            let policy = cli::scaffold::PolicyCrate::new(name)?;
-            let root = policy.write(dir)?;
+        Command::NewPolicy {
+            name,
+            dir,
+            lang,
+            world,
+        } => {
+            let project = cli::scaffold::PluginProject::create(name, *lang, *world)?;
+            let root = project.write(dir)?;
+            let what = match lang {
+                cli::scaffold::Lang::Rust => format!(
+                    "the policy crate {} (a copy of the policy SDK is in {}/)",
+                    root.display(),
+                    cli::scaffold::SDK
+                ),
+                _ => format!(
+                    "the plugin project {} (world `{}`)",
+                    root.display(),
+                    world.wit_name()
+                ),
+            };
             out(format_args!(
-                "Created the policy crate {} (a copy of the policy SDK is in {}/). Next:\n{}",
-                root.display(),
-                cli::scaffold::SDK,
-                policy.next_steps()
+                "Created {what}. Next:\n{}",
+                project.next_steps()
             ));
             Ok(ExitCode::SUCCESS)
         }

@@ -214,18 +214,30 @@ pub(crate) enum Command {
         #[arg(long, value_name = "FILE")]
         manifest: Option<PathBuf>,
     },
-    /// Write a new policy crate DIR/NAME, ready to build offline for wasm32-wasip2.
+    /// Write a new plugin project DIR/NAME: a Rust policy crate, or a Python or JavaScript
+    /// plugin.
     ///
-    /// The crate holds the standard tools written with the policy SDK (a copy of this
-    /// version's SDK is inside), a manifest, and scenarios for `toolhost test`. An existing
-    /// DIR/NAME is left alone. docs/writing-a-policy.md goes on from there.
-    #[command(after_help = "Example:\n  toolhost new-policy my-policy --dir ~/src")]
+    /// The Rust crate holds the standard tools written with the policy SDK (a copy of this
+    /// version's SDK is inside) and builds offline for wasm32-wasip2. A Python or JavaScript
+    /// project holds one tool, a copy of the WIT contract and its pinned toolchain, installed
+    /// from the package registries. Each has a manifest and scenarios for `toolhost test`. An
+    /// existing DIR/NAME is left alone. docs/writing-a-policy.md goes on from there.
+    #[command(
+        after_help = "Examples:\n  toolhost new-policy my-policy --dir ~/src\n  toolhost new-policy my-tool --lang python --world tools"
+    )]
     NewPolicy {
-        /// The crate's and the policy's name: lowercase letters, digits, `-` and `_`.
+        /// The project's and the plugin's name: lowercase letters, digits, `-` and `_`.
         name: String,
-        /// The directory to write the crate in (created if missing).
+        /// The directory to write the project in (created if missing).
         #[arg(long, value_name = "DIR", default_value = ".")]
         dir: PathBuf,
+        /// The language to write the plugin in.
+        #[arg(long, value_enum, default_value = "rust")]
+        lang: crate::cli::scaffold::Lang,
+        /// The WIT world: `shell-tools` (its tools may start processes) or `tools` (no
+        /// process access; Python and JavaScript only).
+        #[arg(long, value_enum, default_value = "shell-tools")]
+        world: crate::cli::scaffold::World,
     },
     /// Print which confinement layers this machine supports and what each sandbox mode gets
     /// here with the given flags.

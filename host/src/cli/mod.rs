@@ -17,6 +17,7 @@ pub(crate) mod call;
 pub(crate) mod inspect;
 pub(crate) mod options;
 pub mod scaffold;
+pub mod scaffold_script;
 pub mod scenarios;
 pub(crate) mod serve;
 

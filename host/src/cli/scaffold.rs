@@ -12,6 +12,7 @@
 //! manifest `LIB.toml` (granting `process`, with the `[config]` keys commented) and
 //! `scenarios/basic.toml` (scenarios for `toolhost test` that pass).
 
+pub use super::scaffold_script::{Lang, World};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -133,6 +134,9 @@ pub enum ScaffoldError {
         /// Why.
         source: std::io::Error,
     },
+    /// The language cannot write a plugin of the world asked for.
+    #[error("{0}")]
+    Unsupported(String),
     /// A file embedded in this binary cannot be used (a bug of the build).
     #[error("the embedded {what} cannot be used: {message}")]
     Embedded {
@@ -143,18 +147,56 @@ pub enum ScaffoldError {
     },
 }
 
-/// A new policy crate: its name and its files, ready to be written.
+/// A new plugin project: its name, its files ready to be written, and the commands that
+/// build, test and install it.
 #[derive(Debug, Clone)]
-pub struct PolicyCrate {
+pub struct PluginProject {
     name: String,
     lib_name: String,
     files: Vec<(PathBuf, Vec<u8>)>,
+    /// The commands to build it (run in its directory), one per line.
+    build: String,
+    /// Where the build leaves the component, relative to the project.
+    built: String,
 }
 
-impl PolicyCrate {
-    /// The crate called `name` (lowercase letters, digits, `-` and `_`, starting with a
+impl PluginProject {
+    /// The project called `name` (lowercase letters, digits, `-` and `_`, starting with a
+    /// letter) in `lang`, targeting `world` (the Rust crate targets `shell-tools` only).
+    pub fn create(name: &str, lang: Lang, world: World) -> Result<PluginProject, ScaffoldError> {
+        match (lang, world) {
+            (Lang::Rust, World::ShellTools) => PluginProject::new(name),
+            (Lang::Rust, World::Tools) => Err(ScaffoldError::Unsupported(
+                "the Rust scaffold writes a policy of the world `shell-tools` (the policy SDK's \
+                 standard tools); write a `tools` plugin with --lang python or --lang js"
+                    .to_owned(),
+            )),
+            (lang, world) => {
+                check_format(name)?;
+                super::scaffold_script::project(name, lang, world)
+            }
+        }
+    }
+
+    /// The files of a Python or JavaScript project (see `scaffold_script.rs`).
+    pub(super) fn script(
+        name: &str,
+        lib_name: &str,
+        files: Vec<(PathBuf, Vec<u8>)>,
+        build: String,
+    ) -> PluginProject {
+        PluginProject {
+            name: name.to_owned(),
+            lib_name: lib_name.to_owned(),
+            files,
+            build,
+            built: format!("{lib_name}.wasm"),
+        }
+    }
+
+    /// The Rust crate called `name` (lowercase letters, digits, `-` and `_`, starting with a
     /// letter).
-    pub fn new(name: &str) -> Result<PolicyCrate, ScaffoldError> {
+    pub fn new(name: &str) -> Result<PluginProject, ScaffoldError> {
         let sdk_lock = sdk_lock()?;
         check_name(name, &sdk_lock)?;
         let lib_name = name.replace('-', "_");
@@ -183,16 +225,19 @@ impl PolicyCrate {
             };
             files.push((Path::new(SDK).join(path), bytes));
         }
-        Ok(PolicyCrate {
+        Ok(PluginProject {
             name: name.to_owned(),
+            built: format!("target/{TARGET}/release/{lib_name}.wasm"),
             lib_name,
             files,
+            build: format!("cargo build --release --target {TARGET}"),
         })
     }
 
     /// The file name of the built component, `LIB.wasm` (the name with `-` as `_`), which is
     /// also the plugin's name.
-    pub fn component_file(&self) -> String {
+    #[cfg(test)]
+    fn component_file(&self) -> String {
         format!("{}.wasm", self.lib_name)
     }
 
@@ -239,12 +284,17 @@ impl PolicyCrate {
     /// What to do next, for people: the commands that build, test and install the crate,
     /// run in its directory.
     pub fn next_steps(&self) -> String {
-        let (name, wasm, manifest) = (&self.name, self.component_file(), self.manifest_file());
+        let (name, built, manifest) = (&self.name, &self.built, self.manifest_file());
+        let build: String = self
+            .build
+            .lines()
+            .map(|line| format!("  {line}\n"))
+            .collect();
         format!(
             "  cd {name}\n\
-             \x20 cargo build --release --target {TARGET}\n\
-             \x20 toolhost test target/{TARGET}/release/{wasm} scenarios/ --manifest {manifest}\n\
-             Then copy {manifest} and target/{TARGET}/release/{wasm} into the plugins directory \
+             {build}\
+             \x20 toolhost test {built} scenarios/ --manifest {manifest}\n\
+             Then copy {manifest} and {built} into the plugins directory \
              of `toolhost serve --plugins DIR`.\n\
              The guide: docs/writing-a-policy.md in the toolhost repository."
         )
@@ -254,6 +304,26 @@ impl PolicyCrate {
 /// Refuse a name that cannot name a crate and a plugin, or that would clash with a crate the
 /// policy is built from.
 fn check_name(name: &str, sdk_lock: &[LockPackage]) -> Result<(), ScaffoldError> {
+    check_format(name)?;
+    let refuse = |reason: &str| {
+        Err(ScaffoldError::Name {
+            name: name.to_owned(),
+            reason: reason.to_owned(),
+        })
+    };
+    let lib = name.replace('-', "_");
+    if RESERVED.contains(&lib.as_str()) {
+        return refuse("it is a Rust keyword or a name Rust or cargo reserve");
+    }
+    if sdk_lock.iter().any(|p| p.name.replace('-', "_") == lib) {
+        return refuse("a crate the policy is built from has that name");
+    }
+    Ok(())
+}
+
+/// Refuse a name that cannot name a plugin and its files: lowercase letters, digits, `-` and
+/// `_`, starting with a letter, at most 64 characters.
+fn check_format(name: &str) -> Result<(), ScaffoldError> {
     let refuse = |reason: &str| {
         Err(ScaffoldError::Name {
             name: name.to_owned(),
@@ -274,13 +344,6 @@ fn check_name(name: &str, sdk_lock: &[LockPackage]) -> Result<(), ScaffoldError>
         .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
     {
         return refuse("use lowercase letters, digits, `-` and `_` only");
-    }
-    let lib = name.replace('-', "_");
-    if RESERVED.contains(&lib.as_str()) {
-        return refuse("it is a Rust keyword or a name Rust or cargo reserve");
-    }
-    if sdk_lock.iter().any(|p| p.name.replace('-', "_") == lib) {
-        return refuse("a crate the policy is built from has that name");
     }
     Ok(())
 }
@@ -546,7 +609,7 @@ fn lock_file(sdk_lock: &[LockPackage], name: &str) -> String {
 }
 
 #[cfg(test)]
-impl PolicyCrate {
+impl PluginProject {
     /// The crate's (and the policy's) name.
     fn name(&self) -> &str {
         &self.name

@@ -3,10 +3,10 @@ use crate::cli::scenarios::{Runner, ScenarioFile};
 
 /// Write a new policy crate `NAME` into `parent/NAME`, as `toolhost new-policy` does.
 fn new_policy(name: &str, parent: &Path) -> Result<PathBuf, ScaffoldError> {
-    PolicyCrate::new(name)?.write(parent)
+    PluginProject::new(name)?.write(parent)
 }
 
-fn text<'a>(policy: &'a PolicyCrate, path: &str) -> &'a str {
+fn text<'a>(policy: &'a PluginProject, path: &str) -> &'a str {
     let (_, bytes) = policy
         .files()
         .find(|(p, _)| *p == Path::new(path))
@@ -69,7 +69,7 @@ fn the_embedded_sdk_is_every_file_of_the_sdk_directory() {
 
 #[test]
 fn the_crate_has_the_sdk_copy_and_its_own_files() {
-    let policy = PolicyCrate::new("my-policy").expect("a good name");
+    let policy = PluginProject::new("my-policy").expect("a good name");
     assert_eq!(policy.name(), "my-policy");
     assert_eq!(policy.component_file(), "my_policy.wasm");
     assert_eq!(policy.manifest_file(), "my_policy.toml");
@@ -104,7 +104,7 @@ fn the_crate_has_the_sdk_copy_and_its_own_files() {
 
 #[test]
 fn the_crate_manifest_is_a_cdylib_in_a_workspace_of_its_own() {
-    let policy = PolicyCrate::new("my-policy").expect("a good name");
+    let policy = PluginProject::new("my-policy").expect("a good name");
     let manifest: toml::Table = text(&policy, "Cargo.toml").parse().expect("TOML");
     assert_eq!(manifest["package"]["name"].as_str(), Some("my-policy"));
     assert_eq!(
@@ -221,7 +221,7 @@ fn the_toolchain_is_the_repository_s_with_the_wasm_target() {
 
 #[tokio::test]
 async fn the_manifest_grants_process_and_changes_no_setting() {
-    let policy = PolicyCrate::new("my-policy").expect("a good name");
+    let policy = PluginProject::new("my-policy").expect("a good name");
     let manifest: toml::Table = text(&policy, "my_policy.toml").parse().expect("TOML");
     assert_eq!(manifest["grants"]["process"].as_bool(), Some(true));
     assert_eq!(
@@ -274,16 +274,16 @@ fn bad_names_are_refused_with_the_reason() {
         ("toolhost_policy", "a crate the policy is built from"),
         ("wit-bindgen", "a crate the policy is built from"),
     ] {
-        let error = PolicyCrate::new(name).expect_err(name);
+        let error = PluginProject::new(name).expect_err(name);
         assert!(
             matches!(error, ScaffoldError::Name { .. }) && error.to_string().contains(reason),
             "{name:?}: {error}"
         );
     }
     let long = "p".repeat(65);
-    assert!(PolicyCrate::new(&long).is_err());
+    assert!(PluginProject::new(&long).is_err());
     for good in ["p", "my-policy", "no_push2", "a-b_c"] {
-        PolicyCrate::new(good).unwrap_or_else(|e| panic!("{good}: {e}"));
+        PluginProject::new(good).unwrap_or_else(|e| panic!("{good}: {e}"));
     }
 }
 
@@ -292,7 +292,7 @@ fn writing_refuses_an_existing_directory_and_leaves_it_alone() {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = new_policy("no-push", dir.path()).expect("written");
     assert_eq!(root, dir.path().join("no-push"));
-    for (path, bytes) in PolicyCrate::new("no-push").expect("name").files() {
+    for (path, bytes) in PluginProject::new("no-push").expect("name").files() {
         assert_eq!(std::fs::read(root.join(path)).expect("written"), bytes);
     }
     std::fs::write(root.join("src/lib.rs"), "// mine").expect("edit");
@@ -332,7 +332,7 @@ fn an_unusable_directory_is_an_error_naming_it() {
 
 #[test]
 fn next_steps_name_the_component_and_manifest() {
-    let steps = PolicyCrate::new("my-policy").expect("name").next_steps();
+    let steps = PluginProject::new("my-policy").expect("name").next_steps();
     assert!(steps.contains("cd my-policy"), "{steps}");
     assert!(
         steps.contains(
@@ -341,4 +341,88 @@ fn next_steps_name_the_component_and_manifest() {
         ),
         "{steps}"
     );
+}
+
+/// A Python or JavaScript project of either world: its source names its tool and world, the
+/// WIT is the one this binary serves, the toolchain is the examples' pin, and the manifest
+/// grants the process capability only to `shell-tools`.
+#[test]
+fn python_and_js_projects_pin_their_toolchain_and_carry_the_contract() {
+    let wit = SDK_FILES
+        .iter()
+        .find(|(path, _)| *path == "wit/toolhost.wit")
+        .map(|(_, bytes)| *bytes)
+        .expect("the SDK's WIT");
+    for (lang, world, source, tool) in [
+        (Lang::Python, World::ShellTools, "app.py", "my_tool_run"),
+        (Lang::Python, World::Tools, "app.py", "my_tool_reverse"),
+        (Lang::Js, World::ShellTools, "app.js", "my_tool_run"),
+        (Lang::Js, World::Tools, "app.js", "my_tool_reverse"),
+    ] {
+        let project = PluginProject::create("my-tool", lang, world).expect("a good name");
+        let what = format!("{lang:?} {world:?}");
+        let file = |path: &str| {
+            project
+                .files()
+                .find(|(p, _)| *p == Path::new(path))
+                .map(|(_, bytes)| String::from_utf8_lossy(bytes).into_owned())
+                .unwrap_or_else(|| panic!("{what}: no {path}"))
+        };
+        assert!(file(source).contains(&format!("\"{tool}\"")), "{what}");
+        assert!(
+            !file(source).contains("{{"),
+            "{what}: a placeholder is left"
+        );
+        assert_eq!(file("wit/toolhost.wit").as_bytes(), wit, "{what}");
+        let uses_process = file(source).contains("from wit_world.imports import process")
+            || file(source).contains("from \"toolhost:plugin/process@");
+        assert_eq!(uses_process, world == World::ShellTools, "{what}");
+        let manifest: toml::Value = toml::from_str(&file("my_tool.toml")).expect("manifest");
+        assert_eq!(
+            manifest["grants"]["process"].as_bool(),
+            Some(world == World::ShellTools),
+            "{what}"
+        );
+        assert!(file("scenarios/basic.toml").contains(&format!("tool = \"{tool}\"")));
+        assert!(file("README.md").contains("toolhost test my_tool.wasm scenarios/"));
+        match lang {
+            Lang::Python => {
+                assert!(
+                    file("requirements.txt").contains("componentize-py=="),
+                    "{what}"
+                );
+                assert!(
+                    file("README.md").contains(&format!("-w {} componentize", world.wit_name()))
+                );
+            }
+            _ => {
+                let package: serde_json::Value =
+                    serde_json::from_str(&file("package.json")).expect("package.json");
+                let lock: serde_json::Value =
+                    serde_json::from_str(&file("package-lock.json")).expect("lock");
+                assert_eq!(package["name"], "toolhost-my-tool");
+                assert_eq!(lock["name"], "toolhost-my-tool");
+                assert_eq!(
+                    package["devDependencies"], lock["packages"][""]["devDependencies"],
+                    "package.json pins what the lock holds"
+                );
+                assert!(
+                    file("build.mjs").contains(&format!("worldName: \"{}\"", world.wit_name()))
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_rust_scaffold_refuses_the_tools_world_and_names_the_way_out() {
+    let error = PluginProject::create("my-tool", Lang::Rust, World::Tools)
+        .expect_err("the Rust crate is a shell-tools policy");
+    assert!(error.to_string().contains("--lang python"), "{error}");
+    for bad in ["My-Tool", "1tool", "", "a b"] {
+        assert!(
+            PluginProject::create(bad, Lang::Python, World::Tools).is_err(),
+            "{bad}"
+        );
+    }
 }
