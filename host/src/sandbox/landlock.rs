@@ -479,14 +479,15 @@ impl Made {
 
 impl Rules {
     /// The rules `make` plans (from `carving`, as [`Carving::new`] makes it), for `network`
-    /// (see [`build`]).
+    /// (see [`build`]); the directories' changes are watched with inotify when `watch` is set.
     pub(crate) fn new(
         make: MakePlan,
         carving: Carving,
         network: Network,
         private_network: bool,
+        watch: bool,
     ) -> Result<Rules, LandlockError> {
-        Rules::with_margin(make, carving, network, private_network, RACY, true)
+        Rules::with_margin(make, carving, network, private_network, RACY, watch)
     }
 
     /// [`Rules::new`], with directories' times trusted `racy` after a change, and their

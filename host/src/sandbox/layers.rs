@@ -88,6 +88,7 @@ pub(super) fn build(
         hidden,
         writable,
         private_network,
+        context.watch_changes,
     )?;
     // 9. The seccomp programs.
     let unix_mode = super::unix::mode();
@@ -395,6 +396,7 @@ fn landlock_rules(
     hidden: Vec<PathBuf>,
     writable: Vec<PathBuf>,
     private_network: bool,
+    watch: bool,
 ) -> Result<landlock::Rules, PrepareError> {
     // The PID namespace's own `/proc` is a new mount, which no rule on the host's `/proc`
     // reaches (Landlock does not look at a mount point hidden by another mount).
@@ -420,6 +422,7 @@ fn landlock_rules(
         landlock::Carving::new(view),
         profile.network,
         private_network,
+        watch,
     )?)
 }
 

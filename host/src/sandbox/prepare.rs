@@ -120,6 +120,11 @@ pub(crate) struct Context {
     pub(crate) namespaces_layer: bool,
     /// The operator's `--allow-unix-socket` paths.
     pub(crate) allow_unix_sockets: Vec<PathBuf>,
+    /// Whether the directories around hidden paths are watched with inotify for the next
+    /// command's Landlock rules; `false` (a host serving one call) compares their stamps
+    /// instead, sparing the host's exit the wait for inotify's marks to go (an SRCU grace
+    /// period, milliseconds).
+    pub(crate) watch_changes: bool,
 }
 
 /// The layers of one profile, ready for keepers.

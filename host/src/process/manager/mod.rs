@@ -358,6 +358,8 @@ impl ProcessManager {
                 .collect(),
             namespaces_layer: true,
             allow_unix_sockets: config.sandbox.allow_unix_socket.clone(),
+            // A host that serves one call starts one command: nothing to watch for the next.
+            watch_changes: !config.serves_one_call,
         });
         let choosing = (config.default_workdir.is_none() && !config.workspaces_under.is_empty())
             .then(|| Choosing {
