@@ -15,6 +15,8 @@
 //! 2. The guest runtime is set up on that backend, with the cache of compiled components.
 //! 3. The plugin registry loads the bundled policy and every plugin directory.
 //!    Any plugin that fails to load makes the build fail.
+//!    With [`ToolHostBuilder::defer_uncompiled_plugins`], a large plugin whose compiled code
+//!    is not in the cache is left out here and loaded in the background after the build.
 //! 4. With [`ToolHostBuilder::watch_plugins`], a watcher reloads the registry after each burst
 //!    of changes in the plugin directories.
 //!
@@ -108,6 +110,7 @@ pub struct ToolHostBuilder {
     process_config: ProcessManagerConfig,
     cache_dir: Option<PathBuf>,
     watch: bool,
+    defer_uncompiled: bool,
     max_calls_total: usize,
     max_calls_per_session: usize,
     max_calls_per_principal: usize,
@@ -122,6 +125,7 @@ impl Default for ToolHostBuilder {
             process_config: ProcessManagerConfig::default(),
             cache_dir: default_cache_dir(),
             watch: false,
+            defer_uncompiled: false,
             max_calls_total: DEFAULT_MAX_CALLS_TOTAL,
             max_calls_per_session: DEFAULT_MAX_CALLS_PER_SESSION,
             max_calls_per_principal: usize::MAX,
@@ -177,6 +181,19 @@ impl ToolHostBuilder {
     /// [`ToolHost::changes`]).
     pub fn watch_plugins(mut self, watch: bool) -> Self {
         self.watch = watch;
+        self
+    }
+
+    /// Build without waiting for the first compile of a plugin directory's component that is
+    /// larger than 4 MiB (one with an interpreter inside: its compile takes seconds) and
+    /// whose compiled code is not in the component cache.
+    /// Such a plugin is loaded in the background after [`ToolHostBuilder::build`] returns.
+    /// Its tools then arrive with a change of the tool list ([`ToolHost::changes`]).
+    /// A compile that fails is logged, and the plugin is left out.
+    /// The bundled policy is always loaded before `build` returns.
+    /// The CLI sets it for `toolhost serve`.
+    pub fn defer_uncompiled_plugins(mut self, defer: bool) -> Self {
+        self.defer_uncompiled = defer;
         self
     }
 
@@ -237,7 +254,17 @@ impl ToolHostBuilder {
         let cache = self.cache_dir.as_deref().and_then(ComponentCache::open);
         let loader = Loader::new(backend, cache, sandbox)?;
         let registry = Arc::new(Registry::new(loader, self.policy, self.plugin_dirs));
-        registry.reload(true).await?;
+        if registry
+            .reload_deferring(true, self.defer_uncompiled)
+            .await?
+        {
+            let registry = registry.clone();
+            tokio::spawn(async move {
+                if let Err(e) = registry.reload(false).await {
+                    tracing::error!("loading the plugins compiled in the background failed: {e}");
+                }
+            });
+        }
         let watcher = if self.watch {
             let weak = Arc::downgrade(&registry);
             let reload = move || {

@@ -752,3 +752,23 @@ async fn a_session_at_its_limit_is_refused_while_others_go_on() {
     host.shutdown().await;
     assert!(toolhost_e2e::wait_gone(gate.marker(), Duration::from_secs(10)).await);
 }
+
+/// A host that defers uncompiled plugins still waits for a small one (a policy written in
+/// Rust compiles in well under a second): its tools are there when `build` returns, with an
+/// empty component cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_uncompiled_plugin_is_loaded_before_the_host_is_built() {
+    let dir = tempfile::tempdir().expect("dir");
+    let cache = tempfile::tempdir().expect("an empty cache");
+    install(dir.path(), "policy", bundled::DEFAULT.bytes, Some(GRANT));
+    let host = ToolHost::builder()
+        .bundled_policy(None)
+        .plugin_dir(dir.path())
+        .process_backend(FakeProcesses::new())
+        .cache_dir(Some(cache.path().to_path_buf()))
+        .defer_uncompiled_plugins(true)
+        .build()
+        .await
+        .expect("host builds");
+    assert_eq!(host.tools().len(), 5, "{:?}", host.tools());
+}

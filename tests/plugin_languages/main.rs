@@ -9,6 +9,8 @@
 //! `tools/list` must offer the tool with its schemas and hints.
 //! A call must return the right counts as structured content.
 //! A call without `text`, and one whose `text` is not a string, must be tool errors.
+//! Served without the component cache, the Python example must not delay `initialize`: its
+//! tool arrives with `notifications/tools/list_changed` after its compile.
 //!
 //! The toolchains are installed on the first run into the target directory
 //! (`<target>/plugin-toolchains/`, see [`toolchains`]) and reused after that.
@@ -262,6 +264,51 @@ async fn serves(example: &Example, plugins: &Path) {
 }
 
 /// Check the built example in `plugins`: its scenarios, then MCP.
+/// Served without the component cache (`--no-cache`), the example is not compiled yet when
+/// `initialize` is answered: its tool is not listed at first, and arrives with
+/// `notifications/tools/list_changed` once the host compiled it in the background.
+async fn arrives_after_its_compile(example: &Example, plugins: &Path) {
+    let tool = example.tool;
+    let plugins = plugins.to_str().expect("the temporary path is UTF-8");
+    let started = Instant::now();
+    let mut client = StdioClient::spawn(&["--no-cache", "--policy", "none", "--plugins", plugins]);
+    let init = client.initialize().await;
+    assert!(init.get("result").is_some(), "initialize failed: {init}");
+    let answered = started.elapsed();
+    let named = |list: &Value| {
+        list["result"]["tools"]
+            .as_array()
+            .is_some_and(|tools| tools.iter().any(|t| t["name"] == tool))
+    };
+    let first = client.request("tools/list", json!({})).await;
+    assert!(
+        !named(&first),
+        "{tool} was listed before its compile could finish: {first}"
+    );
+    let mut announced = false;
+    while let Some(message) = client.next_notification(BUILD_LIMIT).await {
+        if message["method"] == "notifications/tools/list_changed" {
+            announced = true;
+            break;
+        }
+    }
+    assert!(announced, "no notifications/tools/list_changed for {tool}");
+    let list = client.request("tools/list", json!({})).await;
+    assert!(
+        named(&list),
+        "{tool} is not listed after the change: {list}"
+    );
+    let result = client.call_tool(tool, json!({"text": TEXT})).await;
+    assert_eq!(structured(&result), counts(), "{result}");
+    eprintln!(
+        "toolhost serve --no-cache {tool}: initialize answered after {answered:.1?}, the tool \
+         listed after {:.1?}",
+        started.elapsed()
+    );
+    client.close_stdin();
+    let _ = client.wait_exit(Duration::from_secs(10)).await;
+}
+
 fn check(example: &Example, plugins: &Path) {
     let wasm = plugins.join(format!("{}.wasm", example.tool));
     scenarios_pass(example, &wasm);
@@ -302,6 +349,11 @@ fn python_plugin_builds_and_serves() {
         &wasm,
     );
     check(&example, &plugins);
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+        .block_on(arrives_after_its_compile(&example, &plugins));
     eprintln!("{test}: passed in {:.1?}", started.elapsed());
 }
 

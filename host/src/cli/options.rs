@@ -79,7 +79,12 @@ pub(crate) async fn build_host_with(cli: &Cli, shares: Option<Shares>) -> Result
         .max_calls_total(cli.max_calls_total as usize)
         .max_calls_per_session(cli.max_calls_per_session as usize);
     // A server runs long: pick up plugin changes (and tell MCP clients about them).
-    builder = builder.watch_plugins(matches!(cli.command, Command::Serve(_)));
+    let serving = matches!(cli.command, Command::Serve(_));
+    // A server answers `initialize` before a new interpreter plugin's first compile; a
+    // one-shot command needs every tool at once.
+    builder = builder
+        .watch_plugins(serving)
+        .defer_uncompiled_plugins(serving);
     builder.build().await.context("loading plugins")
 }
 

@@ -124,6 +124,15 @@ pub(crate) async fn compile(
     Ok(Compiled { component, cached })
 }
 
+/// Whether `cache` holds a compiled form of `bytes` for `engine` (it may still turn out
+/// unusable when loaded, and is then compiled again).
+pub(crate) fn has_compiled(engine: &Engine, bytes: &[u8], cache: Option<&ComponentCache>) -> bool {
+    cache.is_some_and(|cache| {
+        let digest: [u8; 32] = Sha256::digest(bytes).into();
+        cache.path(engine, &digest).is_file()
+    })
+}
+
 /// The cached component at `path`, if there is a usable one of ours.
 fn load_cached(engine: &Engine, name: &str, path: &Path) -> Option<Component> {
     let meta = std::fs::metadata(path).ok()?;

@@ -38,6 +38,11 @@ pub(crate) struct Loader {
 }
 
 impl Loader {
+    /// Whether the component cache holds `bytes` compiled for this engine.
+    pub(crate) fn has_compiled(&self, bytes: &[u8]) -> bool {
+        super::cache::has_compiled(&self.engine, bytes, self.cache.as_ref())
+    }
+
     /// Set up the engine and linker and start the epoch ticker.
     pub(crate) fn new(
         backend: Arc<dyn ProcessBackend>,

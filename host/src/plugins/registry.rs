@@ -12,6 +12,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
+/// Above this size a component's first compile takes seconds (one with an interpreter inside
+/// is 12-40 MB and compiles in 5-10 s of CPU; a policy written in Rust is well under 4 MiB
+/// and compiles in under a second): a serving host does not wait for it at start.
+pub(crate) const DEFER_OVER_BYTES: usize = 4 << 20;
+
 /// The loaded plugins, immutable once built.
 #[derive(Default)]
 pub(crate) struct Snapshot {
@@ -97,7 +102,21 @@ impl Registry {
     /// strict (hot reload): a plugin that fails to load is logged and its previous version,
     /// if any, keeps serving.
     pub(crate) async fn reload(&self, strict: bool) -> Result<(), HostError> {
+        self.reload_deferring(strict, false).await.map(|_| ())
+    }
+
+    /// [`Registry::reload`]; with `defer`, a plugin file that is new, larger than
+    /// [`DEFER_OVER_BYTES`], and whose compiled code is not in the component cache is left
+    /// out, so that serving starts without waiting for its compile. Returns whether one was
+    /// left out: the caller then reloads (not strict) in the background, and the plugin's
+    /// tools arrive with a change of the tool list.
+    pub(crate) async fn reload_deferring(
+        &self,
+        strict: bool,
+        defer: bool,
+    ) -> Result<bool, HostError> {
         let _guard = self.reloading.lock().await;
+        let mut deferred = false;
         let previous = self.snapshot();
         let mut plugins = Vec::new();
         if let Some(policy) = &self.policy {
@@ -130,6 +149,19 @@ impl Registry {
                 Err(e) => return Err(e),
             };
             for path in paths {
+                if defer
+                    && !previous.files.contains_key(&path)
+                    && let Ok((bytes, _, _)) = read_plugin_file(&path)
+                    && bytes.len() > DEFER_OVER_BYTES
+                    && !self.loader.has_compiled(&bytes)
+                {
+                    tracing::info!(
+                        path = %path.display(),
+                        "the plugin is compiled in the background: its tools arrive with a change of the tool list"
+                    );
+                    deferred = true;
+                    continue;
+                }
                 let loaded = match read_plugin_file(&path) {
                     Ok((bytes, manifest_text, fingerprint)) => match previous.files.get(&path) {
                         Some((old, plugin)) if *old == fingerprint => {
@@ -177,7 +209,7 @@ impl Registry {
                 .zip(&previous.plugins)
                 .all(|(a, b)| Arc::ptr_eq(a, b));
         if unchanged {
-            return Ok(());
+            return Ok(deferred);
         }
         for plugin in &plugins {
             tracing::info!(
@@ -194,7 +226,7 @@ impl Registry {
         });
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = snapshot;
         self.changes.send_modify(|generation| *generation += 1);
-        Ok(())
+        Ok(deferred)
     }
 }
 
