@@ -7,7 +7,10 @@
 //! tests install.
 
 use super::toolchains::{self, printed, run};
-use super::{SCENARIOS_LIMIT, announce_skip, build, forget_earlier_builds, skip_requested};
+use super::{
+    SCENARIOS_LIMIT, announce_skip, build, forget_earlier_builds, skip_requested,
+    toolhost_test_passes,
+};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -38,30 +41,16 @@ fn new_policy(parent: &Path, name: &str, lang: &str, world: &str) -> PathBuf {
 
 /// `toolhost test LIB.wasm scenarios/ --manifest LIB.toml` in `project` passes every scenario.
 fn own_scenarios_pass(project: &Path, lib: &str) {
-    let (key, value) = cache_env();
-    let output = run(
+    toolhost_test_passes(
         Command::new(toolhost_bin())
             .arg("test")
             .arg(format!("{lib}.wasm"))
             .arg("scenarios/")
             .arg("--manifest")
             .arg(format!("{lib}.toml"))
-            .current_dir(project)
-            .env(key, value)
-            .env("TOOLHOST_LOG", "error"),
-        "toolhost test",
-        SCENARIOS_LIMIT,
-    )
-    .expect("run toolhost test");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let last = stdout.lines().last().unwrap_or_default();
-    assert!(
-        output.status.success() && last.ends_with(" passed, 0 failed") && !last.starts_with("0 "),
-        "toolhost test of the new project {lib} ({}):\n{}",
-        output.status,
-        printed(&output)
+            .current_dir(project),
+        lib,
     );
-    eprintln!("toolhost test {lib}: {last}");
 }
 
 /// The `shell-tools` project's tool runs a real command in `toolhost --policy none --plugins`.
@@ -100,6 +89,27 @@ fn runs_a_command(project: &Path, lib: &str) {
     assert_eq!(result["timed_out"], false, "{}", printed(&output));
 }
 
+/// For each world: `toolhost new-policy` writes a project in `lang`, `build_it(project, world,
+/// lib)` builds it, its own scenarios pass, and a `shell-tools` project runs a command.
+fn each_world(lang: &str, build_it: impl Fn(&Path, &str, &str)) {
+    let parent = tempfile::tempdir().expect("a temporary directory");
+    for world in ["shell-tools", "tools"] {
+        let name = format!("new-{lang}-{world}");
+        let lib = name.replace('-', "_");
+        let project = new_policy(parent.path(), &name, lang, world);
+        let tool = match world {
+            "tools" => format!("{lib}_reverse"),
+            _ => format!("{lib}_run"),
+        };
+        forget_earlier_builds(&tool);
+        build_it(&project, world, &lib);
+        own_scenarios_pass(&project, &lib);
+        if world == "shell-tools" {
+            runs_a_command(&project, &lib);
+        }
+    }
+}
+
 #[test]
 fn python_projects_from_new_policy_build_and_pass_their_scenarios() {
     let test = "python_projects_from_new_policy_build_and_pass_their_scenarios";
@@ -110,31 +120,17 @@ fn python_projects_from_new_policy_build_and_pass_their_scenarios() {
         Ok(toolchain) => toolchain,
         Err(unavailable) => return announce_skip(test, &unavailable),
     };
-    let parent = tempfile::tempdir().expect("a temporary directory");
-    for world in ["shell-tools", "tools"] {
-        let name = format!("new-py-{world}");
-        let lib = name.replace('-', "_");
-        let project = new_policy(parent.path(), &name, "python", world);
-        let tool = if world == "tools" {
-            format!("{lib}_reverse")
-        } else {
-            format!("{lib}_run")
-        };
-        forget_earlier_builds(&tool);
+    each_world("python", |project, world, lib| {
         // The README's build, with the installed componentize-py for `.venv/bin/componentize-py`.
         build(
             Command::new(&toolchain.componentize_py)
                 .args(["-d", "wit", "-w", world, "componentize", "app", "-o"])
                 .arg(format!("{lib}.wasm"))
-                .current_dir(&project),
+                .current_dir(project),
             "componentize-py componentize (a new project)",
             &project.join(format!("{lib}.wasm")),
         );
-        own_scenarios_pass(&project, &lib);
-        if world == "shell-tools" {
-            runs_a_command(&project, &lib);
-        }
-    }
+    });
 }
 
 #[test]
@@ -148,29 +144,20 @@ fn js_projects_from_new_policy_build_and_pass_their_scenarios() {
         Ok(toolchain) => toolchain,
         Err(unavailable) => return announce_skip(test, &unavailable),
     };
-    let parent = tempfile::tempdir().expect("a temporary directory");
-    for world in ["shell-tools", "tools"] {
-        let name = format!("new-js-{world}");
-        let lib = name.replace('-', "_");
-        let project = new_policy(parent.path(), &name, "js", world);
-        let tool = if world == "tools" {
-            format!("{lib}_reverse")
-        } else {
-            format!("{lib}_run")
-        };
-        forget_earlier_builds(&tool);
+    let packages = |text: &str| {
+        json(text)["packages"].as_object().map(|packages| {
+            packages
+                .iter()
+                .filter(|(path, _)| !path.is_empty())
+                .map(|(path, package)| (path.clone(), package.clone()))
+                .collect::<Vec<_>>()
+        })
+    };
+    let example_lock =
+        std::fs::read_to_string(example.join("package-lock.json")).expect("example lock");
+    each_world("js", |project, _world, lib| {
         // The project pins the example's lock: its installed packages stand for `npm ci`.
         let lock = std::fs::read_to_string(project.join("package-lock.json")).expect("lock");
-        let example_lock =
-            std::fs::read_to_string(example.join("package-lock.json")).expect("example lock");
-        let packages = |text: &str| {
-            json(text)["packages"].as_object().map(|p| {
-                p.iter()
-                    .filter(|(k, _)| !k.is_empty())
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect::<Vec<_>>()
-            })
-        };
         assert_eq!(
             packages(&lock),
             packages(&example_lock),
@@ -182,13 +169,9 @@ fn js_projects_from_new_policy_build_and_pass_their_scenarios() {
         )
         .expect("link the installed packages");
         build(
-            Command::new("node").arg("build.mjs").current_dir(&project),
+            Command::new("node").arg("build.mjs").current_dir(project),
             "node build.mjs (a new project)",
             &project.join(format!("{lib}.wasm")),
         );
-        own_scenarios_pass(&project, &lib);
-        if world == "shell-tools" {
-            runs_a_command(&project, &lib);
-        }
-    }
+    });
 }
