@@ -1,10 +1,13 @@
-//! Projects written by `toolhost new-policy NAME --lang python|js --world shell-tools|tools`,
-//! built as their README says with the pinned toolchains, pass their own scenarios under
-//! `toolhost test`; a `shell-tools` one also runs a real command in a host.
+//! Projects written by `toolhost new-policy NAME --lang python|js --world shell-tools|tools`
+//! build, pass their own scenarios under `toolhost test`, and a `shell-tools` one runs a real
+//! command in a host.
 //!
-//! The scaffold pins the toolchain versions of the examples (`guest-tools/python`,
-//! `guest-tools/js/word_count`), so these tests build with the toolchains the examples'
-//! tests install.
+//! The `shell-tools` project of each language is built by running its README's build block
+//! as written: it installs the pinned toolchain from PyPI or npm into the project. The scaffold
+//! pins the toolchain versions of the examples (`guest-tools/python`,
+//! `guest-tools/js/word_count`), so the `tools` project is built with the toolchain the
+//! examples' tests install. Where the registry cannot be reached, the README's build is
+//! skipped loudly and the installed toolchain builds the project instead.
 
 use super::toolchains::{self, printed, run};
 use super::{
@@ -89,6 +92,46 @@ fn runs_a_command(project: &Path, lib: &str) {
     assert_eq!(result["timed_out"], false, "{}", printed(&output));
 }
 
+/// How long the README's build of a new project may take: it installs the toolchain from the
+/// registry into the project (`pip install`, `npm ci`), from the installer's cache after the
+/// first time.
+const README_BUILD_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// The `sh` block under the heading `## {heading}` of the project's README.
+fn readme_block(project: &Path, heading: &str) -> String {
+    let readme = std::fs::read_to_string(project.join("README.md")).expect("the README");
+    let section = readme
+        .split_once(&format!("\n## {heading}\n"))
+        .unwrap_or_else(|| panic!("the README has no `## {heading}`:\n{readme}"))
+        .1;
+    let block = section
+        .split_once("```sh\n")
+        .and_then(|(_, rest)| rest.split_once("\n```"))
+        .unwrap_or_else(|| panic!("`## {heading}` has no sh block:\n{readme}"))
+        .0;
+    block.to_owned()
+}
+
+/// Run the README's `## Build it` block of `project` as written (`sh -e`), which installs the
+/// pinned toolchain from the registry; `Err` when the registry cannot be reached.
+fn readme_build(project: &Path, lib: &str) -> Result<(), toolchains::Unavailable> {
+    let script = readme_block(project, "Build it");
+    let output = run(
+        Command::new("sh")
+            .args(["-e", "-c", &script])
+            .current_dir(project),
+        "the README's build",
+        README_BUILD_LIMIT,
+    )
+    .expect("run the README's build");
+    toolchains::installed(output, "the README's build", "the package registry")?;
+    assert!(
+        project.join(format!("{lib}.wasm")).is_file(),
+        "the README's build wrote no {lib}.wasm"
+    );
+    Ok(())
+}
+
 /// For each world: `toolhost new-policy` writes a project in `lang`, `build_it(project, world,
 /// lib)` builds it, its own scenarios pass, and a `shell-tools` project runs a command.
 fn each_world(lang: &str, build_it: impl Fn(&Path, &str, &str)) {
@@ -121,6 +164,14 @@ fn python_projects_from_new_policy_build_and_pass_their_scenarios() {
         Err(unavailable) => return announce_skip(test, &unavailable),
     };
     each_world("python", |project, world, lib| {
+        // The shell-tools project is built as its README says, toolchain install included.
+        if world == "shell-tools" {
+            if let Err(unavailable) = readme_build(project, lib) {
+                announce_skip(test, &unavailable);
+            } else {
+                return;
+            }
+        }
         // The README's build, with the installed componentize-py for `.venv/bin/componentize-py`.
         build(
             Command::new(&toolchain.componentize_py)
@@ -155,14 +206,23 @@ fn js_projects_from_new_policy_build_and_pass_their_scenarios() {
     };
     let example_lock =
         std::fs::read_to_string(example.join("package-lock.json")).expect("example lock");
-    each_world("js", |project, _world, lib| {
-        // The project pins the example's lock: its installed packages stand for `npm ci`.
+    each_world("js", |project, world, lib| {
         let lock = std::fs::read_to_string(project.join("package-lock.json")).expect("lock");
         assert_eq!(
             packages(&lock),
             packages(&example_lock),
             "the project pins other packages"
         );
+        // The shell-tools project is built as its README says (`npm ci`, `npm run build`).
+        if world == "shell-tools" {
+            if let Err(unavailable) = readme_build(project, lib) {
+                announce_skip(test, &unavailable);
+            } else {
+                return;
+            }
+        }
+        // The project pins the example's lock: its installed packages stand for `npm ci`.
+        let _ = std::fs::remove_dir_all(project.join("node_modules"));
         std::os::unix::fs::symlink(
             toolchain.dir.join("node_modules"),
             project.join("node_modules"),

@@ -183,7 +183,7 @@ fn unreachable(output: &str) -> bool {
 
 /// The outcome of an install step: the registry unreachable is [`Unavailable`], any other
 /// failure panics.
-fn installed(output: Output, what: &str, registry: &str) -> Result<(), Unavailable> {
+pub fn installed(output: Output, what: &str, registry: &str) -> Result<(), Unavailable> {
     if output.status.success() {
         return Ok(());
     }
