@@ -149,11 +149,12 @@ impl Registry {
                 Err(e) => return Err(e),
             };
             for path in paths {
+                let read = read_plugin_file(&path);
                 if defer
                     && !previous.files.contains_key(&path)
-                    && let Ok((bytes, _, _)) = read_plugin_file(&path)
+                    && let Ok((bytes, _, _)) = &read
                     && bytes.len() > DEFER_OVER_BYTES
-                    && !self.loader.has_compiled(&bytes)
+                    && !self.loader.has_compiled(bytes)
                 {
                     tracing::info!(
                         path = %path.display(),
@@ -162,7 +163,7 @@ impl Registry {
                     deferred = true;
                     continue;
                 }
-                let loaded = match read_plugin_file(&path) {
+                let loaded = match read {
                     Ok((bytes, manifest_text, fingerprint)) => match previous.files.get(&path) {
                         Some((old, plugin)) if *old == fingerprint => {
                             Ok((fingerprint, plugin.clone()))
