@@ -239,6 +239,16 @@ struct Kept {
 }
 
 impl Kept {
+    /// Remove the cgroups (each must be empty of processes).
+    fn remove(self) {
+        drop(self.procs);
+        for dir in &self.dirs {
+            if let Err(error) = std::fs::remove_dir(dir) {
+                tracing::debug!(dir = %dir.display(), %error, "cannot remove a command's cgroup");
+            }
+        }
+    }
+
     /// Whether no process is counted in them any more (`pids.current`, or the memory
     /// cgroup's list of processes where there is no pids cgroup).
     fn empty(&self) -> bool {
@@ -339,11 +349,7 @@ impl ParentCgroups {
             return;
         }
         drop(all);
-        let Kept { dirs, procs, .. } = kept;
-        drop(procs);
-        for dir in &dirs {
-            let _ = std::fs::remove_dir(dir);
-        }
+        kept.remove();
     }
 
     fn bases(&self) -> Bases {
@@ -413,13 +419,8 @@ impl Drop for ParentCgroups {
                 .get_mut()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
-        for Kept { dirs, procs, .. } in kept {
-            drop(procs);
-            for dir in &dirs {
-                if let Err(error) = std::fs::remove_dir(dir) {
-                    tracing::debug!(dir = %dir.display(), %error, "cannot remove a command's cgroup");
-                }
-            }
+        for kept in kept {
+            kept.remove();
         }
         for dir in &self.dirs {
             if let Err(error) = std::fs::remove_dir(dir) {
@@ -802,7 +803,8 @@ impl Drop for CommandCgroups {
     fn drop(&mut self) {
         let clean = match &self.parent {
             Some(parent) if parent.has_room() => self.clean(),
-            _ => Err("their session keeps enough"),
+            Some(_) => Err("their session keeps enough"),
+            None => Err("they are in no session's cgroup"),
         };
         if let Err(why) = clean {
             tracing::debug!(dirs = ?self.dirs, "a command's cgroups are removed, not kept: {why}");
