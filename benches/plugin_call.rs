@@ -1,16 +1,17 @@
-//! The cost of calling an interpreter plugin: `py_word_count`, the Python example
-//! (`guest-tools/python/word_count`, a component with a Python interpreter inside, about
-//! 18 MB), against the Rust default policy's `process_list` on the fake process capability (a
-//! fresh instance and one host call: the floor of any call). Both are `ToolHost::call` in
-//! process, interleaved, a fresh instance per call in both; the plugin's code is compiled
-//! once, before the rounds, and cached.
+//! The cost of calling an interpreter plugin: `py_word_count` and `js_word_count`, the Python
+//! and JavaScript examples (`guest-tools/python/word_count`, `guest-tools/js/word_count`:
+//! components with an interpreter inside, about 18 MB and 12 MB), against the Rust default
+//! policy's `process_list` on the fake process capability (a fresh instance and one host call:
+//! the floor of any call). All are `ToolHost::call` in process, interleaved, a fresh instance
+//! per call; the plugins' code is compiled once, before the rounds, and cached.
 //!
-//! Also the host's start with the plugin: its compiled code not cached (Cranelift compiles the
-//! interpreter) and cached (mapped from disk).
+//! Also the host's start with each plugin alone: its compiled code not cached (Cranelift
+//! compiles the interpreter) and cached (mapped from disk).
 //!
-//! Prints medians, p90 and ratios. Asserts nothing about time. Needs the Python toolchain of
+//! Prints medians, p90 and ratios. Asserts nothing about time. Needs the toolchains of
 //! `tests/plugin_languages` (installed into the target directory on first use: `python3` with
-//! `venv`, and PyPI).
+//! `venv` and PyPI; `node` 20+ with `npm` and the npm registry). A language whose toolchain
+//! cannot be had is left out, and the bench says so.
 //!
 //! Run: `cargo bench -p toolhost-e2e --bench plugin_call`
 
@@ -31,6 +32,23 @@ const SAMPLES: usize = 200;
 const STARTS: usize = 3;
 const TEXT_ARGUMENTS: &str = r#"{"text":"The quick brown fox\njumps over the lazy dog."}"#;
 
+/// Build the JavaScript example into `plugins`, beside the toolchain's installed packages.
+fn build_js_example(toolchain: &toolchains::JavaScript, plugins: &Path) -> PathBuf {
+    let example = repo_root().join("guest-tools/js/word_count");
+    toolchains::copy_files(&example, &toolchain.dir, &["app.js", "build.mjs"]);
+    let wasm = plugins.join("js_word_count.wasm");
+    let status = Command::new("node")
+        .arg("build.mjs")
+        .arg(&wasm)
+        .arg(repo_root().join("wit"))
+        .current_dir(&toolchain.dir)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run node build.mjs");
+    assert!(status.success(), "componentize-js failed: {status}");
+    wasm
+}
+
 /// Build the Python example into `plugins`, from a copy of its source in `work`.
 fn build_example(componentize_py: &Path, work: &Path, plugins: &Path) -> PathBuf {
     let source = work.join("source");
@@ -47,6 +65,7 @@ fn build_example(componentize_py: &Path, work: &Path, plugins: &Path) -> PathBuf
         .args(["-w", "tools", "componentize", "app", "-o"])
         .arg(&wasm)
         .current_dir(&source)
+        .stdout(std::process::Stdio::null())
         .status()
         .expect("run componentize-py");
     assert!(status.success(), "componentize-py failed: {status}");
@@ -63,7 +82,7 @@ async fn host(plugins: &Path, cache: &Path) -> (ToolHost, Duration) {
         .process_backend(FakeProcesses::new())
         .build()
         .await
-        .expect("the host builds with the Python plugin");
+        .expect("the host builds with the plugins");
     (host, started.elapsed())
 }
 
@@ -88,50 +107,76 @@ fn summary(samples: &mut [Duration]) -> (f64, f64) {
 
 #[tokio::main]
 async fn main() {
-    let toolchain = match toolchains::python() {
-        Ok(toolchain) => toolchain,
-        Err(unavailable) => {
-            eprintln!(
-                "plugin_call: no Python toolchain here, nothing measured: {}",
-                unavailable.reason
-            );
-            return;
-        }
-    };
     let work = tempfile::tempdir().expect("work directory");
+    // Each language's plugin alone in a directory of its own (for the starts), and all of
+    // them in `plugins` (for the calls).
     let plugins = work.path().join("plugins");
     std::fs::create_dir(&plugins).expect("plugins directory");
-    build_example(&toolchain.componentize_py, work.path(), &plugins);
+    let mut languages: Vec<(&str, &str, PathBuf)> = Vec::new();
+    let python = toolchains::python();
+    match &python {
+        Ok(toolchain) => {
+            let alone = work.path().join("python");
+            std::fs::create_dir(&alone).expect("python directory");
+            let wasm = build_example(&toolchain.componentize_py, work.path(), &alone);
+            std::fs::copy(&wasm, plugins.join("py_word_count.wasm")).expect("copy");
+            languages.push(("Python", "py_word_count", alone));
+        }
+        Err(unavailable) => eprintln!(
+            "plugin_call: no Python toolchain here, Python left out: {}",
+            unavailable.reason
+        ),
+    }
+    let example = repo_root().join("guest-tools/js/word_count");
+    let javascript = toolchains::javascript(&example);
+    match &javascript {
+        Ok(toolchain) => {
+            let alone = work.path().join("js");
+            std::fs::create_dir(&alone).expect("js directory");
+            let wasm = build_js_example(toolchain, &alone);
+            std::fs::copy(&wasm, plugins.join("js_word_count.wasm")).expect("copy");
+            languages.push(("JavaScript", "js_word_count", alone));
+        }
+        Err(unavailable) => eprintln!(
+            "plugin_call: no JavaScript toolchain here, JavaScript left out: {}",
+            unavailable.reason
+        ),
+    }
+    if languages.is_empty() {
+        eprintln!("plugin_call: no interpreter plugin could be built, nothing measured");
+        return;
+    }
 
-    // Starts: cold (a fresh cache each time), then warm (the same cache again).
-    let mut cold = Vec::new();
-    let mut warm = Vec::new();
-    for _ in 0..STARTS {
-        let cache = tempfile::tempdir().expect("cache directory");
-        cold.push(host(&plugins, cache.path()).await.1);
-        warm.push(host(&plugins, cache.path()).await.1);
+    // Starts, per language: cold (a fresh cache each time), then warm (the same cache again).
+    let mut starts = Vec::new();
+    for (language, _, alone) in &languages {
+        let mut cold = Vec::new();
+        let mut warm = Vec::new();
+        for _ in 0..STARTS {
+            let cache = tempfile::tempdir().expect("cache directory");
+            cold.push(host(alone, cache.path()).await.1);
+            warm.push(host(alone, cache.path()).await.1);
+        }
+        starts.push((*language, summary(&mut cold).0, summary(&mut warm).0));
     }
 
     // Calls, interleaved, on one host whose code is compiled.
     let cache = tempfile::tempdir().expect("cache directory");
     let (host, _) = host(&plugins, cache.path()).await;
-    let parts = [
-        (
-            "py_word_count (Python plugin)",
-            "py_word_count",
-            TEXT_ARGUMENTS,
-        ),
-        (
-            "process_list (Rust default policy, fake)",
-            "process_list",
-            "{}",
-        ),
-    ];
+    let mut parts: Vec<(String, &str, &str)> = languages
+        .iter()
+        .map(|(language, tool, _)| (format!("{tool} ({language} plugin)"), *tool, TEXT_ARGUMENTS))
+        .collect();
+    parts.push((
+        "process_list (Rust default policy, fake)".to_owned(),
+        "process_list",
+        "{}",
+    ));
     let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(SAMPLES); parts.len()];
     for round in 0..WARMUP + SAMPLES {
         for k in 0..parts.len() {
             let index = (k + round) % parts.len();
-            let (_, tool, arguments) = parts[index];
+            let (_, tool, arguments) = &parts[index];
             let took = call(&host, tool, arguments).await;
             if round >= WARMUP {
                 samples[index].push(took);
@@ -148,17 +193,20 @@ async fn main() {
         medians.push(median);
         println!("  {label:<44} {median:>10.2} {p90:>10.2}");
     }
-    println!(
-        "  the Python plugin's call / the Rust policy's floor: {:.1}x",
-        medians[0] / medians[1]
-    );
-    let (cold, _) = summary(&mut cold);
-    let (warm, _) = summary(&mut warm);
-    println!(
-        "host start with the Python plugin ({STARTS} each): compiled now {cold:.0} ms, cached {warm:.0} ms ({:.0}x)",
-        ratio(
-            Duration::from_secs_f64(cold / 1e3),
-            Duration::from_secs_f64(warm / 1e3)
-        )
-    );
+    let floor = medians[medians.len() - 1];
+    for ((language, _, _), median) in languages.iter().zip(&medians) {
+        println!(
+            "  the {language} plugin's call / the Rust policy's floor: {:.1}x",
+            median / floor
+        );
+    }
+    for (language, cold, warm) in starts {
+        println!(
+            "host start with the {language} plugin ({STARTS} each): compiled now {cold:.0} ms, cached {warm:.0} ms ({:.0}x)",
+            ratio(
+                Duration::from_secs_f64(cold / 1e3),
+                Duration::from_secs_f64(warm / 1e3)
+            )
+        );
+    }
 }
