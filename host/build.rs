@@ -156,7 +156,7 @@ fn shared_dir(out_dir: &Path, name: &str) -> PathBuf {
         .unwrap_or_else(|| out_dir.join(name))
 }
 
-/// The files `src/cli/scaffold.rs` and `src/cli/scaffold_script.rs` include, by absolute
+/// The files `src/cli/scaffold.rs` and `src/cli/scaffold/script.rs` include, by absolute
 /// path: the guest workspace's manifest and lock file, the toolchain file, the Python
 /// examples' pinned requirements and the JavaScript example's lock file.
 fn scaffold_files(

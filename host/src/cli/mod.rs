@@ -8,7 +8,8 @@
 //!   settings they make.
 //! - `call`: `toolhost call`; `serve`: `toolhost serve`; `inspect`: `toolhost sandbox`, `tools`,
 //!   `plugins`.
-//! - `scaffold`: `toolhost new-policy`, a new policy crate with a copy of the policy SDK.
+//! - `scaffold`: `toolhost new-policy`, a new policy crate with a copy of the policy SDK, or a
+//!   Python or JavaScript plugin project (`scaffold/script.rs`).
 //! - `scenarios`: `toolhost test`, scripted scenarios run against a plugin component on the
 //!   fake process capability (`toolhost::testing`).
 
@@ -17,7 +18,6 @@ pub(crate) mod call;
 pub(crate) mod inspect;
 pub(crate) mod options;
 pub mod scaffold;
-pub mod scaffold_script;
 pub mod scenarios;
 pub(crate) mod serve;
 

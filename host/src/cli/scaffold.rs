@@ -12,7 +12,8 @@
 //! manifest `LIB.toml` (granting `process`, with the `[config]` keys commented) and
 //! `scenarios/basic.toml` (scenarios for `toolhost test` that pass).
 
-pub use super::scaffold_script::{Lang, World};
+mod script;
+
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -147,6 +148,36 @@ pub enum ScaffoldError {
     },
 }
 
+/// A language a plugin project can be written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Lang {
+    /// Rust, with the policy SDK (a crate).
+    Rust,
+    /// Python, built with componentize-py.
+    Python,
+    /// JavaScript, built with componentize-js.
+    Js,
+}
+
+/// The WIT world a plugin targets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum World {
+    /// Tools that may start processes (the process capability, granted by the manifest).
+    ShellTools,
+    /// Tools without process access.
+    Tools,
+}
+
+impl World {
+    /// Its name in the WIT.
+    pub fn wit_name(self) -> &'static str {
+        match self {
+            World::ShellTools => "shell-tools",
+            World::Tools => "tools",
+        }
+    }
+}
+
 /// A new plugin project: its name, its files ready to be written, and the commands that
 /// build, test and install it.
 #[derive(Debug, Clone)]
@@ -173,13 +204,13 @@ impl PluginProject {
             )),
             (lang, world) => {
                 check_format(name)?;
-                super::scaffold_script::project(name, lang, world)
+                script::project(name, lang, world)
             }
         }
     }
 
-    /// The files of a Python or JavaScript project (see `scaffold_script.rs`).
-    pub(super) fn script(
+    /// The files of a Python or JavaScript project (see `scaffold/script.rs`).
+    fn script(
         name: &str,
         lib_name: &str,
         files: Vec<(PathBuf, Vec<u8>)>,

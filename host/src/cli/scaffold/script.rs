@@ -12,7 +12,7 @@
 //! - the manifest `LIB.toml` (granting `process` for `shell-tools`), scenarios for
 //!   `toolhost test` that pass, a README and a `.gitignore`.
 
-use super::scaffold::{PluginProject, SDK_FILES, ScaffoldError};
+use super::{Lang, PluginProject, SDK_FILES, ScaffoldError, World};
 use std::path::PathBuf;
 
 /// The Python examples' pinned requirements (`guest-tools/python/requirements.txt`).
@@ -24,46 +24,16 @@ const JS_LOCK_NAME: &str = "toolhost-js-word-count";
 
 /// Templates; `{{name}}`, `{{lib_name}}`, `{{tool}}`, `{{world}}`, `{{build}}`,
 /// `{{component}}`, `{{language}}`, `{{toolhost_version}}` and `{{wit_version}}` are replaced.
-const PY_SHELL_TOOLS: &str = include_str!("scaffold/python/shell_tools.py.in");
-const PY_TOOLS: &str = include_str!("scaffold/python/tools.py.in");
-const JS_SHELL_TOOLS: &str = include_str!("scaffold/js/shell_tools.js.in");
-const JS_TOOLS: &str = include_str!("scaffold/js/tools.js.in");
-const JS_BUILD: &str = include_str!("scaffold/js/build.mjs.in");
-const README: &str = include_str!("scaffold/script/README.md.in");
-const SHELL_TOOLS_SCENARIOS: &str = include_str!("scaffold/script/shell_tools.toml.in");
-const TOOLS_SCENARIOS: &str = include_str!("scaffold/script/tools.toml.in");
-const SHELL_TOOLS_MANIFEST: &str = include_str!("scaffold/script/shell_tools_manifest.toml.in");
-const TOOLS_MANIFEST: &str = include_str!("scaffold/script/tools_manifest.toml.in");
-
-/// A language a plugin project can be written in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Lang {
-    /// Rust, with the policy SDK (a crate).
-    Rust,
-    /// Python, built with componentize-py.
-    Python,
-    /// JavaScript, built with componentize-js.
-    Js,
-}
-
-/// The WIT world a plugin targets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum World {
-    /// Tools that may start processes (the process capability, granted by the manifest).
-    ShellTools,
-    /// Tools without process access.
-    Tools,
-}
-
-impl World {
-    /// Its name in the WIT.
-    pub fn wit_name(self) -> &'static str {
-        match self {
-            World::ShellTools => "shell-tools",
-            World::Tools => "tools",
-        }
-    }
-}
+const PY_SHELL_TOOLS: &str = include_str!("python/shell_tools.py.in");
+const PY_TOOLS: &str = include_str!("python/tools.py.in");
+const JS_SHELL_TOOLS: &str = include_str!("js/shell_tools.js.in");
+const JS_TOOLS: &str = include_str!("js/tools.js.in");
+const JS_BUILD: &str = include_str!("js/build.mjs.in");
+const README: &str = include_str!("script/README.md.in");
+const SHELL_TOOLS_SCENARIOS: &str = include_str!("script/shell_tools.toml.in");
+const TOOLS_SCENARIOS: &str = include_str!("script/tools.toml.in");
+const SHELL_TOOLS_MANIFEST: &str = include_str!("script/shell_tools_manifest.toml.in");
+const TOOLS_MANIFEST: &str = include_str!("script/tools_manifest.toml.in");
 
 /// The files of a new Python or JavaScript project called `name` (checked by the caller),
 /// targeting `world`. `lang` is not [`Lang::Rust`].
