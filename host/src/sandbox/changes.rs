@@ -4,9 +4,9 @@
 //!
 //! 1. [`Changes::watch`] adds a watch on each directory (one per directory for the whole host,
 //!    counted by its users) and notes each watch's count of changes.
-//! 2. [`Changes::changed`] reads the events waiting, adds them to the counts, and answers
+//! 2. [`Watched::changed`] reads the events waiting, adds them to the counts, and answers
 //!    whether a count of the set moved, a watch of it went away, or the kernel dropped events.
-//! 3. A [`Watched`] set removes its watches when it is the last user.
+//! 3. A [`Watched`] set removes its watches when it is dropped as their last user.
 //!
 //! A change counts when an entry is created, removed or renamed in a directory, when the
 //! directory's own attributes change, and when it is removed or moved. Writes to files do not.
@@ -39,11 +39,41 @@ struct Watch {
     users: usize,
 }
 
-/// A set of watched directories and the counts when it was taken.
-#[derive(Debug)]
-pub(crate) struct Watched {
+/// A set of watched directories and the counts when it was taken; its watches go with it
+/// when it is the last user.
+pub(crate) struct Watched<'a> {
+    changes: &'a Changes,
     watches: Vec<(WatchDescriptor, u64)>,
     overflows: u64,
+}
+
+impl std::fmt::Debug for Watched<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watched")
+            .field("watches", &self.watches.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Watched<'_> {
+    /// Whether one of its directories changed since it was taken.
+    pub(crate) fn changed(&self) -> bool {
+        let mut inner = self.changes.lock();
+        inner.drain();
+        inner.overflows != self.overflows
+            || self.watches.iter().any(|(wd, changes)| {
+                inner
+                    .watches
+                    .get(wd)
+                    .is_none_or(|watch| watch.changes != *changes)
+            })
+    }
+}
+
+impl Drop for Watched<'_> {
+    fn drop(&mut self) {
+        self.changes.lock().release(&self.watches);
+    }
 }
 
 /// What counts as a change of a watched directory.
@@ -83,13 +113,11 @@ impl Changes {
 
     /// Watch `dirs` from now on; `None` when one cannot be watched (gone, or the user's
     /// limit on watches reached).
-    pub(crate) fn watch(&self, dirs: &[PathBuf]) -> Option<Watched> {
-        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+    pub(crate) fn watch(&self, dirs: &[PathBuf]) -> Option<Watched<'_>> {
+        let mut inner = self.lock();
         inner.drain();
-        let mut watched = Watched {
-            watches: Vec::with_capacity(dirs.len()),
-            overflows: inner.overflows,
-        };
+        let overflows = inner.overflows;
+        let mut watches = Vec::with_capacity(dirs.len());
         for dir in dirs {
             match inner.inotify.add_watch(dir.as_path(), mask()) {
                 Ok(wd) => {
@@ -98,35 +126,24 @@ impl Changes {
                         users: 0,
                     });
                     watch.users += 1;
-                    watched.watches.push((wd, watch.changes));
+                    watches.push((wd, watch.changes));
                 }
                 Err(error) => {
                     tracing::debug!(dir = %dir.display(), %error, "cannot watch a directory: it is checked with statx");
-                    inner.release(&watched);
+                    inner.release(&watches);
                     return None;
                 }
             }
         }
-        Some(watched)
+        Some(Watched {
+            changes: self,
+            watches,
+            overflows,
+        })
     }
 
-    /// Whether a directory of `watched` changed since it was taken.
-    pub(crate) fn changed(&self, watched: &Watched) -> bool {
-        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        inner.drain();
-        inner.overflows != watched.overflows
-            || watched.watches.iter().any(|(wd, changes)| {
-                inner
-                    .watches
-                    .get(wd)
-                    .is_none_or(|watch| watch.changes != *changes)
-            })
-    }
-
-    /// Stop watching what only `watched` watched.
-    pub(crate) fn forget(&self, watched: &Watched) {
-        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        inner.release(watched);
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -161,9 +178,9 @@ impl Inner {
         }
     }
 
-    /// One user fewer of each watch of `watched`; a watch no set holds is removed.
-    fn release(&mut self, watched: &Watched) {
-        for (wd, _) in &watched.watches {
+    /// One user fewer of each of `watches`; a watch no set holds is removed.
+    fn release(&mut self, watches: &[(WatchDescriptor, u64)]) {
+        for (wd, _) in watches {
             let Some(watch) = self.watches.get_mut(wd) else {
                 continue;
             };
@@ -203,18 +220,18 @@ mod tests {
         std::fs::write(dir.join("a"), "a").expect("write");
         let changes = changes();
         let watched = changes.watch(std::slice::from_ref(&dir)).expect("watched");
-        assert!(!changes.changed(&watched));
+        assert!(!watched.changed());
         std::fs::write(dir.join("a"), "more").expect("write");
-        assert!(!changes.changed(&watched), "a write in place");
+        assert!(!watched.changed(), "a write in place");
         std::fs::rename(dir.join("a"), dir.join("b")).expect("rename");
-        assert!(changes.changed(&watched), "a rename");
+        assert!(watched.changed(), "a rename");
         let again = changes.watch(std::slice::from_ref(&dir)).expect("watched");
-        assert!(!changes.changed(&again));
+        assert!(!again.changed());
         std::fs::remove_file(dir.join("b")).expect("remove");
-        assert!(changes.changed(&again), "a removal");
+        assert!(again.changed(), "a removal");
         let last = changes.watch(std::slice::from_ref(&dir)).expect("watched");
         std::fs::remove_dir(&dir).expect("remove dir");
-        assert!(changes.changed(&last), "the directory itself removed");
+        assert!(last.changed(), "the directory itself removed");
     }
 
     #[test]
@@ -225,11 +242,11 @@ mod tests {
         let one = changes.watch(&dirs).expect("watched");
         let two = changes.watch(&dirs).expect("watched");
         assert_eq!(live(&changes), 1, "one watch per directory");
-        changes.forget(&one);
+        drop(one);
         assert_eq!(live(&changes), 1);
         std::fs::write(root.path().join("new"), "").expect("write");
-        assert!(changes.changed(&two), "still watched for the other set");
-        changes.forget(&two);
+        assert!(two.changed(), "still watched for the other set");
+        drop(two);
         assert_eq!(live(&changes), 0);
         let missing = [root.path().join("missing")];
         assert!(changes.watch(&missing).is_none());

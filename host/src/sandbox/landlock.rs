@@ -402,15 +402,7 @@ struct Made {
     began: Instant,
     /// The watched directories' inotify watches, taken before their stamps (`None`: checked
     /// by their stamps).
-    watched: Option<Watched>,
-}
-
-impl Drop for Made {
-    fn drop(&mut self) {
-        if let (Some(changes), Some(watched)) = (Changes::host(), &self.watched) {
-            changes.forget(watched);
-        }
-    }
+    watched: Option<Watched<'static>>,
 }
 
 impl Made {
@@ -448,32 +440,20 @@ impl Made {
 
     /// No watched directory changed since, and every stamp is trusted.
     fn fresh(&self) -> bool {
-        if self.racy {
+        let changed = self.racy
+            || match &self.watched {
+                Some(watched) => watched.changed(),
+                None => self
+                    .stamps
+                    .iter()
+                    .any(|(dir, stamp)| Stamp::of(dir) != *stamp),
+            };
+        if changed {
             tracing::debug!(
-                "a directory around a hidden path had just changed: the Landlock rules are made again"
+                "a directory around a hidden path changed: the Landlock rules are made again"
             );
-            return false;
         }
-        if let (Some(changes), Some(watched)) = (Changes::host(), &self.watched) {
-            let changed = changes.changed(watched);
-            if changed {
-                tracing::debug!(
-                    "a directory around a hidden path changed: the Landlock rules are made again"
-                );
-            }
-            return !changed;
-        }
-        match self
-            .stamps
-            .iter()
-            .find(|(dir, stamp)| Stamp::of(dir) != *stamp)
-        {
-            None => true,
-            Some((dir, _)) => {
-                tracing::debug!(dir = %dir.display(), "a directory around a hidden path changed: the Landlock rules are made again");
-                false
-            }
-        }
+        !changed
     }
 }
 

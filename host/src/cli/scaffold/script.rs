@@ -53,6 +53,16 @@ pub fn project(name: &str, lang: Lang, world: World) -> Result<PluginProject, Sc
         ),
         _ => "npm ci\nnpm run build".to_owned(),
     };
+    let wit = SDK_FILES
+        .iter()
+        .find(|(path, _)| *path == "wit/toolhost.wit")
+        .map(|(_, bytes)| bytes.to_vec())
+        .ok_or_else(|| ScaffoldError::Embedded {
+            what: "wit/toolhost.wit",
+            message: "not among the SDK's files".to_owned(),
+        })?;
+    // The copied WIT is the one this host serves as its newest version.
+    let wit_version = toolhost::WIT_VERSIONS.first().copied().unwrap_or_default();
     let fill = |template: &str| {
         template
             .replace("{{name}}", name)
@@ -63,26 +73,7 @@ pub fn project(name: &str, lang: Lang, world: World) -> Result<PluginProject, Sc
             .replace("{{component}}", &component)
             .replace("{{language}}", language_name(lang))
             .replace("{{toolhost_version}}", env!("CARGO_PKG_VERSION"))
-    };
-    let wit = SDK_FILES
-        .iter()
-        .find(|(path, _)| *path == "wit/toolhost.wit")
-        .map(|(_, bytes)| bytes.to_vec())
-        .ok_or_else(|| ScaffoldError::Embedded {
-            what: "wit/toolhost.wit",
-            message: "not among the SDK's files".to_owned(),
-        })?;
-    let version = String::from_utf8_lossy(&wit)
-        .lines()
-        .find_map(|line| line.trim().strip_prefix("package toolhost:plugin@"))
-        .map(|rest| rest.trim_end_matches(';').to_owned())
-        .ok_or_else(|| ScaffoldError::Embedded {
-            what: "wit/toolhost.wit",
-            message: "it names no `package toolhost:plugin@VERSION`".to_owned(),
-        })?;
-    let fill = |template: &str| {
-        fill(template)
-            .replace("{{wit_version}}", &version)
+            .replace("{{wit_version}}", wit_version)
             .into_bytes()
     };
     let (scenarios, manifest) = match world {
@@ -95,8 +86,8 @@ pub fn project(name: &str, lang: Lang, world: World) -> Result<PluginProject, Sc
         ("scenarios/basic.toml".into(), fill(scenarios)),
         ("README.md".into(), fill(README)),
     ];
-    match (lang, world) {
-        (Lang::Python, world) => {
+    match lang {
+        Lang::Python => {
             let source = match world {
                 World::ShellTools => PY_SHELL_TOOLS,
                 World::Tools => PY_TOOLS,
@@ -108,7 +99,7 @@ pub fn project(name: &str, lang: Lang, world: World) -> Result<PluginProject, Sc
                 b".venv/\n__pycache__/\n*.wasm\n".to_vec(),
             ));
         }
-        (_, world) => {
+        Lang::Js | Lang::Rust => {
             let source = match world {
                 World::ShellTools => JS_SHELL_TOOLS,
                 World::Tools => JS_TOOLS,
