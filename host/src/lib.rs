@@ -46,8 +46,8 @@ pub use admission::{CallPermit, DEFAULT_MAX_CALLS_PER_SESSION, DEFAULT_MAX_CALLS
 pub use error::HostError;
 pub use error::ManifestError;
 pub use guest::{
-    CallError, CallOptions, CallOutput, EngineError, LimitExceeded, LoadError, Progress,
-    ProgressSink, WIT_VERSIONS,
+    CallError, CallOptions, CallOutput, ContentItem, EngineError, LimitExceeded, LoadError,
+    LogLevel, LogSink, Progress, ProgressSink, ResourceBody, ToolLog, WIT_VERSIONS,
 };
 pub use host::{Call, ToolHints, ToolHost, ToolHostBuilder, ToolInfo, default_cache_dir};
 pub use plugins::{PluginInfo, PluginOrigin, bundled};

@@ -4,6 +4,7 @@
 //!
 //! - `policies_fake`: the bundled policies, deterministically, on the fake process capability;
 //! - `plugins`: plugin directories, manifests, grants and hot swap;
+//! - `content`: content items in results, and a tool's progress and log lines;
 //! - `hostile_guests`: guests that spin, allocate without end, panic or hang, within their
 //!   plugin's limits;
 //! - `tools_real`: every bundled tool on the real process manager;
@@ -11,6 +12,7 @@
 //! - `escapes`: nothing a command starts escapes the host's bookkeeping (one test runs the
 //!   `toolhost` binary instead, to kill it with `SIGKILL`).
 
+mod content;
 mod escapes;
 mod hostile_guests;
 mod interactive;

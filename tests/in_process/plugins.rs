@@ -7,7 +7,7 @@ use toolhost::testing::{FakeProcesses, Script};
 use toolhost::{CallError, ToolHost, bundled};
 use toolhost_e2e::{
     Gate, future_version_component, json, legacy_policy_component, policy_0_2_0_component,
-    test_cache_dir,
+    policy_0_3_0_component, test_cache_dir,
 };
 
 const GRANT: &str = "[grants]\nprocess = true\n";
@@ -109,10 +109,10 @@ async fn a_broken_replacement_keeps_the_previous_version_serving() {
         tools.iter().any(|t| t == "execute") && tools.iter().any(|t| t == "spin"),
         "{tools:?}"
     );
-    assert_eq!(tools.len(), 5 + 7, "{tools:?}");
+    assert_eq!(tools.len(), 5 + 9, "{tools:?}");
     // A direct reload reports the same outcome.
     host.reload().await.expect("a lenient reload does not fail");
-    assert_eq!(host.tools().len(), 5 + 7);
+    assert_eq!(host.tools().len(), 5 + 9);
     host.call("s", "execute", r#"{"command":"echo still here"}"#)
         .await
         .expect("previous version still serves");
@@ -234,8 +234,8 @@ async fn a_component_of_another_wit_version_is_refused_naming_every_served_one()
     let err = toolhost_e2e::fake_host_error(dir.path()).await;
     let message = err.to_string();
     assert!(
-        message.contains("built against toolhost:plugin@0.4.0")
-            && message.contains("implements toolhost:plugin@0.3.0, @0.2.0 and @0.1.0"),
+        message.contains("built against toolhost:plugin@0.99.0")
+            && message.contains("implements toolhost:plugin@0.4.0, @0.3.0, @0.2.0 and @0.1.0"),
         "{message}"
     );
     assert!(message.contains("future"), "{message}");
@@ -335,8 +335,9 @@ async fn a_call_in_flight_finishes_on_the_version_it_started_with() {
     host.shutdown().await;
 }
 
-// The contract versions: components built against the frozen 0.1.0 and 0.2.0 keep working beside
-// 0.3.0 ones; policies since 0.2.0 ask for confinement and are told what their commands get.
+// The contract versions: components built against the frozen 0.1.0, 0.2.0 and 0.3.0 keep working
+// beside 0.4.0 ones; policies since 0.2.0 ask for confinement and are told what their commands
+// get.
 
 async fn host_with(
     dir: &Path,
@@ -431,7 +432,7 @@ async fn a_0_1_0_component_works_beside_0_3_0_ones_and_gets_the_operators_confin
 }
 
 #[tokio::test]
-async fn a_0_2_0_component_works_beside_0_3_0_ones() {
+async fn a_0_2_0_component_works_beside_newer_ones() {
     let dir = tempfile::tempdir().expect("dir");
     let bytes = std::fs::read(policy_0_2_0_component()).expect("fixture");
     install(dir.path(), "frozen", &bytes, Some(GRANT));
@@ -492,6 +493,43 @@ async fn a_0_2_0_component_works_beside_0_3_0_ones() {
     let starts = fake.starts();
     assert_eq!(starts[0].request.profile, Some(operator.profile()));
     assert_eq!(starts[0].request.stdin, toolhost::process::Stdin::Closed);
+}
+
+#[tokio::test]
+async fn a_0_3_0_component_works_beside_0_4_0_ones() {
+    let dir = tempfile::tempdir().expect("dir");
+    let bytes = std::fs::read(policy_0_3_0_component()).expect("fixture");
+    install(dir.path(), "frozen", &bytes, Some(GRANT));
+    let fake = FakeProcesses::new();
+    // What it left running and its log are 0.3.0's own: a 0.3.0 component sees both.
+    fake.push(
+        Script::exits(3)
+            .output("from the 0.3.0 contract\n")
+            .leaves_running(7, "server")
+            .logged(),
+    );
+    let operator = toolhost::sandbox::SandboxSettings::default();
+    let host = host_with(dir.path(), fake.clone(), operator, Some("default"))
+        .await
+        .expect("0.3.0 and 0.4.0 components load in one host");
+    let run = host
+        .tools()
+        .into_iter()
+        .find(|t| t.name == "run")
+        .expect("the 0.3.0 tool is listed");
+    assert_eq!(run.plugin, "frozen");
+    let output = host
+        .call("s", "run", r#"{"command":"echo frozen"}"#)
+        .output()
+        .await
+        .expect("run");
+    assert!(output.content.is_empty(), "0.3.0 has no content items");
+    let result = json(&output.text);
+    assert_eq!(result["exit_code"], 3, "{result}");
+    assert_eq!(result["output"], "from the 0.3.0 contract\n", "{result}");
+    assert_eq!(result["log"], "from the 0.3.0 contract\n", "{result}");
+    assert_eq!(result["left_running"][0]["pid"], 7, "{result}");
+    assert_eq!(result["left_running"][0]["command"], "server", "{result}");
 }
 
 /// The same 0.2.0 component on the real process manager: its command runs, and what it reads

@@ -33,6 +33,18 @@ pub fn policy_0_2_0_component() -> PathBuf {
     component("policy_0_2_0")
 }
 
+/// The policy-0-3-0 fixture (`guest-tools/fixtures/policy-0-3-0`): a policy built against the
+/// frozen `toolhost:plugin@0.3.0` (`run`, with what a command left and its log; `list`).
+pub fn policy_0_3_0_component() -> PathBuf {
+    component("policy_0_3_0")
+}
+
+/// The conformance fixture (`guest-tools/fixtures/conformance-tools`): the MCP conformance
+/// suite's fixture tools, with content items, progress and log lines (WIT 0.4.0).
+pub fn conformance_tools_component() -> PathBuf {
+    component("conformance_tools")
+}
+
 /// `<target>/wasm-guests/wasm32-wasip2/release/NAME.wasm`, where the host's build script puts
 /// the component `NAME`.
 fn component(name: &str) -> PathBuf {

@@ -95,6 +95,6 @@ export const tool = {
       throw `unknown tool ${JSON.stringify(name)}: this plugin offers only ${NAME}`;
     }
     const text = textArgument(args);
-    return { output: JSON.stringify(count(text)), fullOutput: [] };
+    return { output: JSON.stringify(count(text)), fullOutput: [], content: [] };
   },
 };

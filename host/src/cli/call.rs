@@ -1,10 +1,14 @@
-//! `toolhost call`: one tool call, its result on stdout; Ctrl-C or SIGTERM stops the call and
+//! `toolhost call`: one tool call, its result on stdout (its content items as `content.rs`
+//! shows them), its progress and log lines on stderr; Ctrl-C or SIGTERM stops the call and
 //! every process it started before the exit.
 
 use anyhow::{Context, Result};
 use std::process::ExitCode;
+use std::sync::Arc;
+use toolhost::{CallOptions, CallOutput, Progress, ToolLog};
 
 use super::args::Cli;
+use super::content::{Saved, render};
 use super::options::build_host;
 use super::out;
 
@@ -14,8 +18,22 @@ pub(crate) async fn call(cli: &Cli, tool: &str, arguments: &str, scope: &str) ->
     let stop = interrupted()?;
     // Ctrl-C or SIGTERM still cleans up: the call is dropped and every process it
     // started is terminated before the exit.
+    let options = CallOptions {
+        progress: Some(Arc::new(|update: Progress| {
+            eprintln!("toolhost: {}", progress_line(&update))
+        })),
+        log: Some(Arc::new(|line: ToolLog| {
+            eprintln!(
+                "toolhost: [{}] {}: {}",
+                line.level.as_str(),
+                line.plugin,
+                line.message
+            );
+        })),
+        ..CallOptions::default()
+    };
     let outcome = tokio::select! {
-        outcome = host.call(scope, tool, arguments) => Some(outcome),
+        outcome = host.call(scope, tool, arguments).options(options).output() => Some(outcome),
         name = stop => {
             eprintln!("toolhost: {name}: stopping the call and its processes");
             None
@@ -27,7 +45,7 @@ pub(crate) async fn call(cli: &Cli, tool: &str, arguments: &str, scope: &str) ->
     };
     match outcome {
         Ok(result) => {
-            out(result);
+            print_result(result)?;
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
@@ -35,6 +53,29 @@ pub(crate) async fn call(cli: &Cli, tool: &str, arguments: &str, scope: &str) ->
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// The result's JSON text, then its content items.
+fn print_result(result: CallOutput) -> Result<()> {
+    let items = render(&result.content, &mut Saved::default())?;
+    match (result.text.is_empty(), items.is_empty()) {
+        (_, true) => out(&result.text),
+        (false, false) => out(format_args!("{}\n{}", result.text, items.trim_end())),
+        (true, false) => out(items.trim_end()),
+    }
+    Ok(())
+}
+
+/// A progress update for stderr: `progress 50/100: message`.
+fn progress_line(update: &Progress) -> String {
+    let mut line = format!("progress {}", update.progress);
+    if let Some(total) = update.total {
+        line.push_str(&format!("/{total}"));
+    }
+    if let Some(message) = &update.message {
+        line.push_str(&format!(": {}", one_line(message)));
+    }
+    line
 }
 
 /// Resolves with the signal's name on the first SIGINT or SIGTERM.

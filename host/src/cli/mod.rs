@@ -6,7 +6,8 @@
 //!
 //! - `args`: the flags and subcommands, as clap reads them; `options`: the host and sandbox
 //!   settings they make.
-//! - `call`: `toolhost call`; `serve`: `toolhost serve`; `inspect`: `toolhost sandbox`, `tools`,
+//! - `call`: `toolhost call`, with `content` showing a result's content items at a shell;
+//!   `serve`: `toolhost serve`; `inspect`: `toolhost sandbox`, `tools`,
 //!   `plugins`.
 //! - `scaffold`: `toolhost new-policy`, a new policy crate with a copy of the policy SDK, or a
 //!   Python or JavaScript plugin project (`scaffold/script.rs`).
@@ -15,6 +16,7 @@
 
 pub(crate) mod args;
 pub(crate) mod call;
+mod content;
 pub(crate) mod inspect;
 pub(crate) mod options;
 pub mod scaffold;

@@ -1,9 +1,10 @@
 //! One loaded guest component: compiled once (through the on-disk cache), checked against its
 //! grants and the WIT version, pre-linked once, and instantiated afresh in its own limited
-//! [`Store`] for every call. Components of the current contract (0.3.0) and of the frozen
-//! 0.2.0 and 0.1.0 are served side by side ([`Pre`]).
+//! [`Store`] for every call. Components of the current contract (0.4.0) and of the frozen
+//! 0.3.0, 0.2.0 and 0.1.0 are served side by side ([`Pre`]).
 
 use super::cache;
+use super::content;
 use super::engine::{EpochTicker, Loader};
 use super::errors::{CallError, LimitExceeded, LoadError};
 use super::limits::{CallLimits, Grants};
@@ -11,7 +12,7 @@ use super::state::{CallOptions, CallOutput, CallState, Metered, ProcessGrant};
 use super::wit::latest::{
     CallContext, ShellTools, ShellToolsPre, ToolDefinition, WIT_VERSION, wit_sandbox,
 };
-use super::wit::{self, WIT_PACKAGE, v0_1_0, v0_2_0};
+use super::wit::{self, WIT_PACKAGE, v0_1_0, v0_2_0, v0_3_0};
 use crate::sandbox;
 use std::pin::Pin;
 use std::time::Duration;
@@ -48,8 +49,11 @@ pub(crate) struct PluginSource<'a> {
 /// A component pre-linked against the contract version it was built for.
 #[derive(Clone)]
 enum Pre {
-    /// `toolhost:plugin@0.3.0`.
+    /// `toolhost:plugin@0.4.0`.
     Current(ShellToolsPre<CallState>),
+    /// `toolhost:plugin@0.3.0`: its results are JSON text alone, and it reports nothing
+    /// during a call.
+    V0_3_0(v0_3_0::ShellToolsPre<CallState>),
     /// `toolhost:plugin@0.2.0`: it sees nothing of what a command left running, and cannot
     /// page through a log.
     V0_2_0(v0_2_0::ShellToolsPre<CallState>),
@@ -60,6 +64,7 @@ enum Pre {
 /// One instance of a component, of any served version.
 enum Instance {
     Current(ShellTools),
+    V0_3_0(v0_3_0::ShellTools),
     V0_2_0(v0_2_0::ShellTools),
     V0_1_0(v0_1_0::ShellTools),
 }
@@ -68,6 +73,7 @@ impl Pre {
     fn engine(&self) -> &wasmtime::Engine {
         match self {
             Pre::Current(pre) => pre.engine(),
+            Pre::V0_3_0(pre) => pre.engine(),
             Pre::V0_2_0(pre) => pre.engine(),
             Pre::V0_1_0(pre) => pre.engine(),
         }
@@ -76,6 +82,7 @@ impl Pre {
     async fn instantiate(&self, store: &mut Store<CallState>) -> wasmtime::Result<Instance> {
         Ok(match self {
             Pre::Current(pre) => Instance::Current(pre.instantiate_async(store).await?),
+            Pre::V0_3_0(pre) => Instance::V0_3_0(pre.instantiate_async(store).await?),
             Pre::V0_2_0(pre) => Instance::V0_2_0(pre.instantiate_async(store).await?),
             Pre::V0_1_0(pre) => Instance::V0_1_0(pre.instantiate_async(store).await?),
         })
@@ -96,6 +103,11 @@ impl Instance {
                     .call_tools(store, config, settings)
                     .await
             }
+            Instance::V0_3_0(instance) => Ok(instance
+                .toolhost_plugin_tool()
+                .call_tools(store, config, &settings.clone().into())
+                .await?
+                .map(|tools| tools.into_iter().map(Into::into).collect())),
             Instance::V0_2_0(instance) => Ok(instance
                 .toolhost_plugin_tool()
                 .call_tools(store, config, &settings.clone().into())
@@ -121,9 +133,21 @@ impl Instance {
                 .toolhost_plugin_tool()
                 .call_call(store, tool, arguments, context)
                 .await?
-                .map(|result| CallOutput {
+                .and_then(|result| {
+                    Ok(CallOutput {
+                        text: result.output,
+                        full_output: result.full_output,
+                        content: content::from_guest(result.content)?,
+                    })
+                })),
+            Instance::V0_3_0(instance) => Ok(instance
+                .toolhost_plugin_tool()
+                .call_call(store, tool, arguments, &context.clone().into())
+                .await?
+                .map(|result: v0_3_0::CallResult| CallOutput {
                     text: result.output,
                     full_output: result.full_output,
+                    content: Vec::new(),
                 })),
             Instance::V0_2_0(instance) => Ok(instance
                 .toolhost_plugin_tool()
@@ -132,6 +156,7 @@ impl Instance {
                 .map(|result: v0_2_0::CallResult| CallOutput {
                     text: result.output,
                     full_output: result.full_output,
+                    content: Vec::new(),
                 })),
             Instance::V0_1_0(instance) => {
                 let context = v0_1_0::OldCallContext {
@@ -145,6 +170,7 @@ impl Instance {
                     .map(|text| CallOutput {
                         text,
                         full_output: Vec::new(),
+                        content: Vec::new(),
                     }))
             }
         }
@@ -267,6 +293,9 @@ impl Plugin {
             .map_err(link_error)?;
         let pre = match version.as_str() {
             WIT_VERSION => Pre::Current(ShellToolsPre::new(pre).map_err(link_error)?),
+            v0_3_0::WIT_VERSION => {
+                Pre::V0_3_0(v0_3_0::ShellToolsPre::new(pre).map_err(link_error)?)
+            }
             v0_2_0::WIT_VERSION => {
                 Pre::V0_2_0(v0_2_0::ShellToolsPre::new(pre).map_err(link_error)?)
             }
@@ -448,7 +477,7 @@ impl Plugin {
         };
         let mut store = Store::new(
             self.pre.engine(),
-            CallState::new(scope, &limits, grant, options),
+            CallState::new(&self.name, scope, &limits, grant, options),
         );
         store.limiter(|state| &mut state.limiter);
         store.set_epoch_deadline(1);

@@ -8,8 +8,10 @@
 //! time of the threads while they run the call ([`CpuMeter`]), so neither waiting in host
 //! calls nor waiting for a thread on a busy machine counts.
 
+use super::content::ContentItem;
 use super::limits::{CallLimiter, CallLimits};
 use super::log::GuestLog;
+use super::wit::{Reports, increasing};
 use crate::process::ProcessBackend;
 use crate::sandbox::{Profile, SandboxGrant, SandboxSettings};
 use std::future::Future;
@@ -49,35 +51,94 @@ pub(crate) struct ProcessGrant {
     pub(crate) sandbox_grant: SandboxGrant,
 }
 
-/// Receives progress updates of a long call: the latest output lines of the process the
-/// guest is waiting on, about once a second.
+/// Receives progress updates of a call: those the tool reports itself (`report.progress`),
+/// or else, while the guest waits on a process, the latest output lines about once a second.
 pub type ProgressSink = Arc<dyn Fn(Progress) + Send + Sync>;
 
 /// One progress update.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Progress {
-    /// Milliseconds since the call began (increases across the call's waits).
-    pub elapsed_ms: u64,
-    /// The last few lines of output.
+    /// How far the call has got. It increases from one update to the next within a call: the
+    /// tool's own values, or the seconds since the call began.
+    pub progress: f64,
+    /// The value `progress` is heading for, when the tool knows it.
+    pub total: Option<f64>,
+    /// A message for a person: the tool's, or the last few lines of output.
+    pub message: Option<String>,
+}
+
+/// Receives the log lines a tool writes during a call (`report.log`).
+pub type LogSink = Arc<dyn Fn(ToolLog) + Send + Sync>;
+
+/// How severe a tool's log line is, from least to most (the syslog levels MCP uses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    /// Detail for debugging.
+    Debug,
+    /// Something normal happened.
+    Info,
+    /// Normal but significant.
+    Notice,
+    /// Something may be wrong.
+    Warning,
+    /// Something failed.
+    Error,
+    /// A critical condition.
+    Critical,
+    /// Action must be taken at once.
+    Alert,
+    /// The tool is unusable.
+    Emergency,
+}
+
+impl LogLevel {
+    /// The level's name, as MCP and syslog spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Notice => "notice",
+            LogLevel::Warning => "warning",
+            LogLevel::Error => "error",
+            LogLevel::Critical => "critical",
+            LogLevel::Alert => "alert",
+            LogLevel::Emergency => "emergency",
+        }
+    }
+}
+
+/// One log line of a tool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolLog {
+    /// The plugin that wrote it.
+    pub plugin: String,
+    /// How severe it is.
+    pub level: LogLevel,
+    /// The line itself (at most 4096 bytes).
     pub message: String,
 }
 
 /// What a successful call returned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallOutput {
-    /// The result: JSON text.
+    /// The result: JSON text. Empty when the result is its `content` alone.
     pub text: String,
     /// Processes of the calling scope whose complete output the result points to (their
     /// output text was cut), as the policy named them; unchecked: look each up with
     /// [`crate::ToolHost::output_log`] before offering it.
     pub full_output: Vec<String>,
+    /// Content besides `text`, in order (plugins of WIT 0.4.0 and later).
+    pub content: Vec<ContentItem>,
 }
 
 /// Per-call options from the caller (an MCP session, the library user).
 #[derive(Clone, Default)]
 pub struct CallOptions {
-    /// Where progress updates go while the guest waits on a process.
+    /// Where progress updates go: the tool's own, or the host's while the guest waits on a
+    /// process.
     pub progress: Option<ProgressSink>,
+    /// Where the tool's log lines go. Absent: they are dropped.
+    pub log: Option<LogSink>,
     /// Cancelled when the caller gives up: a wait in progress returns at once as if it had
     /// timed out, and the policy can tell why (`process.call-cancelled`).
     pub cancel: Option<CancellationToken>,
@@ -98,17 +159,21 @@ pub(crate) struct CallState {
     stdout: GuestLog,
     stderr: GuestLog,
     pub(super) options: CallOptions,
+    /// What the tool reported so far (`report`).
+    pub(super) reports: Reports,
 }
 
 impl CallState {
     /// Fresh state for a call in `scope`. The guest gets no preopened directories, no network,
     /// no environment, no arguments and no stdin; its stdout/stderr are captured for the log.
     pub(super) fn new(
+        plugin: &str,
         scope: &str,
         limits: &CallLimits,
         process: Option<ProcessGrant>,
-        options: CallOptions,
+        mut options: CallOptions,
     ) -> Self {
+        options.progress = options.progress.take().map(increasing);
         let stdout = GuestLog::new(GUEST_LOG_BYTES);
         let stderr = GuestLog::new(GUEST_LOG_BYTES);
         let wasi = WasiCtx::builder()
@@ -128,6 +193,7 @@ impl CallState {
             stdout,
             stderr,
             options,
+            reports: Reports::new(plugin),
         }
     }
 

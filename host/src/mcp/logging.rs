@@ -8,10 +8,17 @@
 //! another session. Nothing is sent before the client sets a level. The layer is installed by
 //! the `toolhost` binary; a program embedding the host adds it to its own subscriber.
 //!
+//! The log lines a tool writes during a call (`report.log`, WIT 0.4.0) go to the session that
+//! made the call, and only to it ([`SessionLog::tool_sink`]); their `logger` is the plugin's
+//! name. Their level is the one the call's request asks for in its `_meta`
+//! (`io.modelcontextprotocol/logLevel`, revision 2026-07-28), or else the session's; with
+//! neither, none is sent.
+//!
 //! MCP deprecates logging after 2025-11-25 (SEP-2577) and rmcp marks its types so; clients of
 //! 2025-11-25 and before still use it, so it is offered here while they do.
 #![allow(deprecated)]
 
+use crate::{LogLevel, LogSink, ToolLog};
 use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
 use rmcp::{Peer, RoleServer};
 use serde_json::{Map, Value};
@@ -127,6 +134,20 @@ fn mcp_level(level: Level) -> LoggingLevel {
     }
 }
 
+/// The MCP level of a tool's log line.
+fn tool_level(level: LogLevel) -> LoggingLevel {
+    match level {
+        LogLevel::Debug => LoggingLevel::Debug,
+        LogLevel::Info => LoggingLevel::Info,
+        LogLevel::Notice => LoggingLevel::Notice,
+        LogLevel::Warning => LoggingLevel::Warning,
+        LogLevel::Error => LoggingLevel::Error,
+        LogLevel::Critical => LoggingLevel::Critical,
+        LogLevel::Alert => LoggingLevel::Alert,
+        LogLevel::Emergency => LoggingLevel::Emergency,
+    }
+}
+
 /// The severity order of MCP levels (rmcp's type has none).
 fn rank(level: LoggingLevel) -> u8 {
     match level {
@@ -160,6 +181,43 @@ pub struct SessionLog {
 impl SessionLog {
     fn level(&self) -> Option<LoggingLevel> {
         *self.level.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A sink for the log lines of one call's tool, and the task forwarding them in order to
+    /// `peer` (it ends once the sink is dropped). Lines at `asked` (the request's own level)
+    /// and above are sent, or without it at the session's level and above. `None` when there
+    /// is neither: then nothing is sent.
+    pub fn tool_sink(
+        self: &Arc<Self>,
+        peer: Peer<RoleServer>,
+        asked: Option<LoggingLevel>,
+    ) -> Option<(LogSink, tokio::task::JoinHandle<()>)> {
+        if asked.is_none() {
+            self.level()?;
+        }
+        let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel::<ToolLog>();
+        let log = Arc::clone(self);
+        let task = tokio::spawn(async move {
+            while let Some(line) = receiver.recv().await {
+                let level = tool_level(line.level);
+                let wanted = asked.or_else(|| log.level());
+                if wanted.is_none_or(|wanted| rank(level) < rank(wanted)) {
+                    continue;
+                }
+                let param =
+                    LoggingMessageNotificationParam::new(level, Value::String(line.message))
+                        .with_logger(line.plugin);
+                if let Err(error) = peer.notify_logging_message(param).await {
+                    tracing::debug!(%error, "cannot send a tool's log line");
+                    break;
+                }
+            }
+        });
+        // The channel holds at most a call's share of lines (`report` bounds them).
+        let sink: LogSink = Arc::new(move |line: ToolLog| {
+            let _ = sender.send(line);
+        });
+        Some((sink, task))
     }
 
     /// Set the level; the first call starts forwarding lines of `scope` to `peer` until
@@ -241,6 +299,22 @@ mod tests {
         assert!(!concerns(&line("toolhost::guest", Some("b")), "a"));
         assert!(concerns(&line("toolhost::plugins::registry", None), "a"));
         assert!(!concerns(&line("toolhost::mcp::http::sessions", None), "a"));
+    }
+
+    #[test]
+    fn a_tool_logs_at_every_mcp_level_in_order() {
+        let levels = [
+            LogLevel::Debug,
+            LogLevel::Info,
+            LogLevel::Notice,
+            LogLevel::Warning,
+            LogLevel::Error,
+            LogLevel::Critical,
+            LogLevel::Alert,
+            LogLevel::Emergency,
+        ];
+        let ranks: Vec<u8> = levels.iter().map(|l| rank(tool_level(*l))).collect();
+        assert_eq!(ranks, [0, 1, 2, 3, 4, 5, 6, 7]);
     }
 
     #[test]

@@ -29,8 +29,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// Longest a finished call waits for its last progress notifications to go out before it
-/// answers.
+/// Longest a finished call waits for its last progress notifications and log lines to go out
+/// before it answers.
 const PROGRESS_FLUSH: Duration = Duration::from_secs(1);
 
 /// Longest a call waits for the client's answer to `roots/list` before it runs without it.
@@ -235,15 +235,23 @@ impl ToolServer {
                 arguments,
             )));
         }
-        let (progress, forwarder) = match context.meta.get_progress_token() {
-            Some(token) => {
-                let (sink, forwarder) = progress_forwarder(context.peer.clone(), token);
-                (Some(sink), Some(forwarder))
-            }
-            None => (None, None),
-        };
+        let mut forwarders = Vec::new();
+        let progress = context.meta.get_progress_token().map(|token| {
+            let (sink, forwarder) = progress_forwarder(context.peer.clone(), token);
+            forwarders.push(forwarder);
+            sink
+        });
+        let log = self
+            .session
+            .log
+            .tool_sink(context.peer.clone(), context.meta.log_level())
+            .map(|(sink, forwarder)| {
+                forwarders.push(forwarder);
+                sink
+            });
         let options = CallOptions {
             progress,
+            log,
             cancel: Some(context.ct.clone()),
             waits_for_exit: false,
         };
@@ -255,11 +263,14 @@ impl ToolServer {
             .permit(admission)
             .output()
             .await;
-        if let Some(forwarder) = forwarder {
-            // The sink went away with the call options; let the last updates go out first
-            // so that none arrives after the result.
-            let _ = tokio::time::timeout(PROGRESS_FLUSH, forwarder).await;
-        }
+        // The sinks went away with the call options; let the last updates and log lines go
+        // out first so that none arrives after the result.
+        let flushed = async {
+            for forwarder in forwarders {
+                let _ = forwarder.await;
+            }
+        };
+        let _ = tokio::time::timeout(PROGRESS_FLUSH, flushed).await;
         call_result(&self.session.host, &scope.name, outcome).map(Into::into)
     }
 
@@ -449,10 +460,14 @@ fn progress_forwarder(
     let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel::<Progress>();
     let task = tokio::spawn(async move {
         while let Some(update) = receiver.recv().await {
-            // Progress must increase: seconds since the wait began do.
-            let param =
-                ProgressNotificationParam::new(token.clone(), update.elapsed_ms as f64 / 1000.0)
-                    .with_message(update.message);
+            // The call's updates increase already (the guest runtime drops any that do not).
+            let mut param = ProgressNotificationParam::new(token.clone(), update.progress);
+            if let Some(total) = update.total {
+                param = param.with_total(total);
+            }
+            if let Some(message) = update.message {
+                param = param.with_message(message);
+            }
             if let Err(error) = peer.notify_progress(param).await {
                 tracing::debug!(%error, "cannot send a progress notification");
                 break;

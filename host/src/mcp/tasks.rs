@@ -74,10 +74,13 @@ pub(super) fn spawn(
             };
             let status = task.clone();
             let progress: ProgressSink = Arc::new(move |update: Progress| {
-                status.set_status_message(update.message);
+                if let Some(message) = update.message {
+                    status.set_status_message(message);
+                }
             });
             let options = CallOptions {
                 progress: Some(progress),
+                log: None,
                 cancel: Some(cancel.clone()),
                 waits_for_exit: true,
             };

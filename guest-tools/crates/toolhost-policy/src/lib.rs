@@ -5,7 +5,7 @@
 //!
 //! A policy is a WebAssembly component (`wasm32-wasip2`) that exports the
 //! `toolhost:plugin/tool` interface of the host's WIT contract (`wit/toolhost.wit` in this
-//! crate, `toolhost:plugin@0.3.0`). With this crate a policy crate is a `cdylib` with a
+//! crate, `toolhost:plugin@0.4.0`). With this crate a policy crate is a `cdylib` with a
 //! [`Policy`] constant and one [`export!`] line:
 //!
 //! ```
@@ -332,10 +332,11 @@ pub fn call(
             }
         }
     };
-    let (output, full_output) = reply.into_parts();
+    let (output, full_output, content) = reply.into_parts();
     Ok(CallResult {
         output,
         full_output,
+        content,
     })
 }
 

@@ -2,7 +2,9 @@
 //! [`ToolCall`] (what a handler gets) and [`Reply`] (what it returns).
 
 use crate::args::{Args, format_duration};
-use crate::exports::toolhost::plugin::tool::{CallContext, ToolAnnotations, ToolDefinition};
+use crate::exports::toolhost::plugin::tool::{
+    CallContext, Content, ToolAnnotations, ToolDefinition,
+};
 use crate::{Policy, SandboxSettings, Settings};
 use serde_json::{Map, Value};
 
@@ -96,12 +98,14 @@ impl ToolCall<'_> {
     }
 }
 
-/// A tool's result: a JSON value (an object, for a tool with an output schema) and the
-/// processes whose complete output it points the model to.
-#[derive(Clone, Debug, PartialEq)]
+/// A tool's result: a JSON value (an object, for a tool with an output schema), the
+/// processes whose complete output it points the model to, and content items besides the
+/// JSON (images, sounds, resources: WIT 0.4.0 `tool.content`).
+#[derive(Clone, Debug)]
 pub struct Reply {
     output: Value,
     full_output: Vec<String>,
+    content: Vec<Content>,
 }
 
 impl Reply {
@@ -110,7 +114,20 @@ impl Reply {
         Reply {
             output: output.into(),
             full_output: Vec::new(),
+            content: Vec::new(),
         }
+    }
+
+    /// Add a content item after the JSON: over MCP it follows the JSON's text item. The host
+    /// takes at most 64 items and 16 MiB of their bytes per result.
+    pub fn with_content(mut self, item: Content) -> Reply {
+        self.content.push(item);
+        self
+    }
+
+    /// The content items besides the JSON.
+    pub fn content(&self) -> &[Content] {
+        &self.content
     }
 
     /// Offer the client the complete output of process `id` (of the calling scope), typically
@@ -141,9 +158,9 @@ impl Reply {
         }
     }
 
-    /// The reply as the host wants it.
-    pub(crate) fn into_parts(self) -> (String, Vec<String>) {
-        (self.output.to_string(), self.full_output)
+    /// The reply as the host wants it: the JSON text, the processes, the content items.
+    pub(crate) fn into_parts(self) -> (String, Vec<String>, Vec<Content>) {
+        (self.output.to_string(), self.full_output, self.content)
     }
 }
 
