@@ -8,6 +8,10 @@
 // expected-failures.yml (`--requirements 2026-07-28 --expected-failures ...`); any options
 // replace those (e.g. `--scenario caching --spec-version 2026-07-28`).
 //
+// The server loads the conformance fixture plugin (`guest-tools/fixtures/conformance-tools`,
+// copied by run.sh into plugins/ beside this script) with `--plugins`: it offers the suite's
+// fixture tools (`test_simple_text`, `test_image_content`, ...) through the public WIT.
+//
 // The suite sends no credentials, and toolhost serves nobody without its bearer token: the
 // suite talks to a small proxy on 127.0.0.1 that adds the token and forwards every request
 // as it came (method, path, `Host`, `Origin`, body; the answer streamed back unchanged). The
@@ -63,6 +67,7 @@ const server = spawn(
   bin,
   [
     '--state-dir', path.join(tmp, 'state'),
+    '--plugins', path.join(here, 'plugins'),
     'serve', '--http', '127.0.0.1:0', '--token-file', tokenFile,
     '--allowed-origin', `http://127.0.0.1:${port}`,
     '--allowed-origin', `http://localhost:${port}`,

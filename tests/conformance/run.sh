@@ -10,7 +10,9 @@
 # `--scenario caching --spec-version 2026-07-28`, or `--requirements 2026-07-28` to see every
 # failure.
 #
-# It builds the toolhost binary (debug; TOOLHOST_BIN=PATH uses another), installs the suite
+# It builds the toolhost binary (debug; TOOLHOST_BIN=PATH uses another) and with it the
+# conformance fixture plugin (guest-tools/fixtures/conformance-tools), which the server loads
+# with --plugins to offer the suite's fixture tools. It installs the suite
 # from the committed lockfile into <target>/mcp-conformance with `npm ci` (again only when
 # package.json or the lockfile changed) and runs it there; results go to its results/ folder.
 # The suite needs Node.js 22 or later: an older `node` is replaced by the one the lockfile
@@ -36,6 +38,15 @@ if [[ $(cat "$dir/.toolhost-installed" 2>/dev/null) != "$stamp" || ! -d $dir/nod
     echo "$stamp" >"$dir/.toolhost-installed"
 fi
 cp "$here/run.mjs" "$here/expected-failures.yml" "$dir/"
+# The fixture plugin: built by the host's build script with every guest component.
+fixture=$target/wasm-guests/wasm32-wasip2/release/conformance_tools.wasm
+if [[ ! -f $fixture ]]; then
+    echo "the conformance fixture plugin is missing at $fixture (cargo build -p toolhost makes it)" >&2
+    exit 1
+fi
+rm -rf "$dir/plugins"
+mkdir -p "$dir/plugins"
+cp "$fixture" "$dir/plugins/"
 
 node=node
 major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
