@@ -426,3 +426,47 @@ fn the_rust_scaffold_refuses_the_tools_world_and_names_the_way_out() {
         );
     }
 }
+
+/// The checked-in `shell-tools` examples (`guest-tools/python/run_command`,
+/// `guest-tools/js/run_command`) are what `toolhost new-policy run_command --lang L --world
+/// shell-tools` writes now, file for file: `tests/plugin_languages/scaffolded.rs` builds that
+/// project with its toolchain, runs its scenarios and a real command through it. Rewrite them
+/// with that command when a template changes.
+#[test]
+fn the_checked_in_shell_tools_examples_are_the_scaffolds_output() {
+    for (lang, dir) in [
+        (Lang::Python, "python/run_command"),
+        (Lang::Js, "js/run_command"),
+    ] {
+        let example = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../guest-tools")
+            .join(dir);
+        let mut on_disk = BTreeMap::new();
+        sdk_files_on_disk(&example, &example, &mut on_disk);
+        // Build output the project's .gitignore leaves out.
+        on_disk.retain(|path, _| {
+            !(path.ends_with(".wasm")
+                || path.starts_with(".venv/")
+                || path.starts_with("node_modules/")
+                || path.contains("__pycache__/"))
+        });
+        let project =
+            PluginProject::create("run_command", lang, World::ShellTools).expect("a good name");
+        let written: BTreeMap<String, Vec<u8>> = project
+            .files()
+            .map(|(path, bytes)| (path.to_string_lossy().into_owned(), bytes.to_vec()))
+            .collect();
+        assert_eq!(
+            on_disk.keys().collect::<Vec<_>>(),
+            written.keys().collect::<Vec<_>>(),
+            "the files of guest-tools/{dir}"
+        );
+        for (path, bytes) in &written {
+            assert!(
+                on_disk[path] == *bytes,
+                "guest-tools/{dir}/{path} differs from the scaffold's: rewrite the example with \
+                 `toolhost new-policy run_command --lang ... --world shell-tools`"
+            );
+        }
+    }
+}
