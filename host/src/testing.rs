@@ -42,6 +42,7 @@ use crate::process::{
     ProcessBackend, ProcessError, ProcessInfo, ReadFrom, Signal, StartRequest, Stdin, Until,
     no_input, no_log, no_terminal,
 };
+use crate::sandbox::{Refusal, Refused};
 use crate::terminal::{Emulator, Key, Screen, TerminalSize, stream_view};
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -78,6 +79,8 @@ pub struct Script {
     pub left_running: Vec<Leftover>,
     /// Keeps a full-output log of at most this many bytes (`None`: no log).
     pub log_cap: Option<u64>,
+    /// What the confinement refused it, reported once it has exited.
+    pub refusals: Vec<Refusal>,
 }
 
 /// A scripted answer to input: see the module docs.
@@ -103,6 +106,7 @@ impl Script {
             exits_at_eof: None,
             left_running: Vec::new(),
             log_cap: None,
+            refusals: Vec::new(),
         }
     }
 
@@ -156,6 +160,15 @@ impl Script {
             ending: Ending::Signal(signal),
             ..Script::exits(0)
         }
+    }
+
+    /// Reports that the confinement refused it `refusal`, as the real host does once the
+    /// command has ended: typed in its snapshots, and its note at the end of its output.
+    pub fn refused(mut self, refusal: Refusal) -> Script {
+        self.final_output.extend(refusal.note().as_bytes());
+        self.final_output.push(b'\n');
+        self.refusals.push(refusal);
+        self
     }
 
     /// Output visible from the start.
@@ -441,6 +454,18 @@ impl FakeProcess {
             log_capped: self.log_capped,
             duration_ms: self.elapsed.as_millis() as u64,
             left_running: self.left_running(),
+            refusals: match self.finished {
+                Some(_) => self
+                    .script
+                    .refusals
+                    .iter()
+                    .map(|reason| Refused {
+                        reason: reason.clone(),
+                        note: reason.note(),
+                    })
+                    .collect(),
+                None => Vec::new(),
+            },
         }
     }
 }

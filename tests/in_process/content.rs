@@ -153,3 +153,55 @@ async fn floods_of_content_items_and_reports_are_bounded() {
     let ok = host.call("s", "scope", "{}").await.expect("healthy call");
     assert_eq!(json(&ok)["scope"], "s");
 }
+
+/// A 0.4.0 policy gets what the confinement refused a command, typed, with the note the
+/// output ends with: here the network gate's refusal, scripted on the fake.
+#[tokio::test]
+async fn a_policy_gets_the_typed_refusals_of_a_command() {
+    let dir = plugin_dir(&hostile_component(), "hostile", Some(HOSTILE));
+    let fake = FakeProcesses::new();
+    fake.push(
+        toolhost::testing::Script::exits(7)
+            .output("curl: (56) CONNECT tunnel failed\n")
+            .refused(toolhost::sandbox::Refusal::Network {
+                refused: vec![toolhost::sandbox::RefusedHost {
+                    host: "example.com:443".into(),
+                    reason: "not in the allow-list".into(),
+                }],
+                allowed: "github.com".into(),
+            }),
+    );
+    fake.push(toolhost::testing::Script::exits(0));
+    let host = fake_host(dir.path(), fake).await;
+    let result = json(
+        &host
+            .call("s", "refusals", r#"{"command":"curl https://example.com"}"#)
+            .await
+            .expect("a result"),
+    );
+    assert_eq!(result["exit_code"], 7, "{result}");
+    let refusal = &result["refusals"][0];
+    assert_eq!(refusal["reason"]["kind"], "network", "{result}");
+    assert_eq!(refusal["reason"]["hosts"][0], "example.com:443", "{result}");
+    assert_eq!(refusal["reason"]["allowed"], "github.com", "{result}");
+    let note = refusal["note"].as_str().expect("a note");
+    assert!(
+        note.contains("example.com:443 (not in the allow-list)"),
+        "{note}"
+    );
+    assert!(
+        result["text"]
+            .as_str()
+            .is_some_and(|t| t.ends_with(&format!("{note}\n"))),
+        "{result}"
+    );
+
+    // A command nothing refused has none.
+    let clean = json(
+        &host
+            .call("s", "refusals", r#"{"command":"true"}"#)
+            .await
+            .expect("a result"),
+    );
+    assert_eq!(clean["refusals"], serde_json::json!([]), "{clean}");
+}

@@ -109,10 +109,10 @@ async fn a_broken_replacement_keeps_the_previous_version_serving() {
         tools.iter().any(|t| t == "execute") && tools.iter().any(|t| t == "spin"),
         "{tools:?}"
     );
-    assert_eq!(tools.len(), 5 + 9, "{tools:?}");
+    assert_eq!(tools.len(), 5 + 10, "{tools:?}");
     // A direct reload reports the same outcome.
     host.reload().await.expect("a lenient reload does not fail");
-    assert_eq!(host.tools().len(), 5 + 9);
+    assert_eq!(host.tools().len(), 5 + 10);
     host.call("s", "execute", r#"{"command":"echo still here"}"#)
         .await
         .expect("previous version still serves");
@@ -360,7 +360,7 @@ async fn host_with(
 }
 
 #[tokio::test]
-async fn a_0_1_0_component_works_beside_0_3_0_ones_and_gets_the_operators_confinement() {
+async fn a_0_1_0_component_works_beside_newer_ones_and_gets_the_operators_confinement() {
     let dir = tempfile::tempdir().expect("dir");
     let bytes = std::fs::read(legacy_policy_component()).expect("fixture");
     install(dir.path(), "legacy", &bytes, Some(GRANT));
@@ -809,4 +809,67 @@ async fn a_small_uncompiled_plugin_is_loaded_before_the_host_is_built() {
         .await
         .expect("host builds");
     assert_eq!(host.tools().len(), 5, "{:?}", host.tools());
+}
+
+/// A 0.4.0 policy sees the allow-list by name in its settings, and a start request may narrow
+/// it to hosts within it, never widen it.
+#[tokio::test]
+async fn a_policy_sees_the_allow_list_and_may_only_narrow_it() {
+    let dir = tempfile::tempdir().expect("dir");
+    let bytes = std::fs::read(toolhost_e2e::hostile_component()).expect("fixture");
+    install(dir.path(), "hostile", &bytes, Some(GRANT));
+    let fake = FakeProcesses::new();
+    fake.push(Script::exits(0));
+    fake.push(Script::exits(0));
+    let operator = toolhost::sandbox::SandboxSettings {
+        network: toolhost::sandbox::Network::parse("allow=pypi.org,*.github.com").expect("a list"),
+        ..Default::default()
+    };
+    let host = host_with(dir.path(), fake.clone(), operator, Some("default"))
+        .await
+        .expect("loads");
+    // The bundled policy's description names the hosts from `settings.allowed-hosts`.
+    let execute = host
+        .tools()
+        .into_iter()
+        .find(|t| t.name == "execute")
+        .expect("execute");
+    assert!(
+        execute
+            .description
+            .contains("reaches only pypi.org, *.github.com, through the proxy"),
+        "{}",
+        execute.description
+    );
+
+    host.call(
+        "s",
+        "refusals",
+        r#"{"command":"true","allowed_hosts":["api.github.com"]}"#,
+    )
+    .await
+    .expect("a narrower list is taken");
+    let profile = fake.starts()[0].request.profile.clone().expect("a profile");
+    let list = profile.network.allow_list().expect("an allow-list");
+    assert_eq!(list.for_people(), "api.github.com");
+
+    for (hosts, why) in [
+        (r#"["example.com"]"#, "not within the plugin's allow-list"),
+        (r#"["bad host"]"#, "allowed host `bad host`"),
+    ] {
+        let error = host
+            .call(
+                "s",
+                "refusals",
+                &format!(r#"{{"command":"true","allowed_hosts":{hosts}}}"#),
+            )
+            .await
+            .expect_err("refused");
+        let message = error.to_string();
+        assert!(
+            message.contains("InvalidRequest") && message.contains(why),
+            "{message}"
+        );
+    }
+    assert_eq!(fake.starts().len(), 1, "a refused request starts nothing");
 }

@@ -139,6 +139,9 @@ pub struct CallOptions {
     pub progress: Option<ProgressSink>,
     /// Where the tool's log lines go. Absent: they are dropped.
     pub log: Option<LogSink>,
+    /// Only the tool's own progress goes to `progress`: the host sends none while the guest
+    /// waits on a process (`toolhost test`, whose processes run in logical time).
+    pub tool_progress_only: bool,
     /// Cancelled when the caller gives up: a wait in progress returns at once as if it had
     /// timed out, and the policy can tell why (`process.call-cancelled`).
     pub cancel: Option<CancellationToken>,

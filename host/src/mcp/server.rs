@@ -254,6 +254,7 @@ impl ToolServer {
             log,
             cancel: Some(context.ct.clone()),
             waits_for_exit: false,
+            tool_progress_only: false,
         };
         let outcome = self
             .session

@@ -83,6 +83,7 @@ pub(super) fn spawn(
                 log: None,
                 cancel: Some(cancel.clone()),
                 waits_for_exit: true,
+                tool_progress_only: false,
             };
             let outcome = host
                 .call(&scope.name, &tool, &arguments)

@@ -128,6 +128,9 @@ pub struct OutputSnapshot {
     pub duration_ms: u64,
     /// Processes it started that still run after it exited (empty while it runs).
     pub left_running: Vec<Leftover>,
+    /// What the confinement refused it, each with the note `text` ends with for it, once it
+    /// ended (empty while it runs).
+    pub refusals: Vec<crate::sandbox::Refused>,
 }
 
 /// A process a command started that still runs after the command itself exited.

@@ -469,7 +469,7 @@ pub(crate) struct CommandCgroups {
 
 /// Whose memory limit killed a process of a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum MemoryKill {
+pub enum MemoryKill {
     /// The command's own limit, in bytes.
     Command(u64),
     /// Its session's, in bytes: the session's commands together.

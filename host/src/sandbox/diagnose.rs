@@ -44,11 +44,19 @@ const NETWORK_DENIALS: &[&str] = &[
     "Couldn't connect",
 ];
 
-/// What the confinement refused a command.
+/// What the confinement refused a command, as far as the host can tell once it ended. Plain
+/// data: a policy gets it typed (WIT `process.refusal`) beside the note the host words for it
+/// ([`Refused`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Refusal {
-    /// The session's own `/tmp` or `/dev/shm` is full.
-    SpaceFull(PrivateSpace),
+#[non_exhaustive]
+pub enum Refusal {
+    /// The session's own `/tmp` or `/dev/shm` is full: their sizes, where the host bounds them.
+    SpaceFull {
+        /// The size of `/tmp` (`--tmp-size-per-session`).
+        tmp_bytes: Option<u64>,
+        /// The size of `/dev/shm` (`--shm-size-per-session`).
+        shm_bytes: Option<u64>,
+    },
     /// Forks failed, maybe at the session's process limit (`RLIMIT_NPROC`, no pids cgroup).
     ScopeProcesses(u32),
     /// A process of the command was killed for want of memory, and whose limit it was.
@@ -57,8 +65,13 @@ pub(crate) enum Refusal {
     Processes(u32),
     /// Unix sockets the keeper refused, as it named them.
     UnixSockets(Vec<String>),
-    /// Hosts the network gate refused: its note.
-    Network(String),
+    /// Hosts the network gate refused.
+    Network {
+        /// Each host refused (with its port for a connection) and why, oldest first.
+        refused: Vec<RefusedHost>,
+        /// What the command may reach, in words (`github.com, *.npmjs.org`).
+        allowed: String,
+    },
     /// A hidden path the output names, and the content scan's rule that found it (`None`: on
     /// the list).
     HiddenPath {
@@ -89,11 +102,36 @@ pub(crate) enum Refusal {
     },
 }
 
+/// A host the network gate refused to a command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedHost {
+    /// The host asked for, with its port for a connection (`example.com:443`).
+    pub host: String,
+    /// Why it was refused.
+    pub reason: String,
+}
+
+/// A refusal and the note the host appended for it to the command's output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// What was refused.
+    pub reason: Refusal,
+    /// The note, starting with a line break, as the output's text ends with it.
+    pub note: String,
+}
+
 impl Refusal {
     /// The note for the model, starting with a line break.
-    pub(crate) fn note(&self) -> String {
+    pub fn note(&self) -> String {
         match self {
-            Refusal::SpaceFull(space) => space.note(),
+            Refusal::SpaceFull {
+                tmp_bytes,
+                shm_bytes,
+            } => PrivateSpace {
+                tmp: *tmp_bytes,
+                shm: *shm_bytes,
+            }
+            .note(),
             Refusal::ScopeProcesses(processes) => format!(
                 "\n[toolhost: forks failed: this session's commands may have reached their \
                  limit of {processes} processes together]"
@@ -123,7 +161,25 @@ impl Refusal {
                 $TMPDIR and package caches. To work on a project, ask the person to restart \
                 the server with --workdir set to the project's directory]"
                 .to_owned(),
-            Refusal::Network(note) => note.clone(),
+            Refusal::Network { refused, allowed } => {
+                let mut named: Vec<String> = refused
+                    .iter()
+                    .take(super::network::MAX_NAMED)
+                    .map(|refused| format!("{} ({})", refused.host, refused.reason))
+                    .collect();
+                if refused.len() > super::network::MAX_NAMED {
+                    named.push(format!(
+                        "and {} more",
+                        refused.len() - super::network::MAX_NAMED
+                    ));
+                }
+                format!(
+                    "\n[toolhost: this command's network is limited to {allowed}, through the \
+                     proxy in HTTPS_PROXY and HTTP_PROXY. Refused: {}. Do not retry these another \
+                     way: ask the user if the task needs another host]",
+                    named.join("; ")
+                )
+            }
             Refusal::HiddenPath { path, rule } => {
                 let why = match rule {
                     Some(rule) => format!("the content scan's rule {rule} found a secret in it"),
@@ -176,7 +232,7 @@ impl Refusal {
 }
 
 /// Why a process was killed for memory, in words.
-pub(crate) fn memory_why(kill: MemoryKill) -> String {
+pub fn memory_why(kill: MemoryKill) -> String {
     let mib = |bytes: u64| bytes / (1024 * 1024);
     match kill {
         MemoryKill::Command(bytes) => format!("by its memory limit of {} MiB", mib(bytes)),

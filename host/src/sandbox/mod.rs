@@ -39,7 +39,9 @@ mod seccomp;
 pub mod secrets;
 pub mod unix;
 
-pub(crate) use cgroup::{CommandCgroups, MemoryKill, ParentCgroups};
+pub use cgroup::MemoryKill;
+pub(crate) use cgroup::{CommandCgroups, ParentCgroups};
+pub use diagnose::{Refusal, Refused, RefusedHost};
 pub(crate) use prepare::{Context, Prepared, PrivateSpace, ScopeSandbox};
 pub use secrets::{Finding, HiddenPaths, Homes, NotHidden, ScanSettings, Scanned};
 

@@ -81,17 +81,16 @@ fn confinement_text(policy: &Policy, sandbox: &crate::SandboxSettings) -> String
                            (credentials such as ~/.ssh are hidden) but write only $TMPDIR."
             .to_string(),
     };
-    // An allow-list shows as `none` in this WIT's settings, with its hosts in the summary
-    // (`network only to HOSTS (through a proxy)`): unless the policy itself asked for none.
-    let net = match (network, allowed_hosts(&sandbox.summary)) {
-        (Network::Full, _) => String::new(),
-        (Network::None, Some(hosts)) if policy.confinement.network.is_none() => format!(
-            " Their network reaches only {hosts}, through the proxy the host names in \
-             HTTPS_PROXY and HTTP_PROXY; other hosts and direct DNS lookups are refused, and the \
-             output names what was refused."
+    let net = match network {
+        Network::Full => String::new(),
+        Network::Allow => format!(
+            " Their network reaches only {}, through the proxy the host names in HTTPS_PROXY \
+             and HTTP_PROXY; other hosts and direct DNS lookups are refused, and the output \
+             names what was refused.",
+            sandbox.allowed_hosts.join(", ")
         ),
-        (Network::None, _) => " They have no network (downloads, package installs from the \
-                               internet and DNS fail at once)."
+        Network::None => " They have no network (downloads, package installs from the \
+                          internet and DNS fail at once)."
             .to_string(),
     };
     let mut limits = Vec::new();
@@ -113,14 +112,6 @@ fn confinement_text(policy: &Policy, sandbox: &crate::SandboxSettings) -> String
         " {files}{net}{limits} sudo and anything needing new privileges do not work; a command \
          refused by the confinement gets a note saying so: do not retry it unchanged."
     )
-}
-
-/// The hosts of an allow-list, from the host's summary of the settings
-/// (`..., network only to HOSTS (through a proxy), ...`).
-fn allowed_hosts(summary: &str) -> Option<&str> {
-    let (_, rest) = summary.split_once("network only to ")?;
-    let (hosts, _) = rest.split_once(" (through a proxy)")?;
-    Some(hosts)
 }
 
 pub fn definition(

@@ -220,6 +220,7 @@ impl Confinement {
             toolhost::plugin::sandbox::Request {
                 mode: self.mode,
                 network: self.network,
+                allowed_hosts: None,
                 hidden: Vec::new(),
                 limits: toolhost::plugin::sandbox::Limits {
                     memory_bytes: None,
@@ -240,6 +241,7 @@ impl Confinement {
         };
         let network = match (bound.network, self.network) {
             (Network::None, _) | (_, Some(Network::None)) => Network::None,
+            (Network::Allow, _) | (_, Some(Network::Allow)) => Network::Allow,
             _ => Network::Full,
         };
         (mode, network)

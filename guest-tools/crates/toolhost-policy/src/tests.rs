@@ -13,6 +13,7 @@ fn sandbox() -> SandboxSettings {
     SandboxSettings {
         mode: Mode::WorkspaceWrite,
         network: Network::Full,
+        allowed_hosts: Vec::new(),
         writable: Vec::new(),
         limits: Limits {
             memory_bytes: None,
@@ -549,10 +550,10 @@ fn signalling_what_an_exited_process_left_says_how_many_it_stopped() {
 
 #[test]
 fn the_execute_description_names_an_allow_list_and_says_none_otherwise() {
-    let description = |policy: &Policy, summary: &str| {
+    let description = |policy: &Policy, network: Network, hosts: &[&str]| {
         let sandbox = SandboxSettings {
-            network: Network::None,
-            summary: summary.into(),
+            network,
+            allowed_hosts: hosts.iter().map(|h| h.to_string()).collect(),
             ..sandbox()
         };
         let list = tools(policy, "{}", &sandbox).unwrap();
@@ -561,15 +562,15 @@ fn the_execute_description_names_an_allow_list_and_says_none_otherwise() {
             .unwrap()
             .description
     };
-    let allowed = "workspace-write, network only to pypi.org, *.github.com (through a proxy)";
+    let hosts = ["pypi.org", "*.github.com"];
     let plain = Policy::new("plain");
-    let text = description(&plain, allowed);
+    let text = description(&plain, Network::Allow, &hosts);
     assert!(
         text.contains("reaches only pypi.org, *.github.com, through the proxy"),
         "{text}"
     );
     assert!(!text.contains("no network"), "{text}");
-    assert!(description(&plain, "workspace-write, network none").contains("no network"));
+    assert!(description(&plain, Network::None, &[]).contains("no network"));
     // A policy that asks for none itself gets none, whatever the grant allows.
     let strict = Policy {
         confinement: Confinement {
@@ -578,5 +579,5 @@ fn the_execute_description_names_an_allow_list_and_says_none_otherwise() {
         },
         ..Policy::new("strict")
     };
-    assert!(description(&strict, allowed).contains("no network"));
+    assert!(description(&strict, Network::Allow, &hosts).contains("no network"));
 }

@@ -28,6 +28,8 @@ const PROGRESS_LINES: usize = 5;
 const HEARTBEAT: Duration = Duration::from_secs(4);
 /// Most hidden paths one request may add.
 const MAX_HIDDEN: usize = 64;
+/// Most hosts one request's allow-list may name.
+const MAX_ALLOWED_HOSTS: usize = 64;
 
 impl CallState {
     /// The plugin's process grant, or a trap for a guest that has none.
@@ -110,9 +112,15 @@ impl CallState {
         }
         hidden.sort();
         hidden.dedup();
+        let network = requested_network(
+            grant.profile.network,
+            request.network,
+            request.allowed_hosts,
+        )
+        .map_err(|why| invalid(format!("confinement: {why}")))?;
         let request = ConfinementRequest {
             mode: request.mode.map(Into::into),
-            network: request.network.map(Into::into),
+            network,
             hidden,
             limits: request.limits.into(),
         };
@@ -159,8 +167,9 @@ impl wit_process::Host for CallState {
         let from: ReadFrom = from.into();
         let grant = grant.clone();
         let mut options = self.options.clone();
-        if self.reports.tool_progress() {
-            // The tool reports its own progress; the host's would interleave with it.
+        if self.reports.tool_progress() || options.tool_progress_only {
+            // The tool reports its own progress (the host's would interleave with it), or the
+            // caller wants the tool's alone.
             options.progress = None;
         }
         let call_started = self.started;
@@ -340,6 +349,77 @@ impl CallState {
         let grant = self.grant()?.clone();
         Ok(self.in_host(grant, f).await.map_err(Into::into))
     }
+}
+
+/// The network a request asks for under the plugin's `bound`: its kind, and with `allow` its
+/// hosts (`None`: the bound's). Hosts must be within the bound's allow-list when it is one.
+fn requested_network(
+    bound: sandbox::Network,
+    asked: Option<wit_sandbox::Network>,
+    hosts: Option<Vec<String>>,
+) -> Result<Option<sandbox::Network>, String> {
+    use sandbox::Network as N;
+    use wit_sandbox::Network as W;
+    let kind = asked.unwrap_or_else(|| bound.into());
+    let Some(hosts) = hosts else {
+        return match (asked, kind) {
+            (None, _) => Ok(None),
+            (Some(_), W::Full) => Ok(Some(N::Full)),
+            (Some(_), W::None) => Ok(Some(N::None)),
+            (Some(_), W::Allow) => match bound {
+                N::Allow(_) | N::None => Ok(Some(bound)),
+                N::Full => Err(
+                    "network `allow` needs `allowed-hosts` where the plugin's network is `full`"
+                        .to_owned(),
+                ),
+            },
+        };
+    };
+    if kind != W::Allow {
+        return Err(format!(
+            "`allowed-hosts` is given, but the network is `{}`, not `allow`",
+            match kind {
+                W::Full => "full",
+                _ => "none",
+            }
+        ));
+    }
+    if hosts.len() > MAX_ALLOWED_HOSTS {
+        return Err(format!(
+            "{} allowed hosts; at most {MAX_ALLOWED_HOSTS}",
+            hosts.len()
+        ));
+    }
+    let bound_list = bound.allow_list();
+    let mut patterns = Vec::with_capacity(hosts.len());
+    for host in &hosts {
+        let pattern = sandbox::network::Pattern::parse(host)
+            .map_err(|e| format!("allowed host `{host}`: {e}"))?;
+        if let Some(list) = &bound_list
+            && !list
+                .patterns()
+                .iter()
+                .any(|granted| pattern.within(granted))
+        {
+            return Err(format!(
+                "allowed host `{host}` is not within the plugin's allow-list ({})",
+                list.for_people()
+            ));
+        }
+        patterns.push(pattern);
+    }
+    if patterns.is_empty() {
+        // An allow-list of no host allows nothing.
+        return Ok(Some(N::None));
+    }
+    let id = sandbox::network::AllowListId::try_of(sandbox::network::AllowList::new(patterns))
+        .ok_or_else(|| {
+            format!(
+                "this host holds {} allow-lists already; ask for one the plugin has used before",
+                sandbox::network::MAX_LISTS
+            )
+        })?;
+    Ok(Some(N::Allow(id)))
 }
 
 /// One wait request of a guest.

@@ -26,6 +26,11 @@ pub(crate) fn settings(
     wit_sandbox::Settings {
         mode: profile.mode.into(),
         network: profile.network.into(),
+        allowed_hosts: profile
+            .network
+            .allow_list()
+            .map(|list| list.patterns().iter().map(ToString::to_string).collect())
+            .unwrap_or_default(),
         writable: writable.iter().map(|p| p.display().to_string()).collect(),
         limits: profile.limits.into(),
         summary: profile.summary(),

@@ -68,6 +68,7 @@ impl From<sandbox::Request> for wit_sandbox::Request {
         Self {
             mode: r.mode.map(Into::into),
             network: r.network.map(Into::into),
+            allowed_hosts: None,
             hidden: r.hidden,
             limits: r.limits.into(),
         }
@@ -212,7 +213,9 @@ impl From<wit_sandbox::Network> for sandbox::Network {
     fn from(network: wit_sandbox::Network) -> Self {
         match network {
             wit_sandbox::Network::Full => Self::Full,
-            wit_sandbox::Network::None => Self::None,
+            // No route out but through the gate: of the two this contract names, the one that
+            // does not claim more (`settings.summary` names the allowed hosts).
+            wit_sandbox::Network::Allow | wit_sandbox::Network::None => Self::None,
         }
     }
 }

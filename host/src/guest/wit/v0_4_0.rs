@@ -98,6 +98,55 @@ impl From<process::OutputSnapshot> for wit_process::Output {
             log_capped: o.log_capped,
             duration_ms: o.duration_ms,
             left_running: o.left_running.into_iter().map(Into::into).collect(),
+            refusals: o.refusals.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
+impl From<sandbox::Refused> for wit_process::Refused {
+    fn from(refused: sandbox::Refused) -> Self {
+        Self {
+            reason: refused.reason.into(),
+            note: refused.note,
+        }
+    }
+}
+
+impl From<sandbox::Refusal> for wit_process::Refusal {
+    fn from(refusal: sandbox::Refusal) -> Self {
+        use sandbox::Refusal as R;
+        let path = |p: std::path::PathBuf| p.display().to_string();
+        match refusal {
+            R::SpaceFull { .. } => Self::SpaceFull,
+            R::ScopeProcesses(n) => Self::SessionProcesses(n),
+            R::Memory(kill) => Self::Memory(match kill {
+                sandbox::MemoryKill::Command(bytes) => wit_process::MemoryKill::Command(bytes),
+                sandbox::MemoryKill::Session(bytes) => wit_process::MemoryKill::Session(bytes),
+                sandbox::MemoryKill::Host(bytes) => wit_process::MemoryKill::Host(bytes),
+                sandbox::MemoryKill::Other => wit_process::MemoryKill::Other,
+            }),
+            R::Processes(n) => Self::Processes(n),
+            R::UnixSockets(sockets) => Self::UnixSockets(sockets),
+            R::Network { refused, allowed } => Self::Network(wit_process::NetworkRefusal {
+                refused: refused
+                    .into_iter()
+                    .map(|r| wit_process::RefusedHost {
+                        host: r.host,
+                        reason: r.reason,
+                    })
+                    .collect(),
+                allowed,
+            }),
+            R::HiddenPath { path: p, rule } => Self::HiddenPath(wit_process::HiddenPath {
+                path: path(p),
+                rule,
+            }),
+            R::BesideHidden { path: p, dir } => Self::BesideHidden(wit_process::BesideHidden {
+                path: path(p),
+                dir: path(dir),
+            }),
+            R::NoWorkspace(parents) => Self::NoWorkspace(parents.into_iter().map(path).collect()),
+            R::Confined { summary, .. } => Self::Confined(summary),
         }
     }
 }
@@ -251,18 +300,8 @@ impl From<sandbox::Network> for wit_sandbox::Network {
     fn from(network: sandbox::Network) -> Self {
         match network {
             sandbox::Network::Full => Self::Full,
-            // No route out but through the gate: of the two this WIT names, the one that does
-            // not claim more (`settings.summary` names the allowed hosts).
-            sandbox::Network::Allow(_) | sandbox::Network::None => Self::None,
-        }
-    }
-}
-
-impl From<wit_sandbox::Network> for sandbox::Network {
-    fn from(network: wit_sandbox::Network) -> Self {
-        match network {
-            wit_sandbox::Network::Full => Self::Full,
-            wit_sandbox::Network::None => Self::None,
+            sandbox::Network::Allow(_) => Self::Allow,
+            sandbox::Network::None => Self::None,
         }
     }
 }

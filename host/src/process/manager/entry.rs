@@ -21,7 +21,7 @@ use super::spawner::KeeperPid;
 use crate::buffer::HeadTailBuffer;
 use crate::lock;
 use crate::process::{OutputSnapshot, ProcessInfo, ReadFrom, Signal, Until};
-use crate::sandbox::diagnose::{self, Refusal};
+use crate::sandbox::diagnose::{self, Refusal, Refused};
 use crate::sandbox::git_guard::{GitGuard, Moment};
 use crate::sandbox::network::{AllowList, Refusals};
 use crate::sandbox::{CommandCgroups, HiddenPaths, PrivateSpace, Profile, SandboxMode};
@@ -65,6 +65,8 @@ pub(super) struct Entry {
     pub(super) output_bytes: AtomicU64,
     /// The Unix sockets its keeper refused before it exited, as the keeper named them.
     pub(super) unix_refused: Mutex<Vec<String>>,
+    /// What the confinement refused the command, once it ended ([`Entry::notes`]).
+    refused: Mutex<Vec<Refused>>,
 }
 
 /// The host's hold on a process's keeper.
@@ -177,6 +179,7 @@ impl Entry {
             log_bytes: AtomicU64::new(0),
             output_bytes: AtomicU64::new(0),
             unix_refused: Mutex::new(Vec::new()),
+            refused: Mutex::new(Vec::new()),
         })
     }
 
@@ -198,10 +201,22 @@ impl Entry {
     }
 
     /// Notes for the model, appended to the output when the command has ended: what the
-    /// confinement refused it (`sandbox/diagnose.rs`), each refusal's note in turn.
+    /// confinement refused it (`sandbox/diagnose.rs`), each refusal's note in turn. The
+    /// refusals are kept, typed, for the command's snapshots ([`Refused`]).
     pub(super) fn notes(&self, exit: Option<Exit>) -> Option<String> {
-        let refusals = self.refusals(exit);
-        let note: String = refusals.iter().map(Refusal::note).collect();
+        let refused: Vec<Refused> = self
+            .refusals(exit)
+            .into_iter()
+            .map(|reason| Refused {
+                note: reason.note(),
+                reason,
+            })
+            .collect();
+        let note: String = refused
+            .iter()
+            .map(|refused| refused.note.as_str())
+            .collect();
+        *lock(&self.refused) = refused;
         (!note.is_empty()).then(|| note + "\n")
     }
 
@@ -215,7 +230,7 @@ impl Entry {
             refusals.push(Refusal::UnixSockets(unix_refused));
         }
         if let Some((gate_refusals, list)) = &self.spec.network_gate
-            && let Some(refused) = crate::sandbox::network::note(
+            && let Some(refused) = crate::sandbox::network::refusal(
                 gate_refusals,
                 list,
                 self.spec.started_ms,
@@ -225,7 +240,7 @@ impl Entry {
                     .map(|keeper| keeper.pid().as_raw()),
             )
         {
-            refusals.push(Refusal::Network(refused));
+            refusals.push(refused);
         }
         let failed = exit.is_some_and(|exit| exit.exit_code() != 0);
         // Nothing confines an unconfined command: its output is not rendered for a diagnosis.
@@ -276,7 +291,10 @@ impl Entry {
                 .text
                 .contains("No space left on device")
         {
-            refusals.push(Refusal::SpaceFull(space));
+            refusals.push(Refusal::SpaceFull {
+                tmp_bytes: space.tmp,
+                shm_bytes: space.shm,
+            });
         }
         // Without a pids cgroup, RLIMIT_NPROC may hold the process count: a refused fork reads
         // "Resource temporarily unavailable" (EAGAIN).
@@ -509,10 +527,12 @@ impl Entry {
                 |end| end.duration_ms,
             ),
             left_running: Vec::new(),
+            refusals: Vec::new(),
         };
         drop(state);
         OutputSnapshot {
             left_running: self.left_running(),
+            refusals: lock(&self.refused).clone(),
             ..snapshot
         }
     }

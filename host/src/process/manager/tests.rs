@@ -1779,6 +1779,13 @@ async fn a_session_keeps_clean_command_cgroups_and_drops_one_whose_limit_was_rea
         "{}",
         bomb.text
     );
+    // The refusal is typed too, with the note the text ends with.
+    let refused = bomb
+        .refusals
+        .iter()
+        .find(|refused| refused.reason == sandbox::Refusal::Processes(8))
+        .unwrap_or_else(|| panic!("a typed refusal: {:?}", bomb.refusals));
+    assert!(bomb.text.contains(&refused.note), "{}", bomb.text);
     let full = pids_cgroup(&bomb.text);
     assert!(full.contains("toolhost-"), "{}", bomb.text);
     for _ in 0..8 {
@@ -1788,6 +1795,7 @@ async fn a_session_keeps_clean_command_cgroups_and_drops_one_whose_limit_was_rea
             "a later command is said to have reached the limit: {}",
             done.text
         );
+        assert!(done.refusals.is_empty(), "{:?}", done.refusals);
         assert_ne!(pids_cgroup(&done.text), full, "the full cgroup was kept");
     }
 }

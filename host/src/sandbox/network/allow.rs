@@ -107,7 +107,7 @@ impl Pattern {
     }
 
     /// Whether every host and port this pattern allows, `other` allows too.
-    fn within(&self, other: &Pattern) -> bool {
+    pub fn within(&self, other: &Pattern) -> bool {
         if other.port.is_some() && other.port != self.port {
             return false;
         }
@@ -310,22 +310,37 @@ impl fmt::Display for AllowList {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct AllowListId(u32);
 
-/// Every list interned in this process. Lists come from the operator's flags and plugins'
-/// manifests, never from a policy, so they are few.
+/// Every list interned in this process. Lists come from the operator's flags, plugins'
+/// manifests and policies' requests (which [`AllowListId::try_of`] bounds).
 static LISTS: Mutex<Vec<Arc<AllowList>>> = Mutex::new(Vec::new());
+
+/// Most lists [`AllowListId::try_of`] interns in one process: each distinct list stays, so
+/// policies' requests cannot grow the table without bound.
+pub const MAX_LISTS: usize = 1024;
 
 impl AllowListId {
     /// The id of `list`, interned on first use.
     pub fn of(list: AllowList) -> AllowListId {
+        Self::intern(list, usize::MAX).unwrap_or(AllowListId(u32::MAX))
+    }
+
+    /// The id of `list`, interned on first use unless [`MAX_LISTS`] lists are: `None` then.
+    pub fn try_of(list: AllowList) -> Option<AllowListId> {
+        Self::intern(list, MAX_LISTS)
+    }
+
+    /// The id of `list`, interned unless `most` lists are.
+    fn intern(list: AllowList, most: usize) -> Option<AllowListId> {
         let mut lists = crate::lock(&LISTS);
         let index = match lists.iter().position(|known| **known == list) {
             Some(index) => index,
-            None => {
+            None if lists.len() < most => {
                 lists.push(Arc::new(list));
                 lists.len() - 1
             }
+            None => return None,
         };
-        AllowListId(u32::try_from(index).unwrap_or(u32::MAX))
+        Some(AllowListId(u32::try_from(index).unwrap_or(u32::MAX)))
     }
 
     /// The list.

@@ -21,13 +21,14 @@ mod owner;
 mod proxy;
 mod resolve;
 
-pub use allow::{AllowList, AllowListId, Host, Pattern, PatternError};
+pub use allow::{AllowList, AllowListId, Host, MAX_LISTS, Pattern, PatternError};
 pub use resolve::{Resolver, TEST_PUBLIC, TEST_RESOLVE, non_public};
 
 use std::collections::{HashSet, VecDeque};
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use super::diagnose;
 use crate::lock;
 
 /// Most refusals a gate remembers (the oldest go first).
@@ -37,7 +38,7 @@ const MAX_REFUSALS: usize = 256;
 /// requests) is closed, freeing its place.
 const MAX_CONNECTIONS: usize = 256;
 /// Most refused hosts one note names.
-const MAX_NAMED: usize = 8;
+pub(crate) const MAX_NAMED: usize = 8;
 
 /// One refused connection or lookup.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -294,38 +295,44 @@ impl Drop for Gate {
     }
 }
 
-/// The note for a command that started at `since_ms` under `list`, with the keeper `keeper`:
-/// the hosts refused to it since, and what it may reach; `None` when nothing was refused.
-pub(crate) fn note(
+/// What the gate refused a command that started at `since_ms` under `list`, with the keeper
+/// `keeper`: the hosts refused to it since, and what it may reach; `None` when nothing was
+/// refused. Its note names the first [`MAX_NAMED`] hosts and counts the others.
+pub(crate) fn refusal(
     refusals: &Refusals,
     list: &AllowList,
     since_ms: u64,
     keeper: Option<i32>,
-) -> Option<String> {
+) -> Option<diagnose::Refusal> {
     let refused = refusals.since(since_ms, keeper);
     if refused.is_empty() {
         return None;
     }
-    let mut named: Vec<String> = refused
-        .iter()
-        .take(MAX_NAMED)
-        .map(|refusal| format!("{} ({})", refusal.host, refusal.reason))
-        .collect();
-    if refused.len() > MAX_NAMED {
-        named.push(format!("and {} more", refused.len() - MAX_NAMED));
-    }
-    Some(format!(
-        "\n[toolhost: this command's network is limited to {}, through the proxy in \
-         HTTPS_PROXY and HTTP_PROXY. Refused: {}. Do not retry these another way: ask the user \
-         if the task needs another host]",
-        list.for_people(),
-        named.join("; ")
-    ))
+    Some(diagnose::Refusal::Network {
+        refused: refused
+            .into_iter()
+            .map(|refusal| diagnose::RefusedHost {
+                host: refusal.host,
+                reason: refusal.reason,
+            })
+            .collect(),
+        allowed: list.for_people(),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The note of [`refusal`].
+    fn note(
+        refusals: &Refusals,
+        list: &AllowList,
+        since_ms: u64,
+        keeper: Option<i32>,
+    ) -> Option<String> {
+        refusal(refusals, list, since_ms, keeper).map(|refusal| refusal.note())
+    }
 
     #[test]
     fn a_note_names_each_refused_host_once_and_only_those_since_the_start() {
