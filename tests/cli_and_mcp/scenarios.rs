@@ -1,10 +1,11 @@
 //! `toolhost test`: the bundled policies pass their own scenario files
-//! (`guest-tools/crates/*/scenarios`), a failing scenario is reported with what differs and
-//! exits 1, and a malformed scenario file is an error naming its line, exit 2.
+//! (`guest-tools/crates/*/scenarios`), and the conformance fixture its own (content items,
+//! progress, log lines); a failing scenario is reported with what differs and exits 1, and a
+//! malformed scenario file is an error naming its line, exit 2.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use toolhost_e2e::{cache_env, repo_root, toolhost_bin};
+use toolhost_e2e::{cache_env, conformance_tools_component, repo_root, toolhost_bin};
 
 /// The bundled policies exported to a temporary directory (components and manifests).
 fn exported() -> tempfile::TempDir {
@@ -57,6 +58,46 @@ fn the_bundled_policies_pass_their_scenarios() {
             last.ends_with("passed, 0 failed") && !last.starts_with("0 "),
             "{policy}:\n{stdout}"
         );
+    }
+}
+
+/// Scenarios check a result's content items, progress and log lines (WIT 0.4.0): the
+/// conformance fixture's own scenarios pass, and a wrong expectation of each fails.
+#[test]
+fn scenarios_check_content_progress_and_log_lines() {
+    let fixture = repo_root().join("guest-tools/fixtures/conformance-tools");
+    let output = toolhost_test(&conformance_tools_component(), &[fixture.join("scenarios")]);
+    let (stdout, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout.trim_end().ends_with("5 passed, 0 failed"),
+        "{stdout}"
+    );
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("wrong.toml");
+    std::fs::write(
+        &file,
+        r#"
+[[scenario]]
+name = "wrong"
+[[scenario.call]]
+tool = "test_tool_with_progress"
+expect.content = [{ type = "image" }]
+expect.progress = [{ progress = 1 }]
+expect.logs = [{ level = "info" }]
+"#,
+    )
+    .expect("write");
+    let output = toolhost_test(&conformance_tools_component(), &[file]);
+    let (stdout, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(1), "{stdout}\n{stderr}");
+    for line in [
+        r#"content[0].type: expected "image", found "text""#,
+        "progress: expected 1 items, found 3",
+        "logs: expected 1 items, found 0",
+    ] {
+        assert!(stdout.contains(line), "missing `{line}` in:\n{stdout}");
     }
 }
 

@@ -104,6 +104,16 @@ pub struct Expect {
     pub signals: Option<Vec<toml::Value>>,
     /// The input this call wrote to processes, in order (`{ process = "p1", text = "..." }`).
     pub inputs: Option<Vec<toml::Value>>,
+    /// The result's content items besides its JSON, in order (WIT 0.4.0): `{ type = "text",
+    /// text = "..." }`, `{ type = "image", mime_type = "image/png", bytes = 69 }` (also
+    /// `audio`), `{ type = "resource_link", uri = "...", name = "..." }`, `{ type =
+    /// "resource", uri = "...", mime_type = "...", text = "..." }` (or `bytes = N` for a blob).
+    pub content: Option<Vec<toml::Value>>,
+    /// The progress the tool reported itself, in order (`{ progress = 50, total = 100,
+    /// message = "..." }`).
+    pub progress: Option<Vec<toml::Value>>,
+    /// The log lines the tool wrote, in order (`{ level = "info", message = "..." }`).
+    pub logs: Option<Vec<toml::Value>>,
 }
 
 /// A file that could not be read or is not a valid scenario file.

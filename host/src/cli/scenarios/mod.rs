@@ -46,7 +46,12 @@
 //!   `background`, `stdin` and the `id` handed out; `stdin` is `closed`, `pipe` or `terminal`);
 //! - `expect.signals`: the signals it sent (`process`, and `signal`: `terminate`, `kill` or
 //!   `interrupt`);
-//! - `expect.inputs`: the input it wrote (`process`, `text`).
+//! - `expect.inputs`: the input it wrote (`process`, `text`);
+//! - `expect.content`: the result's content items besides its JSON (WIT 0.4.0): `type`
+//!   (`text`, `image`, `audio`, `resource_link`, `resource`) and its fields, bytes by their
+//!   count (`{ type = "image", mime_type = "image/png", bytes = 69 }`);
+//! - `expect.progress`: the progress the tool reported (`progress`, `total`, `message`);
+//! - `expect.logs`: the log lines it wrote (`level`, `message`).
 //!
 //! A scripted process may answer input with `[[scenario.process.reply]]`.
 //! A reply has `when` (a text the input must contain), `output` and an optional `exit`.

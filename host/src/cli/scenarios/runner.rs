@@ -4,10 +4,10 @@ use super::file::{Call, Process, Scenario, ScenarioFile, duration};
 use super::matching::{differences, text_matches};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use toolhost::ToolHost;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use toolhost::process::Stdin;
 use toolhost::testing::{FakeProcesses, Script};
+use toolhost::{CallOptions, ContentItem, Progress, ResourceBody, ToolHost, ToolLog};
 
 /// The scope every call of a scenario runs in.
 const SCOPE: &str = "scenario";
@@ -158,9 +158,40 @@ impl Runner {
             fake.inputs().len(),
         );
         let arguments = json_of(&toml::Value::Table(call.arguments.clone())).to_string();
-        let outcome = host.call(SCOPE, &call.tool, &arguments).await;
+        let progress: Arc<Mutex<Vec<Value>>> = Arc::default();
+        let logs: Arc<Mutex<Vec<Value>>> = Arc::default();
+        let options = {
+            let (progress, logs) = (progress.clone(), logs.clone());
+            CallOptions {
+                progress: Some(Arc::new(move |update: Progress| {
+                    lock(&progress).push(json!({
+                        "progress": update.progress,
+                        "total": update.total,
+                        "message": update.message,
+                    }));
+                })),
+                log: Some(Arc::new(move |line: ToolLog| {
+                    lock(&logs)
+                        .push(json!({"level": line.level.as_str(), "message": line.message}));
+                })),
+                // The processes run in logical time: the host's own updates would wait in
+                // real time.
+                tool_progress_only: true,
+                ..CallOptions::default()
+            }
+        };
+        let outcome = host
+            .call(SCOPE, &call.tool, &arguments)
+            .options(options)
+            .output()
+            .await;
         let expect = &call.expect;
         let mut failures = Vec::new();
+        let content = match &outcome {
+            Ok(output) => output.content.iter().map(content_json).collect(),
+            Err(_) => Vec::new(),
+        };
+        let outcome = outcome.map(|output| output.text);
         match (&outcome, &expect.error) {
             (Ok(text), Some(want)) => failures.push(format!(
                 "expected a tool error matching {want:?}, got a result: {text}"
@@ -222,6 +253,19 @@ impl Runner {
                 &Value::Array(actual),
             ));
         }
+        for (name, want, actual) in [
+            ("content", &expect.content, content),
+            ("progress", &expect.progress, lock(&progress).clone()),
+            ("logs", &expect.logs, lock(&logs).clone()),
+        ] {
+            if let Some(want) = want {
+                failures.extend(differences(
+                    name,
+                    &Value::Array(want.iter().map(json_of).collect()),
+                    &Value::Array(actual),
+                ));
+            }
+        }
         if let Some(want) = &expect.inputs {
             let actual: Vec<Value> = fake.inputs()[inputs..]
                 .iter()
@@ -234,6 +278,47 @@ impl Runner {
             ));
         }
         failures
+    }
+}
+
+/// Lock a recording of a call's reports (a sink that panicked left plain data behind).
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A content item as a scenario's `expect.content` names it: bytes by their count.
+fn content_json(item: &ContentItem) -> Value {
+    match item {
+        ContentItem::Text(text) => json!({"type": "text", "text": text}),
+        ContentItem::Image { mime_type, data } => {
+            json!({"type": "image", "mime_type": mime_type, "bytes": data.len()})
+        }
+        ContentItem::Audio { mime_type, data } => {
+            json!({"type": "audio", "mime_type": mime_type, "bytes": data.len()})
+        }
+        ContentItem::ResourceLink {
+            uri,
+            name,
+            title,
+            description,
+            mime_type,
+            size,
+        } => json!({
+            "type": "resource_link", "uri": uri, "name": name, "title": title,
+            "description": description, "mime_type": mime_type, "size": size,
+        }),
+        ContentItem::Resource {
+            uri,
+            mime_type,
+            body,
+        } => match body {
+            ResourceBody::Text(text) => {
+                json!({"type": "resource", "uri": uri, "mime_type": mime_type, "text": text})
+            }
+            ResourceBody::Blob(data) => {
+                json!({"type": "resource", "uri": uri, "mime_type": mime_type, "bytes": data.len()})
+            }
+        },
     }
 }
 
