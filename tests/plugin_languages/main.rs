@@ -5,7 +5,8 @@
 //! says.
 //! `toolhost test` must then pass the example's own scenario files.
 //! Then `toolhost --policy none --plugins DIR serve` is driven over stdio by the hand-written
-//! MCP client.
+//! MCP client, once with the example in DIR from the start and once with it dropped into DIR
+//! while the server runs.
 //! `tools/list` must offer the tool with its schemas and hints.
 //! A call must return the right counts as structured content.
 //! A call without `text`, and one whose `text` is not a string, must be tool errors.
@@ -306,14 +307,46 @@ async fn arrives_after_its_compile(example: &Example, plugins: &Path) {
     let _ = client.wait_exit(Duration::from_secs(10)).await;
 }
 
+/// The built example dropped into the plugin directory of a server already running (written
+/// beside, then renamed in): its tool arrives with `notifications/tools/list_changed`, and a
+/// call works. The compiled code is in the cache by now, so the load is quick.
+async fn dropped_into_a_running_server(example: &Example, wasm: &Path) {
+    let tool = example.tool;
+    let empty = tempfile::tempdir().expect("an empty plugin directory");
+    let dir = empty.path().to_str().expect("the temporary path is UTF-8");
+    let mut client = StdioClient::spawn(&["--policy", "none", "--plugins", dir]);
+    let init = client.initialize().await;
+    assert!(init.get("result").is_some(), "initialize failed: {init}");
+    let partial = empty.path().join(format!(".{tool}.partial"));
+    std::fs::copy(wasm, &partial).expect("copy the component");
+    std::fs::rename(&partial, empty.path().join(format!("{tool}.wasm"))).expect("rename it in");
+    let mut announced = false;
+    while let Some(message) = client.next_notification(BUILD_LIMIT).await {
+        if message["method"] == "notifications/tools/list_changed" {
+            announced = true;
+            break;
+        }
+    }
+    assert!(
+        announced,
+        "no notifications/tools/list_changed after dropping {tool} in"
+    );
+    let result = client.call_tool(tool, json!({"text": TEXT})).await;
+    assert_eq!(structured(&result), counts(), "{result}");
+    client.close_stdin();
+    let _ = client.wait_exit(Duration::from_secs(10)).await;
+    eprintln!("toolhost serve {tool}: loaded when dropped into a running server");
+}
+
 fn check(example: &Example, plugins: &Path) {
     let wasm = plugins.join(format!("{}.wasm", example.tool));
     scenarios_pass(example, &wasm);
-    tokio::runtime::Builder::new_multi_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .expect("a tokio runtime")
-        .block_on(serves(example, plugins));
+        .expect("a tokio runtime");
+    runtime.block_on(serves(example, plugins));
+    runtime.block_on(dropped_into_a_running_server(example, &wasm));
 }
 
 #[test]
