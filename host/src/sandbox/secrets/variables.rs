@@ -10,7 +10,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::LazyLock;
 
-use regex::bytes::RegexSet;
+use regex::bytes::{Regex, RegexSet};
 
 /// Words that make a variable's name secret wherever they occur in it (in upper case).
 const SECRET_SUBSTRINGS: &[&str] = &[
@@ -229,9 +229,105 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     memchr::memmem::find(haystack, needle)
 }
 
+/// Every value rule on its own, for where it matches ([`redact`]).
+static VALUE_REGEXES: LazyLock<Vec<(&'static str, Regex)>> = LazyLock::new(|| {
+    value_rules()
+        // The patterns are constants of this file; a unit test compiles them.
+        .map(|rule| {
+            (
+                rule.id,
+                Regex::new(rule.pattern).expect("a value rule compiles"),
+            )
+        })
+        .collect()
+});
+
+/// `text` with what the value detectors take for a secret replaced by `[secret: RULE]`: a
+/// URL's password, and each match of a token format or value shape (for a `key=value` shape
+/// such as a connection string's password, the value up to the next space, `;`, `&`, `,` or
+/// quote). For text a person reads later (the record), never for a check.
+pub fn redact(text: &str) -> String {
+    let bytes = text.as_bytes();
+    // 1. The spans to replace, each with its rule.
+    let mut spans: Vec<(usize, usize, &str)> = Vec::new();
+    let mut rest = 0;
+    while let Some(start) = find(&bytes[rest..], b"://") {
+        let after = rest + start + 3;
+        let authority_end = bytes[after..]
+            .iter()
+            .position(|byte| matches!(byte, b'/' | b'?' | b'#') || byte.is_ascii_whitespace())
+            .map_or(bytes.len(), |end| after + end);
+        let authority = &bytes[after..authority_end];
+        if let Some(at) = authority.iter().rposition(|&byte| byte == b'@')
+            && let Some(colon) = authority[..at].iter().position(|&byte| byte == b':')
+            && colon + 1 < at
+        {
+            spans.push((after + colon + 1, after + at, "url-password"));
+        }
+        rest = after;
+    }
+    for (id, regex) in VALUE_REGEXES.iter() {
+        for found in regex.find_iter(bytes) {
+            let (mut start, mut end) = (found.start(), found.end());
+            if found.as_bytes().contains(&b'=') {
+                // A `key=value` shape matches the separator before the key, the key and the
+                // value's first byte: the separator stays, the whole value goes.
+                if found
+                    .as_bytes()
+                    .first()
+                    .is_some_and(|b| !b.is_ascii_alphanumeric())
+                {
+                    start += 1;
+                }
+                end += bytes[end..]
+                    .iter()
+                    .position(|byte| {
+                        byte.is_ascii_whitespace()
+                            || matches!(byte, b';' | b'&' | b',' | b'"' | b'\'')
+                    })
+                    .unwrap_or(bytes.len() - end);
+            }
+            spans.push((start, end, id));
+        }
+    }
+    // 2. Merged where they overlap, then replaced from the start.
+    spans.sort();
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for (start, end, id) in spans {
+        if start < at {
+            at = at.max(end);
+            continue;
+        }
+        out.push_str(&String::from_utf8_lossy(&bytes[at..start]));
+        out.push_str(&format!("[secret: {id}]"));
+        at = end;
+    }
+    out.push_str(&String::from_utf8_lossy(&bytes[at..]));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn redaction_hides_what_the_value_detectors_find_and_keeps_the_rest() {
+        assert_eq!(
+            redact("git clone https://bob:hunter2@example.com/r.git && ls"),
+            "git clone https://bob:[secret: url-password]@example.com/r.git && ls"
+        );
+        let jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.sig";
+        assert_eq!(
+            redact(&format!("curl -H 'Authorization: Bearer {jwt}' x")),
+            "curl -H 'Authorization: Bearer [secret: jwt]' x"
+        );
+        assert_eq!(
+            redact("psql 'host=db password=s3cret dbname=app'"),
+            "psql 'host=db [secret: connection-string-password] dbname=app'"
+        );
+        assert_eq!(redact("echo hello"), "echo hello");
+    }
 
     fn secret(name: &str, value: &str) -> bool {
         is_secret_variable(OsStr::new(name), OsStr::new(value))
@@ -313,7 +409,7 @@ mod tests {
     fn every_value_rule_compiles() {
         for rule in value_rules() {
             assert!(
-                regex::bytes::Regex::new(rule.pattern).is_ok(),
+                Regex::new(rule.pattern).is_ok(),
                 "{} does not compile",
                 rule.id
             );
