@@ -139,6 +139,9 @@ pub struct CallOptions {
     pub progress: Option<ProgressSink>,
     /// Where the tool's log lines go. Absent: they are dropped.
     pub log: Option<LogSink>,
+    /// The principal whose call this is (an HTTP bearer token's name), for the record of the
+    /// commands it starts.
+    pub principal: Option<String>,
     /// Only the tool's own progress goes to `progress`: the host sends none while the guest
     /// waits on a process (`toolhost test`, whose processes run in logical time).
     pub tool_progress_only: bool,

@@ -233,6 +233,7 @@ impl ToolServer {
                 scope,
                 request.name.to_string(),
                 arguments,
+                principal.map(str::to_owned),
             )));
         }
         let mut forwarders = Vec::new();
@@ -255,6 +256,7 @@ impl ToolServer {
             cancel: Some(context.ct.clone()),
             waits_for_exit: false,
             tool_progress_only: false,
+            principal: principal.map(str::to_owned),
         };
         let outcome = self
             .session

@@ -54,6 +54,7 @@ pub(super) fn spawn(
     scope: ScopeRef,
     tool: String,
     arguments: String,
+    principal: Option<String>,
 ) -> CreateTaskResult {
     let tasks = scope.tasks.clone();
     let options = TaskOptions::new()
@@ -84,6 +85,7 @@ pub(super) fn spawn(
                 cancel: Some(cancel.clone()),
                 waits_for_exit: true,
                 tool_progress_only: false,
+                principal,
             };
             let outcome = host
                 .call(&scope.name, &tool, &arguments)

@@ -14,7 +14,8 @@ pub use crate::buffer::Truncation;
 use crate::sandbox::Profile;
 use crate::terminal::{Key, Screen, TerminalSize};
 pub use manager::{
-    ProcessManager, ProcessManagerConfig, WorkspaceSource, namespaces_available, namespaces_here,
+    DEFAULT_RECORD_BYTES, ProcessManager, ProcessManagerConfig, RecordSettings, WorkspaceSource,
+    namespaces_available, namespaces_here,
 };
 
 /// A command to run.
@@ -37,6 +38,18 @@ pub struct StartRequest {
     pub profile: Option<Profile>,
     /// What the command reads as input, and whether it runs on a terminal.
     pub stdin: Stdin,
+    /// Who asked for the command, for the record; set by the host, never by a guest.
+    pub origin: Origin,
+}
+
+/// Who asked for a command: the plugin whose policy started it and the principal whose call
+/// that was (an HTTP bearer token's name), when known.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Origin {
+    /// The plugin.
+    pub plugin: Option<String>,
+    /// The principal.
+    pub principal: Option<String>,
 }
 
 /// What a command reads as its input.

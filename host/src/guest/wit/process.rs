@@ -11,7 +11,8 @@ use super::v0_1_0::{old_process, output, process_error, read_from};
 use super::{v0_2_0, v0_3_0};
 use crate::guest::state::{CallOptions, CallState, ProcessGrant, Progress};
 use crate::process::{
-    MAX_LOG_PAGE_BYTES, OutputSnapshot, ProcessBackend, ProcessError, ReadFrom, StartRequest, Until,
+    MAX_LOG_PAGE_BYTES, Origin, OutputSnapshot, ProcessBackend, ProcessError, ReadFrom,
+    StartRequest, Until,
 };
 use crate::sandbox::{self, ConfinementRequest, Profile};
 use crate::terminal::Key;
@@ -79,6 +80,7 @@ impl CallState {
             inherit_env: grant.env_allowlist.clone(),
             profile: Some(Self::profile(grant, request.confinement)?),
             stdin: request.stdin.into(),
+            origin: Origin::default(),
         })
     }
 
@@ -136,7 +138,13 @@ impl wit_process::Host for CallState {
     ) -> wasmtime::Result<Result<String, wit_process::ProcessError>> {
         let grant = self.grant()?;
         let request = match Self::check_request(grant, request) {
-            Ok(r) => r,
+            Ok(r) => StartRequest {
+                origin: Origin {
+                    plugin: Some(self.reports.plugin().to_owned()),
+                    principal: self.options.principal.clone(),
+                },
+                ..r
+            },
             Err(e) => {
                 if let wit_process::ProcessError::InvalidRequest(why) = &e {
                     tracing::warn!(scope = %self.scope, "refused a start request: {why}");

@@ -41,6 +41,11 @@ impl Reports {
         }
     }
 
+    /// The plugin the call belongs to.
+    pub(crate) fn plugin(&self) -> &str {
+        &self.plugin
+    }
+
     /// Whether the tool has sent progress of its own: the host then sends none.
     pub(crate) fn tool_progress(&self) -> bool {
         self.progress_sent > 0

@@ -96,6 +96,9 @@ pub struct ProcessManagerConfig {
     /// every scope keeps the host's workspace. Default empty; the CLI's default is the
     /// user's home directories (`--workspaces-under`).
     pub workspaces_under: Vec<PathBuf>,
+    /// The record of commands: one JSON line per command that ended (`record.rs`). Default
+    /// `None`: no record; the CLI's default is `commands.jsonl` in the state directory.
+    pub record: Option<super::RecordSettings>,
 }
 
 impl ProcessManagerConfig {
@@ -134,6 +137,7 @@ impl Default for ProcessManagerConfig {
             ready_keeper_idle: Duration::from_secs(60),
             serves_one_call: false,
             workspaces_under: Vec::new(),
+            record: None,
         }
     }
 }

@@ -66,7 +66,7 @@ pub(super) struct Entry {
     /// The Unix sockets its keeper refused before it exited, as the keeper named them.
     pub(super) unix_refused: Mutex<Vec<String>>,
     /// What the confinement refused the command, once it ended ([`Entry::notes`]).
-    refused: Mutex<Vec<Refused>>,
+    pub(super) refused: Mutex<Vec<Refused>>,
 }
 
 /// The host's hold on a process's keeper.
@@ -105,6 +105,8 @@ pub(super) struct EntrySpec {
     pub(super) background: bool,
     /// The confinement it runs under.
     pub(super) profile: Profile,
+    /// Who asked for it, for the record.
+    pub(super) origin: crate::process::Origin,
     /// `RLIMIT_NPROC` holds its process limit (see `sandbox::Prepared`).
     pub(super) nproc_rlimit: bool,
     /// The sizes of its session's own `/tmp` and `/dev/shm`, when bounded.

@@ -102,6 +102,7 @@ mod output_log;
 mod pty;
 mod ready;
 mod reap;
+mod record;
 mod request;
 mod resident;
 mod scope;
@@ -133,6 +134,8 @@ use ids::Ids;
 use launch::Launcher;
 use monitor::{FIRST_READ_CHUNK, LogSlot, Monitor, MonitorGuard, OutputReader};
 use output_log::ScopeLogs;
+use record::Recorder;
+pub use record::{DEFAULT_RECORD_BYTES, RecordSettings};
 use request::{PathRoots, validate_command, validate_env};
 use scope::Scope;
 use spawner::{KeeperPid, Spawned, Spawner};
@@ -161,6 +164,8 @@ pub struct ProcessManager {
     /// longer touch the table.
     records: Arc<Records>,
     log_warned: Arc<AtomicBool>,
+    /// The record of commands, when one is kept (`record.rs`).
+    recorder: Option<Arc<Recorder>>,
     /// What confined commands may write and never reach.
     sandbox_context: Arc<sandbox::Context>,
     /// Each scope's own state (`scope.rs`), from its first command to its end.
@@ -213,6 +218,7 @@ struct What {
     workdir: PathBuf,
     background: bool,
     profile: Profile,
+    origin: super::Origin,
 }
 
 /// What confines a start: its scope's layers for its profile, and its git guard with what
@@ -413,6 +419,10 @@ impl ProcessManager {
             ids: Ids::new(),
             records,
             log_warned: Arc::new(AtomicBool::new(log_warned)),
+            recorder: config
+                .record
+                .clone()
+                .map(|settings| Arc::new(Recorder::new(settings))),
             path_roots: PathRoots::of(&sandbox_context),
             sandbox_context,
             scopes: Mutex::new(HashMap::new()),
@@ -585,6 +595,7 @@ impl ProcessManager {
             workdir: what.workdir,
             background: what.background,
             profile: what.profile,
+            origin: what.origin,
             nproc_rlimit: prepared.is_some_and(|prepared| prepared.nproc_rlimit),
             private_space: prepared.and_then(|prepared| prepared.private_space),
             network_gate: prepared
@@ -632,6 +643,7 @@ impl ProcessManager {
                 workdir,
                 background: request.background,
                 profile,
+                origin: request.origin,
             },
             env: request.env,
             inherit_env: request.inherit_env,
@@ -675,6 +687,7 @@ impl ProcessManager {
             drain_timeout: self.config.drain_timeout,
             retention: self.config.retention,
             closed: self.records.subscribe_closed(),
+            recorder: self.recorder.clone(),
         };
         spawned.disarm();
         self.runtime.spawn(monitor.run());

@@ -44,6 +44,8 @@ pub(super) struct Monitor {
     pub(super) drain_timeout: Duration,
     pub(super) retention: Duration,
     pub(super) closed: watch::Receiver<bool>,
+    /// The record of commands, when one is kept.
+    pub(super) recorder: Option<Arc<super::Recorder>>,
 }
 
 impl Monitor {
@@ -56,6 +58,7 @@ impl Monitor {
             drain_timeout,
             retention,
             mut closed,
+            recorder,
         } = self;
         let entry = Arc::clone(&guard.entry);
         // `None` once the pipe reached end-of-file (and everything reading it is released).
@@ -139,6 +142,9 @@ impl Monitor {
         // is undone now, and said in its result.
         if let Some(note) = entry.git_notes().await {
             entry.append(note.as_bytes());
+        }
+        if let Some(recorder) = &recorder {
+            record(recorder, &entry, &ended);
         }
         if entry.spec.profile.mode != crate::sandbox::SandboxMode::Off
             && let Some(records) = guard.records.upgrade()
@@ -327,4 +333,24 @@ pub(super) enum LogSlot {
     Pending(LogTarget),
     /// Being written.
     Open(OutputLog),
+}
+
+/// Append the record's line for `entry`, which ended as `ended`.
+fn record(recorder: &super::Recorder, entry: &Entry, ended: &Ended) {
+    let spec = &entry.spec;
+    let refusals = crate::lock(&entry.refused).clone();
+    recorder.write(&super::record::Line {
+        scope: &spec.scope,
+        id: &spec.id,
+        origin: &spec.origin,
+        command: &spec.command,
+        workdir: &spec.workdir,
+        background: spec.background,
+        profile: spec.profile.summary(),
+        started_ms: spec.started_ms,
+        ended_ms: ended.exited_ms,
+        exit_code: ended.exit.map(super::reap::Exit::exit_code),
+        signal: ended.exit.and_then(super::reap::Exit::signal_name),
+        refusals: &refusals,
+    });
 }
