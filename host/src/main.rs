@@ -151,6 +151,22 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             ));
             Ok(ExitCode::SUCCESS)
         }
+        Command::Log {
+            scope,
+            since,
+            failed,
+            exit,
+            json,
+        } => cli::log::log(
+            &cli,
+            &cli::log::Filter {
+                scope: scope.clone(),
+                since: since.map(Into::into),
+                failed: *failed,
+                exit: *exit,
+            },
+            *json,
+        ),
         Command::Sandbox => cli::inspect::sandbox(&cli),
         Command::Plugins {
             command: PluginsCommand::Export { dir },

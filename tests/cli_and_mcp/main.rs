@@ -8,6 +8,7 @@
 //! - `mcp_stdio`: `toolhost serve` over stdio;
 //! - `fair`: `toolhost serve --http` under abuse: bounded connections, fair shares;
 //! - `mcp_http`: `toolhost serve --http` over plain HTTP;
+//! - `record`: the record of commands and `toolhost log`;
 //! - `scenarios`: `toolhost test` on scenario files.
 
 mod cli;
@@ -17,4 +18,5 @@ mod content;
 mod fair;
 mod mcp_http;
 mod mcp_stdio;
+mod record;
 mod scenarios;

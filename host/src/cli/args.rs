@@ -32,6 +32,17 @@ pub(crate) struct Cli {
     #[arg(long, value_name = "DIR", global = true)]
     pub(crate) state_dir: Option<PathBuf>,
 
+    /// The record of commands: one JSON line per command that ended, with who asked for it,
+    /// where it ran, how it ended and what the confinement refused (`toolhost log` reads it).
+    /// `off`: no record. Default: `commands.jsonl` in the state directory.
+    #[arg(long, value_name = "FILE|off", global = true)]
+    pub(crate) record: Option<String>,
+
+    /// The size at which the record's file is renamed to FILE.1 (replacing the older one) and
+    /// begun anew (e.g. `16MiB`).
+    #[arg(long, value_name = "SIZE", default_value = "16MiB", value_parser = parse_memory, global = true)]
+    pub(crate) record_max_size: u64,
+
     /// How long full output logs are kept after their last write, also after their process,
     /// session and host are gone: a path or resource link given to a model stays valid this
     /// long. Older logs are deleted every quarter of the retention (at most 10 minutes apart):
@@ -175,6 +186,26 @@ pub(crate) struct Cli {
 
 #[derive(Subcommand)]
 pub(crate) enum Command {
+    /// Print the record of commands (--record), oldest first: a line per command, or its
+    /// JSON with --json.
+    #[command(after_help = "Example:\n  toolhost log --since 1h --failed")]
+    Log {
+        /// Only the commands of this scope (session).
+        #[arg(long, value_name = "ID")]
+        scope: Option<String>,
+        /// Only the commands that ended within this long, e.g. `1h` or `30m`.
+        #[arg(long, value_name = "DURATION")]
+        since: Option<humantime::Duration>,
+        /// Only the commands that failed: a non-zero exit, a signal, or a refusal.
+        #[arg(long)]
+        failed: bool,
+        /// Only the commands that exited with this code.
+        #[arg(long, value_name = "CODE")]
+        exit: Option<i32>,
+        /// Print each command's JSON line as the record holds it.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the loaded tools as JSON.
     #[command(after_help = "Example:\n  toolhost tools --format openai")]
     Tools {

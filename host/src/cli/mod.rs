@@ -6,6 +6,7 @@
 //!
 //! - `args`: the flags and subcommands, as clap reads them; `options`: the host and sandbox
 //!   settings they make.
+//! - `log`: `toolhost log`, the record of commands read back.
 //! - `call`: `toolhost call`, with `content` showing a result's content items at a shell;
 //!   `serve`: `toolhost serve`; `inspect`: `toolhost sandbox`, `tools`,
 //!   `plugins`.
@@ -18,6 +19,7 @@ pub(crate) mod args;
 pub(crate) mod call;
 mod content;
 pub(crate) mod inspect;
+pub(crate) mod log;
 pub(crate) mod options;
 pub mod scaffold;
 pub mod scenarios;

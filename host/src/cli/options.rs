@@ -38,6 +38,7 @@ pub(crate) async fn build_host_with(cli: &Cli, shares: Option<Shares>) -> Result
     if let Some(dir) = &cli.state_dir {
         config.state_dir = Some(dir.clone());
     }
+    config.record = record_settings(cli)?;
     config.log_retention = cli.log_retention.into();
     config.log_max_total = cli.log_max_total;
     if let Some(max) = cli.max_processes_total {
@@ -230,4 +231,30 @@ pub(crate) fn workspaces_under(cli: &Cli) -> Result<Vec<std::path::PathBuf>> {
         );
     }
     Ok(cli.workspaces_under.clone())
+}
+
+/// Where the record of commands goes (`--record`, `--record-max-size`): `None` for `off`.
+pub(crate) fn record_settings(cli: &Cli) -> Result<Option<toolhost::process::RecordSettings>> {
+    let path = match cli.record.as_deref() {
+        Some("off") => return Ok(None),
+        Some(file) => std::path::PathBuf::from(file),
+        None => match cli
+            .state_dir
+            .clone()
+            .or_else(toolhost::process::ProcessManagerConfig::default_state_dir)
+        {
+            Some(dir) => dir.join("commands.jsonl"),
+            // No state directory (no HOME, no XDG_STATE_HOME): nowhere to keep it.
+            None => return Ok(None),
+        },
+    };
+    anyhow::ensure!(
+        !path.as_os_str().is_empty() && !path.is_dir(),
+        "--record {} is a directory, not a file",
+        path.display()
+    );
+    Ok(Some(toolhost::process::RecordSettings {
+        path,
+        max_bytes: cli.record_max_size,
+    }))
 }
