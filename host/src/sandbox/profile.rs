@@ -98,6 +98,29 @@ impl Network {
         }
     }
 
+    /// Whether this setting allows something `other` does not: a looser kind (`full` than
+    /// `allow` than `none`), or an allow-list with a pattern outside `other`'s. Two lists are
+    /// compared by their patterns, never by their interned ids.
+    pub fn looser_than(self, other: Network) -> bool {
+        let strictness = |network: Network| match network {
+            Network::Full => 0,
+            Network::Allow(_) => 1,
+            Network::None => 2,
+        };
+        match (self, other) {
+            (Network::Allow(mine), Network::Allow(theirs)) => {
+                let theirs = theirs.list();
+                mine.list().patterns().iter().any(|pattern| {
+                    !theirs
+                        .patterns()
+                        .iter()
+                        .any(|granted| pattern.within(granted))
+                })
+            }
+            _ => strictness(self) < strictness(other),
+        }
+    }
+
     /// The stricter of two settings; of two allow-lists, what both allow.
     pub fn stricter(self, other: Network) -> Network {
         match (self, other) {
@@ -446,7 +469,7 @@ pub fn resolve(
         });
     }
     if let (Some(asked), Some(granted)) = (request.network, grant.network)
-        && asked < granted
+        && asked.looser_than(granted)
     {
         return Err(LooserThanGrant {
             what: "network",
@@ -489,4 +512,25 @@ pub fn parse_size(text: &str) -> Option<u64> {
         _ => return None,
     };
     number.checked_mul(multiplier).filter(|bytes| *bytes > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allow_lists_compare_by_their_patterns_not_by_when_they_were_interned() {
+        // The narrower list is interned first, so its id is the smaller.
+        let narrow = Network::parse("allow=narrow-first.test").expect("a list");
+        let wide = Network::parse("allow=narrow-first.test,other.test").expect("a list");
+        assert!(!narrow.looser_than(wide), "a subset is not looser");
+        assert!(wide.looser_than(narrow), "a superset is looser");
+        let within = Network::parse("allow=api.within.test").expect("a list");
+        let star = Network::parse("allow=*.within.test").expect("a list");
+        assert!(!within.looser_than(star));
+        assert!(star.looser_than(within));
+        assert!(Network::Full.looser_than(narrow));
+        assert!(narrow.looser_than(Network::None));
+        assert!(!Network::None.looser_than(narrow));
+    }
 }

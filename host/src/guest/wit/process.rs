@@ -47,6 +47,7 @@ impl CallState {
     fn check_request(
         grant: &ProcessGrant,
         request: wit_process::StartRequest,
+        owner: &str,
     ) -> Result<StartRequest, wit_process::ProcessError> {
         let workdir = match (&request.workdir, &grant.workdir_root) {
             (None, root) => root.clone(),
@@ -78,7 +79,7 @@ impl CallState {
             env: request.env,
             background: request.background,
             inherit_env: grant.env_allowlist.clone(),
-            profile: Some(Self::profile(grant, request.confinement)?),
+            profile: Some(Self::profile(grant, request.confinement, owner)?),
             stdin: request.stdin.into(),
             origin: Origin::default(),
         })
@@ -90,6 +91,7 @@ impl CallState {
     fn profile(
         grant: &ProcessGrant,
         request: Option<wit_sandbox::Request>,
+        owner: &str,
     ) -> Result<Profile, wit_process::ProcessError> {
         let Some(request) = request else {
             return Ok(grant.profile.clone());
@@ -118,6 +120,7 @@ impl CallState {
             grant.profile.network,
             request.network,
             request.allowed_hosts,
+            owner,
         )
         .map_err(|why| invalid(format!("confinement: {why}")))?;
         let request = ConfinementRequest {
@@ -137,7 +140,7 @@ impl wit_process::Host for CallState {
         request: wit_process::StartRequest,
     ) -> wasmtime::Result<Result<String, wit_process::ProcessError>> {
         let grant = self.grant()?;
-        let request = match Self::check_request(grant, request) {
+        let request = match Self::check_request(grant, request, self.reports.plugin()) {
             Ok(r) => StartRequest {
                 origin: Origin {
                     plugin: Some(self.reports.plugin().to_owned()),
@@ -361,10 +364,12 @@ impl CallState {
 
 /// The network a request asks for under the plugin's `bound`: its kind, and with `allow` its
 /// hosts (`None`: the bound's). Hosts must be within the bound's allow-list when it is one.
+/// A new list counts against `owner`'s share of the host's lists.
 fn requested_network(
     bound: sandbox::Network,
     asked: Option<wit_sandbox::Network>,
     hosts: Option<Vec<String>>,
+    owner: &str,
 ) -> Result<Option<sandbox::Network>, String> {
     use sandbox::Network as N;
     use wit_sandbox::Network as W;
@@ -420,13 +425,15 @@ fn requested_network(
         // An allow-list of no host allows nothing.
         return Ok(Some(N::None));
     }
-    let id = sandbox::network::AllowListId::try_of(sandbox::network::AllowList::new(patterns))
-        .ok_or_else(|| {
-            format!(
-                "this host holds {} allow-lists already; ask for one the plugin has used before",
-                sandbox::network::MAX_LISTS
-            )
-        })?;
+    let list = sandbox::network::AllowList::new(patterns);
+    let id = sandbox::network::AllowListId::try_of(list, owner).ok_or_else(|| {
+        format!(
+            "this plugin asked for {} different allow-lists already (or the host holds {}): \
+             ask for one it used before",
+            sandbox::network::MAX_LISTS_PER_OWNER,
+            sandbox::network::MAX_LISTS
+        )
+    })?;
     Ok(Some(N::Allow(id)))
 }
 

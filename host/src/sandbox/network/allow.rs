@@ -318,15 +318,43 @@ static LISTS: Mutex<Vec<Arc<AllowList>>> = Mutex::new(Vec::new());
 /// policies' requests cannot grow the table without bound.
 pub const MAX_LISTS: usize = 1024;
 
+/// Most lists the requests of one owner (a plugin) may add to the table, so that one cannot
+/// use up what the others may ask for.
+pub const MAX_LISTS_PER_OWNER: usize = 64;
+
+/// How many lists each owner's requests added.
+static OWNERS: Mutex<Vec<(String, usize)>> = Mutex::new(Vec::new());
+
 impl AllowListId {
     /// The id of `list`, interned on first use.
     pub fn of(list: AllowList) -> AllowListId {
         Self::intern(list, usize::MAX).unwrap_or(AllowListId(u32::MAX))
     }
 
-    /// The id of `list`, interned on first use unless [`MAX_LISTS`] lists are: `None` then.
-    pub fn try_of(list: AllowList) -> Option<AllowListId> {
-        Self::intern(list, MAX_LISTS)
+    /// The id of `list` for a request of `owner`: a list interned already, or a new one unless
+    /// [`MAX_LISTS`] lists are, or `owner` added [`MAX_LISTS_PER_OWNER`] already (`None`).
+    pub fn try_of(list: AllowList, owner: &str) -> Option<AllowListId> {
+        {
+            let lists = crate::lock(&LISTS);
+            if let Some(index) = lists.iter().position(|known| **known == list) {
+                return Some(AllowListId(u32::try_from(index).unwrap_or(u32::MAX)));
+            }
+        }
+        let mut owners = crate::lock(&OWNERS);
+        let added = match owners.iter_mut().find(|(name, _)| name == owner) {
+            Some((_, added)) => added,
+            None => {
+                owners.push((owner.to_owned(), 0));
+                let last = owners.len() - 1;
+                &mut owners[last].1
+            }
+        };
+        if *added >= MAX_LISTS_PER_OWNER {
+            return None;
+        }
+        let id = Self::intern(list, MAX_LISTS)?;
+        *added += 1;
+        Some(id)
     }
 
     /// The id of `list`, interned unless `most` lists are.

@@ -21,7 +21,9 @@ mod owner;
 mod proxy;
 mod resolve;
 
-pub use allow::{AllowList, AllowListId, Host, MAX_LISTS, Pattern, PatternError};
+pub use allow::{
+    AllowList, AllowListId, Host, MAX_LISTS, MAX_LISTS_PER_OWNER, Pattern, PatternError,
+};
 pub use resolve::{Resolver, TEST_PUBLIC, TEST_RESOLVE, non_public};
 
 use std::collections::{HashSet, VecDeque};
