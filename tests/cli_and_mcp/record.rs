@@ -48,10 +48,22 @@ fn every_command_is_on_the_record_and_toolhost_log_reads_it() {
         .permissions()
         .mode();
     assert_eq!(mode & 0o777, 0o600, "the record is private");
+    // A confined command cannot read the record, wherever it is.
+    let arguments = json!({ "command": format!("cat {}", record.display()) }).to_string();
+    let out = toolhost(&record, &["call", "execute", &arguments]);
+    let result: Value = serde_json::from_slice(&out.stdout).expect("a result");
+    assert_eq!(result["success"], false, "{result}");
+    assert!(
+        !result["output"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("echo recorded"),
+        "{result}"
+    );
 
     let all = lines(&toolhost(&record, &["log", "--json"]));
-    assert_eq!(all.len(), 3, "{all:?}");
-    for line in &all {
+    assert_eq!(all.len(), 4, "{all:?}");
+    for line in &all[..3] {
         assert_eq!(line["scope"], "cli", "{line}");
         assert_eq!(line["plugin"], "default", "{line}");
         assert!(line["principal"].is_null(), "{line}");
@@ -75,8 +87,15 @@ fn every_command_is_on_the_record_and_toolhost_log_reads_it() {
     assert!(!text.contains("hunter2"), "{text}");
 
     let failed = lines(&toolhost(&record, &["log", "--json", "--failed"]));
-    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed.len(), 2, "{failed:?}");
     assert_eq!(failed[0]["command"], "exit 3");
+    assert!(
+        failed[1]["refusals"]
+            .as_array()
+            .is_some_and(|r| !r.is_empty()),
+        "the refused read is on the record with its refusal: {}",
+        failed[1]
+    );
     let zero = lines(&toolhost(&record, &["log", "--json", "--exit", "0"]));
     assert_eq!(zero.len(), 2, "{zero:?}");
     let other = lines(&toolhost(&record, &["log", "--json", "--scope", "other"]));

@@ -242,8 +242,13 @@ impl ProcessManager {
     /// # Panics
     ///
     /// When called outside a Tokio runtime.
-    pub fn new(config: ProcessManagerConfig) -> Arc<Self> {
+    pub fn new(mut config: ProcessManagerConfig) -> Arc<Self> {
         let runtime = Handle::current();
+        // The record's files, made now so that they can be hidden like the host's other files:
+        // a confined command must neither read nor rewrite the record of what ran.
+        if let Some(settings) = &config.record {
+            config.protected.extend(record::prepare(settings));
+        }
         // What unconfined commands of hosts killed outright left behind, once per process.
         static SWEPT: std::sync::Once = std::sync::Once::new();
         SWEPT.call_once(|| {

@@ -5,9 +5,11 @@
 //! 2. The line's command text is redacted by the secret value detectors first
 //!    ([`crate::sandbox::secrets::redact`]); the host's withheld variables never reach it,
 //!    since it holds no environment.
-//! 3. The line is appended in one `write` to the file, made with mode 0600.
+//! 3. The file is locked (`flock`), so that hosts sharing it take turns. A file another host
+//!    rotated away since it was opened is closed, and the new one opened.
 //! 4. When the file would pass its bound, it is renamed to `FILE.1` (replacing the older one)
 //!    and a new file is begun: the record takes at most twice its bound on disk.
+//! 5. The line is appended in one `write` to the file, made with mode 0600, and the lock let go.
 //!
 //! A record that cannot be written is warned about once, and the commands run on.
 
@@ -152,24 +154,64 @@ impl Recorder {
     }
 
     fn append(&self, file: &mut Option<File>, bytes: &[u8]) -> std::io::Result<()> {
+        use rustix::fs::{FlockOperation, flock};
         let path = &self.settings.path;
-        if file.is_none() {
-            *file = Some(open(path)?);
+        let mut current = match file.take() {
+            Some(open) => open,
+            None => open(path)?,
+        };
+        // Step 3, a few times at most: another host may rotate it again meanwhile.
+        for _ in 0..3 {
+            flock(&current, FlockOperation::LockExclusive)?;
+            if same_file(&current, path) {
+                break;
+            }
+            let _ = flock(&current, FlockOperation::Unlock);
+            current = open(path)?;
         }
-        let size = file
-            .as_ref()
-            .map_or(Ok(0), |f| f.metadata().map(|m| m.len()))?;
+        let written = self.rotate_and_write(&mut current, bytes);
+        let _ = flock(&current, FlockOperation::Unlock);
+        if written.is_ok() {
+            *file = Some(current);
+        }
+        written
+    }
+
+    /// Steps 4 and 5, with `current` locked. Hosts waiting for the lock of the file rotated
+    /// away find it moved once they have it, and open the new one.
+    fn rotate_and_write(&self, current: &mut File, bytes: &[u8]) -> std::io::Result<()> {
+        let path = &self.settings.path;
+        let size = current.metadata()?.len();
         if size > 0 && size + bytes.len() as u64 > self.settings.max_bytes {
             let mut rotated = path.clone().into_os_string();
             rotated.push(".1");
             std::fs::rename(path, &rotated)?;
-            *file = Some(open(path)?);
+            let old = std::mem::replace(current, open(path)?);
+            let _ = rustix::fs::flock(&old, rustix::fs::FlockOperation::Unlock);
         }
-        match file {
-            Some(file) => file.write_all(bytes),
-            None => Ok(()),
-        }
+        current.write_all(bytes)
     }
+}
+
+/// Whether `file` is the file at `path` now (same device and inode).
+fn same_file(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(open), Ok(now)) => open.dev() == now.dev() && open.ino() == now.ino(),
+        _ => false,
+    }
+}
+
+/// Make the record's file and its rotated `FILE.1` where they are missing (mode 0600), and
+/// return them, to be hidden from confined commands. A file that cannot be made is left out
+/// (the first write warns).
+pub(super) fn prepare(settings: &RecordSettings) -> Vec<PathBuf> {
+    let mut rotated = settings.path.clone().into_os_string();
+    rotated.push(".1");
+    [settings.path.clone(), PathBuf::from(rotated)]
+        .into_iter()
+        .filter(|path| open(path).is_ok())
+        .collect()
 }
 
 /// The record's file, for appending, made with mode 0600 (its directory with 0700).
@@ -233,6 +275,31 @@ mod tests {
         let value = line(&origin, &long, &[]).json();
         let command = value["command"].as_str().expect("a command");
         assert!(command.ends_with('…') && command.len() <= MAX_COMMAND_BYTES + 3);
+    }
+
+    #[test]
+    fn a_host_writes_to_the_file_another_host_rotated_in() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("commands.jsonl");
+        let settings = RecordSettings {
+            path: path.clone(),
+            max_bytes: 2048,
+        };
+        let (first, second) = (Recorder::new(settings.clone()), Recorder::new(settings));
+        let origin = Origin::default();
+        first.write(&line(&origin, "from the first host", &[]));
+        // The second host rotates the file the first one holds open.
+        for _ in 0..20 {
+            second.write(&line(&origin, "from the second host", &[]));
+        }
+        first.write(&line(&origin, "the first host again", &[]));
+        let now = std::fs::read_to_string(&path).expect("read");
+        assert!(
+            now.lines()
+                .last()
+                .is_some_and(|l| l.contains("the first host again")),
+            "{now}"
+        );
     }
 
     #[test]
