@@ -160,13 +160,24 @@ fn value_rules() -> impl Iterator<Item = &'static ValueRule> {
 /// 5. A value holding a URL with a password (`scheme://user:password@host`) is secret.
 /// 6. A value that a value rule matches is secret (see [`secret_value_rule`]).
 pub fn is_secret_variable(name: &OsStr, value: &OsStr) -> bool {
-    let name = name.to_string_lossy().to_ascii_uppercase();
-    if name.ends_with("PATH") || name == "PWD" || name == "OLDPWD" {
+    let name = name.to_string_lossy();
+    !never_secret(&name) && (is_secret_name(&name) || secret_value_rule(value).is_some())
+}
+
+/// Step 1 of [`is_secret_variable`]: a name never secret, whatever its value.
+fn never_secret(name: &str) -> bool {
+    let name = name.to_ascii_uppercase();
+    name.ends_with("PATH") || name == "PWD" || name == "OLDPWD"
+}
+
+/// Steps 1 to 3 of [`is_secret_variable`]: whether a variable's name alone makes it secret.
+fn is_secret_name(name: &str) -> bool {
+    if never_secret(name) {
         return false;
     }
+    let name = name.to_ascii_uppercase();
     SECRET_SUBSTRINGS.iter().any(|word| name.contains(word))
         || name.split('_').any(|word| SECRET_WORDS.contains(&word))
-        || secret_value_rule(value).is_some()
 }
 
 /// The id of the rule by which `value` holds a secret, if one does.
@@ -242,10 +253,50 @@ static VALUE_REGEXES: LazyLock<Vec<(&'static str, Regex)>> = LazyLock::new(|| {
         .collect()
 });
 
-/// `text` with what the value detectors take for a secret replaced by `[secret: RULE]`: a
-/// URL's password, and each match of a token format or value shape (for a `key=value` shape
-/// such as a connection string's password, the value up to the next space, `;`, `&`, `,` or
-/// quote). For text a person reads later (the record), never for a check.
+/// Secrets in a command line that no value rule finds: the value after a secret name and `=`
+/// (`PGPASSWORD=x`, `--password='x'`), after `Authorization: Bearer` (or `Basic`, `Token`),
+/// and the password of `-u USER:PASSWORD`.
+static WORD_REGEXES: LazyLock<[(&'static str, Regex); 3]> = LazyLock::new(|| {
+    // Constants of this file; a unit test runs them.
+    let compile = |pattern| Regex::new(pattern).expect("a redaction pattern compiles");
+    [
+        (
+            "secret-name",
+            compile(r"(?-u)([A-Za-z_][A-Za-z0-9_.-]*)\s*=\s*"),
+        ),
+        (
+            "authorization",
+            compile(r"(?i-u)authorization:\s*(?:bearer|basic|token)\s+"),
+        ),
+        (
+            "user-password",
+            compile(r"(?-u)(?:^|\s)(?:-u|--user)[\s=]+[^\s:]+:"),
+        ),
+    ]
+});
+
+/// Where a value that starts at `start` ends: at its closing quote when it is quoted, else
+/// at the next space, `;`, `&`, `,` or quote.
+fn value_end(bytes: &[u8], start: usize) -> usize {
+    match bytes.get(start) {
+        Some(&quote @ (b'"' | b'\'')) => bytes[start + 1..]
+            .iter()
+            .position(|&byte| byte == quote)
+            .map_or(bytes.len(), |end| start + 1 + end),
+        _ => bytes[start..]
+            .iter()
+            .position(|byte| {
+                byte.is_ascii_whitespace() || matches!(byte, b';' | b'&' | b',' | b'"' | b'\'')
+            })
+            .map_or(bytes.len(), |end| start + end),
+    }
+}
+
+/// `text` with what the detectors take for a secret replaced by `[secret: RULE]`: a URL's
+/// password, each match of a token format or value shape, the value after a secret name
+/// (as [`is_secret_variable`] judges names) and `=`, an `Authorization` header's credentials,
+/// and the password of `-u USER:PASSWORD`. A quoted value goes up to its closing quote.
+/// Best effort, for text a person reads later (the record), never for a check.
 pub fn redact(text: &str) -> String {
     let bytes = text.as_bytes();
     // 1. The spans to replace, each with its rule.
@@ -255,9 +306,10 @@ pub fn redact(text: &str) -> String {
         let after = rest + start + 3;
         let authority_end = bytes[after..]
             .iter()
-            .position(|byte| matches!(byte, b'/' | b'?' | b'#') || byte.is_ascii_whitespace())
+            .position(|byte| byte.is_ascii_whitespace() || matches!(byte, b'"' | b'\''))
             .map_or(bytes.len(), |end| after + end);
         let authority = &bytes[after..authority_end];
+        // The user information ends at the last `@` before the path: a password may hold `/`.
         if let Some(at) = authority.iter().rposition(|&byte| byte == b'@')
             && let Some(colon) = authority[..at].iter().position(|&byte| byte == b':')
             && colon + 1 < at
@@ -269,7 +321,7 @@ pub fn redact(text: &str) -> String {
     for (id, regex) in VALUE_REGEXES.iter() {
         for found in regex.find_iter(bytes) {
             let (mut start, mut end) = (found.start(), found.end());
-            if found.as_bytes().contains(&b'=') {
+            if let Some(equals) = found.as_bytes().iter().position(|&byte| byte == b'=') {
                 // A `key=value` shape matches the separator before the key, the key and the
                 // value's first byte: the separator stays, the whole value goes.
                 if found
@@ -279,15 +331,40 @@ pub fn redact(text: &str) -> String {
                 {
                     start += 1;
                 }
-                end += bytes[end..]
-                    .iter()
-                    .position(|byte| {
-                        byte.is_ascii_whitespace()
-                            || matches!(byte, b';' | b'&' | b',' | b'"' | b'\'')
-                    })
-                    .unwrap_or(bytes.len() - end);
+                let value = found.start() + equals + 1;
+                let value = value
+                    + bytes[value..]
+                        .iter()
+                        .take_while(|byte| byte.is_ascii_whitespace())
+                        .count();
+                end = value_end(bytes, value).max(end);
             }
             spans.push((start, end, id));
+        }
+    }
+    for (id, regex) in WORD_REGEXES.iter() {
+        for found in regex.captures_iter(bytes) {
+            let Some(whole) = found.get(0) else { continue };
+            if let Some(name) = found.get(1)
+                && !is_secret_name(
+                    &String::from_utf8_lossy(name.as_bytes()).replace(['-', '.'], "_"),
+                )
+            {
+                continue;
+            }
+            let mut value = whole.end();
+            let quoted = matches!(bytes.get(value), Some(b'"' | b'\''));
+            if quoted {
+                value += 1;
+            }
+            let end = if quoted {
+                value_end(bytes, value - 1)
+            } else {
+                value_end(bytes, value)
+            };
+            if end > value {
+                spans.push((value, end, id));
+            }
         }
     }
     // 2. Merged where they overlap, then replaced from the start.
@@ -319,14 +396,41 @@ mod tests {
         );
         let jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.sig";
         assert_eq!(
-            redact(&format!("curl -H 'Authorization: Bearer {jwt}' x")),
-            "curl -H 'Authorization: Bearer [secret: jwt]' x"
+            redact(&format!("curl -H 'X-Auth: {jwt}' x")),
+            "curl -H 'X-Auth: [secret: jwt]' x"
         );
         assert_eq!(
             redact("psql 'host=db password=s3cret dbname=app'"),
             "psql 'host=db [secret: connection-string-password] dbname=app'"
         );
         assert_eq!(redact("echo hello"), "echo hello");
+        for (command, redacted) in [
+            (
+                "PGPASSWORD=pw psql",
+                "PGPASSWORD=[secret: secret-name] psql",
+            ),
+            (
+                "GITHUB_TOKEN=ghx make",
+                "GITHUB_TOKEN=[secret: secret-name] make",
+            ),
+            (
+                "tool --password='a b' x",
+                "tool --password='[secret: secret-name]' x",
+            ),
+            (
+                "curl -H 'Authorization: Bearer abc.def' x",
+                "curl -H 'Authorization: Bearer [secret: authorization]' x",
+            ),
+            ("curl -u bob:pw x", "curl -u bob:[secret: user-password] x"),
+            (
+                "git clone https://u:p@ss/w@host/r",
+                "git clone https://u:[secret: url-password]@host/r",
+            ),
+            ("make CC=gcc", "make CC=gcc"),
+            ("ls é=ü", "ls é=ü"),
+        ] {
+            assert_eq!(redact(command), redacted, "{command}");
+        }
     }
 
     fn secret(name: &str, value: &str) -> bool {
