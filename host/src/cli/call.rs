@@ -8,7 +8,7 @@ use std::sync::Arc;
 use toolhost::{CallOptions, CallOutput, Progress, ToolLog};
 
 use super::args::Cli;
-use super::content::{Saved, render};
+use super::content::{Saved, printable, render};
 use super::options::build_host;
 use super::out;
 
@@ -20,15 +20,16 @@ pub(crate) async fn call(cli: &Cli, tool: &str, arguments: &str, scope: &str) ->
     // started is terminated before the exit.
     let options = CallOptions {
         progress: Some(Arc::new(|update: Progress| {
-            eprintln!("toolhost: {}", progress_line(&update))
+            eprintln!("toolhost: {}", printable(&progress_line(&update)));
         })),
         log: Some(Arc::new(|line: ToolLog| {
-            eprintln!(
-                "toolhost: [{}] {}: {}",
+            let text = format!(
+                "[{}] {}: {}",
                 line.level.as_str(),
                 line.plugin,
                 line.message
             );
+            eprintln!("toolhost: {}", printable(&one_line(&text)));
         })),
         ..CallOptions::default()
     };

@@ -1,7 +1,8 @@
 //! How `toolhost call` shows a result's content items to a person at a shell
 //! (docs/cli.md, "Results with content"):
 //!
-//! - text as is, on its own lines;
+//! - text as is, on its own lines, but control characters (escape sequences a plugin could
+//!   send a terminal) shown escaped, as `\u{1b}` ([`printable`]);
 //! - an image, a sound or a binary embedded resource saved as a file in a new private directory
 //!   (mode 0700, under `$TMPDIR`, made only when a result has such an item), shown as
 //!   `[image/png saved to PATH]`;
@@ -10,6 +11,7 @@
 
 use anyhow::{Context, Result};
 use std::fmt::Write as _;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use toolhost::{ContentItem, ResourceBody};
 
@@ -28,6 +30,7 @@ impl Saved {
             None => {
                 let dir = tempfile::Builder::new()
                     .prefix("toolhost-call-")
+                    .permissions(std::fs::Permissions::from_mode(0o700))
                     .tempdir()
                     .context("making a directory for the result's files")?
                     .keep();
@@ -47,13 +50,13 @@ pub(crate) fn render(items: &[ContentItem], saved: &mut Saved) -> Result<String>
     let mut text = String::new();
     for item in items {
         match item {
-            ContentItem::Text(body) => push_line(&mut text, body),
+            ContentItem::Text(body) => push_line(&mut text, &printable(body)),
             ContentItem::Image { mime_type, data } | ContentItem::Audio { mime_type, data } => {
                 let path = saved.save(Some(mime_type), data)?;
-                push_line(&mut text, &saved_line(mime_type, &path));
+                push_line(&mut text, &printable(&saved_line(mime_type, &path)));
             }
             ContentItem::ResourceLink { uri, name, .. } => {
-                push_line(&mut text, &format!("[link {uri}: {name}]"));
+                push_line(&mut text, &printable(&format!("[link {uri}: {name}]")));
             }
             ContentItem::Resource {
                 uri,
@@ -62,21 +65,38 @@ pub(crate) fn render(items: &[ContentItem], saved: &mut Saved) -> Result<String>
             } => match body {
                 ResourceBody::Text(body) => {
                     let kind = mime_type.as_deref().unwrap_or("text");
-                    push_line(&mut text, &format!("[resource {uri} ({kind})]"));
-                    push_line(&mut text, body);
+                    push_line(&mut text, &printable(&format!("[resource {uri} ({kind})]")));
+                    push_line(&mut text, &printable(body));
                 }
                 ResourceBody::Blob(data) => {
                     let path = saved.save(mime_type.as_deref(), data)?;
                     let kind = mime_type.as_deref().unwrap_or("application/octet-stream");
                     push_line(
                         &mut text,
-                        &format!("[resource {uri} ({kind}) saved to {}]", path.display()),
+                        &printable(&format!(
+                            "[resource {uri} ({kind}) saved to {}]",
+                            path.display()
+                        )),
                     );
                 }
             },
         }
     }
     Ok(text)
+}
+
+/// `text` with every control character but a line feed and a tab shown escaped (`\u{1b}`), so
+/// that what a plugin or a command wrote cannot drive the terminal it is printed on.
+pub(crate) fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() && c != '\n' && c != '\t' {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn saved_line(mime_type: &str, path: &Path) -> String {
@@ -149,10 +169,17 @@ mod tests {
                 image.display()
             )
         );
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700, "the directory is private");
         std::fs::remove_dir_all(dir).unwrap();
 
         let mut none = Saved::default();
         render(&[ContentItem::Text("t".into())], &mut none).unwrap();
         assert!(none.dir.is_none(), "no directory without bytes to save");
+    }
+
+    #[test]
+    fn control_characters_are_shown_escaped() {
+        assert_eq!(printable("a\u{1b}[2Jb\tc\nd\r"), "a\\u{1b}[2Jb\tc\nd\\u{d}");
     }
 }

@@ -117,13 +117,21 @@ fn print_file(file: &Path, filter: &Filter, json: bool, now_ms: u64) -> Result<u
     Ok(unreadable)
 }
 
+/// The first millisecond past 9999-12-31T23:59:59Z.
+const LAST_RFC3339_MS: u64 = 253_402_300_800_000;
+
 /// One command on one line: `TIME  SCOPE  PLUGIN  EXIT  DURATION  COMMAND`, then what was
 /// refused in brackets.
 fn for_people(line: &Value) -> String {
     let text = |key: &str| line[key].as_str().unwrap_or("-").to_owned();
     let ended = line["ended_ms"].as_u64().unwrap_or(0);
     let started = line["started_ms"].as_u64().unwrap_or(ended);
-    let time = humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(ended));
+    // Past the year 9999 there is no RFC 3339 time: the milliseconds as they are.
+    let time = if ended < LAST_RFC3339_MS {
+        humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(ended)).to_string()
+    } else {
+        format!("{ended}ms")
+    };
     let how = match (line["exit_code"].as_i64(), line["signal"].as_str()) {
         (_, Some(signal)) => signal.to_owned(),
         (Some(code), None) => format!("exit {code}"),
@@ -145,7 +153,8 @@ fn for_people(line: &Value) -> String {
     if !refused.is_empty() {
         out.push_str(&format!("  [refused: {}]", refused.join(", ")));
     }
-    out
+    // A record file is text anyone with the state directory's access could have written.
+    super::content::printable(&out)
 }
 
 #[cfg(test)]
@@ -199,5 +208,9 @@ mod tests {
             for_people(&line),
             "1970-01-01T00:00:01Z  s1  default  exit 2  1s 500ms  make test  [refused: network]"
         );
+        let far = json!({"ended_ms": u64::MAX, "command": "x\u{1b}]0;t\u{7}"});
+        let text = for_people(&far);
+        assert!(text.starts_with(&format!("{}ms", u64::MAX)), "{text}");
+        assert!(!text.contains('\u{1b}'), "{text}");
     }
 }
