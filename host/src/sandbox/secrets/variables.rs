@@ -8,7 +8,7 @@
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::LazyLock;
+use std::sync::{LazyLock, OnceLock};
 
 use regex::bytes::{Regex, RegexSet};
 
@@ -240,40 +240,46 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     memchr::memmem::find(haystack, needle)
 }
 
-/// Every value rule on its own, for where it matches ([`redact`]).
-static VALUE_REGEXES: LazyLock<Vec<(&'static str, Regex)>> = LazyLock::new(|| {
-    value_rules()
-        // The patterns are constants of this file; a unit test compiles them.
-        .map(|rule| {
-            (
-                rule.id,
-                Regex::new(rule.pattern).expect("a value rule compiles"),
-            )
-        })
-        .collect()
-});
+/// Every value rule on its own, for where it matches ([`redact`]), each compiled the first
+/// time [`VALUE_RULES`] finds that rule in a text: most texts match none, and a one-shot host
+/// then compiles none.
+static VALUE_REGEXES: LazyLock<Vec<(&'static str, &'static str, OnceLock<Regex>)>> =
+    LazyLock::new(|| {
+        value_rules()
+            .map(|rule| (rule.id, rule.pattern, OnceLock::new()))
+            .collect()
+    });
 
 /// Secrets in a command line that no value rule finds: the value after a secret name and `=`
 /// (`PGPASSWORD=x`, `--password='x'`), after `Authorization: Bearer` (or `Basic`, `Token`),
 /// and the password of `-u USER:PASSWORD`.
-static WORD_REGEXES: LazyLock<[(&'static str, Regex); 3]> = LazyLock::new(|| {
-    // Constants of this file; a unit test runs them.
-    let compile = |pattern| Regex::new(pattern).expect("a redaction pattern compiles");
-    [
-        (
-            "secret-name",
-            compile(r"(?-u)([A-Za-z_][A-Za-z0-9_.-]*)\s*=\s*"),
-        ),
-        (
-            "authorization",
-            compile(r"(?i-u)authorization:\s*(?:bearer|basic|token)\s+"),
-        ),
-        (
-            "user-password",
-            compile(r"(?-u)(?:^|\s)(?:-u|--user)[\s=]+[^\s:]+:"),
-        ),
-    ]
-});
+static WORD_RULES: [(&str, &str, &[u8]); 3] = [
+    (
+        "secret-name",
+        r"(?-u)([A-Za-z_][A-Za-z0-9_.-]*)\s*=\s*",
+        b"=",
+    ),
+    (
+        "authorization",
+        r"(?i-u)authorization:\s*(?:bearer|basic|token)\s+",
+        b"uthorization",
+    ),
+    (
+        "user-password",
+        r"(?-u)(?:^|\s)(?:-u|--user)[\s=]+[^\s:]+:",
+        b"-u",
+    ),
+];
+
+/// [`WORD_RULES`] compiled, each the first time a text holds its hint (the third field).
+static WORD_REGEXES: [OnceLock<Regex>; 3] = [const { OnceLock::new() }; 3];
+
+/// Whether `bytes` holds `authorization` in any case.
+fn contains_authorization(bytes: &[u8]) -> bool {
+    bytes
+        .windows(b"authorization".len())
+        .any(|window| window.eq_ignore_ascii_case(b"authorization"))
+}
 
 /// Where a value that starts at `start` ends: at its closing quote when it is quoted, else
 /// at the next space, `;`, `&`, `,` or quote.
@@ -318,7 +324,12 @@ pub fn redact(text: &str) -> String {
         }
         rest = after;
     }
-    for (id, regex) in VALUE_REGEXES.iter() {
+    for index in VALUE_RULES.matches(bytes).iter() {
+        let Some((id, pattern, regex)) = VALUE_REGEXES.get(index) else {
+            continue;
+        };
+        // The patterns are constants of this file; a unit test compiles them.
+        let regex = regex.get_or_init(|| Regex::new(pattern).expect("a value rule compiles"));
         for found in regex.find_iter(bytes) {
             let (mut start, mut end) = (found.start(), found.end());
             if let Some(equals) = found.as_bytes().iter().position(|&byte| byte == b'=') {
@@ -342,7 +353,15 @@ pub fn redact(text: &str) -> String {
             spans.push((start, end, id));
         }
     }
-    for (id, regex) in WORD_REGEXES.iter() {
+    for ((id, pattern, hint), regex) in WORD_RULES.iter().zip(&WORD_REGEXES) {
+        // `Authorization` may be written in any case: its hint skips the first letter.
+        if find(bytes, hint).is_none() && !(*id == "authorization" && contains_authorization(bytes))
+        {
+            continue;
+        }
+        // Constants of this file; a unit test runs them.
+        let regex =
+            regex.get_or_init(|| Regex::new(pattern).expect("a redaction pattern compiles"));
         for found in regex.captures_iter(bytes) {
             let Some(whole) = found.get(0) else { continue };
             if let Some(name) = found.get(1)
