@@ -95,10 +95,7 @@ pub(crate) fn scan_settings(
     cli: &Cli,
     settings: &SandboxSettings,
 ) -> toolhost::sandbox::ScanSettings {
-    let state_dir = cli
-        .state_dir
-        .clone()
-        .or_else(toolhost::process::ProcessManagerConfig::default_state_dir);
+    let state_dir = state_dir(cli);
     let workdir = cli.workdir.clone().or_else(|| std::env::current_dir().ok());
     toolhost::sandbox::ScanSettings {
         enabled: settings.secret_scan && settings.mode != SandboxMode::Off,
@@ -238,11 +235,7 @@ pub(crate) fn record_settings(cli: &Cli) -> Result<Option<toolhost::process::Rec
     let path = match cli.record.as_deref() {
         Some("off") => return Ok(None),
         Some(file) => std::path::PathBuf::from(file),
-        None => match cli
-            .state_dir
-            .clone()
-            .or_else(toolhost::process::ProcessManagerConfig::default_state_dir)
-        {
+        None => match state_dir(cli) {
             Some(dir) => dir.join("commands.jsonl"),
             // No state directory (no HOME, no XDG_STATE_HOME): nowhere to keep it.
             None => return Ok(None),
@@ -257,4 +250,11 @@ pub(crate) fn record_settings(cli: &Cli) -> Result<Option<toolhost::process::Rec
         path,
         max_bytes: cli.record_max_size,
     }))
+}
+
+/// The state directory: `--state-dir`, or the process manager's default.
+fn state_dir(cli: &Cli) -> Option<std::path::PathBuf> {
+    cli.state_dir
+        .clone()
+        .or_else(toolhost::process::ProcessManagerConfig::default_state_dir)
 }

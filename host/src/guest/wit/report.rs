@@ -96,13 +96,7 @@ pub(crate) fn increasing(sink: ProgressSink) -> ProgressSink {
 
 /// `message` cut to at most [`MAX_MESSAGE_BYTES`], on a character boundary.
 fn cut(mut message: String) -> String {
-    if message.len() > MAX_MESSAGE_BYTES {
-        let mut end = MAX_MESSAGE_BYTES;
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        message.truncate(end);
-    }
+    message.truncate(message.floor_char_boundary(MAX_MESSAGE_BYTES));
     message
 }
 

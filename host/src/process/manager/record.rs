@@ -82,11 +82,7 @@ const MAX_COMMAND_BYTES: usize = 4096;
 /// `command` cut to [`MAX_COMMAND_BYTES`] on a character boundary.
 fn cut(mut command: String) -> String {
     if command.len() > MAX_COMMAND_BYTES {
-        let mut end = MAX_COMMAND_BYTES;
-        while !command.is_char_boundary(end) {
-            end -= 1;
-        }
-        command.truncate(end);
+        command.truncate(command.floor_char_boundary(MAX_COMMAND_BYTES));
         command.push('…');
     }
     command

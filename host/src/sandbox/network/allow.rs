@@ -328,45 +328,41 @@ static OWNERS: Mutex<Vec<(String, usize)>> = Mutex::new(Vec::new());
 impl AllowListId {
     /// The id of `list`, interned on first use.
     pub fn of(list: AllowList) -> AllowListId {
-        Self::intern(list, usize::MAX).unwrap_or(AllowListId(u32::MAX))
+        Self::intern(list, None).unwrap_or(AllowListId(u32::MAX))
     }
 
     /// The id of `list` for a request of `owner`: a list interned already, or a new one unless
     /// [`MAX_LISTS`] lists are, or `owner` added [`MAX_LISTS_PER_OWNER`] already (`None`).
     pub fn try_of(list: AllowList, owner: &str) -> Option<AllowListId> {
-        {
-            let lists = crate::lock(&LISTS);
-            if let Some(index) = lists.iter().position(|known| **known == list) {
-                return Some(AllowListId(u32::try_from(index).unwrap_or(u32::MAX)));
-            }
-        }
-        let mut owners = crate::lock(&OWNERS);
-        let added = match owners.iter_mut().find(|(name, _)| name == owner) {
-            Some((_, added)) => added,
-            None => {
-                owners.push((owner.to_owned(), 0));
-                let last = owners.len() - 1;
-                &mut owners[last].1
-            }
-        };
-        if *added >= MAX_LISTS_PER_OWNER {
-            return None;
-        }
-        let id = Self::intern(list, MAX_LISTS)?;
-        *added += 1;
-        Some(id)
+        Self::intern(list, Some(owner))
     }
 
-    /// The id of `list`, interned unless `most` lists are.
-    fn intern(list: AllowList, most: usize) -> Option<AllowListId> {
+    /// The id of `list`, interned on first use; a new list of a request's `owner` only within
+    /// the bounds of [`AllowListId::try_of`]. One lock held throughout (the table's, then the
+    /// owners'), so a list is charged to its owner once.
+    fn intern(list: AllowList, owner: Option<&str>) -> Option<AllowListId> {
         let mut lists = crate::lock(&LISTS);
         let index = match lists.iter().position(|known| **known == list) {
             Some(index) => index,
-            None if lists.len() < most => {
+            None => {
+                if let Some(owner) = owner {
+                    let mut owners = crate::lock(&OWNERS);
+                    let position = match owners.iter().position(|(name, _)| name == owner) {
+                        Some(position) => position,
+                        None => {
+                            owners.push((owner.to_owned(), 0));
+                            owners.len() - 1
+                        }
+                    };
+                    let added = &mut owners[position].1;
+                    if *added >= MAX_LISTS_PER_OWNER || lists.len() >= MAX_LISTS {
+                        return None;
+                    }
+                    *added += 1;
+                }
                 lists.push(Arc::new(list));
                 lists.len() - 1
             }
-            None => return None,
         };
         Some(AllowListId(u32::try_from(index).unwrap_or(u32::MAX)))
     }
