@@ -1244,8 +1244,13 @@ async fn a_start_dropped_mid_flight_leaves_nothing_behind() {
         "left behind: {:?}",
         live_processes_with(marker)
     );
-    // Every slot was given back.
-    assert_eq!(manager.records.busy(SCOPE), 0);
+    // Every slot was given back: a start that was admitted before it was dropped gives its
+    // slot back when its monitor has seen its process die, a moment after the process is gone.
+    assert!(
+        eventually(|| manager.records.busy(SCOPE) == 0).await,
+        "busy slots left: {}",
+        manager.records.busy(SCOPE)
+    );
 }
 
 #[tokio::test]
