@@ -367,28 +367,52 @@ async fn keepers_are_forked_by_the_resident_keeper_of_their_scope() {
     );
 }
 
-/// Start `command` (held running after it) in [`SCOPE`] until one's keeper is forked by
-/// `resident` (the first keepers ready were made while it started), checking the output of
-/// each, up to `needle`, with `check`.
-async fn until_forked(
+/// Start `command` (held running after it) in [`SCOPE`] once every keeper prepared ahead is
+/// one `resident` forked (the first ones ready may have been spawned while it started), and
+/// check its output, up to `needle`, with `check`.
+///
+/// 1. Until the pool is full of the resident's children, run `true` to use up one keeper,
+///    then wait for the pool to be full again.
+/// 2. Start the command: it takes one of them.
+/// 3. Check its output, then that its keeper is indeed the resident's child.
+async fn run_forked(
     manager: &ProcessManager,
     resident: Pid,
     command: &str,
     needle: &str,
     check: impl Fn(&str),
 ) {
-    for _ in 0..=ready::PER_PROFILE {
-        let id = manager
-            .start(SCOPE, request(&format!("{command}; exec sleep 60")))
-            .await
-            .expect("start");
-        check(&wait_for(manager, SCOPE, &id, needle).await);
-        let keeper = keeper_of(manager, SCOPE, &id).expect("a keeper");
-        if parent_and_state(keeper).map(|(parent, _)| parent) == Some(resident) {
-            return;
-        }
+    let all_forked = || {
+        let ready = manager.launcher.ready().pids(SCOPE);
+        ready.len() == ready::PER_PROFILE
+            && ready
+                .iter()
+                .all(|keeper| parent_and_state(*keeper).map(|(parent, _)| parent) == Some(resident))
+    };
+    let mut used = 0;
+    while !all_forked() {
+        assert!(
+            used < 4 * ready::PER_PROFILE,
+            "the keepers prepared ahead were still not the resident's after {used} commands"
+        );
+        assert_eq!(run_in(manager, SCOPE, "true").await.exit_code, Some(0));
+        used += 1;
+        assert!(
+            until(|| manager.launcher.ready().count(Some(SCOPE)) == ready::PER_PROFILE).await,
+            "the keepers prepared ahead were not made again"
+        );
     }
-    panic!("no keeper was forked by the resident");
+    let id = manager
+        .start(SCOPE, request(&format!("{command}; exec sleep 60")))
+        .await
+        .expect("start");
+    check(&wait_for(manager, SCOPE, &id, needle).await);
+    let keeper = keeper_of(manager, SCOPE, &id).expect("a keeper");
+    assert_eq!(
+        parent_and_state(keeper).map(|(parent, _)| parent),
+        Some(resident),
+        "the command's keeper was not forked by the resident"
+    );
 }
 
 /// The reader's seccomp filters and capabilities, from `/proc/self/status`.
@@ -404,10 +428,9 @@ async fn a_forked_keeper_s_command_has_the_programs_of_a_spawned_one() {
     // The resident has the shared ones installed; its keepers inherit them.
     let status = std::fs::read_to_string(format!("/proc/{resident}/status")).expect("status");
     assert!(status.contains("Seccomp:\t2"), "{status}");
-    // Commands held running until one's keeper is forked by the resident (the first ones
-    // ready were made while it started). Each runs under exactly as many programs as the
+    // A command whose keeper the resident forked runs under exactly as many programs as the
     // first one (none twice, none missing), with the same capabilities.
-    until_forked(&manager, resident, FILTERS, "Seccomp_filters:", |text| {
+    run_forked(&manager, resident, FILTERS, "Seccomp_filters:", |text| {
         assert_eq!(text, first.text);
     })
     .await;
@@ -426,7 +449,7 @@ async fn a_forked_keeper_s_command_is_refused_what_a_spawned_one_s_is() {
         b=ctypes.create_string_buffer(1); v=(ctypes.c_void_p*2)(ctypes.addressof(b), 1); \
         l.process_vm_readv(os.getppid(), v, 1, v, 1, 0); \
         print(\"readv:\", os.strerror(ctypes.get_errno()))'";
-    until_forked(&manager, resident, attempts, "readv:", |text| {
+    run_forked(&manager, resident, attempts, "readv:", |text| {
         assert!(text.contains("unshare=1"), "{text}");
         assert!(text.contains("readv: Operation not permitted"), "{text}");
     })
@@ -443,7 +466,7 @@ async fn a_forked_keeper_supervises_its_command_s_connects() {
     // is on): the keeper reads the caller's address and connects for it, so the command sees
     // the real refusal, not the keeper's failure to inspect the call.
     let connect = "bash -c 'exec 3<>/dev/tcp/127.0.0.1/1' 2>&1; echo done";
-    until_forked(&manager, resident, connect, "done", |text| {
+    run_forked(&manager, resident, connect, "done", |text| {
         assert!(text.contains("Connection refused"), "{text}");
     })
     .await;
