@@ -401,7 +401,9 @@ async fn the_guide_works_as_written() {
     assert_eq!(
         refused,
         format!(
-            "refused by the my-policy policy, rule `git-push`: {}. Nothing was run.",
+            "refused by the my-policy policy, rule `git-push`: {}. Nothing was run. The person \
+             could not be asked to allow it: the operator did not enable asking (start toolhost \
+             with `--ask risky`).",
             guide_reason()
         )
     );

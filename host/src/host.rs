@@ -35,9 +35,11 @@
 use crate::admission::{
     Admissions, CallPermit, DEFAULT_MAX_CALLS_PER_SESSION, DEFAULT_MAX_CALLS_TOTAL,
 };
+use crate::ask::seal::{Binding, Seals};
+use crate::ask::{AskMode, Asking, DEFAULT_ASK_TIMEOUT, rounds};
 use crate::error::HostError;
 use crate::guest::{
-    CallError, CallOptions, CallOutput, ComponentCache, Loader, Plugin, ToolDefinition,
+    CallError, CallOptions, CallOutput, ComponentCache, EngineError, Loader, Plugin, ToolDefinition,
 };
 use crate::plugins::PluginInfo;
 use crate::plugins::registry::{Registry, Snapshot};
@@ -114,6 +116,8 @@ pub struct ToolHostBuilder {
     max_calls_total: usize,
     max_calls_per_session: usize,
     max_calls_per_principal: usize,
+    ask_mode: AskMode,
+    ask_timeout: Duration,
 }
 
 impl Default for ToolHostBuilder {
@@ -129,6 +133,8 @@ impl Default for ToolHostBuilder {
             max_calls_total: DEFAULT_MAX_CALLS_TOTAL,
             max_calls_per_session: DEFAULT_MAX_CALLS_PER_SESSION,
             max_calls_per_principal: usize::MAX,
+            ask_mode: AskMode::default(),
+            ask_timeout: DEFAULT_ASK_TIMEOUT,
         }
     }
 }
@@ -235,6 +241,21 @@ impl ToolHostBuilder {
         self
     }
 
+    /// Whether tools may ask the person (`--ask`): with [`AskMode::Never`] (the default)
+    /// every call is told nobody can be asked, whatever its caller could ask.
+    pub fn ask_mode(mut self, mode: AskMode) -> Self {
+        self.ask_mode = mode;
+        self
+    }
+
+    /// How long one round of a tool's questions may wait for its replies (`--ask-timeout`);
+    /// unanswered questions then get [`crate::ask::Reply::TimedOut`]. A relayed round's
+    /// signed record expires after it too. The default is [`DEFAULT_ASK_TIMEOUT`].
+    pub fn ask_timeout(mut self, timeout: Duration) -> Self {
+        self.ask_timeout = timeout;
+        self
+    }
+
     /// Build the host and load the plugins (see the module's flow at a glance).
     /// It must run inside a tokio runtime.
     pub async fn build(self) -> Result<ToolHost, HostError> {
@@ -253,6 +274,7 @@ impl ToolHostBuilder {
         };
         let cache = self.cache_dir.as_deref().and_then(ComponentCache::open);
         let loader = Loader::new(backend, cache, sandbox)?;
+        let seals = Seals::new().map_err(|e| HostError::Engine(EngineError(e.to_string())))?;
         let registry = Arc::new(Registry::new(loader, self.policy, self.plugin_dirs));
         if registry
             .reload_deferring(true, self.defer_uncompiled)
@@ -290,6 +312,9 @@ impl ToolHostBuilder {
                 self.max_calls_per_principal,
             ),
             _watcher: watcher,
+            seals,
+            ask_mode: self.ask_mode,
+            ask_timeout: self.ask_timeout,
         })
     }
 }
@@ -419,6 +444,12 @@ pub struct ToolHost {
     admissions: Admissions,
     /// Keeps the plugin directory watch alive (hot swap).
     _watcher: Option<notify::RecommendedWatcher>,
+    /// Signs the records of relayed questions.
+    seals: Seals,
+    /// Whether tools may ask anybody.
+    ask_mode: AskMode,
+    /// How long a round of questions waits.
+    ask_timeout: Duration,
 }
 
 impl ToolHost {
@@ -597,7 +628,25 @@ impl ToolHost {
             }
             None => self.admit(scope)?,
         };
-        let outcome = plugin.call(scope, tool, arguments, options).await;
+        let mut options = options;
+        if self.ask_mode == AskMode::Never {
+            options.asking = Asking::nobody(
+                "the operator did not enable asking (start toolhost with `--ask risky`)",
+            );
+        }
+        let ask_timeout = options.ask_timeout.unwrap_or(self.ask_timeout);
+        let principal = options.principal.clone();
+        let binding = Binding {
+            principal: principal.as_deref(),
+            scope,
+            tool,
+            arguments,
+        };
+        let round: rounds::Round<'_> = Box::new(|options, answers| {
+            let plugin = plugin.clone();
+            Box::pin(async move { plugin.call(scope, tool, arguments, options, answers).await })
+        });
+        let outcome = rounds::run(round, options, &self.seals, binding, ask_timeout).await;
         // The session's log (an MCP client that set a level sees these).
         match &outcome {
             Err(error @ CallError::Limit { .. }) => {
@@ -668,8 +717,10 @@ impl ToolHost {
             .await
     }
 
-    /// Terminate every process of `scope` (its session ended).
+    /// Terminate every process of `scope` (its session ended), and forget what its person
+    /// allowed from now on.
     pub async fn end_scope(&self, scope: &str) {
+        self.registry.loader().approvals.end_scope(scope);
         self.registry.loader().backend.end_scope(scope).await;
     }
 

@@ -17,6 +17,8 @@
 //!
 //! - `host.rs`: the embeddable host and its builder;
 //! - `admission.rs`: how many calls may be in progress at once;
+//! - `ask/`: asking the person: the questions a tool may ask, the signed record of them, and
+//!   what the person allowed from now on;
 //! - `process/`: the process capability and the real process manager;
 //! - `buffer/`: the bounded head/tail output buffer;
 //! - `guest/`: the guest runtime: bindings, limits, the host side of the WIT imports;
@@ -30,6 +32,7 @@
 //! `toolhost new-policy` and `toolhost test`.
 
 mod admission;
+pub mod ask;
 mod buffer;
 mod error;
 mod guest;
@@ -47,7 +50,7 @@ pub use error::HostError;
 pub use error::ManifestError;
 pub use guest::{
     CallError, CallOptions, CallOutput, ContentItem, EngineError, LimitExceeded, LoadError,
-    LogLevel, LogSink, Progress, ProgressSink, ResourceBody, ToolLog, WIT_VERSIONS,
+    LogLevel, LogSink, Progress, ProgressSink, Relay, ResourceBody, Resume, ToolLog, WIT_VERSIONS,
 };
 pub use host::{Call, ToolHints, ToolHost, ToolHostBuilder, ToolInfo, default_cache_dir};
 pub use plugins::{PluginInfo, PluginOrigin, bundled};

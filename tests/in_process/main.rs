@@ -3,6 +3,7 @@
 //! keepers it starts). Nothing here changes the test process's limits or measures its memory.
 //!
 //! - `policies_fake`: the bundled policies, deterministically, on the fake process capability;
+//! - `asking`: tools that ask the person first, within the call or relayed;
 //! - `plugins`: plugin directories, manifests, grants and hot swap;
 //! - `content`: content items in results, and a tool's progress and log lines;
 //! - `hostile_guests`: guests that spin, allocate without end, panic or hang, within their
@@ -12,6 +13,7 @@
 //! - `escapes`: nothing a command starts escapes the host's bookkeeping (one test runs the
 //!   `toolhost` binary instead, to kill it with `SIGKILL`).
 
+mod asking;
 mod content;
 mod escapes;
 mod hostile_guests;

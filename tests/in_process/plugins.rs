@@ -7,7 +7,7 @@ use toolhost::testing::{FakeProcesses, Script};
 use toolhost::{CallError, ToolHost, bundled};
 use toolhost_e2e::{
     Gate, future_version_component, json, legacy_policy_component, policy_0_2_0_component,
-    policy_0_3_0_component, test_cache_dir,
+    policy_0_3_0_component, test_cache_dir, tools_0_4_0_component,
 };
 
 const GRANT: &str = "[grants]\nprocess = true\n";
@@ -109,10 +109,10 @@ async fn a_broken_replacement_keeps_the_previous_version_serving() {
         tools.iter().any(|t| t == "execute") && tools.iter().any(|t| t == "spin"),
         "{tools:?}"
     );
-    assert_eq!(tools.len(), 5 + 10, "{tools:?}");
+    assert_eq!(tools.len(), 5 + 12, "{tools:?}");
     // A direct reload reports the same outcome.
     host.reload().await.expect("a lenient reload does not fail");
-    assert_eq!(host.tools().len(), 5 + 10);
+    assert_eq!(host.tools().len(), 5 + 12);
     host.call("s", "execute", r#"{"command":"echo still here"}"#)
         .await
         .expect("previous version still serves");
@@ -235,7 +235,8 @@ async fn a_component_of_another_wit_version_is_refused_naming_every_served_one()
     let message = err.to_string();
     assert!(
         message.contains("built against toolhost:plugin@0.99.0")
-            && message.contains("implements toolhost:plugin@0.4.0, @0.3.0, @0.2.0 and @0.1.0"),
+            && message
+                .contains("implements toolhost:plugin@0.5.0, @0.4.0, @0.3.0, @0.2.0 and @0.1.0"),
         "{message}"
     );
     assert!(message.contains("future"), "{message}");
@@ -496,7 +497,7 @@ async fn a_0_2_0_component_works_beside_newer_ones() {
 }
 
 #[tokio::test]
-async fn a_0_3_0_component_works_beside_0_4_0_ones() {
+async fn a_0_3_0_component_works_beside_newer_ones() {
     let dir = tempfile::tempdir().expect("dir");
     let bytes = std::fs::read(policy_0_3_0_component()).expect("fixture");
     install(dir.path(), "frozen", &bytes, Some(GRANT));
@@ -511,7 +512,7 @@ async fn a_0_3_0_component_works_beside_0_4_0_ones() {
     let operator = toolhost::sandbox::SandboxSettings::default();
     let host = host_with(dir.path(), fake.clone(), operator, Some("default"))
         .await
-        .expect("0.3.0 and 0.4.0 components load in one host");
+        .expect("0.3.0 and 0.5.0 components load in one host");
     let run = host
         .tools()
         .into_iter()
@@ -530,6 +531,47 @@ async fn a_0_3_0_component_works_beside_0_4_0_ones() {
     assert_eq!(result["log"], "from the 0.3.0 contract\n", "{result}");
     assert_eq!(result["left_running"][0]["pid"], 7, "{result}");
     assert_eq!(result["left_running"][0]["command"], "server", "{result}");
+}
+
+#[tokio::test]
+async fn a_0_4_0_component_works_beside_0_5_0_ones() {
+    let dir = tempfile::tempdir().expect("dir");
+    let bytes = std::fs::read(tools_0_4_0_component()).expect("fixture");
+    install(dir.path(), "frozen", &bytes, None);
+    let host = host_with(
+        dir.path(),
+        FakeProcesses::new(),
+        toolhost::sandbox::SandboxSettings::default(),
+        Some("default"),
+    )
+    .await
+    .expect("0.4.0 and 0.5.0 components load in one host");
+    assert!(host.tools().iter().any(|t| t.name == "execute"));
+    // Its content items and its progress reach the caller as a 0.5.0 component's do.
+    let output = host
+        .call("s", "test_image_content", "{}")
+        .output()
+        .await
+        .expect("a 0.4.0 tool's result");
+    assert!(
+        matches!(&output.content[..], [toolhost::ContentItem::Image { mime_type, .. }] if mime_type == "image/png"),
+        "{output:?}"
+    );
+    let progress = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = progress.clone();
+    let options = toolhost::CallOptions {
+        progress: Some(std::sync::Arc::new(move |p: toolhost::Progress| {
+            seen.lock().expect("lock").push(p.progress)
+        })),
+        tool_progress_only: true,
+        ..Default::default()
+    };
+    host.call("s", "test_tool_with_progress", "{}")
+        .options(options)
+        .output()
+        .await
+        .expect("progress");
+    assert_eq!(*progress.lock().expect("lock"), [0.0, 50.0, 100.0]);
 }
 
 /// The same 0.2.0 component on the real process manager: its command runs, and what it reads

@@ -39,8 +39,15 @@ pub fn policy_0_3_0_component() -> PathBuf {
     component("policy_0_3_0")
 }
 
+/// The tools-0-4-0 fixture (`guest-tools/fixtures/tools-0-4-0`): a tool plugin built against
+/// the frozen `toolhost:plugin@0.4.0`, with content items, progress and log lines.
+pub fn tools_0_4_0_component() -> PathBuf {
+    component("tools_0_4_0")
+}
+
 /// The conformance fixture (`guest-tools/fixtures/conformance-tools`): the MCP conformance
-/// suite's fixture tools, with content items, progress and log lines (WIT 0.4.0).
+/// suite's fixture tools, with content items, progress and log lines (WIT 0.4.0), and tools
+/// that ask their client first (WIT 0.5.0).
 pub fn conformance_tools_component() -> PathBuf {
     component("conformance_tools")
 }

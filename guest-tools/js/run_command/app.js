@@ -6,7 +6,7 @@
 // (`npm run build`, see README.md). The host makes a fresh instance for every call, so nothing
 // here keeps state between calls.
 
-import { start, wait, sendSignal } from "toolhost:plugin/process@0.4.0";
+import { start, wait, sendSignal } from "toolhost:plugin/process@0.5.0";
 
 /** The tool's name. */
 const NAME = "run_command_run";
@@ -121,6 +121,7 @@ export const tool = {
       throw `the command could not run: ${described(error)}`;
     }
     const result = { exit_code: output.exitCode ?? null, output: output.text, timed_out: timedOut };
-    return { output: JSON.stringify(result), fullOutput: [], content: [] };
+    const done = { output: JSON.stringify(result), fullOutput: [], content: [] };
+    return { tag: "done", val: done };
   },
 };

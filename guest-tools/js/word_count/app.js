@@ -95,6 +95,7 @@ export const tool = {
       throw `unknown tool ${JSON.stringify(name)}: this plugin offers only ${NAME}`;
     }
     const text = textArgument(args);
-    return { output: JSON.stringify(count(text)), fullOutput: [], content: [] };
+    const done = { output: JSON.stringify(count(text)), fullOutput: [], content: [] };
+    return { tag: "done", val: done };
   },
 };

@@ -112,4 +112,5 @@ class Tool(exports.Tool):
         except Err as error:
             raise Err(f"the command could not run: {described(error.value)}")
         result = {"exit_code": output.exit_code, "output": output.text, "timed_out": timed_out}
-        return tool.CallResult(output=json.dumps(result), full_output=[], content=[])
+        done = tool.CallResult(output=json.dumps(result), full_output=[], content=[])
+        return tool.CallOutcome_Done(done)

@@ -87,4 +87,5 @@ class Tool(exports.Tool):
         if name != NAME:
             raise Err(f"unknown tool {name!r}: this plugin offers only {NAME}")
         text = text_argument(arguments)
-        return tool.CallResult(output=json.dumps(count(text)), full_output=[], content=[])
+        done = tool.CallResult(output=json.dumps(count(text)), full_output=[], content=[])
+        return tool.CallOutcome_Done(done)

@@ -76,6 +76,19 @@ pub(crate) struct Cli {
     #[arg(long, value_name = "N", default_value_t = toolhost::DEFAULT_MAX_CALLS_PER_SESSION as u32, global = true, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_calls_per_session: u32,
 
+    /// Whether tools may ask the person before a step: `never` (every call is told nobody
+    /// can be asked; the guarded policy refuses what its rules match) or `risky` (tools may
+    /// ask an MCP client that shows forms: the guarded policy asks before a command its rules
+    /// match instead of refusing it). See docs/mcp.md, "Asking the person".
+    #[arg(long, value_name = "never|risky", default_value = "never", value_parser = ["never", "risky"], global = true)]
+    pub(crate) ask: String,
+
+    /// How long one round of a tool's questions waits for the person's replies; a question
+    /// left unanswered then gets the reply "timed out" (and a 2026-07-28 client's retry with
+    /// the answers is refused after it).
+    #[arg(long, value_name = "DURATION", default_value = "10m", global = true)]
+    pub(crate) ask_timeout: humantime::Duration,
+
     /// The workspace: default working directory of processes, and the directory confined
     /// commands may write, for every session (default: the current directory, unless it is
     /// `/`; then a session chooses its own under --workspaces-under).

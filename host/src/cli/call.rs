@@ -31,6 +31,10 @@ pub(crate) async fn call(cli: &Cli, tool: &str, arguments: &str, scope: &str) ->
             );
             eprintln!("toolhost: {}", printable(&one_line(&text)));
         })),
+        asking: toolhost::ask::Asking::nobody(
+            "`toolhost call` has nobody to ask (call the tool through an MCP client that shows \
+             forms)",
+        ),
         ..CallOptions::default()
     };
     let outcome = tokio::select! {

@@ -78,7 +78,13 @@ pub(crate) async fn build_host_with(cli: &Cli, shares: Option<Shares>) -> Result
     builder = builder
         .process_config(config)
         .max_calls_total(cli.max_calls_total as usize)
-        .max_calls_per_session(cli.max_calls_per_session as usize);
+        .max_calls_per_session(cli.max_calls_per_session as usize)
+        .ask_mode(if cli.ask == "risky" {
+            toolhost::ask::AskMode::Risky
+        } else {
+            toolhost::ask::AskMode::Never
+        })
+        .ask_timeout(cli.ask_timeout.into());
     // A server runs long: pick up plugin changes (and tell MCP clients about them).
     let serving = matches!(cli.command, Command::Serve(_));
     // A server answers `initialize` before a new interpreter plugin's first compile; a

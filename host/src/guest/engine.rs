@@ -7,7 +7,7 @@ use super::cache::ComponentCache;
 use super::errors::EngineError;
 use super::state::CallState;
 use super::wit::latest::ShellTools;
-use super::wit::{v0_1_0, v0_2_0, v0_3_0};
+use super::wit::{v0_1_0, v0_2_0, v0_3_0, v0_4_0};
 use crate::process::ProcessBackend;
 use crate::sandbox::SandboxSettings;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,6 +35,8 @@ pub(crate) struct Loader {
     pub(crate) sandbox: Arc<SandboxSettings>,
     /// Advances the engine's epoch while a guest runs.
     pub(crate) ticker: Arc<EpochTicker>,
+    /// What the people of every scope allowed "from now on" (`approvals`).
+    pub(crate) approvals: Arc<crate::ask::approvals::Approvals>,
 }
 
 impl Loader {
@@ -57,8 +59,10 @@ impl Loader {
         let mut linker: Linker<CallState> = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_error)?;
         ShellTools::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).map_err(engine_error)?;
-        // The frozen 0.3.0, 0.2.0 and 0.1.0 imports, beside the current ones (their names
-        // carry the version).
+        // The frozen 0.4.0, 0.3.0, 0.2.0 and 0.1.0 imports, beside the current ones (their
+        // names carry the version).
+        v0_4_0::ShellTools::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
+            .map_err(engine_error)?;
         v0_3_0::ShellTools::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
             .map_err(engine_error)?;
         v0_2_0::ShellTools::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
@@ -74,6 +78,7 @@ impl Loader {
             cache,
             sandbox: Arc::new(sandbox),
             ticker,
+            approvals: Arc::default(),
         })
     }
 }

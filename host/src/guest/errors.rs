@@ -38,8 +38,8 @@ pub enum LoadError {
     BadTools { plugin: String, reason: String },
 }
 
-/// The versions this host serves, for a message: `toolhost:plugin@0.4.0, @0.3.0, @0.2.0 and
-/// @0.1.0`.
+/// The versions this host serves, for a message: `toolhost:plugin@0.5.0, @0.4.0, @0.3.0,
+/// @0.2.0 and @0.1.0`.
 fn served_versions() -> String {
     let mut text = String::new();
     for (i, version) in WIT_VERSIONS.iter().enumerate() {
@@ -63,6 +63,10 @@ pub enum CallError {
     /// model.
     #[error("{0}")]
     Tool(String),
+    /// A retried call's replies to the tool's questions are unusable: not replies at all, or
+    /// with a request state this host did not give for this call. Nothing of the call ran.
+    #[error("not run: {0}")]
+    Answers(String),
     /// The guest ran into one of its plugin's limits and was stopped; the host is unaffected.
     #[error("plugin `{plugin}` failed: {limit}")]
     Limit {

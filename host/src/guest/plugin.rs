@@ -1,7 +1,7 @@
 //! One loaded guest component: compiled once (through the on-disk cache), checked against its
 //! grants and the WIT version, pre-linked once, and instantiated afresh in its own limited
-//! [`Store`] for every call. Components of the current contract (0.4.0) and of the frozen
-//! 0.3.0, 0.2.0 and 0.1.0 are served side by side ([`Pre`]).
+//! [`Store`] for every call. Components of the current contract (0.5.0) and of the frozen
+//! 0.4.0, 0.3.0, 0.2.0 and 0.1.0 are served side by side ([`Pre`]).
 
 use super::cache;
 use super::content;
@@ -10,11 +10,13 @@ use super::errors::{CallError, LimitExceeded, LoadError};
 use super::limits::{CallLimits, Grants};
 use super::state::{CallOptions, CallOutput, CallState, Metered, ProcessGrant};
 use super::wit::latest::{
-    CallContext, ShellTools, ShellToolsPre, ToolDefinition, WIT_VERSION, wit_sandbox,
+    CallContext, ShellTools, ShellToolsPre, ToolDefinition, WIT_VERSION, wit_sandbox, wit_tool,
 };
-use super::wit::{self, WIT_PACKAGE, v0_1_0, v0_2_0, v0_3_0};
+use super::wit::{self, WIT_PACKAGE, v0_1_0, v0_2_0, v0_3_0, v0_4_0};
+use crate::ask::{self, approvals::Approvals};
 use crate::sandbox;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 use wasmtime::{Store, UpdateDeadline};
 
@@ -25,7 +27,8 @@ const LOAD_WALL_TIME: Duration = Duration::from_secs(10);
 /// limit), or for a tool call.
 enum Phase {
     Load,
-    Call(CallOptions),
+    /// A round of a call, with the answers it got as the record shows them.
+    Call(Box<CallOptions>, Vec<(String, String)>),
 }
 
 /// What the registry hands in to load a plugin.
@@ -46,11 +49,21 @@ pub(crate) struct PluginSource<'a> {
     pub(crate) config: String,
 }
 
+/// How one round of a call ended, before the host asks anything.
+pub(crate) enum Outcome {
+    /// With a result.
+    Done(CallOutput),
+    /// With questions, checked against [`ask::check`]'s bounds.
+    NeedsInput(ask::NeedsInput),
+}
+
 /// A component pre-linked against the contract version it was built for.
 #[derive(Clone)]
 enum Pre {
-    /// `toolhost:plugin@0.4.0`.
+    /// `toolhost:plugin@0.5.0`.
     Current(ShellToolsPre<CallState>),
+    /// `toolhost:plugin@0.4.0`: it never asks, and gets no `approvals`.
+    V0_4_0(v0_4_0::ShellToolsPre<CallState>),
     /// `toolhost:plugin@0.3.0`: its results are JSON text alone, and it reports nothing
     /// during a call.
     V0_3_0(v0_3_0::ShellToolsPre<CallState>),
@@ -64,6 +77,7 @@ enum Pre {
 /// One instance of a component, of any served version.
 enum Instance {
     Current(ShellTools),
+    V0_4_0(v0_4_0::ShellTools),
     V0_3_0(v0_3_0::ShellTools),
     V0_2_0(v0_2_0::ShellTools),
     V0_1_0(v0_1_0::ShellTools),
@@ -73,6 +87,7 @@ impl Pre {
     fn engine(&self) -> &wasmtime::Engine {
         match self {
             Pre::Current(pre) => pre.engine(),
+            Pre::V0_4_0(pre) => pre.engine(),
             Pre::V0_3_0(pre) => pre.engine(),
             Pre::V0_2_0(pre) => pre.engine(),
             Pre::V0_1_0(pre) => pre.engine(),
@@ -82,6 +97,7 @@ impl Pre {
     async fn instantiate(&self, store: &mut Store<CallState>) -> wasmtime::Result<Instance> {
         Ok(match self {
             Pre::Current(pre) => Instance::Current(pre.instantiate_async(store).await?),
+            Pre::V0_4_0(pre) => Instance::V0_4_0(pre.instantiate_async(store).await?),
             Pre::V0_3_0(pre) => Instance::V0_3_0(pre.instantiate_async(store).await?),
             Pre::V0_2_0(pre) => Instance::V0_2_0(pre.instantiate_async(store).await?),
             Pre::V0_1_0(pre) => Instance::V0_1_0(pre.instantiate_async(store).await?),
@@ -103,6 +119,11 @@ impl Instance {
                     .call_tools(store, config, settings)
                     .await
             }
+            Instance::V0_4_0(instance) => Ok(instance
+                .toolhost_plugin_tool()
+                .call_tools(store, config, &settings.clone().into())
+                .await?
+                .map(|tools| tools.into_iter().map(Into::into).collect())),
             Instance::V0_3_0(instance) => Ok(instance
                 .toolhost_plugin_tool()
                 .call_tools(store, config, &settings.clone().into())
@@ -127,36 +148,57 @@ impl Instance {
         tool: &str,
         arguments: &str,
         context: &CallContext,
-    ) -> wasmtime::Result<Result<CallOutput, String>> {
+    ) -> wasmtime::Result<Result<Outcome, String>> {
+        let done = |text, full_output, content| {
+            Outcome::Done(CallOutput {
+                text,
+                full_output,
+                content,
+                needs_input: None,
+            })
+        };
         match self {
             Instance::Current(instance) => Ok(instance
                 .toolhost_plugin_tool()
                 .call_call(store, tool, arguments, context)
                 .await?
-                .and_then(|result| {
-                    Ok(CallOutput {
-                        text: result.output,
-                        full_output: result.full_output,
-                        content: content::from_guest(result.content)?,
-                    })
+                .and_then(|outcome| match outcome {
+                    wit_tool::CallOutcome::Done(result) => Ok(done(
+                        result.output,
+                        result.full_output,
+                        content::from_guest(result.content)?,
+                    )),
+                    wit_tool::CallOutcome::NeedsInput(needs) => {
+                        let needs = ask::NeedsInput::from(needs);
+                        ask::check::needs_input(&needs).map_err(|e| e.to_string())?;
+                        Ok(Outcome::NeedsInput(needs))
+                    }
+                })),
+            Instance::V0_4_0(instance) => Ok(instance
+                .toolhost_plugin_tool()
+                .call_call(store, tool, arguments, &context.clone().into())
+                .await?
+                .and_then(|result: v0_4_0::CallResult| {
+                    let items = result.content.into_iter().map(Into::into).collect();
+                    Ok(done(
+                        result.output,
+                        result.full_output,
+                        content::from_guest(items)?,
+                    ))
                 })),
             Instance::V0_3_0(instance) => Ok(instance
                 .toolhost_plugin_tool()
                 .call_call(store, tool, arguments, &context.clone().into())
                 .await?
-                .map(|result: v0_3_0::CallResult| CallOutput {
-                    text: result.output,
-                    full_output: result.full_output,
-                    content: Vec::new(),
+                .map(|result: v0_3_0::CallResult| {
+                    done(result.output, result.full_output, Vec::new())
                 })),
             Instance::V0_2_0(instance) => Ok(instance
                 .toolhost_plugin_tool()
                 .call_call(store, tool, arguments, &context.clone().into())
                 .await?
-                .map(|result: v0_2_0::CallResult| CallOutput {
-                    text: result.output,
-                    full_output: result.full_output,
-                    content: Vec::new(),
+                .map(|result: v0_2_0::CallResult| {
+                    done(result.output, result.full_output, Vec::new())
                 })),
             Instance::V0_1_0(instance) => {
                 let context = v0_1_0::OldCallContext {
@@ -167,11 +209,7 @@ impl Instance {
                     .toolhost_plugin_tool()
                     .call_call(store, tool, arguments, &context)
                     .await?
-                    .map(|text| CallOutput {
-                        text,
-                        full_output: Vec::new(),
-                        content: Vec::new(),
-                    }))
+                    .map(|text| done(text, Vec::new(), Vec::new())))
             }
         }
     }
@@ -235,7 +273,9 @@ pub(crate) struct Plugin {
     settings: wit_sandbox::Settings,
     grant: Option<ProcessGrant>,
     /// The engine's epoch ticker, told when a call runs.
-    ticker: std::sync::Arc<EpochTicker>,
+    ticker: Arc<EpochTicker>,
+    /// The host's keys of "from now on" answers (`approvals`).
+    approvals: Arc<Approvals>,
 }
 
 impl std::fmt::Debug for Plugin {
@@ -293,6 +333,9 @@ impl Plugin {
             .map_err(link_error)?;
         let pre = match version.as_str() {
             WIT_VERSION => Pre::Current(ShellToolsPre::new(pre).map_err(link_error)?),
+            v0_4_0::WIT_VERSION => {
+                Pre::V0_4_0(v0_4_0::ShellToolsPre::new(pre).map_err(link_error)?)
+            }
             v0_3_0::WIT_VERSION => {
                 Pre::V0_3_0(v0_3_0::ShellToolsPre::new(pre).map_err(link_error)?)
             }
@@ -322,6 +365,7 @@ impl Plugin {
             settings,
             grant,
             ticker: loader.ticker.clone(),
+            approvals: loader.approvals.clone(),
         };
         // The list this component gave for this configuration before, when the cache has it.
         let tools_file = compiled.cached.as_deref().map(|cwasm| {
@@ -432,23 +476,48 @@ impl Plugin {
         Ok(tools)
     }
 
-    /// Call tool `tool` with `arguments` (JSON text) in `scope`.
+    /// One round of a call of tool `tool` with `arguments` (JSON text) in `scope`: the tool
+    /// gets `options.asking` and `answers` (the replies to its last round's questions).
     pub(crate) async fn call(
         &self,
         scope: &str,
         tool: &str,
         arguments: &str,
         options: CallOptions,
-    ) -> Result<CallOutput, CallError> {
+        answers: Option<ask::Answers>,
+    ) -> Result<Outcome, CallError> {
+        let answered = answers
+            .as_ref()
+            .map(|answers| {
+                let word = |reply: &ask::Reply| {
+                    if answers.checked {
+                        reply.summary().to_owned()
+                    } else {
+                        format!("{} (unchecked)", reply.summary())
+                    }
+                };
+                answers
+                    .replies
+                    .iter()
+                    .map(|answer| (answer.key.clone(), word(&answer.reply)))
+                    .collect()
+            })
+            .unwrap_or_default();
         let context = CallContext {
             scope: scope.to_string(),
             config: self.config.clone(),
+            asking: (&options.asking).into(),
+            answers: answers.map(Into::into),
         };
         let tool = tool.to_string();
         let arguments = arguments.to_string();
-        self.run(scope, Phase::Call(options), move |instance, store| {
-            Box::pin(async move { instance.call(store, &tool, &arguments, &context).await })
-        })
+        self.run(
+            scope,
+            Phase::Call(Box::new(options), answered),
+            move |instance, store| {
+                Box::pin(async move { instance.call(store, &tool, &arguments, &context).await })
+            },
+        )
         .await?
         .map_err(CallError::Tool)
     }
@@ -467,18 +536,23 @@ impl Plugin {
         > + Send,
     ) -> Result<Result<R, String>, CallError> {
         let mut limits = self.limits;
-        let (grant, options) = match phase {
+        let (grant, options, answered, approvals) = match phase {
             // Listing tools needs no processes, and must not stall a (re)load.
             Phase::Load => {
                 limits.wall_time = limits.wall_time.min(LOAD_WALL_TIME);
-                (None, CallOptions::default())
+                (None, CallOptions::default(), Vec::new(), None)
             }
-            Phase::Call(options) => (self.grant.clone(), options),
+            Phase::Call(options, answered) => (
+                self.grant.clone(),
+                *options,
+                answered,
+                Some(self.approvals.clone()),
+            ),
         };
-        let mut store = Store::new(
-            self.pre.engine(),
-            CallState::new(&self.name, scope, &limits, grant, options),
-        );
+        let mut state = CallState::new(&self.name, scope, &limits, grant, options);
+        state.approvals = approvals;
+        state.answered = answered;
+        let mut store = Store::new(self.pre.engine(), state);
         store.limiter(|state| &mut state.limiter);
         store.set_epoch_deadline(1);
         let cpu = limits.cpu_time;

@@ -129,6 +129,33 @@ pub struct CallOutput {
     pub full_output: Vec<String>,
     /// Content besides `text`, in order (plugins of WIT 0.4.0 and later).
     pub content: Vec<ContentItem>,
+    /// The tool's questions, when the call cannot finish without answers and the caller
+    /// relays them itself (a call without [`CallOptions::asker`] whose
+    /// [`CallOptions::asking`] can ask something): `text` and `content` are empty then. The
+    /// caller asks them and calls again with [`CallOptions::answers`].
+    pub needs_input: Option<Relay>,
+}
+
+/// Questions a caller relays: the tool's questions it can ask, and the host's signed record of
+/// them to hand back with the replies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Relay {
+    /// The questions to ask (each of a kind [`CallOptions::asking`] allows).
+    pub questions: Vec<crate::ask::Question>,
+    /// The host's signed record of this round ([`crate::ask::seal`]): the caller hands it back
+    /// unchanged with the replies ([`Resume::sealed`]).
+    pub sealed: String,
+}
+
+/// The replies to a call's relayed questions, for its retry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resume {
+    /// The replies by key, as the client gave them (JSON: an elicitation, sampling or roots
+    /// result); the host reads each as its question asked.
+    pub replies: Vec<(String, serde_json::Value)>,
+    /// The signed record the host gave with the questions ([`Relay::sealed`]); `None`: the
+    /// client sent replies without one, and the tool gets them unchecked.
+    pub sealed: Option<String>,
 }
 
 /// Per-call options from the caller (an MCP session, the library user).
@@ -151,6 +178,17 @@ pub struct CallOptions {
     /// The caller waits for the result however long it takes (an MCP task): the policy need
     /// not hand a command over to the background at its timeout (`process.waits-for-exit`).
     pub waits_for_exit: bool,
+    /// Whom the call may ask (WIT 0.5.0 `call-context.asking`). Default: nobody. The host's
+    /// [`crate::ask::AskMode::Never`] makes it nobody whatever the caller says.
+    pub asking: crate::ask::Asking,
+    /// Asks the tool's questions within the call. Absent while [`Self::asking`] can ask
+    /// something: the questions are the call's output ([`CallOutput::needs_input`]).
+    pub asker: Option<Arc<dyn crate::ask::Asker>>,
+    /// The replies to the questions this call's earlier round relayed.
+    pub resume: Option<Resume>,
+    /// How long one round of questions may wait for its replies. Absent: the host's
+    /// (`--ask-timeout`, by default [`crate::ask::DEFAULT_ASK_TIMEOUT`]).
+    pub ask_timeout: Option<Duration>,
 }
 
 /// Store data of one call: a fresh one per call, dropped with the instance.
@@ -167,6 +205,12 @@ pub(crate) struct CallState {
     pub(super) options: CallOptions,
     /// What the tool reported so far (`report`).
     pub(super) reports: Reports,
+    /// Where the plugin's "from now on" keys are kept (`approvals`); absent when loaded
+    /// without them (a tool listing).
+    pub(super) approvals: Option<Arc<crate::ask::approvals::Approvals>>,
+    /// The answers this round of the call got, as the record of its commands shows them: the
+    /// key and the reply in a word, never a value.
+    pub(super) answered: Vec<(String, String)>,
 }
 
 impl CallState {
@@ -200,6 +244,8 @@ impl CallState {
             stderr,
             options,
             reports: Reports::new(plugin),
+            approvals: None,
+            answered: Vec::new(),
         }
     }
 

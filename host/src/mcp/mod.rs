@@ -7,6 +7,7 @@
 //! with `isError: true`, an unknown tool name a protocol error. Every request with an id gets
 //! an answer, also a malformed one (see `stdio` for the line framing).
 
+mod asking;
 pub mod http;
 mod jsonrpc;
 pub mod logging;

@@ -45,6 +45,10 @@ pub(super) fn call_result(
         ) => Ok(CallToolResult::error(vec![ContentBlock::text(
             error.to_string(),
         )])),
+        // A retry whose replies or request state are unusable: the client's request is.
+        Err(error @ CallError::Answers(_)) => {
+            Err(ErrorData::invalid_params(error.to_string(), None))
+        }
         // A permit of another scope: the server's own mistake, not the client's.
         Err(error @ CallError::ForeignPermit { .. }) => {
             Err(ErrorData::internal_error(error.to_string(), None))

@@ -8,7 +8,7 @@
 use super::logging::SessionLog;
 use super::results::call_result;
 use super::scope::{NamedScopes, PeerAddress, Principal, ScopeRef};
-use super::{resources, tasks};
+use super::{asking, resources, tasks};
 use crate::{CallOptions, Progress, ProgressSink, ToolHost, ToolInfo};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, CustomRequest,
@@ -206,6 +206,7 @@ impl ToolServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let resume = asking::resume(&request);
         let arguments = match request.arguments {
             Some(object) => serde_json::Value::Object(object).to_string(),
             None => "{}".to_string(),
@@ -250,6 +251,17 @@ impl ToolServer {
                 forwarders.push(forwarder);
                 sink
             });
+        // 2025-era sessions are asked within the call; 2026-07-28 clients relay the questions
+        // and retry (see `asking`).
+        let asking = asking::asking(&context);
+        let sessionless = context
+            .protocol_version()
+            .is_some_and(|version| !version.has_initialize());
+        let asker = (!sessionless && !asking.can.is_empty()).then(|| {
+            Arc::new(asking::PeerAsker {
+                peer: context.peer.clone(),
+            }) as Arc<dyn crate::ask::Asker>
+        });
         let options = CallOptions {
             progress,
             log,
@@ -257,6 +269,10 @@ impl ToolServer {
             waits_for_exit: false,
             tool_progress_only: false,
             principal: principal.map(str::to_owned),
+            asking,
+            asker,
+            resume,
+            ask_timeout: None,
         };
         let outcome = self
             .session
@@ -274,6 +290,13 @@ impl ToolServer {
             }
         };
         let _ = tokio::time::timeout(PROGRESS_FLUSH, flushed).await;
+        if let Ok(output) = &outcome
+            && let Some(relay) = &output.needs_input
+        {
+            return Ok(CallToolResponse::InputRequired(asking::input_required(
+                relay.clone(),
+            )));
+        }
         call_result(&self.session.host, &scope.name, outcome).map(Into::into)
     }
 

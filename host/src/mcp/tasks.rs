@@ -86,6 +86,11 @@ pub(super) fn spawn(
                 waits_for_exit: true,
                 tool_progress_only: false,
                 principal,
+                // A call run as a task asks nobody (see docs/mcp.md, "Asking the person").
+                asking: crate::ask::Asking::nobody(
+                    "the call runs as an MCP task, and a task's calls ask nobody here",
+                ),
+                ..CallOptions::default()
             };
             let outcome = host
                 .call(&scope.name, &tool, &arguments)

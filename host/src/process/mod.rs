@@ -50,6 +50,9 @@ pub struct Origin {
     pub plugin: Option<String>,
     /// The principal.
     pub principal: Option<String>,
+    /// The answers the person gave in the call that started it, before it: each question's
+    /// key and the reply in a word or two (`accepted`, `declined`, ...), never a value given.
+    pub answers: Vec<(String, String)>,
 }
 
 /// What a command reads as its input.

@@ -321,6 +321,32 @@ fn download_into_shell(c: &Command) -> bool {
     }) || (c.text.contains("<(curl") || c.text.contains("<(wget"))
 }
 
+/// A `git push` that may overwrite the remote's history: `--force`, `-f` (also in a group
+/// such as `-uf`), `--force-with-lease`, `--force-if-includes`, or a refspec with a leading
+/// `+`.
+fn force_push(c: &Command) -> bool {
+    c.invocations("git").any(|args| {
+        let Some(push) = args.iter().position(|a| a == "push") else {
+            return false;
+        };
+        args[push + 1..].iter().any(|arg| {
+            arg == "--force"
+                || arg.starts_with("--force-with-lease")
+                || arg == "--force-if-includes"
+                || (arg.starts_with('-') && !arg.starts_with("--") && arg.contains('f'))
+                || (arg.starts_with('+') && arg.len() > 1)
+        })
+    })
+}
+
+/// Refuses a `git push` that may overwrite the remote's history (`--force`, `-f`,
+/// `--force-with-lease`, a `+` refspec).
+pub const FORCE_PUSH: DenyRule = DenyRule {
+    name: "force-push",
+    reason: "a forced push overwrites the remote's history, and others' work with it",
+    matches: force_push,
+};
+
 /// Refuses `rm` with a recursive flag aimed at `/`, `/*`, `~`, `~/`, `$HOME`.
 pub const RECURSIVE_DELETE_ROOT: DenyRule = DenyRule {
     name: "recursive-delete-root",
@@ -372,6 +398,7 @@ pub const GUARDED_RULES: &[DenyRule] = &[
     FORK_BOMB,
     POWER_OFF,
     DOWNLOAD_INTO_SHELL,
+    FORCE_PUSH,
 ];
 
 // The rule table is tested end to end through the guarded policy component, inside the real
@@ -409,6 +436,28 @@ mod tests {
             "chroot / rm -rf /",
         ] {
             assert_eq!(refused(command), Some("recursive-delete-root"), "{command}");
+        }
+    }
+
+    #[test]
+    fn forced_pushes_are_refused_and_plain_ones_pass() {
+        for command in [
+            "git push --force",
+            "git push -f origin main",
+            "cd repo && git -C sub push -uf origin main",
+            "git push --force-with-lease=main origin main",
+            "git push origin +main",
+            "/usr/bin/git push --force-if-includes",
+        ] {
+            assert_eq!(refused(command), Some("force-push"), "{command}");
+        }
+        for command in [
+            "git push",
+            "git push origin main",
+            "git fetch --force",
+            "git push -u origin main",
+        ] {
+            assert_eq!(refused(command), None, "{command}");
         }
     }
 

@@ -291,6 +291,7 @@ pub(crate) fn run(
     policy: &Policy,
     settings: &Settings,
     args: &str,
+    cx: &crate::CallContext,
 ) -> Result<crate::Reply, String> {
     let args = Args::parse(args, ARGS)?;
     let command = args.required_string("command")?;
@@ -300,14 +301,11 @@ pub(crate) fn run(
     let stdin = crate::interactive::stdin_mode(&args)?;
 
     if let Some(rule) = deny::check(policy.deny, command) {
-        return Err(fill(
-            policy.texts.refusal,
-            &[
-                ("policy", policy.name),
-                ("rule", rule.name),
-                ("reason", rule.reason),
-            ],
-        ));
+        match crate::approval::decide(policy, rule, command, cx) {
+            crate::approval::Decision::Run => {}
+            crate::approval::Decision::Ask(questions) => return Ok(crate::Reply::ask(questions)),
+            crate::approval::Decision::Refuse(message) => return Err(message),
+        }
     }
 
     let plan = plan(command, background);

@@ -5,7 +5,7 @@
 //!
 //! A policy is a WebAssembly component (`wasm32-wasip2`) that exports the
 //! `toolhost:plugin/tool` interface of the host's WIT contract (`wit/toolhost.wit` in this
-//! crate, `toolhost:plugin@0.4.0`). With this crate a policy crate is a `cdylib` with a
+//! crate, `toolhost:plugin@0.5.0`). With this crate a policy crate is a `cdylib` with a
 //! [`Policy`] constant and one [`export!`] line:
 //!
 //! ```
@@ -42,6 +42,8 @@
 //!     tools: &[POLICY_NAME],
 //!     texts: Texts {
 //!         refusal: "the {policy} policy does not run this ({reason}): ask the user to do it",
+//!         // Nothing added when nobody can be asked first (see `Texts::nobody_to_ask`).
+//!         nobody_to_ask: "",
 //!         ..Texts::STANDARD
 //!     },
 //!     ..Policy::new("no-push")
@@ -50,13 +52,25 @@
 //! toolhost_policy::export!(POLICY);
 //!
 //! // Refusals and tools of your own need no host: test them natively with `call`.
-//! let cx = toolhost_policy::CallContext { scope: "test".into(), config: "{}".into() };
+//! let cx = toolhost_policy::CallContext {
+//!     scope: "test".into(),
+//!     config: "{}".into(),
+//!     asking: toolhost_policy::Asking {
+//!         can: toolhost_policy::CanAsk::empty(),
+//!         unavailable: Some("nobody is here".into()),
+//!     },
+//!     answers: None,
+//! };
 //! let refused = toolhost_policy::call(&POLICY, "execute", r#"{"command":"git push"}"#, &cx);
 //! assert_eq!(
 //!     refused.err().as_deref(),
 //!     Some("the no-push policy does not run this (pushing is for the user): ask the user to do it")
 //! );
-//! let named = toolhost_policy::call(&POLICY, "policy_name", "{}", &cx).unwrap();
+//! let toolhost_policy::CallOutcome::Done(named) =
+//!     toolhost_policy::call(&POLICY, "policy_name", "{}", &cx).unwrap()
+//! else {
+//!     panic!("a tool of its own asks nothing")
+//! };
 //! assert_eq!(named.output, r#"{"policy":"no-push"}"#);
 //! ```
 //!
@@ -100,6 +114,7 @@
 
 #![deny(missing_docs)]
 
+mod approval;
 mod args;
 pub mod deny;
 mod execute;
@@ -126,7 +141,9 @@ mod bindings {
 
 pub use bindings::{export_policy, exports, toolhost};
 
-pub use exports::toolhost::plugin::tool::{CallContext, CallResult, ToolDefinition};
+pub use exports::toolhost::plugin::tool::{
+    Answers, Asking, CallContext, CallOutcome, CallResult, CanAsk, NeedsInput, ToolDefinition,
+};
 pub use toolhost::plugin::sandbox::Settings as SandboxSettings;
 pub use toolhost::plugin::sandbox::{Mode, Network};
 
@@ -303,7 +320,7 @@ pub fn call(
     name: &str,
     args: &str,
     cx: &CallContext,
-) -> Result<CallResult, String> {
+) -> Result<CallOutcome, String> {
     let settings = Settings::from_config(&policy.settings, &cx.config)?;
     let reply = if let Some(tool) = policy.tools.iter().find(|t| t.name == name) {
         (tool.run)(&ToolCall {
@@ -315,7 +332,7 @@ pub fn call(
         })?
     } else {
         match name {
-            "execute" => execute::run(policy, &settings, args)?,
+            "execute" => execute::run(policy, &settings, args, cx)?,
             "process_output" => process_tools::output(&settings, args)?,
             "process_input" => interactive::input(&settings, args)?,
             "process_list" => process_tools::list(&settings, args)?.into(),
@@ -334,12 +351,7 @@ pub fn call(
             }
         }
     };
-    let (output, full_output, content) = reply.into_parts();
-    Ok(CallResult {
-        output,
-        full_output,
-        content,
-    })
+    Ok(reply.into_outcome())
 }
 
 /// Make `policy` (a [`Policy`] constant) the component's exported `tool` interface: its tools
@@ -371,7 +383,7 @@ macro_rules! export {
                 name: ::std::string::String,
                 arguments: ::std::string::String,
                 context: $crate::CallContext,
-            ) -> ::std::result::Result<$crate::CallResult, ::std::string::String> {
+            ) -> ::std::result::Result<$crate::CallOutcome, ::std::string::String> {
                 $crate::call(&$policy, &name, &arguments, &context)
             }
         }

@@ -28,6 +28,19 @@ fn cx(config: &str) -> CallContext {
     CallContext {
         scope: "test".into(),
         config: config.into(),
+        asking: crate::Asking {
+            can: crate::CanAsk::empty(),
+            unavailable: Some("nobody is here".into()),
+        },
+        answers: None,
+    }
+}
+
+/// The result of a call that asked nothing.
+fn done(outcome: crate::CallOutcome) -> crate::CallResult {
+    match outcome {
+        crate::CallOutcome::Done(result) => result,
+        crate::CallOutcome::NeedsInput(_) => panic!("the call asked"),
     }
 }
 
@@ -127,13 +140,15 @@ fn tools_of_its_own_are_listed_and_called() {
     assert_eq!(echo.annotations.read_only, Some(true));
     assert_eq!(echo.output_schema.as_deref(), Some(r#"{"type":"object"}"#));
 
-    let result = call(
-        &POLICY,
-        "echo",
-        r#"{"text": "hi"}"#,
-        &cx(r#"{"max_timeout": "2m"}"#),
-    )
-    .unwrap();
+    let result = done(
+        call(
+            &POLICY,
+            "echo",
+            r#"{"text": "hi"}"#,
+            &cx(r#"{"max_timeout": "2m"}"#),
+        )
+        .unwrap(),
+    );
     let output: Value = serde_json::from_str(&result.output).unwrap();
     assert_eq!(
         output,
@@ -147,7 +162,7 @@ fn tools_of_its_own_are_listed_and_called() {
     );
 
     // The replacement answers for the standard tool.
-    let listed = call(&POLICY, "process_list", "", &cx("")).unwrap();
+    let listed = done(call(&POLICY, "process_list", "", &cx("")).unwrap());
     assert_eq!(listed.output, r#"{"processes":[]}"#);
     let unknown = call(&POLICY, "nope", "{}", &cx("")).err().unwrap();
     assert!(
@@ -213,12 +228,13 @@ fn deny_rules_refuse_before_anything_runs_in_the_policy_s_words() {
     };
     assert_eq!(
         execute(&STANDARD, "cd repo && sudo git -C . push --force"),
-        "refused by the mine policy, rule `git-push`: pushing is for the user. Nothing was run."
+        "refused by the mine policy, rule `git-push`: pushing is for the user. Nothing was run. \
+         The person could not be asked to allow it: nobody is here."
     );
     assert_eq!(
         execute(&STANDARD, ":(){ :|:& };:"),
         "refused by the mine policy, rule `fork-bomb`: a fork bomb exhausts the machine's \
-         processes. Nothing was run."
+         processes. Nothing was run. The person could not be asked to allow it: nobody is here."
     );
     let described = &tools(&STANDARD, "", &sandbox()).unwrap()[0].description;
     assert!(
@@ -234,13 +250,14 @@ fn deny_rules_refuse_before_anything_runs_in_the_policy_s_words() {
             refusal: "{policy} won't run that ({rule}: {reason})",
             deny_summary: "Never {reasons}.",
             execute_extra: "Ask the user to push for you ({policy}).",
+            nobody_to_ask: "; nobody was asked ({why})",
             ..Texts::STANDARD
         },
         ..STANDARD
     };
     assert_eq!(
         execute(&WORDED, "git push"),
-        "mine won't run that (git-push: pushing is for the user)"
+        "mine won't run that (git-push: pushing is for the user); nobody was asked (nobody is here)"
     );
     let described = &tools(&WORDED, "", &sandbox()).unwrap()[0].description;
     assert!(

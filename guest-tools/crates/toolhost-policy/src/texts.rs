@@ -29,6 +29,16 @@ pub struct Texts {
     /// Sentences added at the end of `execute`'s description (empty: none). Placeholder:
     /// `{policy}`.
     pub execute_extra: &'static str,
+    /// The question to the person before a command a deny rule matches, when the host lets
+    /// the policy ask (`--ask risky` and a client that shows forms). Placeholders:
+    /// `{policy}`, `{rule}`, `{reason}`, `{command}`.
+    pub ask: &'static str,
+    /// What the refusal adds when nobody could be asked. Placeholder: `{why}` (the host's
+    /// words for why not).
+    pub nobody_to_ask: &'static str,
+    /// What the refusal adds after the person's answer. Placeholder: `{answer}` (how they
+    /// answered, e.g. `declined`).
+    pub answered: &'static str,
 }
 
 impl Texts {
@@ -40,6 +50,10 @@ impl Texts {
                             timeout (at most {max_timeout}) or use run_in_background for long \
                             jobs.",
         execute_extra: "",
+        ask: "The agent wants to run this command:\n\n{command}\n\nThe {policy} policy \
+              refuses it unless you allow it (rule `{rule}`: {reason}). Run it?",
+        nobody_to_ask: " The person could not be asked to allow it: {why}.",
+        answered: " The person was asked and {answer}: do not retry it.",
     };
 }
 

@@ -3,7 +3,7 @@
 
 use crate::args::{Args, format_duration};
 use crate::exports::toolhost::plugin::tool::{
-    CallContext, Content, ToolAnnotations, ToolDefinition,
+    CallContext, CallOutcome, CallResult, Content, NeedsInput, ToolAnnotations, ToolDefinition,
 };
 use crate::{Policy, SandboxSettings, Settings};
 use serde_json::{Map, Value};
@@ -100,12 +100,14 @@ impl ToolCall<'_> {
 
 /// A tool's result: a JSON value (an object, for a tool with an output schema), the
 /// processes whose complete output it points the model to, and content items besides the
-/// JSON (images, sounds, resources: WIT 0.4.0 `tool.content`).
+/// JSON (images, sounds, resources: WIT 0.4.0 `tool.content`); or questions to ask first
+/// ([`Reply::ask`], WIT 0.5.0 `needs-input`).
 #[derive(Clone, Debug)]
 pub struct Reply {
     output: Value,
     full_output: Vec<String>,
     content: Vec<Content>,
+    needs_input: Option<NeedsInput>,
 }
 
 impl Reply {
@@ -115,7 +117,22 @@ impl Reply {
             output: output.into(),
             full_output: Vec::new(),
             content: Vec::new(),
+            needs_input: None,
         }
+    }
+
+    /// No result yet: the host asks `questions` (within the call, or through the client's
+    /// retry) and calls the tool again with the replies in `context.answers`.
+    pub fn ask(questions: NeedsInput) -> Reply {
+        Reply {
+            needs_input: Some(questions),
+            ..Reply::new(Value::Null)
+        }
+    }
+
+    /// The questions of a reply made with [`Reply::ask`].
+    pub fn needs_input(&self) -> Option<&NeedsInput> {
+        self.needs_input.as_ref()
     }
 
     /// Add a content item after the JSON: over MCP it follows the JSON's text item. The host
@@ -158,9 +175,16 @@ impl Reply {
         }
     }
 
-    /// The reply as the host wants it: the JSON text, the processes, the content items.
-    pub(crate) fn into_parts(self) -> (String, Vec<String>, Vec<Content>) {
-        (self.output.to_string(), self.full_output, self.content)
+    /// The reply as the host wants it: a result, or questions.
+    pub(crate) fn into_outcome(self) -> CallOutcome {
+        match self.needs_input {
+            Some(questions) => CallOutcome::NeedsInput(questions),
+            None => CallOutcome::Done(CallResult {
+                output: self.output.to_string(),
+                full_output: self.full_output,
+                content: self.content,
+            }),
+        }
     }
 }
 

@@ -84,9 +84,33 @@ pub struct Call {
     /// Its arguments (a table; default none).
     #[serde(default)]
     pub arguments: toml::Table,
+    /// The person's answers to the questions the tool asks during this call, by key. Absent:
+    /// nobody can be asked, and the tool is told so.
+    pub answers: Option<Vec<Answer>>,
     /// What must hold afterwards.
     #[serde(default)]
     pub expect: Expect,
+}
+
+/// A scripted reply to the question under `key`: `action` is `accept` (with `content`, the
+/// form's fields), `decline`, `cancel`, `timeout` (nobody answers), `sample` (with `text`, the
+/// model's completion) or `roots` (with `roots`, their URIs). A question without one times
+/// out.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Answer {
+    /// The question's key.
+    pub key: String,
+    /// How it is answered.
+    pub action: String,
+    /// An accepted form's fields.
+    #[serde(default)]
+    pub content: toml::Table,
+    /// A completion's text.
+    pub text: Option<String>,
+    /// The roots' URIs.
+    #[serde(default)]
+    pub roots: Vec<String>,
 }
 
 /// The expectations of a call.
@@ -114,6 +138,9 @@ pub struct Expect {
     pub progress: Option<Vec<toml::Value>>,
     /// The log lines the tool wrote, in order (`{ level = "info", message = "..." }`).
     pub logs: Option<Vec<toml::Value>>,
+    /// The questions the tool asked the scripted person, in order (`{ key = "approve", kind =
+    /// "form", message = "re:git push" }`; `kind` is `form`, `sample` or `roots`).
+    pub asked: Option<Vec<toml::Value>>,
 }
 
 /// A file that could not be read or is not a valid scenario file.

@@ -1,10 +1,11 @@
 //! Runs scenarios against a plugin component on the fake process capability.
 
-use super::file::{Call, Process, Scenario, ScenarioFile, duration};
+use super::file::{Answer, Call, Process, Scenario, ScenarioFile, duration};
 use super::matching::{differences, text_matches};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use toolhost::ask::{self, Answer as Given, Ask, Asker, Asking, CanAsk, Question, Reply, Root};
 use toolhost::process::Stdin;
 use toolhost::testing::{FakeProcesses, Script};
 use toolhost::{CallOptions, ContentItem, Progress, ResourceBody, ToolHost, ToolLog};
@@ -128,6 +129,7 @@ impl Runner {
             fake.push(script(process)?);
         }
         let host = ToolHost::builder()
+            .ask_mode(ask::AskMode::Risky)
             .bundled_policy(None)
             .plugin_dir(dir.path())
             .process_backend(fake.clone())
@@ -179,6 +181,30 @@ impl Runner {
                 tool_progress_only: true,
                 ..CallOptions::default()
             }
+        };
+        let person = call.answers.as_ref().map(|answers| {
+            Arc::new(ScriptedPerson {
+                answers: answers.clone(),
+                asked: Mutex::default(),
+            })
+        });
+        let options = match &person {
+            Some(person) => CallOptions {
+                asking: Asking::of(
+                    CanAsk {
+                        form: true,
+                        sample: true,
+                        roots: true,
+                    },
+                    "",
+                ),
+                asker: Some(person.clone() as Arc<dyn Asker>),
+                ..options
+            },
+            None => CallOptions {
+                asking: Asking::nobody("the scenario scripts no answers for this call"),
+                ..options
+            },
         };
         let outcome = host
             .call(SCOPE, &call.tool, &arguments)
@@ -253,7 +279,12 @@ impl Runner {
                 &Value::Array(actual),
             ));
         }
+        let asked = person
+            .as_ref()
+            .map(|person| lock(&person.asked).clone())
+            .unwrap_or_default();
         for (name, want, actual) in [
+            ("asked", &expect.asked, asked),
             ("content", &expect.content, content),
             ("progress", &expect.progress, lock(&progress).clone()),
             ("logs", &expect.logs, lock(&logs).clone()),
@@ -352,4 +383,78 @@ fn script(process: &Process) -> Result<Script, String> {
 /// A TOML value as JSON.
 fn json_of(value: &toml::Value) -> Value {
     serde_json::to_value(value).unwrap_or(Value::Null)
+}
+
+/// The scenario's person: answers each question from the call's `answers`, and notes what
+/// was asked.
+struct ScriptedPerson {
+    answers: Vec<Answer>,
+    asked: Mutex<Vec<Value>>,
+}
+
+impl Asker for ScriptedPerson {
+    fn ask<'a>(&'a self, questions: &'a [Question]) -> ask::BoxFuture<'a, Vec<Given>> {
+        Box::pin(async move {
+            let mut given = Vec::new();
+            for question in questions {
+                let message = match &question.ask {
+                    Ask::Form(form) => form.message.clone(),
+                    Ask::Sample(sample) => sample.prompt.clone(),
+                    Ask::Roots => String::new(),
+                };
+                lock(&self.asked).push(json!({
+                    "key": question.key,
+                    "kind": question.ask.kind(),
+                    "message": message,
+                }));
+                if let Some(answer) = self.answers.iter().find(|a| a.key == question.key) {
+                    given.push(Given {
+                        key: question.key.clone(),
+                        reply: scripted(answer),
+                    });
+                }
+            }
+            given
+        })
+    }
+}
+
+/// A scripted answer as the reply it stands for.
+fn scripted(answer: &Answer) -> Reply {
+    match answer.action.as_str() {
+        "accept" => Reply::Accepted(
+            answer
+                .content
+                .iter()
+                .map(|(name, value)| {
+                    let value = match value {
+                        toml::Value::Boolean(yes) => ask::Value::YesNo(*yes),
+                        toml::Value::Integer(n) => ask::Value::Number(*n as f64),
+                        toml::Value::Float(n) => ask::Value::Number(*n),
+                        toml::Value::String(text) => ask::Value::Text(text.clone()),
+                        other => ask::Value::Text(other.to_string()),
+                    };
+                    (name.clone(), value)
+                })
+                .collect(),
+        ),
+        "decline" => Reply::Declined,
+        "cancel" => Reply::Cancelled,
+        "timeout" => Reply::TimedOut,
+        "sample" => Reply::Sampled(answer.text.clone().unwrap_or_default()),
+        "roots" => Reply::Roots(
+            answer
+                .roots
+                .iter()
+                .map(|uri| Root {
+                    uri: uri.clone(),
+                    name: None,
+                })
+                .collect(),
+        ),
+        other => Reply::Unusable(format!(
+            "the scenario's answer action `{other}` is none of accept, decline, cancel, \
+             timeout, sample, roots"
+        )),
+    }
 }

@@ -1,10 +1,11 @@
 //! The WIT contract as the host serves it: one module per served version of the
 //! `toolhost:plugin` package, and one module per WIT interface for the host side of it.
 //!
-//! - `v0_4_0` (alias `latest`): the current contract (`wit/toolhost.wit`).
+//! - `v0_5_0` (alias `latest`): the current contract (`wit/toolhost.wit`).
 //!   It holds its version, its bindings, and conversions to and from the host's types.
-//! - `v0_3_0`, `v0_2_0`, `v0_1_0`: the frozen contracts (`wit/v0.3.0/toolhost.wit`,
-//!   `wit/v0.2.0/toolhost.wit`, `wit/v0.1.0/toolhost.wit`).
+//! - `v0_4_0`, `v0_3_0`, `v0_2_0`, `v0_1_0`: the frozen contracts
+//!   (`wit/v0.4.0/toolhost.wit`, `wit/v0.3.0/toolhost.wit`, `wit/v0.2.0/toolhost.wit`,
+//!   `wit/v0.1.0/toolhost.wit`).
 //!   Each holds its version, its bindings, and conversions to and from the latest types.
 //! - `process`, `output_buffer`, `sandbox`, `report`: the host side of each WIT import, for
 //!   every served version, in the shape of wasmtime's `crates/wasi/src/p2/host/`.
@@ -18,6 +19,7 @@
 //! The version modules import nothing from the rest of the guest runtime.
 //! So the rest of it, the errors included, can name a version without an import cycle.
 
+mod approvals;
 mod output_buffer;
 mod process;
 mod report;
@@ -26,10 +28,11 @@ pub(crate) mod v0_1_0;
 pub(crate) mod v0_2_0;
 pub(crate) mod v0_3_0;
 pub(crate) mod v0_4_0;
+pub(crate) mod v0_5_0;
 
 pub(crate) use report::{Reports, increasing};
 pub(crate) use sandbox::settings;
-pub(crate) use v0_4_0 as latest;
+pub(crate) use v0_5_0 as latest;
 
 /// The WIT package this host implements.
 pub(crate) const WIT_PACKAGE: &str = "toolhost:plugin";

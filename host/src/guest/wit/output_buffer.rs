@@ -3,11 +3,12 @@
 //! call's memory budget when created and given back when dropped, so a guest cannot grow past
 //! its memory limit through buffers either.
 //!
-//! The older interfaces (0.3.0, 0.2.0, then 0.1.0), at the end, delegate to the current one.
+//! The older interfaces (0.4.0, 0.3.0, 0.2.0, then 0.1.0), at the end, delegate to the current
+//! one.
 
 use super::latest::{GuestBuffer, wit_buffer};
 use super::v0_1_0::{old_buffer, truncation};
-use super::{v0_2_0, v0_3_0};
+use super::{v0_2_0, v0_3_0, v0_4_0};
 use crate::buffer::HeadTailBuffer;
 use crate::guest::state::CallState;
 use wasmtime::component::Resource;
@@ -63,6 +64,44 @@ impl wit_buffer::HostHeadTailBuffer for CallState {
         let removed = self.table.delete(buffer)?;
         self.limiter.release(removed.size);
         Ok(())
+    }
+}
+
+// The 0.4.0 interface: the same buffers, delegated to the current interface.
+
+impl v0_4_0::output_buffer::Host for CallState {}
+
+impl v0_4_0::output_buffer::HostHeadTailBuffer for CallState {
+    async fn new(
+        &mut self,
+        head_bytes: u32,
+        tail_bytes: u32,
+    ) -> wasmtime::Result<Resource<GuestBuffer>> {
+        wit_buffer::HostHeadTailBuffer::new(self, head_bytes, tail_bytes).await
+    }
+
+    async fn write(
+        &mut self,
+        buffer: Resource<GuestBuffer>,
+        data: Vec<u8>,
+    ) -> wasmtime::Result<()> {
+        wit_buffer::HostHeadTailBuffer::write(self, buffer, data).await
+    }
+
+    async fn total_bytes(&mut self, buffer: Resource<GuestBuffer>) -> wasmtime::Result<u64> {
+        wit_buffer::HostHeadTailBuffer::total_bytes(self, buffer).await
+    }
+
+    async fn render(
+        &mut self,
+        buffer: Resource<GuestBuffer>,
+    ) -> wasmtime::Result<v0_4_0::output_buffer::Rendered> {
+        let rendered = wit_buffer::HostHeadTailBuffer::render(self, buffer).await?;
+        Ok(rendered.into())
+    }
+
+    async fn drop(&mut self, buffer: Resource<GuestBuffer>) -> wasmtime::Result<()> {
+        wit_buffer::HostHeadTailBuffer::drop(self, buffer).await
     }
 }
 

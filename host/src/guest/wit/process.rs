@@ -4,11 +4,12 @@
 //! `max_timeout`; processes inherit only the host variables it was granted. While the guest
 //! waits, progress reaches the caller and a cancelled call ends the wait.
 //!
-//! The older interfaces (0.3.0, 0.2.0, then 0.1.0), at the end, delegate to the current one.
+//! The older interfaces (0.4.0, 0.3.0, 0.2.0, then 0.1.0), at the end, delegate to the current
+//! one.
 
 use super::latest::{wit_process, wit_sandbox};
 use super::v0_1_0::{old_process, output, process_error, read_from};
-use super::{v0_2_0, v0_3_0};
+use super::{v0_2_0, v0_3_0, v0_4_0};
 use crate::guest::state::{CallOptions, CallState, ProcessGrant, Progress};
 use crate::process::{
     MAX_LOG_PAGE_BYTES, Origin, OutputSnapshot, ProcessBackend, ProcessError, ReadFrom,
@@ -145,6 +146,7 @@ impl wit_process::Host for CallState {
                 origin: Origin {
                     plugin: Some(self.reports.plugin().to_owned()),
                     principal: self.options.principal.clone(),
+                    answers: self.answered.clone(),
                 },
                 ..r
             },
@@ -530,6 +532,118 @@ async fn wait_with_options(
         }
     }
     backend.read(scope, id, from)
+}
+
+// The 0.4.0 interface: the same as the current one.
+
+impl v0_4_0::process::Host for CallState {
+    async fn start(
+        &mut self,
+        request: v0_4_0::process::StartRequest,
+    ) -> wasmtime::Result<Result<String, v0_4_0::process::ProcessError>> {
+        let result = wit_process::Host::start(self, request.into()).await?;
+        Ok(result.map_err(Into::into))
+    }
+
+    async fn wait(
+        &mut self,
+        id: String,
+        timeout_ms: u64,
+        from: v0_4_0::process::ReadFrom,
+    ) -> wasmtime::Result<Result<v0_4_0::process::Output, v0_4_0::process::ProcessError>> {
+        let result = wit_process::Host::wait(self, id, timeout_ms, from.into()).await?;
+        Ok(result.map(Into::into).map_err(Into::into))
+    }
+
+    async fn read(
+        &mut self,
+        id: String,
+        from: v0_4_0::process::ReadFrom,
+    ) -> wasmtime::Result<Result<v0_4_0::process::Output, v0_4_0::process::ProcessError>> {
+        let result = wit_process::Host::read(self, id, from.into()).await?;
+        Ok(result.map(Into::into).map_err(Into::into))
+    }
+
+    async fn list(&mut self) -> wasmtime::Result<Vec<v0_4_0::process::ProcessInfo>> {
+        let list = wit_process::Host::list(self).await?;
+        Ok(list.into_iter().map(Into::into).collect())
+    }
+
+    async fn send_signal(
+        &mut self,
+        id: String,
+        signal: v0_4_0::process::Signal,
+    ) -> wasmtime::Result<Result<(), v0_4_0::process::ProcessError>> {
+        let result = wit_process::Host::send_signal(self, id, signal.into()).await?;
+        Ok(result.map_err(Into::into))
+    }
+
+    async fn write_input(
+        &mut self,
+        id: String,
+        data: Vec<u8>,
+        keys: Vec<v0_4_0::process::Key>,
+    ) -> wasmtime::Result<Result<(), v0_4_0::process::ProcessError>> {
+        let keys = keys.into_iter().map(Into::into).collect();
+        let result = wit_process::Host::write_input(self, id, data, keys).await?;
+        Ok(result.map_err(Into::into))
+    }
+
+    async fn close_input(
+        &mut self,
+        id: String,
+    ) -> wasmtime::Result<Result<(), v0_4_0::process::ProcessError>> {
+        let result = wit_process::Host::close_input(self, id).await?;
+        Ok(result.map_err(Into::into))
+    }
+
+    async fn resize(
+        &mut self,
+        id: String,
+        size: v0_4_0::process::TerminalSize,
+    ) -> wasmtime::Result<Result<(), v0_4_0::process::ProcessError>> {
+        let result = wit_process::Host::resize(self, id, size.into()).await?;
+        Ok(result.map_err(Into::into))
+    }
+
+    async fn read_screen(
+        &mut self,
+        id: String,
+    ) -> wasmtime::Result<Result<v0_4_0::process::Screen, v0_4_0::process::ProcessError>> {
+        let result = wit_process::Host::read_screen(self, id).await?;
+        Ok(result.map(Into::into).map_err(Into::into))
+    }
+
+    async fn call_cancelled(&mut self) -> wasmtime::Result<bool> {
+        wit_process::Host::call_cancelled(self).await
+    }
+
+    async fn waits_for_exit(&mut self) -> wasmtime::Result<bool> {
+        wit_process::Host::waits_for_exit(self).await
+    }
+
+    async fn read_log(
+        &mut self,
+        id: String,
+        offset: i64,
+        max_bytes: u64,
+    ) -> wasmtime::Result<Result<v0_4_0::process::LogPage, v0_4_0::process::ProcessError>> {
+        let result = wit_process::Host::read_log(self, id, offset, max_bytes).await?;
+        Ok(result.map(Into::into).map_err(Into::into))
+    }
+
+    async fn wait_until(
+        &mut self,
+        id: String,
+        condition: v0_4_0::process::Until,
+        timeout_ms: u64,
+        from: v0_4_0::process::ReadFrom,
+    ) -> wasmtime::Result<Result<v0_4_0::process::Output, v0_4_0::process::ProcessError>> {
+        let result =
+            wit_process::Host::wait_until(self, id, condition.into(), timeout_ms, from.into())
+                .await?;
+        Ok(result.map(Into::into).map_err(Into::into))
+    }
 }
 
 // The 0.3.0 interface: the same as the current one.

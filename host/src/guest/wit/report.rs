@@ -1,5 +1,5 @@
-//! The host side of the `toolhost:plugin/report` import (0.4.0): a tool's progress and log
-//! lines during a call, handed to the caller's sinks ([`CallOptions`]).
+//! The host side of the `toolhost:plugin/report` import (since 0.4.0): a tool's progress and
+//! log lines during a call, handed to the caller's sinks ([`CallOptions`]).
 //!
 //! A guest cannot flood its caller through it:
 //! 1. Each call sends at most [`MAX_REPORTS`] progress updates and as many log lines; later
@@ -10,9 +10,11 @@
 //! 4. Once the tool has sent progress, the host's own updates (while the guest waits on a
 //!    process) stop, so the two never interleave ([`Reports::tool_progress`]).
 //!
-//! Older contracts have no such interface.
+//! The 0.4.0 interface, at the end, delegates to the current one; older contracts have no
+//! such interface.
 
 use super::latest::wit_report;
+use super::v0_4_0;
 use crate::guest::state::{CallOptions, CallState, LogLevel, Progress, ProgressSink, ToolLog};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -135,6 +137,23 @@ impl wit_report::Host for CallState {
     async fn log(&mut self, level: wit_report::Level, message: String) -> wasmtime::Result<()> {
         self.reports.log(&self.options, level.into(), message);
         Ok(())
+    }
+}
+
+// The 0.4.0 interface: the same as the current one.
+
+impl v0_4_0::report::Host for CallState {
+    async fn progress(
+        &mut self,
+        done: f64,
+        total: Option<f64>,
+        message: Option<String>,
+    ) -> wasmtime::Result<()> {
+        wit_report::Host::progress(self, done, total, message).await
+    }
+
+    async fn log(&mut self, level: v0_4_0::report::Level, message: String) -> wasmtime::Result<()> {
+        wit_report::Host::log(self, level.into(), message).await
     }
 }
 

@@ -72,6 +72,12 @@ impl Line<'_> {
             "signal": self.signal,
             "limits_hit": self.refusals.iter().filter_map(|r| limit_hit(&r.reason)).collect::<Vec<_>>(),
             "refusals": self.refusals.iter().map(|r| kind(&r.reason)).collect::<Vec<_>>(),
+            "answers": self
+                .origin
+                .answers
+                .iter()
+                .map(|(key, reply)| json!({"key": key, "reply": reply}))
+                .collect::<Vec<_>>(),
         })
     }
 }
@@ -252,6 +258,7 @@ mod tests {
         let origin = Origin {
             plugin: Some("default".into()),
             principal: Some("alice".into()),
+            answers: vec![("approve".into(), "accepted".into())],
         };
         let refused = [Refused {
             reason: Refusal::Processes(8),
@@ -267,6 +274,10 @@ mod tests {
         assert_eq!(value["limits_hit"], json!(["processes"]));
         assert_eq!(value["refusals"], json!(["processes"]));
         assert_eq!(value["exit_code"], 137);
+        assert_eq!(
+            value["answers"],
+            json!([{"key": "approve", "reply": "accepted"}])
+        );
         let long = "é".repeat(MAX_COMMAND_BYTES);
         let value = line(&origin, &long, &[]).json();
         let command = value["command"].as_str().expect("a command");

@@ -1,0 +1,334 @@
+//! The rounds of one call: run the tool, ask what it asks, run it again with the replies.
+//!
+//! 1. A retry that carries replies (a relaying caller's [`Resume`]) has them read: against
+//!    the host's signed record when it comes with one ([`seal`](super::seal)), as the
+//!    client's unchecked word when it does not.
+//! 2. The tool runs; a result ends the call.
+//! 3. Questions count as a round; more than [`MAX_ROUNDS`] is a tool error.
+//! 4. Questions of a kind the caller cannot ask get [`Reply::NobodyToAsk`]; if none is left,
+//!    the tool runs again at once with those replies.
+//! 5. With an [`Asker`](super::Asker), the host asks within the call, waiting at most the time
+//!    for an answer; what is not answered by then is [`Reply::TimedOut`], and a call
+//!    cancelled meanwhile gets [`Reply::Cancelled`]. The tool runs again (step 2).
+//! 6. Without one, the questions and the signed record of the round are the call's output,
+//!    for the caller to relay.
+
+use std::time::Duration;
+
+use super::BoxFuture;
+use super::seal::{Binding, Pending, Seals};
+use super::{Answer, Answers, MAX_ROUNDS, NeedsInput, Question, Reply, Root, Value};
+use crate::guest::{CallError, CallOptions, CallOutput, Outcome, Relay, Resume};
+
+/// One round: the tool run with these options and answers.
+pub(crate) type Round<'a> = Box<
+    dyn Fn(CallOptions, Option<Answers>) -> BoxFuture<'a, Result<Outcome, CallError>>
+        + Send
+        + Sync
+        + 'a,
+>;
+
+/// Run a call's rounds as the module's flow says; `ask_timeout` bounds each round's wait.
+pub(crate) async fn run(
+    round: Round<'_>,
+    mut options: CallOptions,
+    seals: &Seals,
+    binding: Binding<'_>,
+    ask_timeout: Duration,
+) -> Result<CallOutput, CallError> {
+    let (mut answers, mut rounds) = match options.resume.take() {
+        None => (None, 0),
+        Some(resume) => {
+            let (answers, rounds) = resumed(resume, seals, binding, ask_timeout)?;
+            (Some(answers), rounds)
+        }
+    };
+    loop {
+        let needs = match round(options.clone(), answers.take()).await? {
+            Outcome::Done(output) => return Ok(output),
+            Outcome::NeedsInput(needs) => needs,
+        };
+        rounds += 1;
+        if rounds > MAX_ROUNDS {
+            return Err(CallError::Tool(format!(
+                "the tool asked more than {MAX_ROUNDS} rounds of questions in one call"
+            )));
+        }
+        let NeedsInput { questions, state } = needs;
+        let (askable, unaskable): (Vec<Question>, Vec<Question>) = questions
+            .into_iter()
+            .partition(|question| options.asking.can.allows(&question.ask));
+        let nobody = |keys: &[Question]| {
+            keys.iter()
+                .map(|q| Answer {
+                    key: q.key.clone(),
+                    reply: Reply::NobodyToAsk,
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut replies = nobody(&unaskable);
+        if askable.is_empty() {
+            answers = Some(Answers {
+                replies,
+                state,
+                checked: true,
+                round: rounds,
+            });
+            continue;
+        }
+        let Some(asker) = options.asker.clone() else {
+            let pending = Pending::new(
+                rounds,
+                state,
+                askable
+                    .iter()
+                    .map(|q| (q.key.clone(), q.ask.kind().to_owned()))
+                    .collect(),
+                unaskable.iter().map(|q| q.key.clone()).collect(),
+            );
+            let sealed = seals
+                .seal(pending, binding, ask_timeout)
+                .map_err(|e| CallError::Tool(e.to_string()))?;
+            return Ok(CallOutput {
+                text: String::new(),
+                full_output: Vec::new(),
+                content: Vec::new(),
+                needs_input: Some(Relay {
+                    questions: askable,
+                    sealed,
+                }),
+            });
+        };
+        let cancelled = async {
+            match &options.cancel {
+                Some(cancel) => cancel.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        let given = tokio::select! {
+            given = tokio::time::timeout(ask_timeout, asker.ask(&askable)) => given.ok(),
+            () = cancelled => None,
+        };
+        let is_cancelled = options.cancel.as_ref().is_some_and(|c| c.is_cancelled());
+        let given = given.unwrap_or_default();
+        for question in &askable {
+            let reply = given
+                .iter()
+                .find(|answer| answer.key == question.key)
+                .map(|answer| answer.reply.clone())
+                .unwrap_or(if is_cancelled {
+                    Reply::Cancelled
+                } else {
+                    Reply::TimedOut
+                });
+            replies.push(Answer {
+                key: question.key.clone(),
+                reply,
+            });
+        }
+        answers = Some(Answers {
+            replies,
+            state,
+            checked: true,
+            round: rounds,
+        });
+    }
+}
+
+/// The answers a retry carries, and the rounds asked before it.
+fn resumed(
+    resume: Resume,
+    seals: &Seals,
+    binding: Binding<'_>,
+    ttl: Duration,
+) -> Result<(Answers, u32), CallError> {
+    for (key, value) in &resume.replies {
+        if !value.is_object() {
+            return Err(CallError::Answers(format!(
+                "the reply under `{}` is not an object (an elicitation, sampling or roots result)",
+                key.escape_debug()
+            )));
+        }
+    }
+    let Some(sealed) = resume.sealed else {
+        // The client's word: each reply read by its shape.
+        let replies = resume
+            .replies
+            .iter()
+            .filter_map(|(key, value)| {
+                let kind = if value.get("action").is_some() {
+                    "form"
+                } else if value.get("roots").is_some() {
+                    "roots"
+                } else if value.get("role").is_some() || value.get("model").is_some() {
+                    "sample"
+                } else {
+                    return None;
+                };
+                Some(Answer {
+                    key: key.clone(),
+                    reply: read(kind, value),
+                })
+            })
+            .collect();
+        let answers = Answers {
+            replies,
+            state: None,
+            checked: false,
+            round: 0,
+        };
+        return Ok((answers, 0));
+    };
+    let pending = seals
+        .open(&sealed, binding, ttl)
+        .map_err(|e| CallError::Answers(e.to_string()))?;
+    let mut replies: Vec<Answer> = pending
+        .asked
+        .iter()
+        .filter_map(|(key, kind)| {
+            let value = resume.replies.iter().find(|(k, _)| k == key)?;
+            Some(Answer {
+                key: key.clone(),
+                reply: read(kind, &value.1),
+            })
+        })
+        .collect();
+    replies.extend(pending.unasked.iter().map(|key| Answer {
+        key: key.clone(),
+        reply: Reply::NobodyToAsk,
+    }));
+    let answers = Answers {
+        replies,
+        state: pending.state,
+        checked: true,
+        round: pending.round,
+    };
+    Ok((answers, pending.round))
+}
+
+/// A client's reply to a question of `kind` (`form`, `sample`, `roots`), as MCP shapes it.
+pub(crate) fn read(kind: &str, value: &serde_json::Value) -> Reply {
+    let unusable = |why: &str| Reply::Unusable(why.to_owned());
+    match kind {
+        "form" => match value.get("action").and_then(|a| a.as_str()) {
+            Some("accept") => {
+                let Some(content) = value
+                    .get("content")
+                    .map_or(Some(serde_json::Map::new()), |content| {
+                        content.as_object().cloned()
+                    })
+                else {
+                    return unusable("an accepted form's content is not an object");
+                };
+                let mut fields = Vec::new();
+                for (name, given) in content {
+                    let value = match given {
+                        serde_json::Value::String(text) => Value::Text(text),
+                        serde_json::Value::Bool(yes) => Value::YesNo(yes),
+                        serde_json::Value::Number(n) => match n.as_f64() {
+                            Some(n) => Value::Number(n),
+                            None => return unusable("a number out of range"),
+                        },
+                        _ => {
+                            return Reply::Unusable(format!(
+                                "the field `{}` is not text, yes or no, or a number",
+                                name.escape_debug()
+                            ));
+                        }
+                    };
+                    fields.push((name, value));
+                }
+                Reply::Accepted(fields)
+            }
+            Some("decline") => Reply::Declined,
+            Some("cancel") => Reply::Cancelled,
+            _ => unusable("a form's reply has no action of accept, decline or cancel"),
+        },
+        "sample" => {
+            let content = value.get("content");
+            let text = content
+                .into_iter()
+                .flat_map(|c| match c {
+                    serde_json::Value::Array(items) => items.clone(),
+                    other => vec![other.clone()],
+                })
+                .filter(|item| item.get("type").and_then(|t| t.as_str()) == Some("text"))
+                .filter_map(|item| item.get("text").and_then(|t| t.as_str()).map(str::to_owned))
+                .collect::<Vec<_>>();
+            if content.is_none() {
+                unusable("a sampling reply without content")
+            } else {
+                Reply::Sampled(text.join("\n"))
+            }
+        }
+        "roots" => match value.get("roots").and_then(|r| r.as_array()) {
+            Some(roots) => Reply::Roots(
+                roots
+                    .iter()
+                    .filter_map(|root| {
+                        Some(Root {
+                            uri: root.get("uri")?.as_str()?.to_owned(),
+                            name: root.get("name").and_then(|n| n.as_str()).map(str::to_owned),
+                        })
+                    })
+                    .collect(),
+            ),
+            None => unusable("a roots reply without a list of roots"),
+        },
+        _ => unusable("a reply to a question of an unknown kind"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn replies_are_read_by_the_kind_asked() {
+        let accepted = read(
+            "form",
+            &json!({"action": "accept", "content": {"run": true, "why": "ok", "n": 2}}),
+        );
+        assert_eq!(
+            accepted,
+            Reply::Accepted(vec![
+                ("n".into(), Value::Number(2.0)),
+                ("run".into(), Value::YesNo(true)),
+                ("why".into(), Value::Text("ok".into())),
+            ])
+        );
+        assert_eq!(read("form", &json!({"action": "decline"})), Reply::Declined);
+        assert_eq!(read("form", &json!({"action": "cancel"})), Reply::Cancelled);
+        assert!(matches!(
+            read("form", &json!({"content": {}})),
+            Reply::Unusable(_)
+        ));
+        assert!(matches!(
+            read("form", &json!({"action": "accept", "content": {"x": [1]}})),
+            Reply::Unusable(_)
+        ));
+        assert_eq!(
+            read(
+                "sample",
+                &json!({"role": "assistant", "content": {"type": "text", "text": "Paris"}, "model": "m"})
+            ),
+            Reply::Sampled("Paris".into())
+        );
+        assert_eq!(
+            read(
+                "roots",
+                &json!({"roots": [{"uri": "file:///r", "name": "R"}]})
+            ),
+            Reply::Roots(vec![Root {
+                uri: "file:///r".into(),
+                name: Some("R".into())
+            }])
+        );
+        // A form's reply to a roots question does not fit it.
+        assert!(matches!(
+            read("roots", &json!({"action": "accept"})),
+            Reply::Unusable(_)
+        ));
+    }
+}

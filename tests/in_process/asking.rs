@@ -1,0 +1,349 @@
+//! Asking the person (WIT 0.5.0 `needs-input`): the guarded policy asks before a command its
+//! rules match, within the call (a 2025-era client) or by relaying the questions with the
+//! host's signed record (a 2026-07-28 client); nobody to ask, declines, time-outs and
+//! "from now on" answers; tools that ask without end or out of bounds.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+use toolhost::ask::{Answer, AskMode, Asker, Asking, BoxFuture, CanAsk, Question, Reply, Value};
+use toolhost::testing::{FakeProcesses, Script};
+use toolhost::{CallError, CallOptions, Resume, ToolHost};
+use toolhost_e2e::{hostile_component, plugin_dir, test_cache_dir};
+
+const FORCE_PUSH: &str = r#"{"command":"git push --force origin main"}"#;
+
+/// A person who answers every question with `reply`, and counts the questions.
+struct Person {
+    reply: Reply,
+    asked: Mutex<Vec<Question>>,
+}
+
+impl Person {
+    fn new(reply: Reply) -> Arc<Person> {
+        Arc::new(Person {
+            reply,
+            asked: Mutex::default(),
+        })
+    }
+
+    fn asked(&self) -> usize {
+        self.asked.lock().expect("lock").len()
+    }
+}
+
+impl Asker for Person {
+    fn ask<'a>(&'a self, questions: &'a [Question]) -> BoxFuture<'a, Vec<Answer>> {
+        Box::pin(async move {
+            self.asked
+                .lock()
+                .expect("lock")
+                .extend_from_slice(questions);
+            questions
+                .iter()
+                .map(|q| Answer {
+                    key: q.key.clone(),
+                    reply: self.reply.clone(),
+                })
+                .collect()
+        })
+    }
+}
+
+/// A person who never answers.
+struct Away;
+
+impl Asker for Away {
+    fn ask<'a>(&'a self, _questions: &'a [Question]) -> BoxFuture<'a, Vec<Answer>> {
+        Box::pin(std::future::pending())
+    }
+}
+
+fn forms() -> Asking {
+    Asking::of(
+        CanAsk {
+            form: true,
+            ..CanAsk::default()
+        },
+        "",
+    )
+}
+
+fn run(remember: bool) -> Reply {
+    Reply::Accepted(vec![
+        ("run".into(), Value::YesNo(true)),
+        ("remember".into(), Value::YesNo(remember)),
+    ])
+}
+
+async fn guarded(mode: AskMode, fake: Arc<FakeProcesses>) -> ToolHost {
+    ToolHost::builder()
+        .bundled_policy(Some("guarded"))
+        .process_backend(fake)
+        .cache_dir(Some(test_cache_dir()))
+        .ask_mode(mode)
+        .build()
+        .await
+        .expect("host builds")
+}
+
+fn asking_with(asker: Arc<dyn Asker>) -> CallOptions {
+    CallOptions {
+        asking: forms(),
+        asker: Some(asker),
+        ..CallOptions::default()
+    }
+}
+
+async fn execute(host: &ToolHost, scope: &str, options: CallOptions) -> Result<String, CallError> {
+    host.call(scope, "execute", FORCE_PUSH)
+        .options(options)
+        .output()
+        .await
+        .map(|output| output.text)
+}
+
+#[tokio::test]
+async fn a_guarded_force_push_runs_only_when_the_person_accepts() {
+    let fake = FakeProcesses::new();
+    fake.push(Script::exits(0).output("pushed\n"));
+    let host = guarded(AskMode::Risky, fake.clone()).await;
+
+    let person = Person::new(run(false));
+    let text = execute(&host, "s", asking_with(person.clone()))
+        .await
+        .expect("accepted: it runs");
+    assert!(text.contains("pushed"), "{text}");
+    assert_eq!(fake.starts().len(), 1);
+    let asked = person.asked.lock().expect("lock").clone();
+    assert_eq!(asked.len(), 1);
+    assert_eq!(asked[0].key, "approve");
+    let toolhost::ask::Ask::Form(form) = &asked[0].ask else {
+        panic!("a form was asked: {asked:?}");
+    };
+    assert!(
+        form.message.contains("git push --force origin main"),
+        "{}",
+        form.message
+    );
+    assert!(form.message.contains("force-push"), "{}", form.message);
+
+    for (reply, words) in [
+        (Reply::Declined, "declined"),
+        (Reply::Cancelled, "dismissed the question"),
+        (Reply::TimedOut, "did not answer in time"),
+        (
+            Reply::Accepted(vec![("run".into(), Value::YesNo(false))]),
+            "chose not to run it",
+        ),
+    ] {
+        let error = execute(&host, "s", asking_with(Person::new(reply)))
+            .await
+            .expect_err("not accepted: refused");
+        let message = error.to_string();
+        assert!(message.contains("force-push"), "{message}");
+        assert!(message.contains(words), "{message} lacks {words}");
+    }
+    assert_eq!(fake.starts().len(), 1, "nothing else ran");
+}
+
+#[tokio::test]
+async fn allow_from_now_on_holds_for_its_scope_until_the_scope_ends() {
+    let fake = FakeProcesses::new();
+    let host = guarded(AskMode::Risky, fake.clone()).await;
+    let person = Person::new(run(true));
+    execute(&host, "s1", asking_with(person.clone()))
+        .await
+        .expect("accepted");
+    // The same prefix in the same scope runs without a question.
+    host.call("s1", "execute", r#"{"command":"git push -f origin other"}"#)
+        .options(asking_with(person.clone()))
+        .output()
+        .await
+        .expect("allowed from now on");
+    assert_eq!(person.asked(), 1);
+    // Another scope is asked.
+    execute(&host, "s2", asking_with(person.clone()))
+        .await
+        .expect("accepted");
+    assert_eq!(person.asked(), 2);
+    // An ended scope forgets.
+    host.end_scope("s1").await;
+    let decliner = Person::new(Reply::Declined);
+    execute(&host, "s1", asking_with(decliner.clone()))
+        .await
+        .expect_err("asked again, and declined");
+    assert_eq!(decliner.asked(), 1);
+    assert_eq!(fake.starts().len(), 3);
+}
+
+#[tokio::test]
+async fn with_nobody_to_ask_the_refusal_says_what_to_enable() {
+    let fake = FakeProcesses::new();
+    // The operator did not enable asking: a caller that could ask is not let.
+    let host = guarded(AskMode::Never, fake.clone()).await;
+    let person = Person::new(run(false));
+    let message = execute(&host, "s", asking_with(person.clone()))
+        .await
+        .expect_err("refused")
+        .to_string();
+    assert!(message.contains("--ask risky"), "{message}");
+    assert_eq!(person.asked(), 0);
+    // Asking enabled, but this caller cannot ask.
+    let host = guarded(AskMode::Risky, fake.clone()).await;
+    let message = execute(&host, "s", CallOptions::default())
+        .await
+        .expect_err("refused")
+        .to_string();
+    assert!(message.contains("could not be asked"), "{message}");
+    assert!(fake.starts().is_empty());
+}
+
+#[tokio::test]
+async fn relayed_questions_come_back_with_a_record_used_once_for_this_call_only() {
+    let fake = FakeProcesses::new();
+    let host = guarded(AskMode::Risky, fake.clone()).await;
+    let relay = |resume: Option<Resume>, arguments: &'static str| {
+        let host = &host;
+        async move {
+            let options = CallOptions {
+                asking: forms(),
+                resume,
+                principal: Some("alice".into()),
+                ..CallOptions::default()
+            };
+            host.call("s", "execute", arguments)
+                .options(options)
+                .output()
+                .await
+        }
+    };
+    let first = relay(None, FORCE_PUSH).await.expect("questions");
+    let asked = first.needs_input.expect("relayed questions");
+    assert_eq!(asked.questions.len(), 1);
+    assert!(first.text.is_empty() && fake.starts().is_empty());
+    let accept = || {
+        vec![(
+            "approve".to_string(),
+            json!({"action": "accept", "content": {"run": true}}),
+        )]
+    };
+    let resume = |sealed: &str| {
+        Some(Resume {
+            replies: accept(),
+            sealed: Some(sealed.to_owned()),
+        })
+    };
+    // Changed, or for other arguments: refused, nothing run.
+    for (sealed, arguments) in [
+        (format!("{}-TAMPERED", asked.sealed), FORCE_PUSH),
+        (
+            asked.sealed.clone(),
+            r#"{"command":"git push --force origin other"}"#,
+        ),
+    ] {
+        let error = relay(resume(&sealed), arguments)
+            .await
+            .expect_err("refused");
+        assert!(matches!(error, CallError::Answers(_)), "{error:?}");
+    }
+    // The replies without the record are the client's word: asked again.
+    let unchecked = relay(
+        Some(Resume {
+            replies: accept(),
+            sealed: None,
+        }),
+        FORCE_PUSH,
+    )
+    .await
+    .expect("asked again");
+    assert!(unchecked.needs_input.is_some());
+    assert!(fake.starts().is_empty());
+    // The record with the person's answer: it runs, once.
+    let done = relay(resume(&asked.sealed), FORCE_PUSH)
+        .await
+        .expect("accepted");
+    assert!(done.needs_input.is_none());
+    assert_eq!(fake.starts().len(), 1);
+    let again = relay(resume(&asked.sealed), FORCE_PUSH)
+        .await
+        .expect_err("used once");
+    assert!(again.to_string().contains("used already"), "{again}");
+    assert_eq!(fake.starts().len(), 1);
+    // Not a reply at all.
+    let bad = relay(
+        Some(Resume {
+            replies: vec![("approve".into(), json!(12345))],
+            sealed: None,
+        }),
+        FORCE_PUSH,
+    )
+    .await
+    .expect_err("not an object");
+    assert!(matches!(bad, CallError::Answers(_)), "{bad:?}");
+}
+
+#[tokio::test]
+async fn an_unanswered_question_times_out() {
+    let fake = FakeProcesses::new();
+    let host = guarded(AskMode::Risky, fake.clone()).await;
+    let options = CallOptions {
+        ask_timeout: Some(Duration::from_millis(50)),
+        ..asking_with(Arc::new(Away))
+    };
+    let message = execute(&host, "s", options)
+        .await
+        .expect_err("refused")
+        .to_string();
+    assert!(message.contains("did not answer in time"), "{message}");
+    assert!(fake.starts().is_empty());
+}
+
+#[tokio::test]
+async fn a_tool_that_asks_without_end_or_out_of_bounds_gets_a_tool_error() {
+    let dir = plugin_dir(
+        &hostile_component(),
+        "hostile",
+        Some("[grants]\nprocess = true\n"),
+    );
+    let host = ToolHost::builder()
+        .bundled_policy(None)
+        .plugin_dir(dir.path())
+        .process_backend(FakeProcesses::new())
+        .cache_dir(Some(test_cache_dir()))
+        .ask_mode(AskMode::Risky)
+        .build()
+        .await
+        .expect("host builds");
+    let roots = Person::new(Reply::Roots(Vec::new()));
+    let options = CallOptions {
+        asking: Asking::of(
+            CanAsk {
+                roots: true,
+                ..CanAsk::default()
+            },
+            "no forms here",
+        ),
+        asker: Some(roots.clone()),
+        ..CallOptions::default()
+    };
+    let error = host
+        .call("s", "asks_forever", "{}")
+        .options(options.clone())
+        .output()
+        .await
+        .expect_err("bounded");
+    assert!(error.to_string().contains("more than 10 rounds"), "{error}");
+    assert_eq!(roots.asked(), 10);
+    let error = host
+        .call("s", "asks_too_much", "{}")
+        .options(options)
+        .output()
+        .await
+        .expect_err("out of bounds");
+    assert!(error.to_string().contains("9 questions"), "{error}");
+    assert_eq!(roots.asked(), 10, "nothing of it was asked");
+    // The host still serves.
+    assert!(host.call("s", "scope", "{}").await.is_ok());
+}
