@@ -10,7 +10,9 @@
 //
 // The server loads the conformance fixture plugin (`guest-tools/fixtures/conformance-tools`,
 // copied by run.sh into plugins/ beside this script) with `--plugins`: it offers the suite's
-// fixture tools (`test_simple_text`, `test_image_content`, ...) through the public WIT.
+// fixture tools (`test_simple_text`, `test_image_content`, ...) through the public WIT. It
+// runs with `--ask risky`, so that the fixture's `test_input_required_result_*` tools may ask
+// their client (docs/mcp.md, "Asking the person").
 //
 // The suite sends no credentials, and toolhost serves nobody without its bearer token: the
 // suite talks to a small proxy on 127.0.0.1 that adds the token and forwards every request
@@ -68,6 +70,7 @@ const server = spawn(
   [
     '--state-dir', path.join(tmp, 'state'),
     '--plugins', path.join(here, 'plugins'),
+    '--ask', 'risky',
     'serve', '--http', '127.0.0.1:0', '--token-file', tokenFile,
     '--allowed-origin', `http://127.0.0.1:${port}`,
     '--allowed-origin', `http://localhost:${port}`,
