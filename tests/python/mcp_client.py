@@ -3,7 +3,7 @@
 Usage: mcp_client.py TOOLHOST_BINARY GROUP
 
 GROUP is one of the scenario groups below (`tools`, `resources`, `cancel`, `progress`, `idle`,
-`origin`, `logging`, `cli`, `malformed`, `tasks_2026`, `roots`); each runs its checks over every
+`origin`, `logging`, `cli`, `malformed`, `tasks_2026`, `roots`, `asking`); each runs its checks over every
 transport it concerns and prints `python mcp client: GROUP ok`, or exits non-zero with a
 message on the first mismatch.
 HTTP servers are started here (`toolhost serve --http 127.0.0.1:0 --token-file F`, the bound
@@ -306,10 +306,12 @@ async def stdio_session(
     *extra: str,
     logging_callback: Any = None,
     list_roots_callback: Any = None,
+    elicitation_callback: Any = None,
     cwd: str | None = None,
 ) -> AsyncIterator[ClientSession]:
     """A session with a fresh `toolhost serve [EXTRA...]` over stdio, started in `cwd` (None:
-    this process's). With `list_roots_callback` the SDK declares the `roots` capability."""
+    this process's). With `list_roots_callback` the SDK declares the `roots` capability, with
+    `elicitation_callback` the `elicitation` one."""
     # The SDK passes only a few variables by default; the cache location and log level matter.
     params = StdioServerParameters(
         command=binary, args=["serve", *extra], env=dict(os.environ), cwd=cwd
@@ -321,6 +323,7 @@ async def stdio_session(
             write,
             logging_callback=logging_callback,
             list_roots_callback=list_roots_callback,
+            elicitation_callback=elicitation_callback,
         ) as session,
     ):
         await initialize(session)
@@ -1669,6 +1672,67 @@ async def check_workdir_chooses_workspace(binary: str, parent: str) -> None:
         log(f"  workdir {hidden}: {outcome}")
 
 
+def elicit_result(action: str, content: dict[str, Any] | None) -> Any:
+    """An `ElicitResult` of the installed SDK (2.x `mcp_types`, 1.x `mcp.types`)."""
+    if types is not None:
+        return types.ElicitResult(action=action, content=content)
+    from mcp import types as types_1
+
+    return types_1.ElicitResult(action=action, content=content)
+
+
+def record_lines(path: str) -> list[dict[str, Any]]:
+    """The record's commands (`--record FILE`), one JSON object each."""
+    with open(path, encoding="utf-8") as file:
+        return [json.loads(line) for line in file if line.strip()]
+
+
+async def check_asking(binary: str, state: str) -> None:
+    """The guarded policy under `--ask risky` asks before `git push --force` through the SDK's
+    elicitation callback: the command runs when the person accepts, is refused when they
+    decline, and the record holds the answers. A client without the callback (no
+    `elicitation` capability) gets the refusal with the reason nobody could be asked."""
+    record = os.path.join(state, "commands.jsonl")
+    command = "git push --force origin main; echo ran-after-approval"
+    asked: list[Any] = []
+    replies = [("accept", {"run": True}), ("decline", None)]
+
+    async def elicit(_context: Any, params: Any) -> Any:
+        asked.append(params)
+        action, content = replies.pop(0)
+        return elicit_result(action, content)
+
+    flags = ["--policy", "guarded", "--ask", "risky", "--record", record]
+    async with stdio_session(binary, *flags, elicitation_callback=elicit, cwd=state) as session:
+        accepted = await session.call_tool("execute", {"command": command})
+        check(not field(accepted, "is_error", "isError"), f"accepted, yet: {all_text(accepted)}")
+        check("ran-after-approval" in all_text(accepted), f"did not run: {all_text(accepted)}")
+        check(len(asked) == 1, f"asked {len(asked)} times")
+        message = asked[0].message
+        check("git push --force origin main" in message and "force-push" in message, message)
+        schema = field(asked[0], "requested_schema", "requestedSchema")
+        schema = schema if isinstance(schema, dict) else schema.model_dump(by_alias=True)
+        check(schema["properties"]["run"]["type"] == "boolean", f"the form: {schema}")
+        log(f"  accepted: ran; asked {message.splitlines()[0]!r}")
+
+        declined = await session.call_tool("execute", {"command": command})
+        text = all_text(declined)
+        check(field(declined, "is_error", "isError"), f"declined, yet a result: {text}")
+        check("declined" in text and "force-push" in text, f"the refusal: {text}")
+        log(f"  declined: {text[:120]!r}")
+    lines = [line for line in record_lines(record) if "git push" in line["command"]]
+    check(len(lines) == 1, f"one forced push ran: {lines}")
+    check(lines[0]["answers"] == [{"key": "approve", "reply": "accepted"}], f"the record: {lines[0]}")
+    log(f"  the record: {lines[0]['answers']}")
+
+    async with stdio_session(binary, "--policy", "guarded", "--ask", "risky", cwd=state) as session:
+        refused = await session.call_tool("execute", {"command": command})
+        text = all_text(refused)
+        check(field(refused, "is_error", "isError"), f"no elicitation, yet a result: {text}")
+        check("declared no elicitation" in text, f"the refusal says why: {text}")
+        log(f"  without elicitation: {text[:160]!r}")
+
+
 # ---- groups ----------------------------------------------------------------------------------
 
 
@@ -1872,6 +1936,13 @@ async def group_roots(binary: str) -> None:
         await check_workdir_chooses_workspace(binary, parent)
 
 
+async def group_asking(binary: str) -> None:
+    """13: the person in the loop over stdio (revision 2025-11-25): elicitation in form mode
+    within the call."""
+    with tempfile.TemporaryDirectory(prefix="toolhost-py-ask-", dir=workspaces_root()) as state:
+        await check_asking(binary, os.path.realpath(state))
+
+
 GROUPS: dict[str, Callable[[str], Awaitable[None]]] = {
     "tools": group_tools,
     "resources": group_resources,
@@ -1884,6 +1955,7 @@ GROUPS: dict[str, Callable[[str], Awaitable[None]]] = {
     "malformed": group_malformed,
     "tasks_2026": group_tasks_2026,
     "roots": group_roots,
+    "asking": group_asking,
 }
 
 

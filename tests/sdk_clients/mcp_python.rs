@@ -303,3 +303,8 @@ fn python_sdk_protocol_2026_and_tasks() {
 fn python_sdk_roots_and_workdir_choose_workspaces() {
     run_group("roots");
 }
+
+#[test]
+fn python_sdk_elicitation_asks_before_a_forced_push() {
+    run_group("asking");
+}

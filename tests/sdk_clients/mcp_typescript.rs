@@ -282,6 +282,16 @@ fn typescript_sdk_2026_over_http() {
     run_group(SDK_2026, "2026-http", Duration::from_secs(120));
 }
 
+/// The person in the loop over HTTP in revision 2026-07-28: the guarded policy's question comes
+/// back as `input_required`, the 2.x SDK answers through its `elicitation/create` handler and
+/// retries with the answer and the signed `requestState`; accepted runs, declined refuses,
+/// "from now on" holds for the scope, a replayed record is refused, a client without
+/// elicitation gets the reason.
+#[test]
+fn typescript_sdk_2026_asking() {
+    run_group(SDK_2026, "asking", Duration::from_secs(120));
+}
+
 /// A standard client: the 2.x SDK as it comes (`versionNegotiation: auto`, nothing of
 /// toolhost's own), over stdio and streamable HTTP: tools, `execute`, a cut output read as its
 /// resource; over HTTP, with a token file of two principals, a background process of one

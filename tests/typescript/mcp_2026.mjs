@@ -8,7 +8,8 @@
 //
 //     node mcp_2026.mjs TOOLHOST_BINARY GROUP
 //
-// GROUP is one of `2026-standard`, `2026-stdio`, `2026-http`, `tasks` (see GROUPS at the end).
+// GROUP is one of `2026-standard`, `2026-stdio`, `2026-http`, `asking`, `tasks` (see GROUPS at
+// the end).
 //
 // `2026-standard` is a standard client: the SDK as it comes, with nothing of toolhost's own
 // (no `toolhost/scope`): over HTTP its requests share the default scope of its bearer token's
@@ -608,6 +609,113 @@ async function taskBelongsToItsScope() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Asking the person (revision 2026-07-28: input_required, answered by the SDK's handler)
+
+/** The text items of a tool result. */
+function textOf(result) {
+  return result.content
+    .filter((c) => c.type === 'text')
+    .map((c) => c.text)
+    .join('\n');
+}
+
+/** A v2 client over HTTP that declares form elicitation and answers each form with the next of
+ *  `replies`; `asked` holds the forms' params in order. The SDK fulfils the server's
+ *  `input_required` through this handler and retries the call with the answers. */
+async function askingClient(server, replies) {
+  const transport = new StreamableHTTPClientTransport(new URL(server.url), {
+    authProvider: { token: async () => TOKEN },
+  });
+  const tap = wireTap(transport);
+  const client = new Client(
+    { name: 'toolhost-ts-2026', version: '0.0.0' },
+    { versionNegotiation: { mode: 'auto' }, capabilities: { elicitation: { form: {} } } },
+  );
+  const asked = [];
+  client.setRequestHandler('elicitation/create', async (request) => {
+    asked.push(request.params);
+    const reply = replies.shift();
+    assert.ok(reply, `an unexpected question: ${JSON.stringify(request.params)}`);
+    return reply;
+  });
+  await within(30000, client.connect(transport), 'connecting over HTTP in the 2026 era');
+  assertModern(client);
+  return { client, transport, tap, asked };
+}
+
+async function askingOverHttp() {
+  const server = await httpServer(['--policy', 'guarded', '--ask', 'risky']);
+  const clients = [];
+  try {
+    const command = 'git push --force origin main; echo ran-after-approval';
+    const replies = [
+      { action: 'accept', content: { run: true } },
+      { action: 'decline' },
+      { action: 'accept', content: { run: true, remember: true } },
+    ];
+    const person = await askingClient(server, replies);
+    clients.push(person);
+    const { client, tap, asked } = person;
+
+    // Accepted: the call came back input_required, the SDK asked and retried with the answer
+    // and the server's requestState, and the command ran.
+    const ran = await execute(client, { command });
+    assert.ok(!ran.isError, textOf(ran));
+    assert.match(textOf(ran), /ran-after-approval/);
+    assert.equal(asked.length, 1);
+    assert.match(asked[0].message, /git push --force origin main/);
+    assert.equal(asked[0].requestedSchema.properties.run.type, 'boolean');
+    const calls = tap.sent.filter((m) => m.method === 'tools/call');
+    assert.equal(calls.length, 2, JSON.stringify(calls));
+    const first = tap.answerTo(calls[0].id);
+    assert.equal(first?.result?.resultType, 'input_required', JSON.stringify(first));
+    assert.equal(first.result.inputRequests.approve.method, 'elicitation/create');
+    assert.equal(calls[1].params.requestState, first.result.requestState);
+    assert.equal(calls[1].params.inputResponses.approve.action, 'accept');
+
+    // Declined: refused, saying so.
+    const declined = await execute(client, { command });
+    assert.ok(declined.isError, textOf(declined));
+    assert.match(textOf(declined), /force-push.*declined/s);
+
+    // Allowed from now on: a forced push of the same scope (the principal's default) runs
+    // without a question.
+    await execute(client, { command });
+    assert.equal(asked.length, 3);
+    const again = await execute(client, { command: 'git push -f origin other; echo again' });
+    assert.ok(!again.isError, textOf(again));
+    assert.match(textOf(again), /again/);
+    assert.equal(asked.length, 3, 'not asked again');
+    assert.equal(replies.length, 0);
+
+    // The same record replayed: refused (each is accepted once).
+    const replay = await rejection(
+      client.request({
+        method: 'tools/call',
+        params: {
+          name: 'execute',
+          arguments: { command },
+          inputResponses: calls[1].params.inputResponses,
+          requestState: calls[1].params.requestState,
+        },
+      }),
+      'a replayed requestState',
+    );
+    assert.match(String(replay?.message ?? replay), /used already/);
+
+    // A client without elicitation: refused with the reason.
+    const plain = await httpClient(server);
+    clients.push(plain);
+    const refused = await execute(plain.client, { command: 'git push --force; echo no' });
+    assert.ok(refused.isError, textOf(refused));
+    assert.match(textOf(refused), /declared no elicitation/);
+  } finally {
+    for (const { client } of clients) await client.close().catch(() => {});
+    await server.stop();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 
 const GROUPS = {
   '2026-standard': [
@@ -616,6 +724,7 @@ const GROUPS = {
   ],
   '2026-stdio': [['stdio 2026-07-28: tools, echo, the connection is the scope', stdio2026]],
   '2026-http': [['http 2026-07-28: scopes named in _meta, apart from the default one', http2026]],
+  asking: [['http 2026-07-28: the guarded policy asks through input_required', askingOverHttp]],
   tasks: [
     ['stdio tasks: execute outlives its timeout, completes with the result', taskOutlivesItsTimeout],
     ['stdio tasks: the status message shows the output', taskShowsProgress],
