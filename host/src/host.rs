@@ -27,10 +27,14 @@
 //! 2. The call takes a place among the calls in progress ([`ToolHost::admit`]), unless it
 //!    holds a [`CallPermit`] already.
 //!    A call beyond the host's or its scope's limit is refused, and nothing of it runs.
-//! 3. The plugin runs the call in a fresh guest instance, in the caller's scope.
-//! 4. A call that ran into its plugin's limit, or failed in its plugin, is logged with its
+//! 3. Whom the call may ask is settled: nobody under [`AskMode::Never`], else what the
+//!    caller says ([`CallOptions::asking`]).
+//! 4. The plugin runs the call in a fresh guest instance, in the caller's scope; a tool that
+//!    ends with questions has them asked or relayed, and runs again in a fresh instance with
+//!    the replies ([`crate::ask`]'s rounds).
+//! 5. A call that ran into its plugin's limit, or failed in its plugin, is logged with its
 //!    scope.
-//! 5. The place is given back when the call ends.
+//! 6. The place is given back when the call ends.
 
 use crate::admission::{
     Admissions, CallPermit, DEFAULT_MAX_CALLS_PER_SESSION, DEFAULT_MAX_CALLS_TOTAL,

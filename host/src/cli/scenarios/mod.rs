@@ -51,7 +51,13 @@
 //!   (`text`, `image`, `audio`, `resource_link`, `resource`) and its fields, bytes by their
 //!   count (`{ type = "image", mime_type = "image/png", bytes = 69 }`);
 //! - `expect.progress`: the progress the tool reported (`progress`, `total`, `message`);
-//! - `expect.logs`: the log lines it wrote (`level`, `message`).
+//! - `expect.logs`: the log lines it wrote (`level`, `message`);
+//! - `expect.asked`: the questions it asked the scripted person (`key`, `kind`, `message`).
+//!
+//! A call's `answers` script the person a tool may ask (WIT 0.5.0 `needs-input`): each has
+//! the question's `key` and an `action` (`accept` with `content`, `decline`, `cancel`,
+//! `timeout`, `sample` with `text`, `roots` with `roots`). A call without `answers` has nobody
+//! to ask, and its tool is told so.
 //!
 //! A scripted process may answer input with `[[scenario.process.reply]]`.
 //! A reply has `when` (a text the input must contain), `output` and an optional `exit`.
