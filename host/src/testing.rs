@@ -252,6 +252,8 @@ struct State {
     starts: Vec<RecordedStart>,
     signals: Vec<(String, Signal)>,
     inputs: Vec<(String, Vec<u8>)>,
+    /// The hosts allowed through `allow-host`, with their scope.
+    allowed: Vec<(String, String)>,
     processes: HashMap<String, FakeProcess>,
     order: Vec<String>,
     counter: u64,
@@ -303,6 +305,12 @@ impl FakeProcesses {
     /// host would send them (on a terminal Enter is `\r`, keys are escape sequences).
     pub fn inputs(&self) -> Vec<(String, Vec<u8>)> {
         self.lock().inputs.clone()
+    }
+
+    /// Every host a policy allowed its scope to reach (`allow-host`), with the scope, in
+    /// order.
+    pub fn allowed_hosts(&self) -> Vec<(String, String)> {
+        self.lock().allowed.clone()
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -480,6 +488,18 @@ impl State {
 }
 
 impl ProcessBackend for FakeProcesses {
+    /// Noted, and allowed: the fake has no network to widen.
+    fn allow_host(&self, scope: &str, host: &str) -> Result<Vec<String>, ProcessError> {
+        let mut state = self.lock();
+        state.allowed.push((scope.to_owned(), host.to_owned()));
+        Ok(state
+            .allowed
+            .iter()
+            .filter(|(s, _)| s == scope)
+            .map(|(_, h)| h.clone())
+            .collect())
+    }
+
     fn start<'a>(
         &'a self,
         scope: &'a str,

@@ -347,3 +347,128 @@ async fn a_tool_that_asks_without_end_or_out_of_bounds_gets_a_tool_error() {
     // The host still serves.
     assert!(host.call("s", "scope", "{}").await.is_ok());
 }
+
+fn refused_example(askable: bool) -> Script {
+    Script::exits(7)
+        .output("curl: (56) CONNECT tunnel failed\n")
+        .refused(toolhost::sandbox::Refusal::Network {
+            refused: vec![toolhost::sandbox::RefusedHost {
+                host: "example.com:443".into(),
+                reason: "not in the allow-list".into(),
+                askable,
+            }],
+            allowed: "github.com".into(),
+        })
+}
+
+async fn default_policy(fake: Arc<FakeProcesses>) -> ToolHost {
+    ToolHost::builder()
+        .bundled_policy(Some("default"))
+        .process_backend(fake)
+        .cache_dir(Some(test_cache_dir()))
+        .ask_mode(AskMode::Risky)
+        .build()
+        .await
+        .expect("host builds")
+}
+
+const FETCH: &str = r#"{"command":"curl -s https://example.com/"}"#;
+
+#[tokio::test]
+async fn a_refused_host_the_person_allows_is_allowed_and_the_command_runs_again() {
+    let fake = FakeProcesses::new();
+    fake.push(refused_example(true));
+    fake.push(Script::exits(0).output("fetched\n"));
+    let host = default_policy(fake.clone()).await;
+    let person = Person::new(Reply::Accepted(vec![("allow".into(), Value::YesNo(true))]));
+    let output = host
+        .call("s", "execute", FETCH)
+        .options(asking_with(person.clone()))
+        .output()
+        .await
+        .expect("a result");
+    let result: serde_json::Value = serde_json::from_str(&output.text).expect("json");
+    assert_eq!(result["output"], "fetched\n", "{result}");
+    let note = result["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains("The person allowed example.com:443"),
+        "{note}"
+    );
+    assert!(note.contains("process_output"), "{note}");
+    assert_eq!(
+        fake.allowed_hosts(),
+        [("s".to_owned(), "example.com:443".to_owned())]
+    );
+    assert_eq!(fake.starts().len(), 2, "run again once allowed");
+    let asked = person.asked.lock().expect("lock").clone();
+    let toolhost::ask::Ask::Form(form) = &asked[0].ask else {
+        panic!("a form: {asked:?}");
+    };
+    assert!(form.message.contains("example.com:443"), "{}", form.message);
+}
+
+#[tokio::test]
+async fn a_refused_host_the_person_declines_points_to_the_first_run() {
+    let fake = FakeProcesses::new();
+    fake.push(refused_example(true));
+    let host = default_policy(fake.clone()).await;
+    let error = host
+        .call("s", "execute", FETCH)
+        .options(asking_with(Person::new(Reply::Declined)))
+        .output()
+        .await
+        .expect_err("declined");
+    let message = error.to_string();
+    assert!(message.contains("declined"), "{message}");
+    assert!(message.contains("process_output (process_id"), "{message}");
+    assert!(fake.allowed_hosts().is_empty());
+    assert_eq!(fake.starts().len(), 1, "not run again");
+}
+
+#[tokio::test]
+async fn a_host_the_operator_keeps_out_of_reach_is_not_asked_about() {
+    let fake = FakeProcesses::new();
+    fake.push(refused_example(false));
+    let host = default_policy(fake.clone()).await;
+    let person = Person::new(Reply::Declined);
+    let output = host
+        .call("s", "execute", FETCH)
+        .options(asking_with(person.clone()))
+        .output()
+        .await
+        .expect("a result");
+    assert_eq!(person.asked(), 0);
+    assert!(
+        output.text.contains("CONNECT tunnel failed"),
+        "{}",
+        output.text
+    );
+}
+
+#[tokio::test]
+async fn a_guest_cannot_widen_its_network_without_the_persons_answer() {
+    let dir = plugin_dir(
+        &hostile_component(),
+        "hostile",
+        Some("[grants]\nprocess = true\n"),
+    );
+    let fake = FakeProcesses::new();
+    let host = ToolHost::builder()
+        .bundled_policy(None)
+        .plugin_dir(dir.path())
+        .process_backend(fake.clone())
+        .cache_dir(Some(test_cache_dir()))
+        .ask_mode(AskMode::Risky)
+        .build()
+        .await
+        .expect("host builds");
+    let text = host
+        .call("s", "widens", r#"{"host":"evil.test"}"#)
+        .await
+        .expect("a result");
+    assert!(
+        text.contains("only in a call whose person accepted"),
+        "{text}"
+    );
+    assert!(fake.allowed_hosts().is_empty());
+}

@@ -167,6 +167,7 @@ async fn a_policy_gets_the_typed_refusals_of_a_command() {
                 refused: vec![toolhost::sandbox::RefusedHost {
                     host: "example.com:443".into(),
                     reason: "not in the allow-list".into(),
+                    askable: false,
                 }],
                 allowed: "github.com".into(),
             }),

@@ -109,10 +109,10 @@ async fn a_broken_replacement_keeps_the_previous_version_serving() {
         tools.iter().any(|t| t == "execute") && tools.iter().any(|t| t == "spin"),
         "{tools:?}"
     );
-    assert_eq!(tools.len(), 5 + 12, "{tools:?}");
+    assert_eq!(tools.len(), 5 + 13, "{tools:?}");
     // A direct reload reports the same outcome.
     host.reload().await.expect("a lenient reload does not fail");
-    assert_eq!(host.tools().len(), 5 + 12);
+    assert_eq!(host.tools().len(), 5 + 13);
     host.call("s", "execute", r#"{"command":"echo still here"}"#)
         .await
         .expect("previous version still serves");

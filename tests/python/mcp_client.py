@@ -1733,6 +1733,78 @@ async def check_asking(binary: str, state: str) -> None:
         log(f"  without elicitation: {text[:160]!r}")
 
 
+def namespaces_missing(binary: str) -> str | None:
+    """Why `--network allow=...` cannot run here (no namespaces layer), or None when it can."""
+    probe = subprocess.run(
+        [binary, "--network", "allow=probe.test", "call", "execute", '{"command":"true"}'],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if probe.returncode != 0 and "namespaces layer" in probe.stderr:
+        return probe.stderr.strip().splitlines()[-1]
+    return None
+
+
+async def check_network_asking(binary: str, state: str) -> None:
+    """`--network allow=allowed.test --network ask=*.test --ask risky`: a command refused
+    `asked.test` gets the question through the SDK's elicitation callback; allowed, the host is
+    allowed for the session and the command runs again and reaches it; the next command reaches
+    it without a question; a host declined is refused with the first run named. The servers
+    listen on the host's loopback, named by the test-only resolver map of a debug build."""
+    import http.server
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the standard library's name
+            body = b"reached-through-the-gate\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args: Any) -> None:
+            return
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    os.environ["TOOLHOST_TEST_RESOLVE"] = "asked.test=127.0.0.1;declined.test=127.0.0.1"
+    os.environ["TOOLHOST_TEST_PUBLIC"] = "127.0.0.1"
+    asked: list[Any] = []
+    replies = [("accept", {"allow": True}), ("decline", None)]
+
+    async def elicit(_context: Any, params: Any) -> Any:
+        asked.append(params)
+        action, content = replies.pop(0)
+        return elicit_result(action, content)
+
+    flags = ["--network", "allow=allowed.test", "--network", "ask=*.test", "--ask", "risky"]
+    fetch = f"curl -sS --max-time 10 http://asked.test:{port}/"
+    try:
+        async with stdio_session(binary, *flags, elicitation_callback=elicit, cwd=state) as session:
+            first = await execute(session, {"command": fetch})
+            check("reached-through-the-gate" in first["output"], f"not reached: {first}")
+            check(f"allowed asked.test:{port}" in first.get("note", ""), f"the note: {first}")
+            check(len(asked) == 1 and f"asked.test:{port}" in asked[0].message, f"asked: {asked}")
+            log(f"  allowed, run again: {first['note'][:100]!r}")
+            again = await execute(session, {"command": fetch})
+            check("reached-through-the-gate" in again["output"], f"not reached again: {again}")
+            check(len(asked) == 1, "asked again for a host allowed for the session")
+            log("  the next command reaches it without a question")
+            declined = await session.call_tool(
+                "execute", {"command": f"curl -sS --max-time 10 http://declined.test:{port}/"}
+            )
+            text = all_text(declined)
+            check(field(declined, "is_error", "isError"), f"declined, yet a result: {text}")
+            check("declined" in text and "process_output" in text, f"the refusal: {text}")
+            log(f"  declined: {text[:120]!r}")
+    finally:
+        server.shutdown()
+        for name in ("TOOLHOST_TEST_RESOLVE", "TOOLHOST_TEST_PUBLIC"):
+            os.environ.pop(name, None)
+
+
 # ---- groups ----------------------------------------------------------------------------------
 
 
@@ -1938,9 +2010,15 @@ async def group_roots(binary: str) -> None:
 
 async def group_asking(binary: str) -> None:
     """13: the person in the loop over stdio (revision 2025-11-25): elicitation in form mode
-    within the call."""
+    within the call, before a forced push and for a host the network gate refused."""
     with tempfile.TemporaryDirectory(prefix="toolhost-py-ask-", dir=workspaces_root()) as state:
         await check_asking(binary, os.path.realpath(state))
+    missing = namespaces_missing(binary)
+    if missing:
+        log(f"SKIPPED the network question: no namespaces here ({missing})")
+        return
+    with tempfile.TemporaryDirectory(prefix="toolhost-py-ask-", dir=workspaces_root()) as state:
+        await check_network_asking(binary, os.path.realpath(state))
 
 
 GROUPS: dict[str, Callable[[str], Awaitable[None]]] = {

@@ -120,9 +120,12 @@ pub(crate) struct Cli {
 
     /// Network access of confined commands: `full`, `none` (no sockets but Unix ones), or
     /// `allow=HOST[,HOST...]`: only those hosts, through a proxy of the host's (`example.com`,
-    /// `*.example.com`, an address; each with an optional `:PORT`; repeatable).
+    /// `*.example.com`, an address; each with an optional `:PORT`; repeatable). `ask` or
+    /// `ask=HOST[,HOST...]` (with `--ask risky`): a session's person may allow more hosts
+    /// (any, or those within the patterns) when a policy asks; alone, nothing is reachable
+    /// until allowed.
     #[arg(long, value_name = "ACCESS", value_parser = parse_network, global = true)]
-    pub(crate) network: Vec<Network>,
+    pub(crate) network: Vec<NetworkFlag>,
 
     /// A directory confined commands may write besides the workdir (repeatable; `/tmp` shares
     /// the host's /tmp with them instead of a private one).
@@ -311,8 +314,28 @@ pub(crate) fn parse_mode(text: &str) -> Result<SandboxMode, String> {
         .ok_or_else(|| format!("`{text}` is not one of workspace-write, read-only, off"))
 }
 
-pub(crate) fn parse_network(text: &str) -> Result<Network, String> {
-    Network::parse_setting(text)
+/// One `--network` value: an access, or what a session's person may allow.
+#[derive(Debug, Clone)]
+pub(crate) enum NetworkFlag {
+    /// `full`, `none` or `allow=...`.
+    Access(Network),
+    /// `ask` or `ask=...`.
+    Ask(toolhost::sandbox::network::Askable),
+}
+
+pub(crate) fn parse_network(text: &str) -> Result<NetworkFlag, String> {
+    use toolhost::sandbox::network::{AllowList, Askable};
+    match text.trim() {
+        "ask" => Ok(NetworkFlag::Ask(Askable::Any)),
+        other => match other.strip_prefix("ask=") {
+            Some(list) => AllowList::parse(list)
+                .map(|list| NetworkFlag::Ask(Askable::Within(list)))
+                .map_err(|error| error.to_string()),
+            None => Network::parse_setting(text)
+                .map(NetworkFlag::Access)
+                .map_err(|error| format!("{error}, ask, ask=HOST[,HOST...]")),
+        },
+    }
 }
 
 pub(crate) fn parse_memory(text: &str) -> Result<u64, String> {

@@ -110,10 +110,58 @@ pub(crate) fn scan_settings(
     }
 }
 
+/// The operator's network from the `--network` flags, and what a session's person may allow:
+///
+/// 1. The accesses combine as `Network::combine` says.
+/// 2. `ask` values join into what a person may allow (`ask` alone: any host).
+/// 3. With an `ask` value and no `allow=`, the network is an empty allow-list: nothing is
+///    reachable until allowed. With `full` or `none`, `ask` is refused: there is nothing to
+///    allow, or nothing may be.
+/// 4. `ask` needs `--ask risky`: without it nobody is asked.
+fn network_flags(cli: &Cli) -> Result<(Network, Option<toolhost::sandbox::network::Askable>)> {
+    use super::args::NetworkFlag;
+    use toolhost::sandbox::network::{AllowList, AllowListId, Askable};
+    let accesses: Vec<Network> = cli
+        .network
+        .iter()
+        .filter_map(|flag| match flag {
+            NetworkFlag::Access(network) => Some(*network),
+            NetworkFlag::Ask(_) => None,
+        })
+        .collect();
+    let mut askable: Option<Askable> = None;
+    for flag in &cli.network {
+        if let NetworkFlag::Ask(more) = flag {
+            askable = Some(match (askable, more) {
+                (Some(Askable::Any), _) | (_, Askable::Any) => Askable::Any,
+                (Some(Askable::Within(mine)), Askable::Within(theirs)) => {
+                    Askable::Within(mine.either(theirs))
+                }
+                (None, more) => more.clone(),
+            });
+        }
+    }
+    let network = match (accesses.is_empty(), &askable) {
+        (true, Some(_)) => Network::Allow(AllowListId::of(AllowList::new(Vec::new()))),
+        _ => Network::combine(&accesses).map_err(|error| anyhow::anyhow!("--network: {error}"))?,
+    };
+    if askable.is_some() {
+        if network.allow_list().is_none() {
+            anyhow::bail!(
+                "--network ask needs an allow-list (`allow=...`, or `ask` alone): under `{network}` \
+                 there is nothing a person could allow"
+            );
+        }
+        if cli.ask != "risky" {
+            anyhow::bail!("--network ask needs --ask risky: without it nobody is ever asked");
+        }
+    }
+    Ok((network, askable))
+}
+
 /// The operator's sandbox settings from the flags.
 pub(crate) fn sandbox_settings(cli: &Cli) -> Result<SandboxSettings> {
-    let network =
-        Network::combine(&cli.network).map_err(|error| anyhow::anyhow!("--network: {error}"))?;
+    let (network, network_ask) = network_flags(cli)?;
     if network.allow_list().is_some() {
         if cli.sandbox_mode == SandboxMode::Off {
             anyhow::bail!(
@@ -133,6 +181,7 @@ pub(crate) fn sandbox_settings(cli: &Cli) -> Result<SandboxSettings> {
     let mut settings = SandboxSettings {
         mode: cli.sandbox_mode,
         network,
+        network_ask,
         ..SandboxSettings::default()
     };
     for dir in &cli.writable {

@@ -71,6 +71,10 @@ pub enum Stdin {
 /// Most bytes one [`ProcessBackend::write_input`] may send (text and keys together).
 pub const MAX_INPUT_BYTES: usize = 64 * 1024;
 
+/// The most hosts a scope's person may allow beyond the network allow-list
+/// ([`ProcessBackend::allow_host`]).
+pub const MAX_ALLOWED_HOSTS: usize = 64;
+
 /// What [`ProcessBackend::wait_until`] waits for, besides the exit and the timeout.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Until {
@@ -296,6 +300,17 @@ pub trait ProcessBackend: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Option<PathBuf>, ProcessError>> {
         let _ = (scope, dir, from);
         Box::pin(std::future::ready(Ok(None)))
+    }
+
+    /// Let the commands of `scope` reach `host` (a host pattern) from now on, beyond the
+    /// network allow-list, after its person allowed it: within the operator's
+    /// `--network ask=PATTERNS`, at most [`MAX_ALLOWED_HOSTS`] per scope. Returns the hosts
+    /// allowed this way in `scope` so far. The default: no backend widens a network.
+    fn allow_host(&self, scope: &str, host: &str) -> Result<Vec<String>, ProcessError> {
+        let _ = (scope, host);
+        Err(ProcessError::InvalidRequest(
+            "this process backend cannot let a session reach more hosts".to_owned(),
+        ))
     }
 
     /// Note that `scope` belongs to `owner` (a principal of an HTTP server): its processes

@@ -109,6 +109,8 @@ pub struct RefusedHost {
     pub host: String,
     /// Why it was refused.
     pub reason: String,
+    /// Whether the session's person may allow it, if asked (the operator's `--network ask`).
+    pub askable: bool,
 }
 
 /// A refusal and the note the host appended for it to the command's output.

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use super::landlock::{self, Plan};
 use super::namespaces::{self, NamespaceError, NamespaceKind, Namespaces, TmpView};
-use super::network::{AllowList, Gate};
+use super::network::{AllowList, Approved, Gate};
 use super::prepare::{Context, PrepareError, Prepared, PrivateSpace};
 use super::probe;
 use super::seccomp;
@@ -38,6 +38,7 @@ pub(super) fn build(
     profile: &Profile,
     temp: &Path,
     scope: &str,
+    approved: &Arc<Approved>,
 ) -> Result<Prepared, PrepareError> {
     let home = std::env::var_os("HOME")
         .map(PathBuf::from)
@@ -61,7 +62,7 @@ pub(super) fn build(
         allow_list.is_some(),
     )?;
     // 4. The session's network gate, for an allow-list.
-    let gate = start_gate(allow_list, namespaces.as_mut(), scope)?;
+    let gate = start_gate(allow_list, approved, namespaces.as_mut(), scope)?;
     // 5. What the namespaces layer could not do, said once.
     warn_of_what_is_missing(context, namespaces.as_ref());
     // 6. Landlock's roots, around the private `/tmp`.
@@ -261,6 +262,7 @@ fn view_namespaces(
 /// plugin's grant falls back).
 fn start_gate(
     allow_list: Option<Arc<AllowList>>,
+    approved: &Arc<Approved>,
     namespaces: Option<&mut Namespaces>,
     scope: &str,
 ) -> Result<Option<Gate>, PrepareError> {
@@ -268,6 +270,7 @@ fn start_gate(
         (Some(list), Some(made)) => Some(
             Gate::start(
                 list,
+                approved.clone(),
                 std::mem::take(&mut made.gate_sockets),
                 scope,
                 made.holder(),

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::landlock::{self, LandlockError};
 use super::namespaces::{NamespaceError, Namespaces};
-use super::network::Gate;
+use super::network::{Approved, Askable, Gate, Pattern};
 use super::probe;
 use super::seccomp::SeccompError;
 use super::secrets::HiddenPaths;
@@ -120,6 +120,8 @@ pub(crate) struct Context {
     pub(crate) namespaces_layer: bool,
     /// The operator's `--allow-unix-socket` paths.
     pub(crate) allow_unix_sockets: Vec<PathBuf>,
+    /// The hosts a session's person may allow beyond the allow-list (`--network ask`).
+    pub(crate) network_ask: Option<Askable>,
     /// Whether the directories around hidden paths are watched with inotify for the next
     /// command's Landlock rules; `false` (a host serving one call) compares their stamps
     /// instead, sparing the host's exit the wait for inotify's marks to go (an SRCU grace
@@ -258,11 +260,14 @@ pub(crate) struct ScopeSandbox {
     /// The session's cgroup, which holds its commands' cgroups (made at the first confined
     /// command; `None` inside where no cgroup can be made).
     cgroups: std::sync::OnceLock<Option<Arc<ParentCgroups>>>,
+    /// The hosts the session's person allowed beyond the allow-list, for every gate of it.
+    approved: Arc<Approved>,
 }
 
 impl ScopeSandbox {
     /// An empty state; nothing is built before the first confined command.
     pub(crate) fn new(context: Arc<Context>, scope: &str) -> Self {
+        let approved = Arc::new(Approved::new(context.network_ask.clone()));
         ScopeSandbox {
             context: Mutex::new(context),
             scope: scope.to_owned(),
@@ -270,8 +275,16 @@ impl ScopeSandbox {
             prepared: Mutex::new(HashMap::new()),
             failed: Mutex::new(HashMap::new()),
             building: Arc::new(tokio::sync::Mutex::new(())),
+            approved,
             cgroups: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Let the session's commands reach `pattern` from now on, in every gate of the session
+    /// (those running and those built later): the patterns allowed so far, or `None` when
+    /// `max` are allowed already.
+    pub(crate) fn allow_host(&self, pattern: Pattern, max: usize) -> Option<Vec<Pattern>> {
+        self.approved.add(pattern, max)
     }
 
     /// The context the scope's layers are built with.
@@ -378,10 +391,9 @@ impl ScopeSandbox {
                 });
             }
         }
-        match self
-            .temp_dir()
-            .and_then(|temp| super::layers::build(&self.context(), profile, &temp, &self.scope))
-        {
+        match self.temp_dir().and_then(|temp| {
+            super::layers::build(&self.context(), profile, &temp, &self.scope, &self.approved)
+        }) {
             Ok(built) => {
                 lock(&self.failed).remove(profile);
                 let ready = Arc::new(built);

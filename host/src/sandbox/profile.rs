@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use super::network::{AllowList, AllowListId};
+use super::network::{AllowList, AllowListId, Askable};
 use std::path::PathBuf;
 
 /// How much of the filesystem a command may write. Ordered from loosest to strictest.
@@ -259,6 +259,9 @@ pub struct SandboxSettings {
     /// `--allow-unix-socket`: Unix sockets confined commands may connect to besides those in
     /// the workspace, the writable roots and the session's own `/tmp` (absolute).
     pub allow_unix_socket: Vec<PathBuf>,
+    /// `--network ask[=PATTERNS]`: the hosts a session's person may allow its commands to
+    /// reach beyond the allow-list, when a policy asks. `None` (the default): none.
+    pub network_ask: Option<Askable>,
 }
 
 impl Default for SandboxSettings {
@@ -281,6 +284,7 @@ impl Default for SandboxSettings {
             memory_total: memory_total().map(|bytes| bytes / 4 * 3),
             secret_scan: true,
             allow_unix_socket: Vec::new(),
+            network_ask: None,
         }
     }
 }

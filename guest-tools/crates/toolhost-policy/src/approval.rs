@@ -18,9 +18,18 @@ use crate::exports::toolhost::plugin::tool::{
 };
 use crate::texts::fill;
 use crate::toolhost::plugin::approvals;
+use crate::toolhost::plugin::process::{Refusal, Refused};
 
 /// The key of the question.
 const KEY: &str = "approve";
+
+/// The key of the question about hosts the network gate refused.
+const NETWORK_KEY: &str = "network";
+/// The first line of a network question's state; the first run's process id, then each host,
+/// then any `approved:RULE` line, follow a line each.
+const NETWORK_STATE: &str = "network";
+/// A state line saying the person allowed a command deny rule `RULE` matched, in this call.
+const APPROVED: &str = "approved:";
 
 /// What to do with a command a deny rule matched.
 pub(crate) enum Decision {
@@ -58,6 +67,16 @@ pub(crate) fn decide(
     let prefix = prefix(rule, command);
     let remembered_key = format!("prefix:{prefix}");
     if approvals::remembered(&remembered_key) {
+        return Decision::Run;
+    }
+    // Allowed in an earlier round of this call (a network question followed).
+    let carried = format!("{APPROVED}{}", rule.name);
+    let checked_state = cx
+        .answers
+        .as_ref()
+        .filter(|answers| answers.checked)
+        .and_then(|answers| answers.state.as_deref());
+    if checked_state.is_some_and(|state| state.lines().any(|line| line == carried)) {
         return Decision::Run;
     }
     let reply = cx
@@ -178,4 +197,150 @@ mod tests {
         assert_eq!(prefix(&FORCE_PUSH, "git -C sub push -f"), "git push");
         assert_eq!(prefix(&RECURSIVE_DELETE_ROOT, "sudo rm -rf /"), "rm /");
     }
+}
+
+/// What the replies of this call say about the hosts a first run of the command was refused.
+pub(crate) enum Rerun {
+    /// No network question was answered in this call.
+    No,
+    /// The person allowed the hosts, and the host let the session reach them: run the command
+    /// again, with this note.
+    Allowed(String),
+    /// Not allowed: the tool error.
+    Refused(String),
+}
+
+/// Read this call's reply to a network question (the module's flow, for refused hosts):
+///
+/// 1. Only checked replies count, with the question's state (the first run's process and
+///    its hosts).
+/// 2. Accepted with `allow`: each host is allowed for the scope (`process.allow-host`, which
+///    the host bounds), and the command runs again.
+/// 3. Anything else: the tool error names the first run, whose output `process_output` reads.
+pub(crate) fn network_answer(cx: &CallContext) -> Rerun {
+    let Some(answers) = cx.answers.as_ref().filter(|answers| answers.checked) else {
+        return Rerun::No;
+    };
+    let Some(state) = answers.state.as_deref() else {
+        return Rerun::No;
+    };
+    let mut lines = state.lines();
+    if lines.next() != Some(NETWORK_STATE) {
+        return Rerun::No;
+    }
+    let Some(id) = lines.next() else {
+        return Rerun::No;
+    };
+    let hosts: Vec<&str> = lines.filter(|line| !line.starts_with(APPROVED)).collect();
+    let Some(reply) = answers
+        .replies
+        .iter()
+        .find(|answer| answer.key == NETWORK_KEY)
+        .map(|answer| &answer.reply)
+    else {
+        return Rerun::No;
+    };
+    let named = hosts.join(", ");
+    let first = format!(
+        "its first run, process {id}, was refused {named}; process_output (process_id \"{id}\") \
+         reads its output"
+    );
+    let how = match reply {
+        Reply::Accepted(values)
+            if values
+                .iter()
+                .any(|v| v.name == "allow" && matches!(v.value, Value::YesNo(true))) =>
+        {
+            let mut allowed = Vec::new();
+            let mut failed = Vec::new();
+            for host in &hosts {
+                match crate::toolhost::plugin::process::allow_host(host) {
+                    Ok(_) => allowed.push(*host),
+                    Err(error) => {
+                        failed.push(format!("{host} ({})", crate::render::process_error(error)))
+                    }
+                }
+            }
+            if allowed.is_empty() {
+                return Rerun::Refused(format!(
+                    "The person allowed {named}, but the host did not let this session reach \
+                     them: {}. The command was not run again; {first}.",
+                    failed.join("; ")
+                ));
+            }
+            let mut note = format!(
+                "The person allowed {} for the rest of this session, and the command ran again \
+                 ({first}).",
+                allowed.join(", ")
+            );
+            if !failed.is_empty() {
+                note.push_str(&format!(" Not allowed: {}.", failed.join("; ")));
+            }
+            return Rerun::Allowed(note);
+        }
+        Reply::Accepted(_) => "chose not to allow them",
+        Reply::Declined => "declined",
+        Reply::Cancelled => "dismissed the question",
+        Reply::TimedOut => "did not answer in time",
+        Reply::NobodyToAsk => "could not be reached",
+        _ => "gave a reply that does not fit the question",
+    };
+    Rerun::Refused(format!(
+        "The command ran once, as process {id}, and was refused {named}. The person was asked \
+         to allow them for this session and {how}: do not try to reach them another way. \
+         process_output (process_id \"{id}\") reads that run's output."
+    ))
+}
+
+/// The question after a foreground run of `command` (process `id`) that the network gate
+/// refused hosts the person may allow, where a form can be asked. `approved_rule`: a deny rule
+/// the person allowed the command past in this call, carried to the next round.
+pub(crate) fn network_question(
+    command: &str,
+    id: &str,
+    refusals: &[Refused],
+    cx: &CallContext,
+    approved_rule: Option<&str>,
+) -> Option<NeedsInput> {
+    if (cx.asking.can & CanAsk::FORM) == CanAsk::empty() {
+        return None;
+    }
+    let mut hosts: Vec<String> = Vec::new();
+    for refused in refusals {
+        if let Refusal::Network(network) = &refused.reason {
+            for host in &network.refused {
+                if host.askable && !hosts.contains(&host.host) && hosts.len() < 8 {
+                    hosts.push(host.host.clone());
+                }
+            }
+        }
+    }
+    if hosts.is_empty() {
+        return None;
+    }
+    let mut state = format!("{NETWORK_STATE}\n{id}\n{}", hosts.join("\n"));
+    if let Some(rule) = approved_rule {
+        state.push_str(&format!("\n{APPROVED}{rule}"));
+    }
+    Some(NeedsInput {
+        questions: vec![Question {
+            key: NETWORK_KEY.to_string(),
+            ask: Ask::Form(Form {
+                message: format!(
+                    "This command tried to reach {}, which this session's network does not \
+                     allow:\n\n{command}\n\nAllow them for the rest of this session, and run \
+                     the command again?",
+                    hosts.join(", ")
+                ),
+                fields: vec![Field {
+                    name: "allow".to_string(),
+                    title: Some(format!("Allow {} and run it again", hosts.join(", "))),
+                    description: None,
+                    required: true,
+                    kind: FieldKind::YesNo,
+                }],
+            }),
+        }],
+        state: Some(state),
+    })
 }

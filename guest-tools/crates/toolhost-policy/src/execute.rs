@@ -300,13 +300,21 @@ pub(crate) fn run(
     let background = args.bool("run_in_background")?.unwrap_or(false);
     let stdin = crate::interactive::stdin_mode(&args)?;
 
+    // 1. A command a deny rule matches runs only once the person allowed it.
+    let mut approved_rule = None;
     if let Some(rule) = deny::check(policy.deny, command) {
         match crate::approval::decide(policy, rule, command, cx) {
-            crate::approval::Decision::Run => {}
+            crate::approval::Decision::Run => approved_rule = Some(rule.name),
             crate::approval::Decision::Ask(questions) => return Ok(crate::Reply::ask(questions)),
             crate::approval::Decision::Refuse(message) => return Err(message),
         }
     }
+    // 2. A run again after the person allowed hosts its first run was refused.
+    let rerun = match crate::approval::network_answer(cx) {
+        crate::approval::Rerun::No => None,
+        crate::approval::Rerun::Allowed(note) => Some(note),
+        crate::approval::Rerun::Refused(message) => return Err(message),
+    };
 
     let plan = plan(command, background);
     let mut notes: Vec<String> = Vec::new();
@@ -436,6 +444,18 @@ pub(crate) fn run(
             }
         }
     }
+
+    // 3. A first run the network gate refused hosts the person may allow: ask, and run it
+    //    again in the next round if they do.
+    if !waiting
+        && !timed_out
+        && rerun.is_none()
+        && let Some(question) =
+            crate::approval::network_question(&plan.command, &id, &out.refusals, cx, approved_rule)
+    {
+        return Ok(crate::Reply::ask(question));
+    }
+    notes.extend(rerun);
 
     let log = LogFile::of(&out);
     let left = std::mem::take(&mut out.left_running);

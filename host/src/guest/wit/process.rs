@@ -345,6 +345,26 @@ impl wit_process::Host for CallState {
             .signal(&self.scope, &id, signal.into())
             .map_err(Into::into))
     }
+
+    /// Only in a round whose replies the host checked and the person accepted: a guest cannot
+    /// widen its scope's network on its own say.
+    async fn allow_host(
+        &mut self,
+        host: String,
+    ) -> wasmtime::Result<Result<Vec<String>, wit_process::ProcessError>> {
+        let grant = self.grant()?;
+        if !self.answered.iter().any(|(_, reply)| reply == "accepted") {
+            return Ok(Err(wit_process::ProcessError::InvalidRequest(
+                "a host may be allowed only in a call whose person accepted a question of its, \
+                 asked by the host (no reply of this call was)"
+                    .to_owned(),
+            )));
+        }
+        Ok(grant
+            .backend
+            .allow_host(&self.scope, &host)
+            .map_err(Into::into))
+    }
 }
 
 /// Most keys in one `write-input` call (each is a few bytes; the byte limit applies too).

@@ -135,6 +135,7 @@ impl From<sandbox::Refusal> for wit_process::Refusal {
                     .map(|r| wit_process::RefusedHost {
                         host: r.host,
                         reason: r.reason,
+                        askable: r.askable,
                     })
                     .collect(),
                 allowed,

@@ -157,6 +157,51 @@ impl ProcessBackend for ProcessManager {
         Box::pin(ProcessManager::choose_workspace(self, scope, dir, from))
     }
 
+    /// 1. The operator must let people allow hosts (`--network ask`), and the operator's
+    ///    network must be an allow-list (under `full` nothing needs allowing, under `none`
+    ///    nothing may be).
+    /// 2. `host` must be a pattern within the operator's askable hosts.
+    /// 3. The scope keeps it for every gate of its, at most [`process::MAX_ALLOWED_HOSTS`].
+    fn allow_host(&self, scope: &str, host: &str) -> Result<Vec<String>, ProcessError> {
+        use crate::sandbox::network::Pattern;
+        let refuse = |why: String| Err(ProcessError::InvalidRequest(why));
+        let sandbox = &self.config.sandbox;
+        let Some(askable) = &sandbox.network_ask else {
+            return refuse(
+                "the operator lets nobody allow more hosts (no `--network ask=...`)".to_owned(),
+            );
+        };
+        if sandbox.network.allow_list().is_none() {
+            return refuse(format!(
+                "the operator's network is `{}`, not an allow-list: there is nothing to allow",
+                sandbox.network
+            ));
+        }
+        let pattern = match Pattern::parse(host) {
+            Ok(pattern) => pattern,
+            Err(error) => return refuse(error.to_string()),
+        };
+        if !askable.allows(&pattern) {
+            return refuse(format!(
+                "`{host}` is not among the hosts people may allow here ({askable})"
+            ));
+        }
+        match self
+            .scope(scope)
+            .sandbox
+            .allow_host(pattern, process::MAX_ALLOWED_HOSTS)
+        {
+            Some(patterns) => {
+                tracing::info!(scope, host, "a session's person allowed a host");
+                Ok(patterns.iter().map(ToString::to_string).collect())
+            }
+            None => refuse(format!(
+                "this session allowed {} hosts already, the most it may",
+                process::MAX_ALLOWED_HOSTS
+            )),
+        }
+    }
+
     fn set_owner(&self, scope: &str, owner: &str) {
         let held = self.scope(scope);
         // The first owner noted stays.

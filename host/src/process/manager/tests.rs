@@ -1804,3 +1804,55 @@ async fn a_session_keeps_clean_command_cgroups_and_drops_one_whose_limit_was_rea
         assert_ne!(pids_cgroup(&done.text), full, "the full cgroup was kept");
     }
 }
+
+#[tokio::test]
+async fn a_person_may_allow_only_hosts_the_operator_marked_askable() {
+    use crate::sandbox::network::{AllowList, AllowListId, Askable};
+    let list = |text: &str| AllowList::parse(text).expect("a list");
+    let (_dir, nobody) = manager_with(|config| {
+        config.sandbox.network = sandbox::Network::Allow(AllowListId::of(list("github.com")));
+    });
+    let error = nobody
+        .allow_host(SCOPE, "example.com")
+        .expect_err("no --network ask");
+    assert!(error.to_string().contains("--network ask"), "{error}");
+
+    let (_dir, full) = manager_with(|config| {
+        config.sandbox.network_ask = Some(Askable::Any);
+    });
+    let error = full.allow_host(SCOPE, "example.com").expect_err("full");
+    assert!(error.to_string().contains("not an allow-list"), "{error}");
+
+    let (_dir, manager) = manager_with(|config| {
+        config.sandbox.network = sandbox::Network::Allow(AllowListId::of(list("github.com")));
+        config.sandbox.network_ask = Some(Askable::Within(list("*.example.com")));
+    });
+    assert_eq!(
+        manager.allow_host(SCOPE, "api.example.com:443"),
+        Ok(vec!["api.example.com:443".to_owned()])
+    );
+    for outside in ["example.org", "*.com", "not a host"] {
+        let error = manager.allow_host(SCOPE, outside).expect_err(outside);
+        assert!(matches!(error, ProcessError::InvalidRequest(_)), "{error}");
+    }
+    // Another scope has allowed nothing; the same host twice is kept once; the bound holds.
+    assert_eq!(
+        manager.allow_host("other", "a.example.com"),
+        Ok(vec!["a.example.com".to_owned()])
+    );
+    assert_eq!(
+        manager
+            .allow_host(SCOPE, "api.example.com:443")
+            .map(|hosts| hosts.len()),
+        Ok(1)
+    );
+    for n in 1..crate::process::MAX_ALLOWED_HOSTS {
+        manager
+            .allow_host(SCOPE, &format!("h{n}.example.com"))
+            .expect("within the bound");
+    }
+    let error = manager
+        .allow_host(SCOPE, "one-more.example.com")
+        .expect_err("over the bound");
+    assert!(error.to_string().contains("the most it may"), "{error}");
+}

@@ -213,6 +213,35 @@ pub fn normalize(name: &str) -> Option<String> {
     valid.then_some(name)
 }
 
+/// The hosts a session's person may allow beyond the allow-list when asked (the operator's
+/// `--network ask[=PATTERNS]`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Askable {
+    /// Any host.
+    Any,
+    /// Only hosts within these patterns.
+    Within(AllowList),
+}
+
+impl Askable {
+    /// Whether `pattern` may be allowed: every host and port it allows lies within these.
+    pub fn allows(&self, pattern: &Pattern) -> bool {
+        match self {
+            Askable::Any => true,
+            Askable::Within(list) => list.patterns().iter().any(|bound| pattern.within(bound)),
+        }
+    }
+}
+
+impl fmt::Display for Askable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Askable::Any => f.write_str("any host"),
+            Askable::Within(list) => write!(f, "{list}"),
+        }
+    }
+}
+
 /// An allow-list: its patterns, sorted and without duplicates.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct AllowList {

@@ -22,11 +22,9 @@ pub(super) async fn serve(socket: tokio::net::UdpSocket, shared: Arc<Shared>) {
             continue;
         };
         if let Some(name) = name {
-            let allowed = Host::parse(&name).is_some_and(|host| {
-                [443, 80]
-                    .into_iter()
-                    .any(|port| shared.list.allows(&host, port))
-            });
+            let list = shared.allowed();
+            let allowed = Host::parse(&name)
+                .is_some_and(|host| [443, 80].into_iter().any(|port| list.allows(&host, port)));
             let reason = if allowed {
                 "allowed, but only through the proxy in HTTPS_PROXY and HTTP_PROXY: this program \
                  looked the name up itself (DNS) and ignored the proxy variables"

@@ -22,7 +22,7 @@ mod proxy;
 mod resolve;
 
 pub use allow::{
-    AllowList, AllowListId, Host, MAX_LISTS, MAX_LISTS_PER_OWNER, Pattern, PatternError,
+    AllowList, AllowListId, Askable, Host, MAX_LISTS, MAX_LISTS_PER_OWNER, Pattern, PatternError,
 };
 pub use resolve::{Resolver, TEST_PUBLIC, TEST_RESOLVE, non_public};
 
@@ -54,6 +54,9 @@ pub(crate) struct Refusal {
     /// The pids of the process that made the request and of its ancestors (a command's keeper
     /// among them); empty when it could not be told.
     pub(crate) chain: Vec<i32>,
+    /// Whether the session's person may allow it (a connection to a host within the
+    /// operator's `--network ask`).
+    pub(crate) askable: bool,
 }
 
 /// What a gate refused, newest last.
@@ -69,7 +72,13 @@ pub(crate) struct Refusals {
 impl Refusals {
     /// Record a refusal of `host` to the process `chain` (see [`Refusal::chain`]), and log it
     /// the first time.
+    #[cfg(test)]
     fn record(&self, host: String, reason: String, chain: Vec<i32>) {
+        self.record_askable(host, reason, chain, false);
+    }
+
+    /// [`Self::record`], saying whether the session's person may allow the host.
+    fn record_askable(&self, host: String, reason: String, chain: Vec<i32>, askable: bool) {
         {
             let mut logged = lock(&self.logged);
             if logged.len() < MAX_REFUSALS && logged.insert(host.clone()) {
@@ -90,6 +99,7 @@ impl Refusals {
             host,
             reason,
             chain,
+            askable,
         });
     }
 
@@ -129,16 +139,71 @@ fn unix_ms() -> u64 {
         })
 }
 
+/// The hosts a session's person allowed beyond its allow-list, for every gate of the session.
+#[derive(Debug, Default)]
+pub(crate) struct Approved {
+    patterns: Mutex<Vec<Pattern>>,
+    /// What the person may allow (the operator's `--network ask`); `None`: nothing.
+    askable: Option<Askable>,
+}
+
+impl Approved {
+    /// Nothing allowed yet; the person may allow what `askable` holds.
+    pub(crate) fn new(askable: Option<Askable>) -> Approved {
+        Approved {
+            patterns: Mutex::default(),
+            askable,
+        }
+    }
+
+    /// Whether the person may allow `host` (as a gate names it, `example.com:443`).
+    pub(crate) fn may_allow(&self, host: &str) -> bool {
+        self.askable.as_ref().is_some_and(|askable| {
+            Pattern::parse(host).is_ok_and(|pattern| askable.allows(&pattern))
+        })
+    }
+
+    /// Allow `pattern` too: the patterns allowed so far, or `None` when `max` are allowed
+    /// already (a pattern allowed before is kept once).
+    pub(crate) fn add(&self, pattern: Pattern, max: usize) -> Option<Vec<Pattern>> {
+        let mut patterns = lock(&self.patterns);
+        if !patterns.contains(&pattern) {
+            if patterns.len() >= max {
+                return None;
+            }
+            patterns.push(pattern);
+        }
+        Some(patterns.clone())
+    }
+
+    /// The patterns allowed so far.
+    pub(crate) fn patterns(&self) -> Vec<Pattern> {
+        lock(&self.patterns).clone()
+    }
+}
+
 /// What the proxy and the stub share.
 #[derive(Debug)]
 struct Shared {
     list: Arc<AllowList>,
+    /// What the session's person allowed besides.
+    approved: Arc<Approved>,
     resolver: Arc<Resolver>,
     refusals: Arc<Refusals>,
     owners: Arc<owner::Owners>,
 }
 
 impl Shared {
+    /// The list a request is decided by now: the gate's, and what the person allowed.
+    fn allowed(&self) -> Arc<AllowList> {
+        let approved = self.approved.patterns();
+        if approved.is_empty() {
+            self.list.clone()
+        } else {
+            Arc::new(self.list.either(&AllowList::new(approved)))
+        }
+    }
+
     /// Record a refusal of `host` to the client at `port`, told apart off the runtime's threads
     /// (it reads `/proc`).
     async fn refuse(&self, host: String, reason: String, protocol: owner::Protocol, port: u16) {
@@ -147,7 +212,11 @@ impl Shared {
             .await
             .unwrap_or_default();
         let chain = chain.unwrap_or_else(|| self.refusals.last_chain(&host));
-        self.refusals.record(host, reason, chain);
+        // A connection may be allowed by the person; a lookup of the program's own never is
+        // (the proxy is the only way out).
+        let askable =
+            matches!(protocol, owner::Protocol::Tcp { .. }) && self.approved.may_allow(&host);
+        self.refusals.record_askable(host, reason, chain, askable);
     }
 }
 
@@ -185,9 +254,11 @@ pub(crate) struct Gate {
 
 impl Gate {
     /// Serve `sockets` (from the namespaces helper: TCP listeners and UDP sockets, told apart
-    /// by type) for `list`, for the session `scope` whose namespaces' holder is `holder`.
+    /// by type) for `list` and what the person `approved`, for the session `scope` whose
+    /// namespaces' holder is `holder`.
     pub(crate) fn start(
         list: Arc<AllowList>,
+        approved: Arc<Approved>,
         sockets: Vec<OwnedFd>,
         scope: &str,
         holder: i32,
@@ -195,6 +266,7 @@ impl Gate {
         let runtime = runtime()?;
         let shared = Arc::new(Shared {
             list,
+            approved,
             resolver: resolver(),
             refusals: Arc::new(Refusals {
                 scope: scope.to_owned(),
@@ -253,9 +325,9 @@ impl Gate {
         })
     }
 
-    /// The list it allows.
+    /// The list it allows, with what the session's person allowed.
     pub(crate) fn list(&self) -> Arc<AllowList> {
-        self.shared.list.clone()
+        self.shared.allowed()
     }
 
     /// What it refused.
@@ -316,6 +388,7 @@ pub(crate) fn refusal(
             .map(|refusal| diagnose::RefusedHost {
                 host: refusal.host,
                 reason: refusal.reason,
+                askable: refusal.askable,
             })
             .collect(),
         allowed: list.for_people(),

@@ -124,11 +124,8 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>, client: Client)
         );
     };
     // 2. The decision.
-    let destinations = match shared
-        .resolver
-        .destinations(&shared.list, &host, port)
-        .await
-    {
+    let allowed = shared.allowed();
+    let destinations = match shared.resolver.destinations(&allowed, &host, port).await {
         Ok(destinations) => destinations,
         Err(Refused::Policy(reason)) => {
             let protocol = super::owner::Protocol::Tcp {
@@ -146,7 +143,7 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>, client: Client)
                 StatusCode::FORBIDDEN,
                 format!(
                     "toolhost refused {host}:{port}: {reason}. Commands here may reach only {}",
-                    shared.list
+                    allowed
                 ),
             );
         }
