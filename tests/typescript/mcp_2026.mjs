@@ -67,12 +67,15 @@ const TOOL_NAMES = ['execute', 'process_input', 'process_list', 'process_output'
 
 /** A v2 client that negotiates the era at connect (`auto`: `server/discover` first, falling
  *  back to `initialize` only for a server that does not speak 2026-07-28). */
-function newClient({ tasks = false } = {}) {
+function newClient({ tasks = false, elicitation = false } = {}) {
   return new Client(
     { name: 'toolhost-ts-2026', version: '0.0.0' },
     {
       versionNegotiation: { mode: 'auto' },
-      capabilities: tasks ? { extensions: { [TASKS]: {} } } : {},
+      capabilities: {
+        ...(tasks ? { extensions: { [TASKS]: {} } } : {}),
+        ...(elicitation ? { elicitation: { form: {} } } : {}),
+      },
     },
   );
 }
@@ -151,7 +154,7 @@ function assertWire2026(tap, { tasks = false, scope } = {}) {
 
 /** A v2 client on `toolhost serve` over stdio, launched by the SDK's own transport (the SDK
  *  probes with `server/discover` on a sibling process, then starts this one). */
-async function stdioClient({ tasks = false, extra = [] } = {}) {
+async function stdioClient({ tasks = false, elicitation = false, extra = [] } = {}) {
   const transport = new StdioClientTransport({
     command: BIN,
     args: ['--state-dir', freshDir('state'), ...extra, 'serve'],
@@ -159,7 +162,7 @@ async function stdioClient({ tasks = false, extra = [] } = {}) {
     stderr: 'inherit',
   });
   const tap = wireTap(transport);
-  const client = newClient({ tasks });
+  const client = newClient({ tasks, elicitation });
   await within(30000, client.connect(transport), 'connecting over stdio in the 2026 era');
   if (transport._process) track(transport._process);
   assertModern(client);
@@ -527,6 +530,50 @@ async function taskOutlivesItsTimeout() {
   }
 }
 
+/** A task whose tool asks: the guarded policy's question about a forced push is the task's
+ *  `input_required` status, with `inputRequests` on `tasks/get`; `tasks/update` answers it,
+ *  and the task goes on to run the command and complete. */
+async function taskAsks() {
+  const session = await stdioClient({
+    tasks: true,
+    elicitation: true,
+    extra: ['--policy', 'guarded', '--ask', 'risky'],
+  });
+  try {
+    const started = Date.now();
+    const command = 'git push --force origin main; echo ran-after-approval';
+    const created = await startTask(session, { command });
+    let task;
+    for (;;) {
+      task = await getTask(session.client, created.taskId);
+      if (task.status !== 'working') break;
+      assert.ok(Date.now() - started < 30000, `still working: ${JSON.stringify(task)}`);
+      await sleep(100);
+    }
+    assert.equal(task.status, 'input_required', JSON.stringify(task));
+    const request = task.inputRequests?.approve;
+    assert.equal(request?.method, 'elicitation/create', JSON.stringify(task));
+    assert.match(request.params.message, /git push --force origin main/);
+    await session.client.request(
+      {
+        method: 'tasks/update',
+        params: {
+          taskId: created.taskId,
+          inputResponses: { approve: { action: 'accept', content: { run: true } } },
+        },
+      },
+      OBJECT,
+    );
+    const { task: done } = await pollTask(session.client, created.taskId, started);
+    assert.equal(done.status, 'completed', JSON.stringify(done));
+    const out = resultJson(done.result);
+    assert.match(out.output, /ran-after-approval/, JSON.stringify(out));
+    console.log(`  input_required, answered with tasks/update, completed: ${out.output.trim()}`);
+  } finally {
+    await session.client.close();
+  }
+}
+
 /** `tasks/get` shows the command's output as the task's status message while it works. */
 async function taskShowsProgress() {
   const session = await stdioClient({ tasks: true });
@@ -730,6 +777,7 @@ const GROUPS = {
     ['stdio tasks: the status message shows the output', taskShowsProgress],
     ['stdio tasks: tasks/cancel kills the command', cancelledTask],
     ['http tasks: a task belongs to its scope', taskBelongsToItsScope],
+    ['stdio tasks: a question is the task\'s input_required status', taskAsks],
   ],
 };
 await runGroup(GROUPS);

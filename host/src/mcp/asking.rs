@@ -51,7 +51,7 @@ pub(super) fn asking(context: &RequestContext<RoleServer>) -> Asking {
 }
 
 /// `ask` as an MCP request: its method and params.
-fn request(ask: &Ask) -> (&'static str, Value) {
+pub(super) fn request(ask: &Ask) -> (&'static str, Value) {
     match ask {
         Ask::Form(form) => ("elicitation/create", form_params(form)),
         Ask::Sample(sample) => {

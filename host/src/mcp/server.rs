@@ -235,6 +235,7 @@ impl ToolServer {
                 request.name.to_string(),
                 arguments,
                 principal.map(str::to_owned),
+                asking::asking(&context),
             )));
         }
         let mut forwarders = Vec::new();
@@ -760,7 +761,8 @@ impl ServerHandler for ToolServer {
         Ok(GetTaskResult::new(scope.tasks.get_task(&request.task_id)?))
     }
 
-    /// Our tasks never ask for input; answers are accepted and ignored.
+    /// The client's answers to a task's questions (its `input_required` status); keys the
+    /// task is not waiting for are ignored.
     async fn update_task(
         &self,
         request: UpdateTaskParams,

@@ -11,16 +11,25 @@
 //! and everything it started; the task's result is the `execute` result at exit. Each scope
 //! has its own tasks: another scope's task id is unknown.
 //!
+//! A task's tool may ask the person (WIT 0.5.0 `needs-input`): the questions become the task's
+//! `input_required` status, with `inputRequests` on `tasks/get`, and the client answers with
+//! `tasks/update` (one key at a time if it likes); the task then goes on ([`TaskAsker`]). What
+//! the client can be asked is what its `tools/call` request declared.
+//!
 //! The extension is not defined under 2025-11-25 and earlier: their clients get plain results.
 
+use super::asking;
 use super::results::call_result;
 use super::scope::ScopeRef;
+use crate::ask::rounds::read;
+use crate::ask::{Answer, Asker, Asking, BoxFuture, Question, Reply};
 use crate::{CallOptions, CallPermit, Progress, ProgressSink, ToolHost};
-use rmcp::model::{CallToolResult, CreateTaskResult};
+use rmcp::model::{CallToolResult, CreateTaskResult, InputRequest};
 use rmcp::service::RequestContext;
-use rmcp::task_manager::{TaskExit, TaskOptions};
+use rmcp::task_manager::{TaskContext, TaskExit, TaskOptions};
 use rmcp::{ErrorData, RoleServer};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
 /// The tools that run as a task when the client asks for tasks.
@@ -55,6 +64,7 @@ pub(super) fn spawn(
     tool: String,
     arguments: String,
     principal: Option<String>,
+    asking: Asking,
 ) -> CreateTaskResult {
     let tasks = scope.tasks.clone();
     let options = TaskOptions::new()
@@ -86,10 +96,13 @@ pub(super) fn spawn(
                 waits_for_exit: true,
                 tool_progress_only: false,
                 principal,
-                // A call run as a task asks nobody (see docs/mcp.md, "Asking the person").
-                asking: crate::ask::Asking::nobody(
-                    "the call runs as an MCP task, and a task's calls ask nobody here",
-                ),
+                asker: (!asking.can.is_empty()).then(|| {
+                    Arc::new(TaskAsker {
+                        task: task.clone(),
+                        used: Mutex::default(),
+                    }) as Arc<dyn Asker>
+                }),
+                asking,
                 ..CallOptions::default()
             };
             let outcome = host
@@ -111,4 +124,62 @@ pub(super) fn spawn(
         })
     });
     CreateTaskResult::new(task)
+}
+
+/// Asks a task's questions as its `input_required` status: each question is an entry of
+/// `inputRequests` on `tasks/get`, all at once, and its reply is what the client sends for it
+/// with `tasks/update`.
+struct TaskAsker {
+    task: TaskContext,
+    /// How often each question key was asked in this task: a task's input keys must be
+    /// unique over its life, so a key asked again in a later round gets `.2`, `.3`, ... (a
+    /// tool's keys hold no `.`, so none of its own is taken).
+    used: Mutex<HashMap<String, u32>>,
+}
+
+impl TaskAsker {
+    /// The task's key for `key`, unique over the task's life.
+    fn task_key(&self, key: &str) -> String {
+        let mut used = crate::lock(&self.used);
+        let count = used.entry(key.to_owned()).or_insert(0);
+        *count += 1;
+        if *count == 1 {
+            key.to_owned()
+        } else {
+            format!("{key}.{count}")
+        }
+    }
+
+    /// One question's reply.
+    async fn ask_one(&self, question: &Question) -> Answer {
+        let (method, params) = asking::request(&question.ask);
+        let reply = match serde_json::from_value::<InputRequest>(
+            serde_json::json!({"method": method, "params": params}),
+        ) {
+            Ok(request) => {
+                let key = self.task_key(&question.key);
+                match self.task.request_input(key, request).await {
+                    Ok(value) => read(question.ask.kind(), &value),
+                    // `tasks/cancel` dropped the wait.
+                    Err(TaskExit::Cancelled) => Reply::Cancelled,
+                    Err(TaskExit::Error(error)) => {
+                        Reply::Unusable(format!("the task could not ask: {}", error.message))
+                    }
+                }
+            }
+            Err(error) => Reply::Unusable(format!("the question is no MCP request: {error}")),
+        };
+        Answer {
+            key: question.key.clone(),
+            reply,
+        }
+    }
+}
+
+impl Asker for TaskAsker {
+    fn ask<'a>(&'a self, questions: &'a [Question]) -> BoxFuture<'a, Vec<Answer>> {
+        Box::pin(futures_util::future::join_all(
+            questions.iter().map(|question| self.ask_one(question)),
+        ))
+    }
 }
