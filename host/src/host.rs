@@ -637,6 +637,9 @@ impl ToolHost {
             options.asking = Asking::nobody(
                 "the operator did not enable asking (start toolhost with `--ask risky`)",
             );
+            options.asker = None;
+            // Replies nobody asked for reach no tool either.
+            options.resume = None;
         }
         let ask_timeout = options.ask_timeout.unwrap_or(self.ask_timeout);
         let principal = options.principal.clone();

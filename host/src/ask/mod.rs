@@ -285,11 +285,15 @@ pub struct Answers {
     pub round: u32,
 }
 
-/// Asks questions within a call: a 2025-era MCP session's client, a scenario's scripted
-/// person.
+/// Asks questions within a call: a 2025-era MCP session's client, an MCP task's client, a
+/// scenario's scripted person.
 pub trait Asker: Send + Sync {
-    /// Ask `questions` (each of a kind the caller said it can ask), in order; one answer per
-    /// question, in any order. A question left unanswered gets [`Reply::TimedOut`] when the
-    /// host's time for an answer runs out.
-    fn ask<'a>(&'a self, questions: &'a [Question]) -> BoxFuture<'a, Vec<Answer>>;
+    /// Ask `questions` (each of a kind the caller said it can ask); one answer per question
+    /// answered, in any order, returned by `deadline` (the host stops waiting shortly after
+    /// it). A question left without an answer gets [`Reply::TimedOut`].
+    fn ask<'a>(
+        &'a self,
+        questions: &'a [Question],
+        deadline: tokio::time::Instant,
+    ) -> BoxFuture<'a, Vec<Answer>>;
 }

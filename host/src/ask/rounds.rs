@@ -7,18 +7,22 @@
 //! 3. Questions count as a round; more than [`MAX_ROUNDS`] is a tool error.
 //! 4. Questions of a kind the caller cannot ask get [`Reply::NobodyToAsk`]; if none is left,
 //!    the tool runs again at once with those replies.
-//! 5. With an [`Asker`](super::Asker), the host asks within the call, waiting at most the time
-//!    for an answer; what is not answered by then is [`Reply::TimedOut`], and a call
-//!    cancelled meanwhile gets [`Reply::Cancelled`]. The tool runs again (step 2).
+//! 5. With an [`Asker`](super::Asker), the host asks within the call, until a deadline the
+//!    time for an answer away; what is not answered by then is [`Reply::TimedOut`], and a
+//!    call cancelled meanwhile gets [`Reply::Cancelled`]. The tool runs again (step 2); a
+//!    cancelled call that asks again ends with a tool error.
 //! 6. Without one, the questions and the signed record of the round are the call's output,
 //!    for the caller to relay.
 
 use std::time::Duration;
 
 use super::BoxFuture;
-use super::seal::{Binding, Pending, Seals};
+use super::seal::{Binding, OpenError, Pending, Seals};
 use super::{Answer, Answers, MAX_ROUNDS, NeedsInput, Question, Reply, Root, Value};
 use crate::guest::{CallError, CallOptions, CallOutput, Outcome, Relay, Resume};
+
+/// How long past the deadline the host waits for an asker that does not keep to it.
+const ASKER_GRACE: Duration = Duration::from_secs(1);
 
 /// One round: the tool run with these options and answers.
 pub(crate) type Round<'a> = Box<
@@ -39,7 +43,7 @@ pub(crate) async fn run(
     let (mut answers, mut rounds) = match options.resume.take() {
         None => (None, 0),
         Some(resume) => {
-            let (answers, rounds) = resumed(resume, seals, binding, ask_timeout)?;
+            let (answers, rounds) = resumed(resume, seals, binding)?;
             (Some(answers), rounds)
         }
     };
@@ -49,6 +53,12 @@ pub(crate) async fn run(
             Outcome::NeedsInput(needs) => needs,
         };
         rounds += 1;
+        // A call cancelled while its tool asked got its "cancelled" replies once.
+        if options.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
+            return Err(CallError::Tool(
+                "the call was cancelled while its tool was asking".to_owned(),
+            ));
+        }
         if rounds > MAX_ROUNDS {
             return Err(CallError::Tool(format!(
                 "the tool asked more than {MAX_ROUNDS} rounds of questions in one call"
@@ -105,8 +115,11 @@ pub(crate) async fn run(
                 None => std::future::pending().await,
             }
         };
+        // The asker answers what it can by the deadline; a little more time guards against
+        // one that does not keep to it.
+        let deadline = tokio::time::Instant::now() + ask_timeout;
         let given = tokio::select! {
-            given = tokio::time::timeout(ask_timeout, asker.ask(&askable)) => given.ok(),
+            given = tokio::time::timeout_at(deadline + ASKER_GRACE, asker.ask(&askable, deadline)) => given.ok(),
             () = cancelled => None,
         };
         let is_cancelled = options.cancel.as_ref().is_some_and(|c| c.is_cancelled());
@@ -140,7 +153,6 @@ fn resumed(
     resume: Resume,
     seals: &Seals,
     binding: Binding<'_>,
-    ttl: Duration,
 ) -> Result<(Answers, u32), CallError> {
     for (key, value) in &resume.replies {
         if !value.is_object() {
@@ -151,10 +163,19 @@ fn resumed(
         }
     }
     let Some(sealed) = resume.sealed else {
-        // The client's word: each reply read by its shape.
+        // The client's word: each reply read by its shape; at most as many as one round may
+        // ask, each under a key a tool could have chosen.
         let replies = resume
             .replies
             .iter()
+            .filter(|(key, _)| {
+                !key.is_empty()
+                    && key.len() <= super::check::MAX_NAME_BYTES
+                    && key
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+            })
+            .take(super::check::MAX_QUESTIONS)
             .filter_map(|(key, value)| {
                 let kind = if value.get("action").is_some() {
                     "form"
@@ -179,9 +200,11 @@ fn resumed(
         };
         return Ok((answers, 0));
     };
-    let pending = seals
-        .open(&sealed, binding, ttl)
-        .map_err(|e| CallError::Answers(e.to_string()))?;
+    let pending = seals.open(&sealed, binding).map_err(|error| match error {
+        // The host's condition, not the client's request.
+        OpenError::Busy => CallError::Tool(error.to_string()),
+        other => CallError::Answers(other.to_string()),
+    })?;
     let mut replies: Vec<Answer> = pending
         .asked
         .iter()

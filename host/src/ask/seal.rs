@@ -34,6 +34,10 @@ pub struct Pending {
     pub unasked: Vec<String>,
     /// Makes this record single-use.
     nonce: String,
+    /// When the record expires, in milliseconds since the Unix epoch: its nonce is kept
+    /// until then.
+    #[serde(default)]
+    expires_ms: u64,
 }
 
 impl Pending {
@@ -50,6 +54,7 @@ impl Pending {
             asked,
             unasked,
             nonce: String::new(),
+            expires_ms: 0,
         }
     }
 }
@@ -170,6 +175,8 @@ impl Seals {
         let mut nonce = [0u8; 16];
         random(&mut nonce)?;
         pending.nonce = nonce.iter().map(|b| format!("{b:02x}")).collect();
+        pending.expires_ms =
+            unix_ms().saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
         let bound = binding.bytes();
         let options = SealOptions::new().associated_data(&bound).ttl(ttl);
         self.codec
@@ -177,13 +184,8 @@ impl Seals {
             .map_err(|e| SealError(e.to_string()))
     }
 
-    /// Open `sealed` for `binding`: the record, once; `ttl` is how long its nonce is kept.
-    pub fn open(
-        &self,
-        sealed: &str,
-        binding: Binding<'_>,
-        ttl: Duration,
-    ) -> Result<Pending, OpenError> {
+    /// Open `sealed` for `binding`: the record, once (its nonce is kept until it expires).
+    pub fn open(&self, sealed: &str, binding: Binding<'_>) -> Result<Pending, OpenError> {
         let pending: Pending = self
             .codec
             .open_json_with(sealed, &binding.bytes())
@@ -202,9 +204,19 @@ impl Seals {
                 return Err(OpenError::Busy);
             }
         }
-        used.insert(pending.nonce.clone(), now + ttl);
+        let left = Duration::from_millis(pending.expires_ms.saturating_sub(unix_ms()));
+        used.insert(pending.nonce.clone(), now + left);
         Ok(pending)
     }
+}
+
+/// Milliseconds since the Unix epoch.
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| {
+            u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
+        })
 }
 
 /// Fill `bytes` from the kernel's random source.
@@ -251,13 +263,10 @@ mod tests {
         let sealed = seals.seal(pending(), binding(args), TTL).expect("seal");
         // The same arguments in another order and spacing are the same call.
         let reordered = r#"{ "timeout": "5s", "command": "git push --force" }"#;
-        let opened = seals.open(&sealed, binding(reordered), TTL).expect("open");
+        let opened = seals.open(&sealed, binding(reordered)).expect("open");
         assert_eq!(opened.state.as_deref(), Some("step=1"));
         assert_eq!(opened.asked, pending().asked);
-        assert_eq!(
-            seals.open(&sealed, binding(args), TTL),
-            Err(OpenError::Used)
-        );
+        assert_eq!(seals.open(&sealed, binding(args)), Err(OpenError::Used));
 
         let sealed = seals.seal(pending(), binding(args), TTL).expect("seal");
         let other_args = r#"{"command":"git push --force origin other"}"#;
@@ -279,21 +288,21 @@ mod tests {
             other_tool,
             other_scope,
         ] {
-            assert_eq!(seals.open(&sealed, other, TTL), Err(OpenError::Refused));
+            assert_eq!(seals.open(&sealed, other), Err(OpenError::Refused));
         }
         let tampered = format!("{sealed}-TAMPERED");
         assert_eq!(
-            seals.open(&tampered, binding(args), TTL),
+            seals.open(&tampered, binding(args)),
             Err(OpenError::Refused)
         );
         // Another host (another key) refuses it too.
         let other_host = Seals::new().expect("seals");
         assert_eq!(
-            other_host.open(&sealed, binding(args), TTL),
+            other_host.open(&sealed, binding(args)),
             Err(OpenError::Refused)
         );
         // Untouched, it still opens.
-        assert!(seals.open(&sealed, binding(args), TTL).is_ok());
+        assert!(seals.open(&sealed, binding(args)).is_ok());
     }
 
     #[test]
@@ -304,9 +313,6 @@ mod tests {
             .seal(pending(), binding(args), Duration::from_millis(1))
             .expect("seal");
         std::thread::sleep(Duration::from_millis(5));
-        assert_eq!(
-            seals.open(&sealed, binding(args), TTL),
-            Err(OpenError::Refused)
-        );
+        assert_eq!(seals.open(&sealed, binding(args)), Err(OpenError::Refused));
     }
 }

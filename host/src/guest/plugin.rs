@@ -27,8 +27,9 @@ const LOAD_WALL_TIME: Duration = Duration::from_secs(10);
 /// limit), or for a tool call.
 enum Phase {
     Load,
-    /// A round of a call, with the answers it got as the record shows them.
-    Call(Box<CallOptions>, Vec<(String, String)>),
+    /// A round of a call, with the answers it got as the record shows them, and whether the
+    /// person allowed something in them (see `CallState::person_allowed`).
+    Call(Box<CallOptions>, Vec<(String, String)>, bool),
 }
 
 /// What the registry hands in to load a plugin.
@@ -503,6 +504,15 @@ impl Plugin {
                     .collect()
             })
             .unwrap_or_default();
+        let person_allowed = answers.as_ref().is_some_and(|answers| {
+            answers.checked
+                && answers.replies.iter().any(|answer| match &answer.reply {
+                    ask::Reply::Accepted(values) => values
+                        .iter()
+                        .any(|(name, value)| name == "allow" && *value == ask::Value::YesNo(true)),
+                    _ => false,
+                })
+        });
         let context = CallContext {
             scope: scope.to_string(),
             config: self.config.clone(),
@@ -513,7 +523,7 @@ impl Plugin {
         let arguments = arguments.to_string();
         self.run(
             scope,
-            Phase::Call(Box::new(options), answered),
+            Phase::Call(Box::new(options), answered, person_allowed),
             move |instance, store| {
                 Box::pin(async move { instance.call(store, &tool, &arguments, &context).await })
             },
@@ -536,22 +546,24 @@ impl Plugin {
         > + Send,
     ) -> Result<Result<R, String>, CallError> {
         let mut limits = self.limits;
-        let (grant, options, answered, approvals) = match phase {
+        let (grant, options, answered, person_allowed, approvals) = match phase {
             // Listing tools needs no processes, and must not stall a (re)load.
             Phase::Load => {
                 limits.wall_time = limits.wall_time.min(LOAD_WALL_TIME);
-                (None, CallOptions::default(), Vec::new(), None)
+                (None, CallOptions::default(), Vec::new(), false, None)
             }
-            Phase::Call(options, answered) => (
+            Phase::Call(options, answered, person_allowed) => (
                 self.grant.clone(),
                 *options,
                 answered,
+                person_allowed,
                 Some(self.approvals.clone()),
             ),
         };
         let mut state = CallState::new(&self.name, scope, &limits, grant, options);
         state.approvals = approvals;
         state.answered = answered;
+        state.person_allowed = person_allowed;
         let mut store = Store::new(self.pre.engine(), state);
         store.limiter(|state| &mut state.limiter);
         store.set_epoch_deadline(1);

@@ -211,6 +211,9 @@ pub(crate) struct CallState {
     /// The answers this round of the call got, as the record of its commands shows them: the
     /// key and the reply in a word, never a value.
     pub(super) answered: Vec<(String, String)>,
+    /// Whether this round's replies, checked by the host, hold a form the person accepted with
+    /// `allow` set to yes: what `process.allow-host` needs.
+    pub(super) person_allowed: bool,
 }
 
 impl CallState {
@@ -246,6 +249,7 @@ impl CallState {
             reports: Reports::new(plugin),
             approvals: None,
             answered: Vec::new(),
+            person_allowed: false,
         }
     }
 

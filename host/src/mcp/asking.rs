@@ -15,6 +15,7 @@
 // still allowed as input requests; 2025-era clients offer them as before.
 #![allow(deprecated)]
 
+use rmcp::ErrorData;
 use rmcp::model::{
     CallToolRequestParams, CreateMessageRequestParams, ElicitRequestParams, InputRequest,
     InputRequests, InputRequiredResult,
@@ -97,21 +98,24 @@ fn form_params(form: &Form) -> Value {
     })
 }
 
-/// The questions a 2026-07-28 client relays, as its call's result.
-pub(super) fn input_required(relay: Relay) -> InputRequiredResult {
+/// The questions a 2026-07-28 client relays, as its call's result; an error naming a question
+/// that cannot be put as an MCP request (the host's own failure: it is never dropped, since
+/// the signed record lists it as asked).
+pub(super) fn input_required(relay: Relay) -> Result<InputRequiredResult, ErrorData> {
     let mut requests = InputRequests::new();
     for question in relay.questions {
         let (method, params) = request(&question.ask);
-        match serde_json::from_value::<InputRequest>(json!({"method": method, "params": params})) {
-            Ok(request) => {
-                requests.insert(question.key, request);
-            }
-            Err(error) => {
-                tracing::warn!(%error, key = question.key, "a question could not be put as an MCP request");
-            }
-        }
+        let request =
+            serde_json::from_value::<InputRequest>(json!({"method": method, "params": params}))
+                .map_err(|error| {
+                    ErrorData::internal_error(
+                        format!("the question `{}` is no MCP request: {error}", question.key),
+                        None,
+                    )
+                })?;
+        requests.insert(question.key, request);
     }
-    InputRequiredResult::new(Some(requests), Some(relay.sealed))
+    Ok(InputRequiredResult::new(Some(requests), Some(relay.sealed)))
 }
 
 /// The replies a retried call carries, if any.
@@ -178,13 +182,23 @@ impl PeerAsker {
 }
 
 impl Asker for PeerAsker {
-    fn ask<'a>(&'a self, questions: &'a [Question]) -> BoxFuture<'a, Vec<Answer>> {
+    /// One question at a time; those not answered by `deadline` are left out (timed out).
+    fn ask<'a>(
+        &'a self,
+        questions: &'a [Question],
+        deadline: tokio::time::Instant,
+    ) -> BoxFuture<'a, Vec<Answer>> {
         Box::pin(async move {
             let mut answers = Vec::with_capacity(questions.len());
             for question in questions {
+                let Ok(reply) =
+                    tokio::time::timeout_at(deadline, self.ask_one(&question.ask)).await
+                else {
+                    break;
+                };
                 answers.push(Answer {
                     key: question.key.clone(),
-                    reply: self.ask_one(&question.ask).await,
+                    reply,
                 });
             }
             answers
@@ -237,7 +251,7 @@ mod tests {
             .collect(),
             sealed: "sealed".into(),
         };
-        let result = serde_json::to_value(input_required(relay)).expect("json");
+        let result = serde_json::to_value(input_required(relay).expect("put")).expect("json");
         assert_eq!(result["resultType"], "input_required");
         assert_eq!(result["requestState"], "sealed");
         let requests = &result["inputRequests"];

@@ -294,9 +294,7 @@ impl ToolServer {
         if let Ok(output) = &outcome
             && let Some(relay) = &output.needs_input
         {
-            return Ok(CallToolResponse::InputRequired(asking::input_required(
-                relay.clone(),
-            )));
+            return asking::input_required(relay.clone()).map(CallToolResponse::InputRequired);
         }
         call_result(&self.session.host, &scope.name, outcome).map(Into::into)
     }

@@ -177,9 +177,20 @@ impl TaskAsker {
 }
 
 impl Asker for TaskAsker {
-    fn ask<'a>(&'a self, questions: &'a [Question]) -> BoxFuture<'a, Vec<Answer>> {
-        Box::pin(futures_util::future::join_all(
-            questions.iter().map(|question| self.ask_one(question)),
-        ))
+    /// Every question at once; those not answered by `deadline` are left out (timed out).
+    fn ask<'a>(
+        &'a self,
+        questions: &'a [Question],
+        deadline: tokio::time::Instant,
+    ) -> BoxFuture<'a, Vec<Answer>> {
+        Box::pin(async move {
+            let answers = futures_util::future::join_all(
+                questions
+                    .iter()
+                    .map(|question| tokio::time::timeout_at(deadline, self.ask_one(question))),
+            )
+            .await;
+            answers.into_iter().filter_map(Result::ok).collect()
+        })
     }
 }

@@ -61,7 +61,13 @@ pub(super) fn build(
         &temp,
         allow_list.is_some(),
     )?;
-    // 4. The session's network gate, for an allow-list.
+    // 4. The session's network gate, for an allow-list; what the person allowed widens only
+    //    a gate of the operator's own list, never one a grant or a request narrowed.
+    let approved = if profile.network == context.operator_network {
+        approved.clone()
+    } else {
+        Arc::new(Approved::new(None))
+    };
     let gate = start_gate(allow_list, approved, namespaces.as_mut(), scope)?;
     // 5. What the namespaces layer could not do, said once.
     warn_of_what_is_missing(context, namespaces.as_ref());
@@ -262,7 +268,7 @@ fn view_namespaces(
 /// plugin's grant falls back).
 fn start_gate(
     allow_list: Option<Arc<AllowList>>,
-    approved: &Arc<Approved>,
+    approved: Arc<Approved>,
     namespaces: Option<&mut Namespaces>,
     scope: &str,
 ) -> Result<Option<Gate>, PrepareError> {
@@ -270,7 +276,7 @@ fn start_gate(
         (Some(list), Some(made)) => Some(
             Gate::start(
                 list,
-                approved.clone(),
+                approved,
                 std::mem::take(&mut made.gate_sockets),
                 scope,
                 made.holder(),

@@ -122,6 +122,9 @@ pub(crate) struct Context {
     pub(crate) allow_unix_sockets: Vec<PathBuf>,
     /// The hosts a session's person may allow beyond the allow-list (`--network ask`).
     pub(crate) network_ask: Option<Askable>,
+    /// The operator's network (`--network`): only a gate of this very list is widened by
+    /// what a session's person allowed.
+    pub(crate) operator_network: super::Network,
     /// Whether the directories around hidden paths are watched with inotify for the next
     /// command's Landlock rules; `false` (a host serving one call) compares their stamps
     /// instead, sparing the host's exit the wait for inotify's marks to go (an SRCU grace
@@ -280,11 +283,27 @@ impl ScopeSandbox {
         }
     }
 
-    /// Let the session's commands reach `pattern` from now on, in every gate of the session
-    /// (those running and those built later): the patterns allowed so far, or `None` when
-    /// `max` are allowed already.
-    pub(crate) fn allow_host(&self, pattern: Pattern, max: usize) -> Option<Vec<Pattern>> {
-        self.approved.add(pattern, max)
+    /// What the session's person allowed, and the hosts its gates refused that they may.
+    #[cfg(test)]
+    pub(crate) fn approved(&self) -> &Arc<Approved> {
+        &self.approved
+    }
+
+    /// Let the session's commands reach `host` from now on, in every gate of the session that
+    /// applies the operator's list (those running and those built later): the patterns
+    /// allowed so far; `Err` with why not: `host` is not a host a gate of the session refused
+    /// as one the person may allow, or `max` are allowed already.
+    pub(crate) fn allow_host(&self, host: &str, max: usize) -> Result<Vec<Pattern>, String> {
+        if !self.approved.was_refused(host) {
+            return Err(format!(
+                "`{host}` is no host this session's commands were refused and its person may \
+                 allow (the network gate names each such host in `refused-host` with `askable`)"
+            ));
+        }
+        let pattern = Pattern::parse(host).map_err(|error| error.to_string())?;
+        self.approved
+            .add(pattern, max)
+            .ok_or_else(|| format!("this session allowed {max} hosts already, the most it may"))
     }
 
     /// The context the scope's layers are built with.

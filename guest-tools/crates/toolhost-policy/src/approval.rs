@@ -1,15 +1,20 @@
 //! Asking the person before a command a deny rule matches, instead of refusing it outright
-//! (WIT 0.5.0 `needs-input`).
+//! (WIT 0.5.0 `needs-input`), and after a run the network gate refused hosts the person may
+//! allow.
 //!
-//! 1. Where nobody can be asked a form, the command is refused, saying why nobody could be.
-//! 2. A command whose prefix the person allowed "from now on" in this scope runs
+//! For each deny rule the command matches, in order ([`decide`]):
+//!
+//! 1. A checked reply to this rule's question (the state names the rule it asked about)
+//!    decides: accepted with `run` set runs the command (and keeps its prefix "from now on"
+//!    when `remember` is set); any other reply refuses it, saying how the person answered.
+//!    Replies the host did not check (a client's word) are no approval.
+//! 2. A rule the person allowed in an earlier round of this call (carried in the state) is
+//!    passed.
+//! 3. Where nobody can be asked a form, the command is refused, saying why nobody could be.
+//! 4. A command whose prefix the person allowed "from now on" in this scope passes
 //!    (`approvals.remembered`).
-//! 3. Else the first round asks: run it, and optionally allow its prefix for the rest of the
+//! 5. Else the person is asked: run it, and optionally allow its prefix for the rest of the
 //!    scope.
-//! 4. The next round reads the reply: accepted with `run` set runs the command (and keeps the
-//!    prefix when `remember` is set); any other reply refuses it, saying how the person
-//!    answered. Replies the host did not check (a client's word) are not an approval: the
-//!    person is asked again.
 
 use crate::Policy;
 use crate::deny::{Command, DenyRule};
@@ -31,9 +36,12 @@ const NETWORK_STATE: &str = "network";
 /// A state line saying the person allowed a command deny rule `RULE` matched, in this call.
 const APPROVED: &str = "approved:";
 
+/// A state line saying which deny rule a question is about.
+const ASKED: &str = "asked:";
+
 /// What to do with a command a deny rule matched.
 pub(crate) enum Decision {
-    /// Run it: the person allowed it.
+    /// Run it (as far as this rule goes): the person allowed it.
     Run,
     /// Ask the person first.
     Ask(NeedsInput),
@@ -41,12 +49,35 @@ pub(crate) enum Decision {
     Refuse(String),
 }
 
-/// Decide about `command`, which `rule` matched, as the module's flow says.
+/// The state of this round's replies, when the host checked them.
+fn checked_state(cx: &CallContext) -> Option<&str> {
+    cx.answers
+        .as_ref()
+        .filter(|answers| answers.checked)
+        .and_then(|answers| answers.state.as_deref())
+}
+
+/// The deny rules the person allowed in earlier rounds of this call (carried in the state).
+pub(crate) fn carried(cx: &CallContext) -> Vec<String> {
+    checked_state(cx)
+        .map(|state| {
+            state
+                .lines()
+                .filter_map(|line| line.strip_prefix(APPROVED))
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Decide about `command` for `rule`, as the module's flow says; `approved` holds the rules
+/// allowed so far in this call (carried, and passed in this round).
 pub(crate) fn decide(
     policy: &Policy,
     rule: &DenyRule,
     command: &str,
     cx: &CallContext,
+    approved: &[String],
 ) -> Decision {
     let refusal = fill(
         policy.texts.refusal,
@@ -56,40 +87,21 @@ pub(crate) fn decide(
             ("reason", rule.reason),
         ],
     );
-    if (cx.asking.can & CanAsk::FORM) == CanAsk::empty() {
-        let why = cx
-            .asking
-            .unavailable
-            .as_deref()
-            .unwrap_or("the client cannot show a form");
-        return Decision::Refuse(refusal + &fill(policy.texts.nobody_to_ask, &[("why", why)]));
-    }
-    let prefix = prefix(rule, command);
-    let remembered_key = format!("prefix:{prefix}");
-    if approvals::remembered(&remembered_key) {
-        return Decision::Run;
-    }
-    // Allowed in an earlier round of this call (a network question followed).
-    let carried = format!("{APPROVED}{}", rule.name);
-    let checked_state = cx
-        .answers
-        .as_ref()
-        .filter(|answers| answers.checked)
-        .and_then(|answers| answers.state.as_deref());
-    if checked_state.is_some_and(|state| state.lines().any(|line| line == carried)) {
-        return Decision::Run;
-    }
-    let reply = cx
-        .answers
-        .as_ref()
-        .filter(|answers| answers.checked)
-        .and_then(|answers| answers.replies.iter().find(|a| a.key == KEY))
-        .map(|answer| &answer.reply);
     let answered = |how: &str| {
         Decision::Refuse(refusal.clone() + &fill(policy.texts.answered, &[("answer", how)]))
     };
+    // 1. A checked reply to this rule's own question.
+    let asked_here = format!("{ASKED}{}", rule.name);
+    let asked = checked_state(cx).is_some_and(|state| state.lines().any(|line| line == asked_here));
+    let reply = cx
+        .answers
+        .as_ref()
+        .filter(|_| asked)
+        .and_then(|answers| answers.replies.iter().find(|a| a.key == KEY))
+        .map(|answer| &answer.reply);
+    let prefix = prefix(rule, command);
+    let remembered_key = format!("prefix:{prefix}");
     match reply {
-        None => Decision::Ask(question(policy, rule, command, &prefix)),
         Some(Reply::Accepted(values)) => {
             let yes = |name: &str| {
                 values
@@ -102,18 +114,44 @@ pub(crate) fn decide(
             if yes("remember") {
                 approvals::remember(&remembered_key);
             }
-            Decision::Run
+            return Decision::Run;
         }
-        Some(Reply::Declined) => answered("declined"),
-        Some(Reply::Cancelled) => answered("dismissed the question"),
-        Some(Reply::TimedOut) => answered("did not answer in time"),
-        Some(Reply::NobodyToAsk) => answered("could not be reached"),
-        Some(_) => answered("gave a reply that does not fit the question"),
+        Some(Reply::Declined) => return answered("declined"),
+        Some(Reply::Cancelled) => return answered("dismissed the question"),
+        Some(Reply::TimedOut) => return answered("did not answer in time"),
+        Some(Reply::NobodyToAsk) => return answered("could not be reached"),
+        Some(_) => return answered("gave a reply that does not fit the question"),
+        None => {}
     }
+    // 2. Allowed in an earlier round of this call.
+    if approved.iter().any(|name| name == rule.name) {
+        return Decision::Run;
+    }
+    // 3. Nobody to ask.
+    if (cx.asking.can & CanAsk::FORM) == CanAsk::empty() {
+        let why = cx
+            .asking
+            .unavailable
+            .as_deref()
+            .unwrap_or("the client cannot show a form");
+        return Decision::Refuse(refusal + &fill(policy.texts.nobody_to_ask, &[("why", why)]));
+    }
+    // 4. Allowed from now on.
+    if approvals::remembered(&remembered_key) {
+        return Decision::Run;
+    }
+    // 5. Ask.
+    Decision::Ask(question(policy, rule, command, &prefix, approved))
 }
 
-/// The question before `command`.
-fn question(policy: &Policy, rule: &DenyRule, command: &str, prefix: &str) -> NeedsInput {
+/// The question before `command`, with the rules allowed so far carried in its state.
+fn question(
+    policy: &Policy,
+    rule: &DenyRule,
+    command: &str,
+    prefix: &str,
+    approved: &[String],
+) -> NeedsInput {
     let message = fill(
         policy.texts.ask,
         &[
@@ -149,8 +187,16 @@ fn question(policy: &Policy, rule: &DenyRule, command: &str, prefix: &str) -> Ne
                 ],
             }),
         }],
-        state: None,
+        state: Some(state_lines(&format!("{ASKED}{}", rule.name), approved)),
     }
+}
+
+/// A state: `first`, then an `approved:RULE` line per rule in `approved`.
+fn state_lines(first: &str, approved: &[String]) -> String {
+    std::iter::once(first.to_owned())
+        .chain(approved.iter().map(|name| format!("{APPROVED}{name}")))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The words that start the part of `command` that `rule` matches: the program and its
@@ -293,14 +339,14 @@ pub(crate) fn network_answer(cx: &CallContext) -> Rerun {
 }
 
 /// The question after a foreground run of `command` (process `id`) that the network gate
-/// refused hosts the person may allow, where a form can be asked. `approved_rule`: a deny rule
+/// refused hosts the person may allow, where a form can be asked. `approved`: the deny rules
 /// the person allowed the command past in this call, carried to the next round.
 pub(crate) fn network_question(
     command: &str,
     id: &str,
     refusals: &[Refused],
     cx: &CallContext,
-    approved_rule: Option<&str>,
+    approved: &[String],
 ) -> Option<NeedsInput> {
     if (cx.asking.can & CanAsk::FORM) == CanAsk::empty() {
         return None;
@@ -318,10 +364,10 @@ pub(crate) fn network_question(
     if hosts.is_empty() {
         return None;
     }
-    let mut state = format!("{NETWORK_STATE}\n{id}\n{}", hosts.join("\n"));
-    if let Some(rule) = approved_rule {
-        state.push_str(&format!("\n{APPROVED}{rule}"));
-    }
+    let state = state_lines(
+        &format!("{NETWORK_STATE}\n{id}\n{}", hosts.join("\n")),
+        approved,
+    );
     Some(NeedsInput {
         questions: vec![Question {
             key: NETWORK_KEY.to_string(),

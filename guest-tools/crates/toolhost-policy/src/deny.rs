@@ -117,11 +117,16 @@ impl Command {
 
 /// The first of `rules` that refuses `command`, if any.
 pub fn check<'a>(rules: &'a [DenyRule], command: &str) -> Option<&'a DenyRule> {
+    matching(rules, command).into_iter().next()
+}
+
+/// Every one of `rules` that refuses `command`, in order.
+pub fn matching<'a>(rules: &'a [DenyRule], command: &str) -> Vec<&'a DenyRule> {
     if rules.is_empty() {
-        return None;
+        return Vec::new();
     }
     let parsed = Command::parse(command);
-    rules.iter().find(|r| (r.matches)(&parsed))
+    rules.iter().filter(|r| (r.matches)(&parsed)).collect()
 }
 
 fn split_any(text: &str, seps: &[&str]) -> Vec<String> {

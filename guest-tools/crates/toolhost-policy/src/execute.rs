@@ -300,11 +300,11 @@ pub(crate) fn run(
     let background = args.bool("run_in_background")?.unwrap_or(false);
     let stdin = crate::interactive::stdin_mode(&args)?;
 
-    // 1. A command a deny rule matches runs only once the person allowed it.
-    let mut approved_rule = None;
-    if let Some(rule) = deny::check(policy.deny, command) {
-        match crate::approval::decide(policy, rule, command, cx) {
-            crate::approval::Decision::Run => approved_rule = Some(rule.name),
+    // 1. A command deny rules match runs only once the person allowed it past each of them.
+    let mut approved = crate::approval::carried(cx);
+    for rule in deny::matching(policy.deny, command) {
+        match crate::approval::decide(policy, rule, command, cx, &approved) {
+            crate::approval::Decision::Run => approved.push(rule.name.to_owned()),
             crate::approval::Decision::Ask(questions) => return Ok(crate::Reply::ask(questions)),
             crate::approval::Decision::Refuse(message) => return Err(message),
         }
@@ -451,7 +451,7 @@ pub(crate) fn run(
         && !timed_out
         && rerun.is_none()
         && let Some(question) =
-            crate::approval::network_question(&plan.command, &id, &out.refusals, cx, approved_rule)
+            crate::approval::network_question(&plan.command, &id, &out.refusals, cx, &approved)
     {
         return Ok(crate::Reply::ask(question));
     }

@@ -393,7 +393,11 @@ struct ScriptedPerson {
 }
 
 impl Asker for ScriptedPerson {
-    fn ask<'a>(&'a self, questions: &'a [Question]) -> ask::BoxFuture<'a, Vec<Given>> {
+    fn ask<'a>(
+        &'a self,
+        questions: &'a [Question],
+        _deadline: tokio::time::Instant,
+    ) -> ask::BoxFuture<'a, Vec<Given>> {
         Box::pin(async move {
             let mut given = Vec::new();
             for question in questions {

@@ -346,17 +346,17 @@ impl wit_process::Host for CallState {
             .map_err(Into::into))
     }
 
-    /// Only in a round whose replies the host checked and the person accepted: a guest cannot
-    /// widen its scope's network on its own say.
+    /// Only in a round whose replies the host checked and the person accepted with `allow`
+    /// set to yes: a guest cannot widen its scope's network on its own say.
     async fn allow_host(
         &mut self,
         host: String,
     ) -> wasmtime::Result<Result<Vec<String>, wit_process::ProcessError>> {
         let grant = self.grant()?;
-        if !self.answered.iter().any(|(_, reply)| reply == "accepted") {
+        if !self.person_allowed {
             return Ok(Err(wit_process::ProcessError::InvalidRequest(
-                "a host may be allowed only in a call whose person accepted a question of its, \
-                 asked by the host (no reply of this call was)"
+                "a host may be allowed only in a call whose person accepted a form with `allow` \
+                 set to yes, asked by the host (no reply of this call was)"
                     .to_owned(),
             )));
         }

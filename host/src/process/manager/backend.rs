@@ -160,8 +160,10 @@ impl ProcessBackend for ProcessManager {
     /// 1. The operator must let people allow hosts (`--network ask`), and the operator's
     ///    network must be an allow-list (under `full` nothing needs allowing, under `none`
     ///    nothing may be).
-    /// 2. `host` must be a pattern within the operator's askable hosts.
-    /// 3. The scope keeps it for every gate of its, at most [`process::MAX_ALLOWED_HOSTS`].
+    /// 2. `host` must be a name with a port within the operator's askable hosts, and one a
+    ///    gate of the scope refused (so marked `askable`): nothing a command did not try.
+    /// 3. The scope keeps it for its gates of the operator's list, at most
+    ///    [`process::MAX_ALLOWED_HOSTS`].
     fn allow_host(&self, scope: &str, host: &str) -> Result<Vec<String>, ProcessError> {
         use crate::sandbox::network::Pattern;
         let refuse = |why: String| Err(ProcessError::InvalidRequest(why));
@@ -181,24 +183,22 @@ impl ProcessBackend for ProcessManager {
             Ok(pattern) => pattern,
             Err(error) => return refuse(error.to_string()),
         };
-        if !askable.allows(&pattern) {
+        if !pattern.is_named_port() || !askable.allows(&pattern) {
             return refuse(format!(
-                "`{host}` is not among the hosts people may allow here ({askable})"
+                "`{host}` is not among the hosts people may allow here ({askable}; a name with \
+                 its port, as the network gate named it)"
             ));
         }
         match self
             .scope(scope)
             .sandbox
-            .allow_host(pattern, process::MAX_ALLOWED_HOSTS)
+            .allow_host(host, process::MAX_ALLOWED_HOSTS)
         {
-            Some(patterns) => {
+            Ok(patterns) => {
                 tracing::info!(scope, host, "a session's person allowed a host");
                 Ok(patterns.iter().map(ToString::to_string).collect())
             }
-            None => refuse(format!(
-                "this session allowed {} hosts already, the most it may",
-                process::MAX_ALLOWED_HOSTS
-            )),
+            Err(why) => refuse(why),
         }
     }
 

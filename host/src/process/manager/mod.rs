@@ -370,6 +370,7 @@ impl ProcessManager {
             namespaces_layer: true,
             allow_unix_sockets: config.sandbox.allow_unix_socket.clone(),
             network_ask: config.sandbox.network_ask.clone(),
+            operator_network: config.sandbox.network,
             // A host that serves one call starts one command: nothing to watch for the next.
             watch_changes: !config.serves_one_call,
         });

@@ -1806,40 +1806,55 @@ async fn a_session_keeps_clean_command_cgroups_and_drops_one_whose_limit_was_rea
 }
 
 #[tokio::test]
-async fn a_person_may_allow_only_hosts_the_operator_marked_askable() {
+async fn a_person_may_allow_only_askable_hosts_a_command_was_refused() {
     use crate::sandbox::network::{AllowList, AllowListId, Askable};
     let list = |text: &str| AllowList::parse(text).expect("a list");
     let (_dir, nobody) = manager_with(|config| {
         config.sandbox.network = sandbox::Network::Allow(AllowListId::of(list("github.com")));
     });
     let error = nobody
-        .allow_host(SCOPE, "example.com")
+        .allow_host(SCOPE, "example.com:443")
         .expect_err("no --network ask");
     assert!(error.to_string().contains("--network ask"), "{error}");
 
     let (_dir, full) = manager_with(|config| {
         config.sandbox.network_ask = Some(Askable::Any);
     });
-    let error = full.allow_host(SCOPE, "example.com").expect_err("full");
+    let error = full.allow_host(SCOPE, "example.com:443").expect_err("full");
     assert!(error.to_string().contains("not an allow-list"), "{error}");
 
     let (_dir, manager) = manager_with(|config| {
         config.sandbox.network = sandbox::Network::Allow(AllowListId::of(list("github.com")));
         config.sandbox.network_ask = Some(Askable::Within(list("*.example.com")));
     });
+    // Nothing a command did not try.
+    let error = manager
+        .allow_host(SCOPE, "api.example.com:443")
+        .expect_err("not refused yet");
+    assert!(
+        error.to_string().contains("no host this session"),
+        "{error}"
+    );
+    let approved = manager.scope(SCOPE).sandbox.approved().clone();
+    approved.note_refused("api.example.com:443");
     assert_eq!(
         manager.allow_host(SCOPE, "api.example.com:443"),
         Ok(vec!["api.example.com:443".to_owned()])
     );
-    for outside in ["example.org", "*.com", "not a host"] {
+    // Outside the bound, a wildcard, an address, every port, or not a host: refused.
+    for outside in [
+        "example.org:443",
+        "*.example.com",
+        "169.254.169.254:80",
+        "a.example.com",
+        "not a host",
+    ] {
+        approved.note_refused(outside);
         let error = manager.allow_host(SCOPE, outside).expect_err(outside);
         assert!(matches!(error, ProcessError::InvalidRequest(_)), "{error}");
     }
-    // Another scope has allowed nothing; the same host twice is kept once; the bound holds.
-    assert_eq!(
-        manager.allow_host("other", "a.example.com"),
-        Ok(vec!["a.example.com".to_owned()])
-    );
+    // Another scope's refusals are its own; the same host twice is kept once; the bound holds.
+    assert!(manager.allow_host("other", "api.example.com:443").is_err());
     assert_eq!(
         manager
             .allow_host(SCOPE, "api.example.com:443")
@@ -1847,12 +1862,13 @@ async fn a_person_may_allow_only_hosts_the_operator_marked_askable() {
         Ok(1)
     );
     for n in 1..crate::process::MAX_ALLOWED_HOSTS {
-        manager
-            .allow_host(SCOPE, &format!("h{n}.example.com"))
-            .expect("within the bound");
+        let host = format!("h{n}.example.com:443");
+        approved.note_refused(&host);
+        manager.allow_host(SCOPE, &host).expect("within the bound");
     }
+    approved.note_refused("one-more.example.com:443");
     let error = manager
-        .allow_host(SCOPE, "one-more.example.com")
+        .allow_host(SCOPE, "one-more.example.com:443")
         .expect_err("over the bound");
     assert!(error.to_string().contains("the most it may"), "{error}");
 }

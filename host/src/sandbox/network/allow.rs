@@ -106,6 +106,12 @@ impl Pattern {
         }
     }
 
+    /// Whether it names one host by name, at one port (`example.com:443`): no wildcard, no
+    /// address, no "every port".
+    pub fn is_named_port(&self) -> bool {
+        matches!(self.host, HostPattern::Name(_)) && self.port.is_some()
+    }
+
     /// Whether every host and port this pattern allows, `other` allows too.
     pub fn within(&self, other: &Pattern) -> bool {
         if other.port.is_some() && other.port != self.port {

@@ -139,28 +139,62 @@ fn unix_ms() -> u64 {
         })
 }
 
-/// The hosts a session's person allowed beyond its allow-list, for every gate of the session.
+/// The reason the resolver gives a name the allow-list does not hold: the one refusal that
+/// allowing the name can undo.
+const NOT_LISTED: &str = "not in the allow-list";
+
+/// Most askable refusals a session remembers (the oldest go first).
+const MAX_ASKABLE: usize = 256;
+
+/// The hosts a session's person allowed beyond its allow-list, for the session's gates that
+/// apply the operator's own list (a gate narrowed by a plugin's grant or a request is never
+/// widened: it gets none).
 #[derive(Debug, Default)]
 pub(crate) struct Approved {
     patterns: Mutex<Vec<Pattern>>,
     /// What the person may allow (the operator's `--network ask`); `None`: nothing.
     askable: Option<Askable>,
+    /// The askable hosts the session's gates refused, as they named them (`example.com:443`):
+    /// the only hosts that may be allowed.
+    refused: Mutex<VecDeque<String>>,
 }
 
 impl Approved {
     /// Nothing allowed yet; the person may allow what `askable` holds.
     pub(crate) fn new(askable: Option<Askable>) -> Approved {
         Approved {
-            patterns: Mutex::default(),
             askable,
+            ..Approved::default()
         }
     }
 
-    /// Whether the person may allow `host` (as a gate names it, `example.com:443`).
-    pub(crate) fn may_allow(&self, host: &str) -> bool {
-        self.askable.as_ref().is_some_and(|askable| {
-            Pattern::parse(host).is_ok_and(|pattern| askable.allows(&pattern))
-        })
+    /// Whether the person may allow `host` (as a gate names it, `example.com:443`), refused
+    /// for `reason`: a name with its port, refused only for not being listed, within the
+    /// operator's askable hosts. An address never is: the allow-list must name it.
+    fn may_allow(&self, host: &str, reason: &str) -> bool {
+        let Some(askable) = &self.askable else {
+            return false;
+        };
+        reason == NOT_LISTED
+            && Pattern::parse(host)
+                .is_ok_and(|pattern| pattern.is_named_port() && askable.allows(&pattern))
+    }
+
+    /// Note that a gate refused `host`, which the person may allow.
+    pub(crate) fn note_refused(&self, host: &str) {
+        let mut refused = lock(&self.refused);
+        if refused.iter().any(|known| known == host) {
+            return;
+        }
+        if refused.len() == MAX_ASKABLE {
+            refused.pop_front();
+        }
+        refused.push_back(host.to_owned());
+    }
+
+    /// Whether a gate of the session refused `host` as one the person may allow.
+    pub(crate) fn was_refused(&self, host: &str) -> bool {
+        lock(&self.refused).iter().any(|known| known == host)
     }
 
     /// Allow `pattern` too: the patterns allowed so far, or `None` when `max` are allowed
@@ -214,8 +248,11 @@ impl Shared {
         let chain = chain.unwrap_or_else(|| self.refusals.last_chain(&host));
         // A connection may be allowed by the person; a lookup of the program's own never is
         // (the proxy is the only way out).
-        let askable =
-            matches!(protocol, owner::Protocol::Tcp { .. }) && self.approved.may_allow(&host);
+        let askable = matches!(protocol, owner::Protocol::Tcp { .. })
+            && self.approved.may_allow(&host, &reason);
+        if askable {
+            self.approved.note_refused(&host);
+        }
         self.refusals.record_askable(host, reason, chain, askable);
     }
 }
