@@ -508,3 +508,53 @@ async fn a_command_two_rules_match_is_asked_about_each() {
     assert!(messages[1].contains("force-push"), "{messages:?}");
     assert_eq!(fake.starts().len(), 1);
 }
+
+#[tokio::test]
+async fn a_required_question_the_client_did_not_declare_ends_the_call() {
+    let dir = plugin_dir(
+        &toolhost_e2e::conformance_tools_component(),
+        "fixture",
+        None,
+    );
+    let host = ToolHost::builder()
+        .bundled_policy(None)
+        .plugin_dir(dir.path())
+        .process_backend(FakeProcesses::new())
+        .cache_dir(Some(test_cache_dir()))
+        .ask_mode(AskMode::Risky)
+        .build()
+        .await
+        .expect("host builds");
+    let without_sampling = Asking {
+        missing: CanAsk {
+            sample: true,
+            roots: true,
+            ..CanAsk::default()
+        },
+        ..forms()
+    };
+    let error = host
+        .call("s", "test_missing_capability", "{}")
+        .options(CallOptions {
+            asking: without_sampling,
+            asker: Some(Person::new(Reply::Declined)),
+            ..CallOptions::default()
+        })
+        .output()
+        .await
+        .expect_err("-32021");
+    assert!(
+        matches!(&error, CallError::MissingCapability(names) if names == &["sampling"]),
+        "{error:?}"
+    );
+    // A caller that is no MCP client (nothing declared or missing): nobody to ask.
+    let text = host
+        .call("s", "test_missing_capability", "{}")
+        .output()
+        .await
+        .expect("a result");
+    assert!(
+        text.content.iter().any(|item| matches!(item, toolhost::ContentItem::Text(t) if t.contains("Nobody could be asked"))),
+        "{text:?}"
+    );
+}

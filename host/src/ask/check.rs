@@ -140,6 +140,7 @@ mod tests {
         NeedsInput {
             questions: vec![Question {
                 key: "approve".into(),
+                required: false,
                 ask: Ask::Form(Form {
                     message: "Run it?".into(),
                     fields,

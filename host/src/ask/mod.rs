@@ -90,6 +90,9 @@ pub struct Asking {
     pub can: CanAsk,
     /// Why a form cannot be asked, for the tool's note to the model.
     pub unavailable: Option<String>,
+    /// What an MCP client did not declare it can be asked (its capabilities); empty for
+    /// other callers and where the operator turned asking off.
+    pub missing: CanAsk,
 }
 
 impl Default for Asking {
@@ -104,6 +107,7 @@ impl Asking {
         Asking {
             can: CanAsk::default(),
             unavailable: Some(why.to_owned()),
+            missing: CanAsk::default(),
         }
     }
 
@@ -112,6 +116,7 @@ impl Asking {
         Asking {
             can,
             unavailable: (!can.form).then(|| why_no_form.to_owned()),
+            missing: CanAsk::default(),
         }
     }
 }
@@ -193,6 +198,9 @@ pub struct Question {
     pub key: String,
     /// What is asked.
     pub ask: Ask,
+    /// The call cannot go on without it: where the client did not declare its kind
+    /// ([`Asking::missing`]), the call ends with [`crate::CallError::MissingCapability`].
+    pub required: bool,
 }
 
 /// A call's questions, and the text the tool carries to its next round.

@@ -5,8 +5,9 @@
 //!    client's unchecked word when it does not.
 //! 2. The tool runs; a result ends the call.
 //! 3. Questions count as a round; more than [`MAX_ROUNDS`] is a tool error.
-//! 4. Questions of a kind the caller cannot ask get [`Reply::NobodyToAsk`]; if none is left,
-//!    the tool runs again at once with those replies.
+//! 4. A required question of a kind the MCP client did not declare ends the call
+//!    ([`CallError::MissingCapability`]). Other questions of a kind the caller cannot ask get
+//!    [`Reply::NobodyToAsk`]; if none is left, the tool runs again at once with those replies.
 //! 5. With an [`Asker`](super::Asker), the host asks within the call, until a deadline the
 //!    time for an answer away; what is not answered by then is [`Reply::TimedOut`], and a
 //!    call cancelled meanwhile gets [`Reply::Cancelled`]. The tool runs again (step 2); a
@@ -68,6 +69,16 @@ pub(crate) async fn run(
         let (askable, unaskable): (Vec<Question>, Vec<Question>) = questions
             .into_iter()
             .partition(|question| options.asking.can.allows(&question.ask));
+        // A required question the client did not declare it can be asked ends the call.
+        let mut missing: Vec<String> = unaskable
+            .iter()
+            .filter(|question| question.required && options.asking.missing.allows(&question.ask))
+            .map(|question| capability(&question.ask).to_owned())
+            .collect();
+        missing.dedup();
+        if !missing.is_empty() {
+            return Err(CallError::MissingCapability(missing));
+        }
         let nobody = |keys: &[Question]| {
             keys.iter()
                 .map(|q| Answer {
@@ -145,6 +156,15 @@ pub(crate) async fn run(
             checked: true,
             round: rounds,
         });
+    }
+}
+
+/// The MCP client capability that `ask` needs.
+fn capability(ask: &super::Ask) -> &'static str {
+    match ask {
+        super::Ask::Form(_) => "elicitation",
+        super::Ask::Sample(_) => "sampling",
+        super::Ask::Roots => "roots",
     }
 }
 

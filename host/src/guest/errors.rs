@@ -67,6 +67,10 @@ pub enum CallError {
     /// with a request state this host did not give for this call. Nothing of the call ran.
     #[error("not run: {0}")]
     Answers(String),
+    /// The tool cannot go on without asking the MCP client something it did not declare it
+    /// can be asked (the protocol's `-32021`): `elicitation`, `sampling` or `roots`.
+    #[error("the tool needs the client capabilities {}, which the client did not declare", .0.join(", "))]
+    MissingCapability(Vec<String>),
     /// The guest ran into one of its plugin's limits and was stopped; the host is unaffected.
     #[error("plugin `{plugin}` failed: {limit}")]
     Limit {

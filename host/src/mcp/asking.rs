@@ -35,7 +35,14 @@ const NO_ELICITATION: &str =
 /// capabilities, or in revision 2026-07-28 the request's own.
 pub(super) fn asking(context: &RequestContext<RoleServer>) -> Asking {
     let Some(capabilities) = context.client_capabilities() else {
-        return Asking::nobody(NO_ELICITATION);
+        return Asking {
+            missing: CanAsk {
+                form: true,
+                sample: true,
+                roots: true,
+            },
+            ..Asking::nobody(NO_ELICITATION)
+        };
     };
     // An empty `elicitation: {}` (revision 2025-06-18) means form mode.
     let form = capabilities
@@ -48,7 +55,14 @@ pub(super) fn asking(context: &RequestContext<RoleServer>) -> Asking {
         sample: capabilities.sampling.is_some(),
         roots: capabilities.roots.is_some(),
     };
-    Asking::of(can, NO_ELICITATION)
+    Asking {
+        missing: CanAsk {
+            form: !can.form,
+            sample: !can.sample,
+            roots: !can.roots,
+        },
+        ..Asking::of(can, NO_ELICITATION)
+    }
 }
 
 /// `ask` as an MCP request: its method and params.
@@ -247,6 +261,7 @@ mod tests {
             .map(|(key, ask)| Question {
                 key: key.into(),
                 ask,
+                required: false,
             })
             .collect(),
             sealed: "sealed".into(),

@@ -45,6 +45,18 @@ pub(super) fn call_result(
         ) => Ok(CallToolResult::error(vec![ContentBlock::text(
             error.to_string(),
         )])),
+        // A tool that needs what the client did not declare (MCP `-32021`).
+        Err(CallError::MissingCapability(names)) => {
+            let required: serde_json::Map<String, serde_json::Value> = names
+                .iter()
+                .map(|name| (name.clone(), serde_json::json!({})))
+                .collect();
+            Err(ErrorData::new(
+                rmcp::model::ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+                CallError::MissingCapability(names).to_string(),
+                Some(serde_json::json!({ "requiredCapabilities": required })),
+            ))
+        }
         // A retry whose replies or request state are unusable: the client's request is.
         Err(error @ CallError::Answers(_)) => {
             Err(ErrorData::invalid_params(error.to_string(), None))

@@ -164,6 +164,7 @@ fn question(
     NeedsInput {
         questions: vec![Question {
             key: KEY.to_string(),
+            required: false,
             ask: Ask::Form(Form {
                 message,
                 fields: vec![
@@ -371,6 +372,7 @@ pub(crate) fn network_question(
     Some(NeedsInput {
         questions: vec![Question {
             key: NETWORK_KEY.to_string(),
+            required: false,
             ask: Ask::Form(Form {
                 message: format!(
                     "This command tried to reach {}, which this session's network does not \

@@ -344,6 +344,7 @@ impl From<wit_tool::Question> for ask::Question {
     fn from(q: wit_tool::Question) -> Self {
         Self {
             key: q.key,
+            required: q.required,
             ask: match q.ask {
                 wit_tool::Ask::Form(form) => ask::Ask::Form(ask::Form {
                     message: form.message,
