@@ -121,7 +121,7 @@ fn print_file(file: &Path, filter: &Filter, json: bool, now_ms: u64) -> Result<u
 const LAST_RFC3339_MS: u64 = 253_402_300_800_000;
 
 /// One command on one line: `TIME  SCOPE  PLUGIN  EXIT  DURATION  COMMAND`, then what was
-/// refused in brackets.
+/// refused and what the person answered before it, in brackets.
 fn for_people(line: &Value) -> String {
     let text = |key: &str| line[key].as_str().unwrap_or("-").to_owned();
     let ended = line["ended_ms"].as_u64().unwrap_or(0);
@@ -152,6 +152,23 @@ fn for_people(line: &Value) -> String {
     );
     if !refused.is_empty() {
         out.push_str(&format!("  [refused: {}]", refused.join(", ")));
+    }
+    let answers: Vec<String> = line["answers"]
+        .as_array()
+        .map(|all| {
+            all.iter()
+                .filter_map(|answer| {
+                    Some(format!(
+                        "{} {}",
+                        answer["key"].as_str()?,
+                        answer["reply"].as_str()?
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if !answers.is_empty() {
+        out.push_str(&format!("  [asked: {}]", answers.join(", ")));
     }
     // A record file is text anyone with the state directory's access could have written.
     super::content::printable(&out)
@@ -203,10 +220,12 @@ mod tests {
             "scope": "s1", "plugin": "default", "command": "make\n  test",
             "started_ms": 0, "ended_ms": 1_500, "exit_code": 2, "signal": null,
             "refusals": ["network"],
+            "answers": [{"key": "approve", "reply": "accepted"}],
         });
         assert_eq!(
             for_people(&line),
-            "1970-01-01T00:00:01Z  s1  default  exit 2  1s 500ms  make test  [refused: network]"
+            "1970-01-01T00:00:01Z  s1  default  exit 2  1s 500ms  make test  [refused: network]  \
+             [asked: approve accepted]"
         );
         let far = json!({"ended_ms": u64::MAX, "command": "x\u{1b}]0;t\u{7}"});
         let text = for_people(&far);
