@@ -286,7 +286,9 @@ fn typescript_sdk_2026_over_http() {
 /// back as `input_required`, the 2.x SDK answers through its `elicitation/create` handler and
 /// retries with the answer and the signed `requestState`; accepted runs, declined refuses,
 /// "from now on" holds for the scope, a replayed record is refused, a client without
-/// elicitation gets the reason.
+/// elicitation gets the reason. Under `--network ask=`, a refused host the person allows is
+/// reached by the command's second run and by the next command (skipped, saying so, without
+/// namespaces).
 #[test]
 fn typescript_sdk_2026_asking() {
     run_group(SDK_2026, "asking", Duration::from_secs(120));

@@ -143,9 +143,9 @@ export const TOKEN = `ts-token-${process.pid}-0123456789abcdef`;
 /**
  * `toolhost serve --http 127.0.0.1:0 --token-file F EXTRA...`, once it announces its URL. The
  * token file holds TOKEN alone, or with `tokens` (principal name -> token) one `NAME TOKEN`
- * line each.
+ * line each. `env` adds variables to the server's environment.
  */
-export async function httpServer(extra = [], { tokens } = {}) {
+export async function httpServer(extra = [], { tokens, env = {} } = {}) {
   const dir = freshDir('http');
   const tokenFile = path.join(dir, 'token');
   const lines = tokens
@@ -157,7 +157,7 @@ export async function httpServer(extra = [], { tokens } = {}) {
       BIN,
       ['--state-dir', path.join(dir, 'state'), 'serve', '--http', '127.0.0.1:0',
         '--token-file', tokenFile, ...extra],
-      { env: ENV, stdio: ['ignore', 'inherit', 'pipe'] },
+      { env: { ...ENV, ...env }, stdio: ['ignore', 'inherit', 'pipe'] },
     ),
   );
   const url = await within(

@@ -24,6 +24,8 @@
 // methods of the extension through to a 2026-07-28 server when a result schema is given.
 
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import http from 'node:http';
 
 import {
   CLIENT_CAPABILITIES_META_KEY,
@@ -762,6 +764,48 @@ async function askingOverHttp() {
   }
 }
 
+/** `--network allow=allowed.test --network ask=*.test --ask risky` over HTTP: a command refused
+ *  `asked.test` comes back `input_required`; the SDK's handler allows it; the host lets the
+ *  principal's scope reach it and the command runs again and reaches it; the next command
+ *  reaches it without a question. The server listens on the host's loopback, named by the
+ *  test-only resolver map of a debug build. Skipped, saying so, without namespaces. */
+async function networkAskOverHttp() {
+  const probe = spawnSync(BIN, ['--network', 'allow=probe.test', 'call', 'execute', '{"command":"true"}'], {
+    env: ENV,
+    encoding: 'utf8',
+  });
+  if (probe.status !== 0 && /namespaces layer/.test(probe.stderr)) {
+    console.log(`  SKIPPED: no namespaces here (${probe.stderr.trim().split('\n').at(-1)})`);
+    return;
+  }
+  const site = http.createServer((_request, response) => response.end('reached-through-the-gate\n'));
+  await new Promise((resolve) => site.listen(0, '127.0.0.1', resolve));
+  const port = site.address().port;
+  const server = await httpServer(
+    ['--network', 'allow=allowed.test', '--network', 'ask=*.test', '--ask', 'risky'],
+    { env: { TOOLHOST_TEST_RESOLVE: 'asked.test=127.0.0.1', TOOLHOST_TEST_PUBLIC: '127.0.0.1' } },
+  );
+  const clients = [];
+  try {
+    const replies = [{ action: 'accept', content: { allow: true } }];
+    const person = await askingClient(server, replies);
+    clients.push(person);
+    const fetch = `curl -sS --max-time 10 http://asked.test:${port}/`;
+    const first = resultJson(await execute(person.client, { command: fetch }));
+    assert.match(first.output, /reached-through-the-gate/, JSON.stringify(first));
+    assert.match(first.note, new RegExp(`allowed asked\\.test:${port}`), JSON.stringify(first));
+    assert.equal(person.asked.length, 1);
+    assert.match(person.asked[0].message, new RegExp(`asked\\.test:${port}`));
+    const again = resultJson(await execute(person.client, { command: fetch }));
+    assert.match(again.output, /reached-through-the-gate/, JSON.stringify(again));
+    assert.equal(person.asked.length, 1, 'allowed for the scope: not asked again');
+  } finally {
+    for (const { client } of clients) await client.close().catch(() => {});
+    await server.stop();
+    site.close();
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 
 const GROUPS = {
@@ -771,7 +815,10 @@ const GROUPS = {
   ],
   '2026-stdio': [['stdio 2026-07-28: tools, echo, the connection is the scope', stdio2026]],
   '2026-http': [['http 2026-07-28: scopes named in _meta, apart from the default one', http2026]],
-  asking: [['http 2026-07-28: the guarded policy asks through input_required', askingOverHttp]],
+  asking: [
+    ['http 2026-07-28: the guarded policy asks through input_required', askingOverHttp],
+    ['http 2026-07-28: a refused host is allowed for the scope and the command runs again', networkAskOverHttp],
+  ],
   tasks: [
     ['stdio tasks: execute outlives its timeout, completes with the result', taskOutlivesItsTimeout],
     ['stdio tasks: the status message shows the output', taskShowsProgress],
