@@ -13,8 +13,9 @@
 //!
 //! A new version: freeze `wit/toolhost.wit` as `wit/vX.Y.Z/`, make the current module a
 //! frozen one like `v0_3_0` (bindings from the frozen file, conversions to and from the new
-//! latest types), and add its delegating impls to the interface modules; `engine.rs` links it,
-//! `plugin.rs` instantiates it, and `WIT_VERSIONS` lists it.
+//! latest types), and add its delegating impls to the interface modules (for an interface the
+//! new version leaves as it was, one `same_as_current!(vX_Y_Z)` line there); `engine.rs` links
+//! it, `plugin.rs` instantiates it, and `WIT_VERSIONS` lists it.
 //!
 //! The version modules import nothing from the rest of the guest runtime.
 //! So the rest of it, the errors included, can name a version without an import cycle.

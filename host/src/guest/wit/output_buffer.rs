@@ -67,119 +67,57 @@ impl wit_buffer::HostHeadTailBuffer for CallState {
     }
 }
 
-// The 0.4.0 interface: the same buffers, delegated to the current interface.
+// The 0.4.0, 0.3.0 and 0.2.0 interfaces: the same buffers, delegated to the current
+// interface.
 
-impl v0_4_0::output_buffer::Host for CallState {}
+/// Serve the `output-buffer` interface of frozen version `$version`, the current one under
+/// its own types.
+macro_rules! same_as_current {
+    ($version:ident) => {
+        impl $version::output_buffer::Host for CallState {}
 
-impl v0_4_0::output_buffer::HostHeadTailBuffer for CallState {
-    async fn new(
-        &mut self,
-        head_bytes: u32,
-        tail_bytes: u32,
-    ) -> wasmtime::Result<Resource<GuestBuffer>> {
-        wit_buffer::HostHeadTailBuffer::new(self, head_bytes, tail_bytes).await
-    }
+        impl $version::output_buffer::HostHeadTailBuffer for CallState {
+            async fn new(
+                &mut self,
+                head_bytes: u32,
+                tail_bytes: u32,
+            ) -> wasmtime::Result<Resource<GuestBuffer>> {
+                wit_buffer::HostHeadTailBuffer::new(self, head_bytes, tail_bytes).await
+            }
 
-    async fn write(
-        &mut self,
-        buffer: Resource<GuestBuffer>,
-        data: Vec<u8>,
-    ) -> wasmtime::Result<()> {
-        wit_buffer::HostHeadTailBuffer::write(self, buffer, data).await
-    }
+            async fn write(
+                &mut self,
+                buffer: Resource<GuestBuffer>,
+                data: Vec<u8>,
+            ) -> wasmtime::Result<()> {
+                wit_buffer::HostHeadTailBuffer::write(self, buffer, data).await
+            }
 
-    async fn total_bytes(&mut self, buffer: Resource<GuestBuffer>) -> wasmtime::Result<u64> {
-        wit_buffer::HostHeadTailBuffer::total_bytes(self, buffer).await
-    }
+            async fn total_bytes(
+                &mut self,
+                buffer: Resource<GuestBuffer>,
+            ) -> wasmtime::Result<u64> {
+                wit_buffer::HostHeadTailBuffer::total_bytes(self, buffer).await
+            }
 
-    async fn render(
-        &mut self,
-        buffer: Resource<GuestBuffer>,
-    ) -> wasmtime::Result<v0_4_0::output_buffer::Rendered> {
-        let rendered = wit_buffer::HostHeadTailBuffer::render(self, buffer).await?;
-        Ok(rendered.into())
-    }
+            async fn render(
+                &mut self,
+                buffer: Resource<GuestBuffer>,
+            ) -> wasmtime::Result<$version::output_buffer::Rendered> {
+                let rendered = wit_buffer::HostHeadTailBuffer::render(self, buffer).await?;
+                Ok(rendered.into())
+            }
 
-    async fn drop(&mut self, buffer: Resource<GuestBuffer>) -> wasmtime::Result<()> {
-        wit_buffer::HostHeadTailBuffer::drop(self, buffer).await
-    }
+            async fn drop(&mut self, buffer: Resource<GuestBuffer>) -> wasmtime::Result<()> {
+                wit_buffer::HostHeadTailBuffer::drop(self, buffer).await
+            }
+        }
+    };
 }
 
-// The 0.3.0 interface: the same buffers, delegated to the current interface.
-
-impl v0_3_0::output_buffer::Host for CallState {}
-
-impl v0_3_0::output_buffer::HostHeadTailBuffer for CallState {
-    async fn new(
-        &mut self,
-        head_bytes: u32,
-        tail_bytes: u32,
-    ) -> wasmtime::Result<Resource<GuestBuffer>> {
-        wit_buffer::HostHeadTailBuffer::new(self, head_bytes, tail_bytes).await
-    }
-
-    async fn write(
-        &mut self,
-        buffer: Resource<GuestBuffer>,
-        data: Vec<u8>,
-    ) -> wasmtime::Result<()> {
-        wit_buffer::HostHeadTailBuffer::write(self, buffer, data).await
-    }
-
-    async fn total_bytes(&mut self, buffer: Resource<GuestBuffer>) -> wasmtime::Result<u64> {
-        wit_buffer::HostHeadTailBuffer::total_bytes(self, buffer).await
-    }
-
-    async fn render(
-        &mut self,
-        buffer: Resource<GuestBuffer>,
-    ) -> wasmtime::Result<v0_3_0::output_buffer::Rendered> {
-        let rendered = wit_buffer::HostHeadTailBuffer::render(self, buffer).await?;
-        Ok(rendered.into())
-    }
-
-    async fn drop(&mut self, buffer: Resource<GuestBuffer>) -> wasmtime::Result<()> {
-        wit_buffer::HostHeadTailBuffer::drop(self, buffer).await
-    }
-}
-
-// The 0.2.0 interface: the same buffers, delegated to the current interface.
-
-impl v0_2_0::output_buffer::Host for CallState {}
-
-impl v0_2_0::output_buffer::HostHeadTailBuffer for CallState {
-    async fn new(
-        &mut self,
-        head_bytes: u32,
-        tail_bytes: u32,
-    ) -> wasmtime::Result<Resource<GuestBuffer>> {
-        wit_buffer::HostHeadTailBuffer::new(self, head_bytes, tail_bytes).await
-    }
-
-    async fn write(
-        &mut self,
-        buffer: Resource<GuestBuffer>,
-        data: Vec<u8>,
-    ) -> wasmtime::Result<()> {
-        wit_buffer::HostHeadTailBuffer::write(self, buffer, data).await
-    }
-
-    async fn total_bytes(&mut self, buffer: Resource<GuestBuffer>) -> wasmtime::Result<u64> {
-        wit_buffer::HostHeadTailBuffer::total_bytes(self, buffer).await
-    }
-
-    async fn render(
-        &mut self,
-        buffer: Resource<GuestBuffer>,
-    ) -> wasmtime::Result<v0_2_0::output_buffer::Rendered> {
-        let rendered = wit_buffer::HostHeadTailBuffer::render(self, buffer).await?;
-        Ok(rendered.into())
-    }
-
-    async fn drop(&mut self, buffer: Resource<GuestBuffer>) -> wasmtime::Result<()> {
-        wit_buffer::HostHeadTailBuffer::drop(self, buffer).await
-    }
-}
+same_as_current!(v0_4_0);
+same_as_current!(v0_3_0);
+same_as_current!(v0_2_0);
 
 // The 0.1.0 interface: the same buffers, delegated to the current interface.
 

@@ -554,229 +554,127 @@ async fn wait_with_options(
     backend.read(scope, id, from)
 }
 
-// The 0.4.0 interface: the same as the current one.
+// The 0.4.0 and 0.3.0 interfaces: the same as the current one, under their own types.
 
-impl v0_4_0::process::Host for CallState {
-    async fn start(
-        &mut self,
-        request: v0_4_0::process::StartRequest,
-    ) -> wasmtime::Result<Result<String, v0_4_0::process::ProcessError>> {
-        let result = wit_process::Host::start(self, request.into()).await?;
-        Ok(result.map_err(Into::into))
-    }
+/// Serve the `process` interface of frozen version `$version`, which is the current one under
+/// its own types: each function converts its arguments, calls the current one, and converts
+/// what it returns.
+macro_rules! same_as_current {
+    ($version:ident) => {
+        impl $version::process::Host for CallState {
+            async fn start(
+                &mut self,
+                request: $version::process::StartRequest,
+            ) -> wasmtime::Result<Result<String, $version::process::ProcessError>> {
+                let result = wit_process::Host::start(self, request.into()).await?;
+                Ok(result.map_err(Into::into))
+            }
 
-    async fn wait(
-        &mut self,
-        id: String,
-        timeout_ms: u64,
-        from: v0_4_0::process::ReadFrom,
-    ) -> wasmtime::Result<Result<v0_4_0::process::Output, v0_4_0::process::ProcessError>> {
-        let result = wit_process::Host::wait(self, id, timeout_ms, from.into()).await?;
-        Ok(result.map(Into::into).map_err(Into::into))
-    }
+            async fn wait(
+                &mut self,
+                id: String,
+                timeout_ms: u64,
+                from: $version::process::ReadFrom,
+            ) -> wasmtime::Result<Result<$version::process::Output, $version::process::ProcessError>> {
+                let result = wit_process::Host::wait(self, id, timeout_ms, from.into()).await?;
+                Ok(result.map(Into::into).map_err(Into::into))
+            }
 
-    async fn read(
-        &mut self,
-        id: String,
-        from: v0_4_0::process::ReadFrom,
-    ) -> wasmtime::Result<Result<v0_4_0::process::Output, v0_4_0::process::ProcessError>> {
-        let result = wit_process::Host::read(self, id, from.into()).await?;
-        Ok(result.map(Into::into).map_err(Into::into))
-    }
+            async fn read(
+                &mut self,
+                id: String,
+                from: $version::process::ReadFrom,
+            ) -> wasmtime::Result<Result<$version::process::Output, $version::process::ProcessError>> {
+                let result = wit_process::Host::read(self, id, from.into()).await?;
+                Ok(result.map(Into::into).map_err(Into::into))
+            }
 
-    async fn list(&mut self) -> wasmtime::Result<Vec<v0_4_0::process::ProcessInfo>> {
-        let list = wit_process::Host::list(self).await?;
-        Ok(list.into_iter().map(Into::into).collect())
-    }
+            async fn list(&mut self) -> wasmtime::Result<Vec<$version::process::ProcessInfo>> {
+                let list = wit_process::Host::list(self).await?;
+                Ok(list.into_iter().map(Into::into).collect())
+            }
 
-    async fn send_signal(
-        &mut self,
-        id: String,
-        signal: v0_4_0::process::Signal,
-    ) -> wasmtime::Result<Result<(), v0_4_0::process::ProcessError>> {
-        let result = wit_process::Host::send_signal(self, id, signal.into()).await?;
-        Ok(result.map_err(Into::into))
-    }
+            async fn send_signal(
+                &mut self,
+                id: String,
+                signal: $version::process::Signal,
+            ) -> wasmtime::Result<Result<(), $version::process::ProcessError>> {
+                let result = wit_process::Host::send_signal(self, id, signal.into()).await?;
+                Ok(result.map_err(Into::into))
+            }
 
-    async fn write_input(
-        &mut self,
-        id: String,
-        data: Vec<u8>,
-        keys: Vec<v0_4_0::process::Key>,
-    ) -> wasmtime::Result<Result<(), v0_4_0::process::ProcessError>> {
-        let keys = keys.into_iter().map(Into::into).collect();
-        let result = wit_process::Host::write_input(self, id, data, keys).await?;
-        Ok(result.map_err(Into::into))
-    }
+            async fn write_input(
+                &mut self,
+                id: String,
+                data: Vec<u8>,
+                keys: Vec<$version::process::Key>,
+            ) -> wasmtime::Result<Result<(), $version::process::ProcessError>> {
+                let keys = keys.into_iter().map(Into::into).collect();
+                let result = wit_process::Host::write_input(self, id, data, keys).await?;
+                Ok(result.map_err(Into::into))
+            }
 
-    async fn close_input(
-        &mut self,
-        id: String,
-    ) -> wasmtime::Result<Result<(), v0_4_0::process::ProcessError>> {
-        let result = wit_process::Host::close_input(self, id).await?;
-        Ok(result.map_err(Into::into))
-    }
+            async fn close_input(
+                &mut self,
+                id: String,
+            ) -> wasmtime::Result<Result<(), $version::process::ProcessError>> {
+                let result = wit_process::Host::close_input(self, id).await?;
+                Ok(result.map_err(Into::into))
+            }
 
-    async fn resize(
-        &mut self,
-        id: String,
-        size: v0_4_0::process::TerminalSize,
-    ) -> wasmtime::Result<Result<(), v0_4_0::process::ProcessError>> {
-        let result = wit_process::Host::resize(self, id, size.into()).await?;
-        Ok(result.map_err(Into::into))
-    }
+            async fn resize(
+                &mut self,
+                id: String,
+                size: $version::process::TerminalSize,
+            ) -> wasmtime::Result<Result<(), $version::process::ProcessError>> {
+                let result = wit_process::Host::resize(self, id, size.into()).await?;
+                Ok(result.map_err(Into::into))
+            }
 
-    async fn read_screen(
-        &mut self,
-        id: String,
-    ) -> wasmtime::Result<Result<v0_4_0::process::Screen, v0_4_0::process::ProcessError>> {
-        let result = wit_process::Host::read_screen(self, id).await?;
-        Ok(result.map(Into::into).map_err(Into::into))
-    }
+            async fn read_screen(
+                &mut self,
+                id: String,
+            ) -> wasmtime::Result<Result<$version::process::Screen, $version::process::ProcessError>> {
+                let result = wit_process::Host::read_screen(self, id).await?;
+                Ok(result.map(Into::into).map_err(Into::into))
+            }
 
-    async fn call_cancelled(&mut self) -> wasmtime::Result<bool> {
-        wit_process::Host::call_cancelled(self).await
-    }
+            async fn call_cancelled(&mut self) -> wasmtime::Result<bool> {
+                wit_process::Host::call_cancelled(self).await
+            }
 
-    async fn waits_for_exit(&mut self) -> wasmtime::Result<bool> {
-        wit_process::Host::waits_for_exit(self).await
-    }
+            async fn waits_for_exit(&mut self) -> wasmtime::Result<bool> {
+                wit_process::Host::waits_for_exit(self).await
+            }
 
-    async fn read_log(
-        &mut self,
-        id: String,
-        offset: i64,
-        max_bytes: u64,
-    ) -> wasmtime::Result<Result<v0_4_0::process::LogPage, v0_4_0::process::ProcessError>> {
-        let result = wit_process::Host::read_log(self, id, offset, max_bytes).await?;
-        Ok(result.map(Into::into).map_err(Into::into))
-    }
+            async fn read_log(
+                &mut self,
+                id: String,
+                offset: i64,
+                max_bytes: u64,
+            ) -> wasmtime::Result<Result<$version::process::LogPage, $version::process::ProcessError>> {
+                let result = wit_process::Host::read_log(self, id, offset, max_bytes).await?;
+                Ok(result.map(Into::into).map_err(Into::into))
+            }
 
-    async fn wait_until(
-        &mut self,
-        id: String,
-        condition: v0_4_0::process::Until,
-        timeout_ms: u64,
-        from: v0_4_0::process::ReadFrom,
-    ) -> wasmtime::Result<Result<v0_4_0::process::Output, v0_4_0::process::ProcessError>> {
-        let result =
-            wit_process::Host::wait_until(self, id, condition.into(), timeout_ms, from.into())
-                .await?;
-        Ok(result.map(Into::into).map_err(Into::into))
-    }
+            async fn wait_until(
+                &mut self,
+                id: String,
+                condition: $version::process::Until,
+                timeout_ms: u64,
+                from: $version::process::ReadFrom,
+            ) -> wasmtime::Result<Result<$version::process::Output, $version::process::ProcessError>> {
+                let result =
+                    wit_process::Host::wait_until(self, id, condition.into(), timeout_ms, from.into())
+                        .await?;
+                Ok(result.map(Into::into).map_err(Into::into))
+            }
+        }
+    };
 }
 
-// The 0.3.0 interface: the same as the current one.
-
-impl v0_3_0::process::Host for CallState {
-    async fn start(
-        &mut self,
-        request: v0_3_0::process::StartRequest,
-    ) -> wasmtime::Result<Result<String, v0_3_0::process::ProcessError>> {
-        let result = wit_process::Host::start(self, request.into()).await?;
-        Ok(result.map_err(Into::into))
-    }
-
-    async fn wait(
-        &mut self,
-        id: String,
-        timeout_ms: u64,
-        from: v0_3_0::process::ReadFrom,
-    ) -> wasmtime::Result<Result<v0_3_0::process::Output, v0_3_0::process::ProcessError>> {
-        let result = wit_process::Host::wait(self, id, timeout_ms, from.into()).await?;
-        Ok(result.map(Into::into).map_err(Into::into))
-    }
-
-    async fn read(
-        &mut self,
-        id: String,
-        from: v0_3_0::process::ReadFrom,
-    ) -> wasmtime::Result<Result<v0_3_0::process::Output, v0_3_0::process::ProcessError>> {
-        let result = wit_process::Host::read(self, id, from.into()).await?;
-        Ok(result.map(Into::into).map_err(Into::into))
-    }
-
-    async fn list(&mut self) -> wasmtime::Result<Vec<v0_3_0::process::ProcessInfo>> {
-        let list = wit_process::Host::list(self).await?;
-        Ok(list.into_iter().map(Into::into).collect())
-    }
-
-    async fn send_signal(
-        &mut self,
-        id: String,
-        signal: v0_3_0::process::Signal,
-    ) -> wasmtime::Result<Result<(), v0_3_0::process::ProcessError>> {
-        let result = wit_process::Host::send_signal(self, id, signal.into()).await?;
-        Ok(result.map_err(Into::into))
-    }
-
-    async fn write_input(
-        &mut self,
-        id: String,
-        data: Vec<u8>,
-        keys: Vec<v0_3_0::process::Key>,
-    ) -> wasmtime::Result<Result<(), v0_3_0::process::ProcessError>> {
-        let keys = keys.into_iter().map(Into::into).collect();
-        let result = wit_process::Host::write_input(self, id, data, keys).await?;
-        Ok(result.map_err(Into::into))
-    }
-
-    async fn close_input(
-        &mut self,
-        id: String,
-    ) -> wasmtime::Result<Result<(), v0_3_0::process::ProcessError>> {
-        let result = wit_process::Host::close_input(self, id).await?;
-        Ok(result.map_err(Into::into))
-    }
-
-    async fn resize(
-        &mut self,
-        id: String,
-        size: v0_3_0::process::TerminalSize,
-    ) -> wasmtime::Result<Result<(), v0_3_0::process::ProcessError>> {
-        let result = wit_process::Host::resize(self, id, size.into()).await?;
-        Ok(result.map_err(Into::into))
-    }
-
-    async fn read_screen(
-        &mut self,
-        id: String,
-    ) -> wasmtime::Result<Result<v0_3_0::process::Screen, v0_3_0::process::ProcessError>> {
-        let result = wit_process::Host::read_screen(self, id).await?;
-        Ok(result.map(Into::into).map_err(Into::into))
-    }
-
-    async fn call_cancelled(&mut self) -> wasmtime::Result<bool> {
-        wit_process::Host::call_cancelled(self).await
-    }
-
-    async fn waits_for_exit(&mut self) -> wasmtime::Result<bool> {
-        wit_process::Host::waits_for_exit(self).await
-    }
-
-    async fn read_log(
-        &mut self,
-        id: String,
-        offset: i64,
-        max_bytes: u64,
-    ) -> wasmtime::Result<Result<v0_3_0::process::LogPage, v0_3_0::process::ProcessError>> {
-        let result = wit_process::Host::read_log(self, id, offset, max_bytes).await?;
-        Ok(result.map(Into::into).map_err(Into::into))
-    }
-
-    async fn wait_until(
-        &mut self,
-        id: String,
-        condition: v0_3_0::process::Until,
-        timeout_ms: u64,
-        from: v0_3_0::process::ReadFrom,
-    ) -> wasmtime::Result<Result<v0_3_0::process::Output, v0_3_0::process::ProcessError>> {
-        let result =
-            wit_process::Host::wait_until(self, id, condition.into(), timeout_ms, from.into())
-                .await?;
-        Ok(result.map(Into::into).map_err(Into::into))
-    }
-}
+same_as_current!(v0_4_0);
+same_as_current!(v0_3_0);
 
 // The 0.2.0 interface: the current one without `read-log`, and without what a command left
 // running in its outputs and listings.
