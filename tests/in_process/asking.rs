@@ -85,15 +85,30 @@ fn run(remember: bool) -> Reply {
     ])
 }
 
-async fn guarded(mode: AskMode, fake: Arc<FakeProcesses>) -> ToolHost {
-    ToolHost::builder()
-        .bundled_policy(Some("guarded"))
+/// A host on `fake` asking as `mode` says, with the bundled `policy` and the plugins of
+/// `plugins`.
+async fn host(
+    mode: AskMode,
+    policy: Option<&str>,
+    plugins: Option<&std::path::Path>,
+    fake: Arc<FakeProcesses>,
+) -> ToolHost {
+    let builder = ToolHost::builder()
+        .bundled_policy(policy)
         .process_backend(fake)
         .cache_dir(Some(test_cache_dir()))
-        .ask_mode(mode)
-        .build()
-        .await
-        .expect("host builds")
+        .ask_mode(mode);
+    match plugins {
+        Some(dir) => builder.plugin_dir(dir),
+        None => builder,
+    }
+    .build()
+    .await
+    .expect("host builds")
+}
+
+async fn guarded(mode: AskMode, fake: Arc<FakeProcesses>) -> ToolHost {
+    host(mode, Some("guarded"), None, fake).await
 }
 
 fn asking_with(asker: Arc<dyn Asker>) -> CallOptions {
@@ -315,15 +330,7 @@ async fn a_tool_that_asks_without_end_or_out_of_bounds_gets_a_tool_error() {
         "hostile",
         Some("[grants]\nprocess = true\n"),
     );
-    let host = ToolHost::builder()
-        .bundled_policy(None)
-        .plugin_dir(dir.path())
-        .process_backend(FakeProcesses::new())
-        .cache_dir(Some(test_cache_dir()))
-        .ask_mode(AskMode::Risky)
-        .build()
-        .await
-        .expect("host builds");
+    let host = host(AskMode::Risky, None, Some(dir.path()), FakeProcesses::new()).await;
     let roots = Person::new(Reply::Roots(Vec::new()));
     let options = CallOptions {
         asking: Asking::of(
@@ -370,14 +377,7 @@ fn refused_example(askable: bool) -> Script {
 }
 
 async fn default_policy(fake: Arc<FakeProcesses>) -> ToolHost {
-    ToolHost::builder()
-        .bundled_policy(Some("default"))
-        .process_backend(fake)
-        .cache_dir(Some(test_cache_dir()))
-        .ask_mode(AskMode::Risky)
-        .build()
-        .await
-        .expect("host builds")
+    host(AskMode::Risky, Some("default"), None, fake).await
 }
 
 const FETCH: &str = r#"{"command":"curl -s https://example.com/"}"#;
@@ -461,15 +461,7 @@ async fn a_guest_cannot_widen_its_network_without_the_persons_answer() {
         Some("[grants]\nprocess = true\n"),
     );
     let fake = FakeProcesses::new();
-    let host = ToolHost::builder()
-        .bundled_policy(None)
-        .plugin_dir(dir.path())
-        .process_backend(fake.clone())
-        .cache_dir(Some(test_cache_dir()))
-        .ask_mode(AskMode::Risky)
-        .build()
-        .await
-        .expect("host builds");
+    let host = host(AskMode::Risky, None, Some(dir.path()), fake.clone()).await;
     let text = host
         .call("s", "widens", r#"{"host":"evil.test"}"#)
         .await
@@ -516,15 +508,7 @@ async fn a_required_question_the_client_did_not_declare_ends_the_call() {
         "fixture",
         None,
     );
-    let host = ToolHost::builder()
-        .bundled_policy(None)
-        .plugin_dir(dir.path())
-        .process_backend(FakeProcesses::new())
-        .cache_dir(Some(test_cache_dir()))
-        .ask_mode(AskMode::Risky)
-        .build()
-        .await
-        .expect("host builds");
+    let host = host(AskMode::Risky, None, Some(dir.path()), FakeProcesses::new()).await;
     let without_sampling = Asking {
         missing: CanAsk {
             sample: true,

@@ -103,14 +103,19 @@ pub fn needs_input(needs: &NeedsInput) -> Result<(), BadQuestions> {
     Ok(())
 }
 
-/// A key or field name: 1 to [`MAX_NAME_BYTES`] bytes of letters, digits, `_` and `-`.
-fn name(what: &str, name: &str) -> Result<(), BadQuestions> {
-    let fits = !name.is_empty()
+/// Whether `name` may be a key or field name: 1 to [`MAX_NAME_BYTES`] bytes of letters,
+/// digits, `_` and `-`.
+pub(crate) fn is_name(name: &str) -> bool {
+    !name.is_empty()
         && name.len() <= MAX_NAME_BYTES
         && name
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if fits {
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// A key or field name, as [`is_name`] says.
+fn name(what: &str, name: &str) -> Result<(), BadQuestions> {
+    if is_name(name) {
         Ok(())
     } else {
         Err(BadQuestions(format!(

@@ -68,6 +68,15 @@ pub struct CanAsk {
 }
 
 impl CanAsk {
+    /// What this cannot ask.
+    pub fn complement(self) -> CanAsk {
+        CanAsk {
+            form: !self.form,
+            sample: !self.sample,
+            roots: !self.roots,
+        }
+    }
+
     /// Whether nothing can be asked.
     pub fn is_empty(&self) -> bool {
         !(self.form || self.sample || self.roots)
@@ -289,8 +298,6 @@ pub struct Answers {
     /// Whether the host knows these replies answer the tool's own questions of this call
     /// (it asked them, or verified its signed record of them); `false`: the client's word.
     pub checked: bool,
-    /// The round these replies lead to (1 for the replies to the first round's questions).
-    pub round: u32,
 }
 
 /// Asks questions within a call: a 2025-era MCP session's client, an MCP task's client, a

@@ -79,21 +79,18 @@ pub(crate) async fn run(
         if !missing.is_empty() {
             return Err(CallError::MissingCapability(missing));
         }
-        let nobody = |keys: &[Question]| {
-            keys.iter()
-                .map(|q| Answer {
-                    key: q.key.clone(),
-                    reply: Reply::NobodyToAsk,
-                })
-                .collect::<Vec<_>>()
-        };
-        let mut replies = nobody(&unaskable);
+        let mut replies: Vec<Answer> = unaskable
+            .iter()
+            .map(|q| Answer {
+                key: q.key.clone(),
+                reply: Reply::NobodyToAsk,
+            })
+            .collect();
         if askable.is_empty() {
             answers = Some(Answers {
                 replies,
                 state,
                 checked: true,
-                round: rounds,
             });
             continue;
         }
@@ -154,7 +151,6 @@ pub(crate) async fn run(
             replies,
             state,
             checked: true,
-            round: rounds,
         });
     }
 }
@@ -188,13 +184,7 @@ fn resumed(
         let replies = resume
             .replies
             .iter()
-            .filter(|(key, _)| {
-                !key.is_empty()
-                    && key.len() <= super::check::MAX_NAME_BYTES
-                    && key
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-            })
+            .filter(|(key, _)| super::check::is_name(key))
             .take(super::check::MAX_QUESTIONS)
             .filter_map(|(key, value)| {
                 let kind = if value.get("action").is_some() {
@@ -216,7 +206,6 @@ fn resumed(
             replies,
             state: None,
             checked: false,
-            round: 0,
         };
         return Ok((answers, 0));
     };
@@ -244,7 +233,6 @@ fn resumed(
         replies,
         state: pending.state,
         checked: true,
-        round: pending.round,
     };
     Ok((answers, pending.round))
 }

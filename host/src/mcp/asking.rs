@@ -36,11 +36,7 @@ const NO_ELICITATION: &str =
 pub(super) fn asking(context: &RequestContext<RoleServer>) -> Asking {
     let Some(capabilities) = context.client_capabilities() else {
         return Asking {
-            missing: CanAsk {
-                form: true,
-                sample: true,
-                roots: true,
-            },
+            missing: CanAsk::default().complement(),
             ..Asking::nobody(NO_ELICITATION)
         };
     };
@@ -56,11 +52,7 @@ pub(super) fn asking(context: &RequestContext<RoleServer>) -> Asking {
         roots: capabilities.roots.is_some(),
     };
     Asking {
-        missing: CanAsk {
-            form: !can.form,
-            sample: !can.sample,
-            roots: !can.roots,
-        },
+        missing: can.complement(),
         ..Asking::of(can, NO_ELICITATION)
     }
 }
@@ -112,21 +104,24 @@ fn form_params(form: &Form) -> Value {
     })
 }
 
+/// `ask` as an MCP input request (an entry of `inputRequests`).
+pub(super) fn input_request(ask: &Ask) -> Result<InputRequest, serde_json::Error> {
+    let (method, params) = request(ask);
+    serde_json::from_value(json!({"method": method, "params": params}))
+}
+
 /// The questions a 2026-07-28 client relays, as its call's result; an error naming a question
 /// that cannot be put as an MCP request (the host's own failure: it is never dropped, since
 /// the signed record lists it as asked).
 pub(super) fn input_required(relay: Relay) -> Result<InputRequiredResult, ErrorData> {
     let mut requests = InputRequests::new();
     for question in relay.questions {
-        let (method, params) = request(&question.ask);
-        let request =
-            serde_json::from_value::<InputRequest>(json!({"method": method, "params": params}))
-                .map_err(|error| {
-                    ErrorData::internal_error(
-                        format!("the question `{}` is no MCP request: {error}", question.key),
-                        None,
-                    )
-                })?;
+        let request = input_request(&question.ask).map_err(|error| {
+            ErrorData::internal_error(
+                format!("the question `{}` is no MCP request: {error}", question.key),
+                None,
+            )
+        })?;
         requests.insert(question.key, request);
     }
     Ok(InputRequiredResult::new(Some(requests), Some(relay.sealed)))

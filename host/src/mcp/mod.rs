@@ -103,3 +103,11 @@ fn spawn_signal_watch(stop: CancellationToken) -> Result<tokio::task::JoinHandle
         stop.cancel();
     }))
 }
+
+/// Whether `context`'s request is of a revision without sessions (2026-07-28 and later):
+/// no `initialize`, no server-to-client requests during a call.
+fn sessionless(context: &rmcp::service::RequestContext<rmcp::RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_some_and(|version| !version.has_initialize())
+}

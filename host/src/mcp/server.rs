@@ -164,9 +164,7 @@ impl ToolServer {
         context: &RequestContext<RoleServer>,
         create: bool,
     ) -> Result<Option<ScopeRef>, ErrorData> {
-        let sessionless = context
-            .protocol_version()
-            .is_some_and(|version| !version.has_initialize());
+        let sessionless = super::sessionless(context);
         if let (Some(scopes), true) = (&self.named_scopes, sessionless) {
             return Arc::clone(scopes).resolve(context, create);
         }
@@ -255,9 +253,7 @@ impl ToolServer {
         // 2025-era sessions are asked within the call; 2026-07-28 clients relay the questions
         // and retry (see `asking`).
         let asking = asking::asking(&context);
-        let sessionless = context
-            .protocol_version()
-            .is_some_and(|version| !version.has_initialize());
+        let sessionless = super::sessionless(&context);
         let asker = (!sessionless && !asking.can.is_empty()).then(|| {
             Arc::new(asking::PeerAsker {
                 peer: context.peer.clone(),
@@ -315,9 +311,7 @@ impl ToolServer {
     #[allow(deprecated)]
     async fn follow_roots(&self, scope: &str, context: &RequestContext<RoleServer>) {
         let session = &self.session;
-        let sessionless = context
-            .protocol_version()
-            .is_some_and(|version| !version.has_initialize());
+        let sessionless = super::sessionless(context);
         let offers = context
             .peer
             .peer_info()

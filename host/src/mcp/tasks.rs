@@ -24,7 +24,7 @@ use super::scope::ScopeRef;
 use crate::ask::rounds::read;
 use crate::ask::{Answer, Asker, Asking, BoxFuture, Question, Reply};
 use crate::{CallOptions, CallPermit, Progress, ProgressSink, ToolHost};
-use rmcp::model::{CallToolResult, CreateTaskResult, InputRequest};
+use rmcp::model::{CallToolResult, CreateTaskResult};
 use rmcp::service::RequestContext;
 use rmcp::task_manager::{TaskContext, TaskExit, TaskOptions};
 use rmcp::{ErrorData, RoleServer};
@@ -47,9 +47,7 @@ const POLL_INTERVAL_MS: u64 = 1000;
 /// declares the Tasks extension.
 pub(super) fn wanted(tool: &str, context: &RequestContext<RoleServer>) -> bool {
     TASK_TOOLS.contains(&tool)
-        && context
-            .protocol_version()
-            .is_some_and(|version| !version.has_initialize())
+        && super::sessionless(context)
         && context
             .client_capabilities()
             .is_some_and(|capabilities| capabilities.supports_tasks())
@@ -152,10 +150,7 @@ impl TaskAsker {
 
     /// One question's reply.
     async fn ask_one(&self, question: &Question) -> Answer {
-        let (method, params) = asking::request(&question.ask);
-        let reply = match serde_json::from_value::<InputRequest>(
-            serde_json::json!({"method": method, "params": params}),
-        ) {
+        let reply = match asking::input_request(&question.ask) {
             Ok(request) => {
                 let key = self.task_key(&question.key);
                 match self.task.request_input(key, request).await {

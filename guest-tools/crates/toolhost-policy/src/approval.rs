@@ -19,7 +19,8 @@
 use crate::Policy;
 use crate::deny::{Command, DenyRule};
 use crate::exports::toolhost::plugin::tool::{
-    Ask, CallContext, CanAsk, Field, FieldKind, Form, NeedsInput, Question, Reply, Value,
+    Ask, CallContext, CanAsk, Field, FieldKind, FieldValue, Form, NeedsInput, Question, Reply,
+    Value,
 };
 use crate::texts::fill;
 use crate::toolhost::plugin::approvals;
@@ -47,6 +48,24 @@ pub(crate) enum Decision {
     Ask(NeedsInput),
     /// Refuse it, with this message for the model.
     Refuse(String),
+}
+
+/// Whether an accepted form set the yes-no field `name` to yes.
+fn yes(values: &[FieldValue], name: &str) -> bool {
+    values
+        .iter()
+        .any(|v| v.name == name && matches!(v.value, Value::YesNo(true)))
+}
+
+/// How the person answered, in words for a refusal, when they did not accept.
+fn how(reply: &Reply) -> &'static str {
+    match reply {
+        Reply::Declined => "declined",
+        Reply::Cancelled => "dismissed the question",
+        Reply::TimedOut => "did not answer in time",
+        Reply::NobodyToAsk => "could not be reached",
+        _ => "gave a reply that does not fit the question",
+    }
 }
 
 /// The state of this round's replies, when the host checked them.
@@ -103,24 +122,15 @@ pub(crate) fn decide(
     let remembered_key = format!("prefix:{prefix}");
     match reply {
         Some(Reply::Accepted(values)) => {
-            let yes = |name: &str| {
-                values
-                    .iter()
-                    .any(|v| v.name == name && matches!(v.value, Value::YesNo(true)))
-            };
-            if !yes("run") {
+            if !yes(values, "run") {
                 return answered("chose not to run it");
             }
-            if yes("remember") {
+            if yes(values, "remember") {
                 approvals::remember(&remembered_key);
             }
             return Decision::Run;
         }
-        Some(Reply::Declined) => return answered("declined"),
-        Some(Reply::Cancelled) => return answered("dismissed the question"),
-        Some(Reply::TimedOut) => return answered("did not answer in time"),
-        Some(Reply::NobodyToAsk) => return answered("could not be reached"),
-        Some(_) => return answered("gave a reply that does not fit the question"),
+        Some(other) => return answered(how(other)),
         None => {}
     }
     // 2. Allowed in an earlier round of this call.
@@ -230,22 +240,6 @@ fn prefix(rule: &DenyRule, command: &str) -> String {
         .unwrap_or_else(|| rule.name.to_string())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::deny::{FORCE_PUSH, RECURSIVE_DELETE_ROOT};
-
-    #[test]
-    fn the_prefix_is_the_program_and_its_first_argument() {
-        assert_eq!(
-            prefix(&FORCE_PUSH, "cd repo && git push --force origin main"),
-            "git push"
-        );
-        assert_eq!(prefix(&FORCE_PUSH, "git -C sub push -f"), "git push");
-        assert_eq!(prefix(&RECURSIVE_DELETE_ROOT, "sudo rm -rf /"), "rm /");
-    }
-}
-
 /// What the replies of this call say about the hosts a first run of the command was refused.
 pub(crate) enum Rerun {
     /// No network question was answered in this call.
@@ -265,10 +259,7 @@ pub(crate) enum Rerun {
 ///    the host bounds), and the command runs again.
 /// 3. Anything else: the tool error names the first run, whose output `process_output` reads.
 pub(crate) fn network_answer(cx: &CallContext) -> Rerun {
-    let Some(answers) = cx.answers.as_ref().filter(|answers| answers.checked) else {
-        return Rerun::No;
-    };
-    let Some(state) = answers.state.as_deref() else {
+    let (Some(state), Some(answers)) = (checked_state(cx), cx.answers.as_ref()) else {
         return Rerun::No;
     };
     let mut lines = state.lines();
@@ -293,11 +284,7 @@ pub(crate) fn network_answer(cx: &CallContext) -> Rerun {
          reads its output"
     );
     let how = match reply {
-        Reply::Accepted(values)
-            if values
-                .iter()
-                .any(|v| v.name == "allow" && matches!(v.value, Value::YesNo(true))) =>
-        {
+        Reply::Accepted(values) if yes(values, "allow") => {
             let mut allowed = Vec::new();
             let mut failed = Vec::new();
             for host in &hosts {
@@ -326,11 +313,7 @@ pub(crate) fn network_answer(cx: &CallContext) -> Rerun {
             return Rerun::Allowed(note);
         }
         Reply::Accepted(_) => "chose not to allow them",
-        Reply::Declined => "declined",
-        Reply::Cancelled => "dismissed the question",
-        Reply::TimedOut => "did not answer in time",
-        Reply::NobodyToAsk => "could not be reached",
-        _ => "gave a reply that does not fit the question",
+        other => how(other),
     };
     Rerun::Refused(format!(
         "The command ran once, as process {id}, and was refused {named}. The person was asked \
@@ -391,4 +374,20 @@ pub(crate) fn network_question(
         }],
         state: Some(state),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::deny::{FORCE_PUSH, RECURSIVE_DELETE_ROOT};
+
+    #[test]
+    fn the_prefix_is_the_program_and_its_first_argument() {
+        assert_eq!(
+            prefix(&FORCE_PUSH, "cd repo && git push --force origin main"),
+            "git push"
+        );
+        assert_eq!(prefix(&FORCE_PUSH, "git -C sub push -f"), "git push");
+        assert_eq!(prefix(&RECURSIVE_DELETE_ROOT, "sudo rm -rf /"), "rm /");
+    }
 }
