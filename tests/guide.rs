@@ -28,85 +28,36 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+use toolhost_e2e::guide_blocks::{Block, Guide};
 use toolhost_e2e::mcp_client::{StdioClient, tool_error};
 use toolhost_e2e::{repo_root, target_dir, test_cache_dir, toolhost_bin};
 
-/// A code block of the guide.
-struct Block {
-    /// The marker on the line before it, as (kind, argument): `("run", "build")`.
-    marker: Option<(String, String)>,
-    /// The language of its fence.
-    lang: String,
-    /// Its text.
-    body: String,
-    /// The line of its opening fence.
-    line: usize,
+fn the_guide() -> &'static Guide {
+    static GUIDE: OnceLock<Guide> = OnceLock::new();
+    GUIDE.get_or_init(|| Guide::read("docs/writing-a-policy.md"))
 }
 
-fn guide_path() -> PathBuf {
-    repo_root().join("docs/writing-a-policy.md")
+fn guide_path() -> &'static Path {
+    &the_guide().path
 }
 
 fn guide() -> &'static str {
-    static TEXT: OnceLock<String> = OnceLock::new();
-    TEXT.get_or_init(|| std::fs::read_to_string(guide_path()).expect("read the guide"))
+    &the_guide().text
 }
 
 /// The guide's code blocks, in order.
 fn blocks() -> &'static [Block] {
-    static BLOCKS: OnceLock<Vec<Block>> = OnceLock::new();
-    BLOCKS.get_or_init(|| {
-        let lines: Vec<&str> = guide().lines().collect();
-        let mut blocks = Vec::new();
-        let mut i = 0;
-        while i < lines.len() {
-            let Some(lang) = lines[i].strip_prefix("```") else {
-                i += 1;
-                continue;
-            };
-            let end = (i + 1..lines.len())
-                .find(|&j| lines[j] == "```")
-                .unwrap_or_else(|| panic!("the code block at line {} is not closed", i + 1));
-            let marker = i
-                .checked_sub(1)
-                .and_then(|p| lines[p].strip_prefix("<!-- "))
-                .and_then(|m| m.strip_suffix(" -->"))
-                .and_then(|m| m.split_once(": "))
-                .map(|(kind, arg)| (kind.to_owned(), arg.to_owned()));
-            blocks.push(Block {
-                marker,
-                lang: lang.to_owned(),
-                body: lines[i + 1..end].iter().map(|l| format!("{l}\n")).collect(),
-                line: i + 1,
-            });
-            i = end + 1;
-        }
-        blocks
-    })
+    &the_guide().blocks
 }
 
 /// The one block marked `kind: name`.
 fn block(kind: &str, name: &str) -> &'static Block {
-    let mut found = blocks().iter().filter(|b| {
-        b.marker
-            .as_ref()
-            .is_some_and(|(k, n)| k == kind && n == name)
-    });
-    let block = found
-        .next()
-        .unwrap_or_else(|| panic!("the guide has no block marked `<!-- {kind}: {name} -->`"));
-    assert!(found.next().is_none(), "two blocks marked `{kind}: {name}`");
-    block
+    the_guide().block(kind, name)
 }
 
 /// The names of the blocks marked `kind`, in order.
 fn marked(kind: &str) -> Vec<&'static str> {
-    blocks()
-        .iter()
-        .filter_map(|b| b.marker.as_ref())
-        .filter(|(k, _)| k == kind)
-        .map(|(_, name)| name.as_str())
-        .collect()
+    the_guide().marked(kind)
 }
 
 /// The target directory the policy crates of these tests build in (through a `target` link
@@ -203,24 +154,7 @@ fn succeeded(what: &str, out: &Output) {
 
 /// `actual` is what the guide's `output: step` block shows.
 fn shows_output(step: &str, actual: &str) {
-    let block = block("output", step);
-    let shown: Vec<&str> = block.body.lines().collect();
-    let actual: Vec<&str> = actual.lines().collect();
-    let matches = shown.len() == actual.len()
-        && shown
-            .iter()
-            .zip(&actual)
-            .all(|(want, got)| match want.strip_suffix("...") {
-                Some(prefix) => got.starts_with(prefix),
-                None => want == got,
-            });
-    assert!(
-        matches,
-        "the output of step `{step}` is not what the guide shows at line {}:\n--- shown\n{}\n--- actual\n{}",
-        block.line,
-        shown.join("\n"),
-        actual.join("\n")
-    );
+    the_guide().shows_output(step, actual);
 }
 
 /// The directory the `scaffold` step leaves the reader in (its last line, `cd DIR`).

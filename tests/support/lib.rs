@@ -5,6 +5,7 @@
 //! - [`paths`]: the target directory, the repository, the `toolhost` binary (built on demand),
 //!   the component caches, the directory shared with confined commands, the fake machines' root;
 //! - [`fixtures`]: the fixture components the host's build script builds;
+//! - [`guide_blocks`]: the marked code blocks of a guide under `docs/`, which tests follow;
 //! - [`hosts`]: plugin directories and hosts built on them, on the fake or the real process
 //!   capability, and a `toolhost` binary run unprivileged;
 //! - [`processes`]: markers on command lines, a scan of `/proc` for the processes that carry
@@ -19,6 +20,7 @@
 pub mod client_blocks;
 pub mod commands;
 pub mod fixtures;
+pub mod guide_blocks;
 pub mod hosts;
 pub mod http_session;
 pub mod mcp_client;
