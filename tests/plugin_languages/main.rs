@@ -30,6 +30,7 @@
 //! A run first removes the cached code of the example's earlier builds, which no later run
 //! can use, so the cache does not grow by 35 MB a run.
 
+mod guides;
 mod scaffolded;
 mod toolchains;
 
