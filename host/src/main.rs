@@ -147,7 +147,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             };
             out(format_args!(
                 "Created {what}. Next:\n{}",
-                project.next_steps()
+                project.next_steps(&root)
             ));
             Ok(ExitCode::SUCCESS)
         }

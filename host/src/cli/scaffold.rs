@@ -189,6 +189,8 @@ pub struct PluginProject {
     build: String,
     /// Where the build leaves the component, relative to the project.
     built: String,
+    /// The guide for its language, relative to the toolhost repository.
+    guide: &'static str,
 }
 
 impl PluginProject {
@@ -215,6 +217,7 @@ impl PluginProject {
         lib_name: &str,
         files: Vec<(PathBuf, Vec<u8>)>,
         build: String,
+        guide: &'static str,
     ) -> PluginProject {
         PluginProject {
             name: name.to_owned(),
@@ -222,6 +225,7 @@ impl PluginProject {
             files,
             build,
             built: format!("{lib_name}.wasm"),
+            guide,
         }
     }
 
@@ -262,6 +266,7 @@ impl PluginProject {
             lib_name,
             files,
             build: format!("cargo build --release --target {TARGET}"),
+            guide: "docs/writing-a-policy.md",
         })
     }
 
@@ -312,22 +317,23 @@ impl PluginProject {
         }
     }
 
-    /// What to do next, for people: the commands that build, test and install the crate,
-    /// run in its directory.
-    pub fn next_steps(&self) -> String {
-        let (name, built, manifest) = (&self.name, &self.built, self.manifest_file());
+    /// What to do next, for people: the commands that build, test and install the project
+    /// written to `root`, run in its directory.
+    pub fn next_steps(&self, root: &Path) -> String {
+        let (root, built, manifest) = (root.display(), &self.built, self.manifest_file());
+        let guide = self.guide;
         let build: String = self
             .build
             .lines()
             .map(|line| format!("  {line}\n"))
             .collect();
         format!(
-            "  cd {name}\n\
+            "  cd {root}\n\
              {build}\
              \x20 toolhost test {built} scenarios/ --manifest {manifest}\n\
              Then copy {manifest} and {built} into the plugins directory \
              of `toolhost serve --plugins DIR`.\n\
-             The guide: docs/writing-a-policy.md in the toolhost repository."
+             The guide: {guide} in the toolhost repository."
         )
     }
 }

@@ -332,8 +332,11 @@ fn an_unusable_directory_is_an_error_naming_it() {
 
 #[test]
 fn next_steps_name_the_component_and_manifest() {
-    let steps = PluginProject::new("my-policy").expect("name").next_steps();
-    assert!(steps.contains("cd my-policy"), "{steps}");
+    let steps = PluginProject::new("my-policy")
+        .expect("name")
+        .next_steps(Path::new("projects/my-policy"));
+    assert!(steps.contains("cd projects/my-policy\n"), "{steps}");
+    assert!(steps.contains("docs/writing-a-policy.md"), "{steps}");
     assert!(
         steps.contains(
             "toolhost test target/wasm32-wasip2/release/my_policy.wasm scenarios/ \
@@ -468,5 +471,20 @@ fn the_checked_in_shell_tools_examples_are_the_scaffolds_output() {
                  `toolhost new-policy run_command --lang ... --world shell-tools`"
             );
         }
+    }
+}
+
+/// A Python or JavaScript project's next steps point to its language's guide.
+#[test]
+fn next_steps_of_script_projects_name_their_language_s_guide() {
+    for (lang, guide) in [
+        (Lang::Python, "docs/writing-a-plugin-in-python.md"),
+        (Lang::Js, "docs/writing-a-plugin-in-javascript.md"),
+    ] {
+        let steps = PluginProject::create("tool", lang, World::Tools)
+            .expect("a project")
+            .next_steps(Path::new("here/tool"));
+        assert!(steps.contains("cd here/tool\n"), "{steps}");
+        assert!(steps.contains(guide), "{lang:?}: {steps}");
     }
 }

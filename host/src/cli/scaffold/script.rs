@@ -120,7 +120,11 @@ pub fn project(name: &str, lang: Lang, world: World) -> Result<PluginProject, Sc
             files.push((".gitignore".into(), b"node_modules/\n*.wasm\n".to_vec()));
         }
     }
-    Ok(PluginProject::script(name, &lib_name, files, build))
+    let guide = match lang {
+        Lang::Python => "docs/writing-a-plugin-in-python.md",
+        Lang::Js | Lang::Rust => "docs/writing-a-plugin-in-javascript.md",
+    };
+    Ok(PluginProject::script(name, &lib_name, files, build, guide))
 }
 
 /// How the README names `lang`.
