@@ -6,7 +6,9 @@
 //! per call; the plugins' code is compiled once, before the rounds, and cached.
 //!
 //! Also the host's start with each plugin alone: its compiled code not cached (Cranelift
-//! compiles the interpreter) and cached (mapped from disk).
+//! compiles the interpreter) and cached (mapped from disk). Beside them, the same two starts
+//! with no plugin: the host with the Rust default policy alone, which every start above also
+//! loads.
 //!
 //! Prints medians, p90 and ratios. Asserts nothing about time. Needs the toolchains of
 //! `tests/plugin_languages` (installed into the target directory on first use: `python3` with
@@ -148,8 +150,12 @@ async fn main() {
     }
 
     // Starts, per language: cold (a fresh cache each time), then warm (the same cache again).
+    // First the host with the Rust default policy alone: an empty plugin directory.
+    let none = work.path().join("none");
+    std::fs::create_dir(&none).expect("an empty plugin directory");
+    let rust = ("Rust default policy alone", "", none);
     let mut starts = Vec::new();
-    for (language, _, alone) in &languages {
+    for (language, _, alone) in std::iter::once(&rust).chain(&languages) {
         let mut cold = Vec::new();
         let mut warm = Vec::new();
         for _ in 0..STARTS {
@@ -201,8 +207,12 @@ async fn main() {
         );
     }
     for (language, cold, warm) in starts {
+        let with = match language {
+            "Rust default policy alone" => "the Rust default policy alone".to_owned(),
+            _ => format!("the {language} plugin"),
+        };
         println!(
-            "host start with the {language} plugin ({STARTS} each): compiled now {cold:.0} ms, cached {warm:.0} ms ({:.0}x)",
+            "host start with {with} ({STARTS} each): compiled now {cold:.0} ms, cached {warm:.0} ms ({:.0}x)",
             ratio(
                 Duration::from_secs_f64(cold / 1e3),
                 Duration::from_secs_f64(warm / 1e3)
