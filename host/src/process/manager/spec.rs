@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use toolhost_keeper_protocol::{fd, option, start};
 
 use super::keeper::{KeeperEnds, above_reserved};
-use crate::sandbox::secrets::is_secret_variable;
+use crate::sandbox::secrets::is_secret_variable_remembered;
 use crate::sandbox::{CommandCgroups, Prepared};
 
 /// The command's ends of its stdio (`stdio.rs` opens them).
@@ -151,7 +151,7 @@ impl ChildSpec {
     ///
     /// With `confine`, the keeper confines the shell: its options and descriptors are added,
     /// its variables (`TMPDIR`) set, and host variables that hold secrets (see
-    /// [`is_secret_variable`]) left out unless `inherit` names them.
+    /// [`is_secret_variable_remembered`]) left out unless `inherit` names them.
     pub(super) fn new(
         launch: Launch<'_>,
         keeper: KeeperEnds,
@@ -387,7 +387,7 @@ fn environment(
     let mut vars: Vec<(OsString, OsString)> = std::env::vars_os()
         .filter(|(key, value)| match inherit {
             Some(names) => names.iter().any(|name| OsStr::new(name) == key),
-            None => confine.is_none() || !is_secret_variable(key, value),
+            None => confine.is_none() || !is_secret_variable_remembered(key, value),
         })
         .filter(|(key, _)| !set_by_sandbox(key))
         .filter(|(key, _)| !env.iter().any(|(name, _)| OsStr::new(name) == key))

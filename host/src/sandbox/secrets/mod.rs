@@ -29,7 +29,7 @@ pub mod scan;
 mod variables;
 
 pub use scan::Finding;
-pub use variables::{is_secret_variable, redact};
+pub use variables::{is_secret_variable, is_secret_variable_remembered, redact};
 
 /// The bytes of the regular file at `path` when it holds at most `max` of them (`Ok(None)`:
 /// more). It is opened without blocking: a FIFO or device put where a file was expected never

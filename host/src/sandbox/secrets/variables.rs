@@ -6,9 +6,10 @@
 //! So the token formats could later come from the shared rule set that `rules.rs` vendors for
 //! file contents, without changing how they are used here.
 
-use std::ffi::OsStr;
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::{LazyLock, OnceLock};
+use std::sync::{LazyLock, Mutex, OnceLock};
 
 use regex::bytes::{Regex, RegexSet};
 
@@ -162,6 +163,34 @@ fn value_rules() -> impl Iterator<Item = &'static ValueRule> {
 pub fn is_secret_variable(name: &OsStr, value: &OsStr) -> bool {
     let name = name.to_string_lossy();
     !never_secret(&name) && (is_secret_name(&name) || secret_value_rule(value).is_some())
+}
+
+/// The most verdicts [`is_secret_variable_remembered`] keeps; past it, it forgets them all.
+const MAX_REMEMBERED: usize = 4096;
+
+/// [`is_secret_variable`], remembered for each name and value. Every confined command's start
+/// asks it of each host variable. The host's variables rarely change, and the value rules cost
+/// microseconds each, so an answer is worked out once.
+pub fn is_secret_variable_remembered(name: &OsStr, value: &OsStr) -> bool {
+    static VERDICTS: LazyLock<Mutex<HashMap<(OsString, OsString), bool>>> =
+        LazyLock::new(|| Mutex::new(HashMap::new()));
+    let key = (name.to_os_string(), value.to_os_string());
+    if let Some(verdict) = VERDICTS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .get(&key)
+    {
+        return *verdict;
+    }
+    let verdict = is_secret_variable(name, value);
+    let mut verdicts = VERDICTS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if verdicts.len() >= MAX_REMEMBERED {
+        verdicts.clear();
+    }
+    verdicts.insert(key, verdict);
+    verdict
 }
 
 /// Step 1 of [`is_secret_variable`]: a name never secret, whatever its value.
@@ -399,6 +428,31 @@ pub fn redact(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A remembered verdict is the verdict of the value as it is now: a variable whose value
+    /// changes gets the new value's verdict, also once the verdicts kept were forgotten.
+    #[test]
+    fn a_remembered_verdict_follows_the_variable_s_value() {
+        let token = format!("ghp_{}", "a".repeat(36));
+        let name = OsStr::new("TOOLHOST_TEST_REMEMBERED");
+        for _ in 0..2 {
+            assert!(!is_secret_variable_remembered(name, OsStr::new("plain")));
+            assert!(is_secret_variable_remembered(name, OsStr::new(&token)));
+            assert!(!is_secret_variable_remembered(name, OsStr::new("plain")));
+        }
+        for n in 0..MAX_REMEMBERED + 1 {
+            let value = format!("value-{n}");
+            assert_eq!(
+                is_secret_variable_remembered(name, OsStr::new(&value)),
+                is_secret_variable(name, OsStr::new(&value))
+            );
+        }
+        assert!(is_secret_variable_remembered(name, OsStr::new(&token)));
+        assert!(is_secret_variable_remembered(
+            OsStr::new("API_KEY"),
+            OsStr::new("x")
+        ));
+    }
 
     #[test]
     fn redaction_hides_what_the_value_detectors_find_and_keeps_the_rest() {
