@@ -187,7 +187,9 @@ async fn measure(n: usize, extra: &[&str], secs: u64) -> Figures {
             .or_insert(0) += 1;
     }
 
-    // The open loop: a call per session every 100 ms, on schedule.
+    // The open loop: a call per session every 100 ms, on schedule. Said on stderr, with the
+    // host's pid, for a profiler to attach to the load alone.
+    eprintln!("http_load: load begins, N={n}, host pid {pid}");
     let began = Instant::now();
     let length = Duration::from_secs(secs);
     let mut calls = Vec::new();
@@ -201,6 +203,7 @@ async fn measure(n: usize, extra: &[&str], secs: u64) -> Figures {
         }
     }
     let offered_calls = calls.len();
+    eprintln!("http_load: load offered, N={n}, host pid {pid}");
     let during = usage(pid);
     let mut samples = Vec::with_capacity(offered_calls);
     for handle in calls {

@@ -55,7 +55,11 @@ impl HttpServer {
             .args(["serve", "--http", addr])
             .args(extra)
             .env("TOOLHOST_TOKEN", TOKEN)
-            .env("TOOLHOST_LOG", "error")
+            // `TOOLHOST_SERVER_LOG` sets the server's log filter, for looking into a bench.
+            .env(
+                "TOOLHOST_LOG",
+                std::env::var("TOOLHOST_SERVER_LOG").unwrap_or_else(|_| "error".to_owned()),
+            )
             .env(cache_key, cache_value)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
