@@ -70,12 +70,7 @@ pub(crate) async fn run(
             .into_iter()
             .partition(|question| options.asking.can.allows(&question.ask));
         // A required question the client did not declare it can be asked ends the call.
-        let mut missing: Vec<String> = unaskable
-            .iter()
-            .filter(|question| question.required && options.asking.missing.allows(&question.ask))
-            .map(|question| capability(&question.ask).to_owned())
-            .collect();
-        missing.dedup();
+        let missing = missing_capabilities(&unaskable, options.asking.missing);
         if !missing.is_empty() {
             return Err(CallError::MissingCapability(missing));
         }
@@ -156,6 +151,19 @@ pub(crate) async fn run(
 }
 
 /// The MCP client capability that `ask` needs.
+/// The capabilities the required questions of `unaskable` need that the client did not declare
+/// (`missing`), each named once, in order of name.
+fn missing_capabilities(unaskable: &[Question], missing: super::CanAsk) -> Vec<String> {
+    let mut names: Vec<String> = unaskable
+        .iter()
+        .filter(|question| question.required && missing.allows(&question.ask))
+        .map(|question| capability(&question.ask).to_owned())
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
 fn capability(ask: &super::Ask) -> &'static str {
     match ask {
         super::Ask::Form(_) => "elicitation",
@@ -313,7 +321,52 @@ pub(crate) fn read(kind: &str, value: &serde_json::Value) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ask::{Ask, CanAsk, Form};
     use serde_json::json;
+
+    fn question(key: &str, ask: Ask, required: bool) -> Question {
+        Question {
+            key: key.to_owned(),
+            ask,
+            required,
+        }
+    }
+
+    fn form() -> Ask {
+        Ask::Form(Form {
+            message: "run it?".to_owned(),
+            fields: Vec::new(),
+        })
+    }
+
+    /// Each missing capability is named once, however its questions are ordered; a question
+    /// not required, or of a kind the client declared, names none.
+    #[test]
+    fn each_missing_capability_is_named_once() {
+        let unaskable = [
+            question("a", form(), true),
+            question("b", Ask::Roots, true),
+            question("c", form(), true),
+            question("d", Ask::Roots, false),
+        ];
+        let missing = CanAsk {
+            form: true,
+            sample: true,
+            roots: true,
+        };
+        assert_eq!(
+            missing_capabilities(&unaskable, missing),
+            ["elicitation", "roots"]
+        );
+        let roots_declared = CanAsk {
+            roots: false,
+            ..missing
+        };
+        assert_eq!(
+            missing_capabilities(&unaskable, roots_declared),
+            ["elicitation"]
+        );
+    }
 
     #[test]
     fn replies_are_read_by_the_kind_asked() {
