@@ -20,7 +20,10 @@
 //! fixed cost stands in the way). The one-shot calls run in a project with a git repository;
 //! variants that leave one layer out (cgroups, namespaces, the Unix-socket supervisor, the
 //! content scan, the git guard) or add the network gate give each layer's fixed cost in a
-//! session's first command.
+//! session's first command. The costs no variant can leave out (the host refuses to confine
+//! without Landlock or seccomp) are named by the host itself: the confined call runs again with
+//! the debug lines of `toolhost::timings`, which time each step of the layers' build, the
+//! confinement and the keeper's launch.
 //!
 //! Then the same parts that run a process again *after idle*: each call after a fixed gap of
 //! [`IDLE_GAP`] in which nothing of the benchmark runs (`TOOLHOST_IDLE_ROUNDS` rounds, default
@@ -390,6 +393,64 @@ fn one_shot_once(which: OneShot, bin: &Path, state: &Path, project: &Path) -> Du
     elapsed
 }
 
+/// The confined one-shot call run [`ONE_SHOT_SAMPLES`] times with the host's debug lines of
+/// `toolhost::timings`: each part of the command's start it times (the steps of the layers'
+/// build; the request's check, the confinement and the keeper's launch), and the command's own
+/// run from its start to its exit, in milliseconds, every run's value.
+fn one_shot_timings(
+    bin: &Path,
+    state: &Path,
+    project: &Path,
+) -> std::collections::BTreeMap<String, Vec<f64>> {
+    let mut parts: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
+    let (cache_key, cache_value) = toolhost_e2e::cache_env();
+    for _ in 0..ONE_SHOT_SAMPLES {
+        let output = std::process::Command::new(bin)
+            .arg("--state-dir")
+            .arg(state)
+            .args(["call", "execute", ARGUMENTS])
+            .env(cache_key, &cache_value)
+            .env("TOOLHOST_LOG", "error,toolhost::timings=debug")
+            .env("NO_COLOR", "1")
+            .current_dir(project)
+            .output()
+            .expect("spawn the timed one-shot process");
+        assert!(output.status.success(), "the timed one-shot: {output:?}");
+        let result: Value = serde_json::from_slice(&output.stdout).expect("the result is JSON");
+        if let Some(ms) = result["wall_duration_ms"].as_f64() {
+            parts
+                .entry("the command, start to exit (its wall_duration_ms)".to_owned())
+                .or_default()
+                .push(ms);
+        }
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        for line in stderr.lines() {
+            // `steps="roots=0.090 covers=0.355 ..."` of `layers built`; `check=0.08
+            // confinement=4.79 launch=2.01` of `command launched`.
+            let fields = line
+                .split_once("steps=\"")
+                .map(|(_, rest)| rest.trim_end_matches('"').to_owned())
+                .map(|steps| (steps, "layers: "))
+                .or_else(|| {
+                    line.contains("command launched")
+                        .then(|| (line.to_owned(), "start: "))
+                });
+            let Some((fields, prefix)) = fields else {
+                continue;
+            };
+            for field in fields.split_whitespace() {
+                let Some((name, value)) = field.split_once('=') else {
+                    continue;
+                };
+                if let Ok(ms) = value.trim_matches('"').parse::<f64>() {
+                    parts.entry(format!("{prefix}{name}")).or_default().push(ms);
+                }
+            }
+        }
+    }
+    parts
+}
+
 /// One line of a table: its median and p90, what it adds over `native`, the ratio.
 fn print_row(label: &str, stats: Stats, native: Stats, runs_a_process: bool) {
     let added = if runs_a_process {
@@ -523,6 +584,8 @@ async fn run() {
         .expect("run git init");
     assert!(init.success(), "git init in the project");
     let began = Instant::now();
+    let (timed_bin, timed_state, timed_project) =
+        (bin.clone(), one_shot_state.clone(), project.clone());
     let mut one_shot_samples = tokio::task::spawn_blocking(move || {
         let mut samples: Vec<Vec<Duration>> =
             vec![Vec::with_capacity(ONE_SHOT_SAMPLES); ONE_SHOTS.len()];
@@ -540,6 +603,12 @@ async fn run() {
     .await
     .expect("the one-shot runs");
     let one_shot_time = began.elapsed();
+    // The confined call again, the host saying how long each part of the start took.
+    let timings = tokio::task::spawn_blocking(move || {
+        one_shot_timings(&timed_bin, &timed_state, &timed_project)
+    })
+    .await
+    .expect("the timed one-shot runs");
 
     let stats_of: Vec<Stats> = samples.iter_mut().map(|s| summary(s)).collect();
     let of = |part: Part| {
@@ -670,6 +739,14 @@ async fn run() {
             ms(confined) - variant
         };
         println!("  {layer:<48} {cost:>+7.2}");
+    }
+    println!(
+        "inside the confined one-shot call, as the host times it ({ONE_SHOT_SAMPLES} runs with the debug lines of `toolhost::timings`; medians, ms):"
+    );
+    for (part, values) in timings {
+        let mut values = values;
+        values.sort_by(f64::total_cmp);
+        println!("  {part:<48} {:>7.2}", values[values.len() / 2]);
     }
 }
 

@@ -40,6 +40,7 @@ pub(super) fn build(
     scope: &str,
     approved: &Arc<Approved>,
 ) -> Result<Prepared, PrepareError> {
+    let mut times = StepTimes::new();
     let home = std::env::var_os("HOME")
         .map(PathBuf::from)
         .filter(|home| home.is_absolute());
@@ -48,8 +49,10 @@ pub(super) fn build(
         mut hidden,
         mut writable,
     } = roots(context, profile, temp, home.as_deref())?;
+    times.done("roots");
     // 2. What the namespaces' view covers of the hidden paths.
     let covers = covers(context, &hidden, &writable, temp);
+    times.done("covers");
     // 3. The namespaces, with their view.
     let temp = canonical(temp);
     let allow_list = profile.network.allow_list();
@@ -61,6 +64,7 @@ pub(super) fn build(
         &temp,
         allow_list.is_some(),
     )?;
+    times.done("namespaces");
     // 4. The session's network gate, for an allow-list; what the person allowed widens only
     //    a gate of the operator's own list, never one a grant or a request narrowed.
     let approved = if profile.network == context.operator_network {
@@ -69,6 +73,7 @@ pub(super) fn build(
         Arc::new(Approved::new(None))
     };
     let gate = start_gate(allow_list, approved, namespaces.as_mut(), scope)?;
+    times.done("gate");
     // 5. What the namespaces layer could not do, said once.
     warn_of_what_is_missing(context, namespaces.as_ref());
     // 6. Landlock's roots, around the private `/tmp`.
@@ -82,6 +87,7 @@ pub(super) fn build(
     );
     // 7. The Unix sockets refused also inside the workspace.
     let unix_denied = unix_denied(&hidden, home.as_deref());
+    times.done("paths");
     // 8. The Landlock ruleset.
     // With a network namespace of its own, `none` is enforced by it: the command may use its
     // private loopback (a test server on 127.0.0.1), and nothing else exists there. Seccomp
@@ -97,9 +103,11 @@ pub(super) fn build(
         private_network,
         context.watch_changes,
     )?;
+    times.done("landlock");
     // 9. The seccomp programs.
     let unix_mode = super::unix::mode();
     let seccomp = seccomp::programs(profile.network, private_network, unix_mode)?;
+    times.done("seccomp");
     // 10. The keeper's options: the Unix sockets it lets the command reach, the namespaces it
     //     joins, the limits it sets.
     let (keeper_args, nproc_rlimit) = keeper_args(
@@ -113,6 +121,8 @@ pub(super) fn build(
     // 11. The variables set for the command, and the sizes of the session's own places.
     let env = command_env(namespaces.is_some(), &temp, gate.as_ref());
     let private_space = namespaces.as_ref().map(|ns| private_space(context, ns));
+    times.done("keeper-options");
+    times.log(scope);
     Ok(Prepared {
         ruleset,
         seccomp,
@@ -128,6 +138,48 @@ pub(super) fn build(
         namespaces,
         nproc_rlimit,
     })
+}
+
+/// The target of the debug lines that say how long each part of a command's start took.
+pub(crate) const TIMINGS: &str = "toolhost::timings";
+
+/// How long each step of [`build`] took, said in one debug line under [`TIMINGS`]
+/// (`layers built`, each step's milliseconds as a field of `steps`).
+struct StepTimes {
+    /// When the last step ended.
+    last: std::time::Instant,
+    /// Each step's name and time.
+    taken: Vec<(&'static str, std::time::Duration)>,
+}
+
+impl StepTimes {
+    fn new() -> StepTimes {
+        StepTimes {
+            last: std::time::Instant::now(),
+            taken: Vec::with_capacity(8),
+        }
+    }
+
+    /// The step `name` ended now.
+    fn done(&mut self, name: &'static str) {
+        let now = std::time::Instant::now();
+        self.taken.push((name, now.duration_since(self.last)));
+        self.last = now;
+    }
+
+    /// Say the steps' times, where debug lines of [`TIMINGS`] are wanted.
+    fn log(&self, scope: &str) {
+        if !tracing::enabled!(target: TIMINGS, tracing::Level::DEBUG) {
+            return;
+        }
+        let steps = self
+            .taken
+            .iter()
+            .map(|(name, took)| format!("{name}={:.3}", took.as_secs_f64() * 1e3))
+            .collect::<Vec<_>>()
+            .join(" ");
+        tracing::debug!(target: TIMINGS, scope, steps, "layers built");
+    }
 }
 
 /// The paths a profile hides and the roots it may write (canonical paths).

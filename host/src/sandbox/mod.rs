@@ -42,6 +42,7 @@ pub mod unix;
 pub use cgroup::MemoryKill;
 pub(crate) use cgroup::{CommandCgroups, ParentCgroups};
 pub use diagnose::{Refusal, Refused, RefusedHost};
+pub(crate) use layers::TIMINGS;
 pub(crate) use prepare::{Context, Prepared, PrivateSpace, ScopeSandbox};
 pub use secrets::{Finding, HiddenPaths, Homes, NotHidden, ScanSettings, Scanned};
 

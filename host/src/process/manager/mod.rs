@@ -520,6 +520,7 @@ impl ProcessManager {
         scope: &str,
         request: StartRequest,
     ) -> Result<String, ProcessError> {
+        let arrived = Instant::now();
         let held = self.scope(scope);
         if let Some(dir) = request.workdir.as_deref().filter(|dir| dir.is_absolute()) {
             self.follow_workdir(&held, dir).await;
@@ -532,7 +533,9 @@ impl ProcessManager {
         } = self.check(&held, request)?;
         let owner = held.owner.get().cloned();
         let reservation = self.records.reserve(scope, owner.as_ref(), self.limits())?;
+        let checked = Instant::now();
         let confinement = self.confinement(&held, &what.profile).await?;
+        let confined = Instant::now();
         // Building may have taken a while: a scope that ended meanwhile gets no command.
         reservation.check()?;
         let (seq, id) = self.ids.next();
@@ -555,6 +558,15 @@ impl ProcessManager {
         let launched = (self.launcher)
             .launch(&held, &what.profile, prepared.as_ref(), launch)
             .await?;
+        let ms = |from: Instant, to: Instant| to.duration_since(from).as_secs_f64() * 1e3;
+        tracing::debug!(
+            target: sandbox::TIMINGS,
+            scope,
+            check = ms(arrived, checked),
+            confinement = ms(checked, confined),
+            launch = ms(confined, Instant::now()),
+            "command launched"
+        );
         let status = pipe::Receiver::from_owned_fd(launched.status).map_err(|error| {
             ProcessError::Failed(format!("cannot read the keeper's status: {error}"))
         })?;
