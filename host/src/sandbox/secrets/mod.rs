@@ -29,7 +29,8 @@ pub mod scan;
 mod variables;
 
 pub use scan::Finding;
-pub use variables::{is_secret_variable, is_secret_variable_remembered, redact};
+pub(crate) use variables::is_secret_variable_remembered;
+pub use variables::{is_secret_variable, redact};
 
 /// The bytes of the regular file at `path` when it holds at most `max` of them (`Ok(None)`:
 /// more). It is opened without blocking: a FIFO or device put where a file was expected never

@@ -165,31 +165,33 @@ pub fn is_secret_variable(name: &OsStr, value: &OsStr) -> bool {
     !never_secret(&name) && (is_secret_name(&name) || secret_value_rule(value).is_some())
 }
 
-/// The most verdicts [`is_secret_variable_remembered`] keeps; past it, it forgets them all.
+/// The most names [`is_secret_variable_remembered`] keeps a verdict for; past it, it forgets
+/// them all.
 const MAX_REMEMBERED: usize = 4096;
 
-/// [`is_secret_variable`], remembered for each name and value. Every confined command's start
-/// asks it of each host variable. The host's variables rarely change, and the value rules cost
-/// microseconds each, so an answer is worked out once.
-pub fn is_secret_variable_remembered(name: &OsStr, value: &OsStr) -> bool {
-    static VERDICTS: LazyLock<Mutex<HashMap<(OsString, OsString), bool>>> =
+/// [`is_secret_variable`], remembered for each name with the value it was worked out for.
+/// Every confined command's start asks it of each host variable.
+/// The host's variables rarely change.
+/// The value rules cost microseconds a variable.
+pub(crate) fn is_secret_variable_remembered(name: &OsStr, value: &OsStr) -> bool {
+    static VERDICTS: LazyLock<Mutex<HashMap<OsString, (OsString, bool)>>> =
         LazyLock::new(|| Mutex::new(HashMap::new()));
-    let key = (name.to_os_string(), value.to_os_string());
-    if let Some(verdict) = VERDICTS
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .get(&key)
+    let lock = || {
+        VERDICTS
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    };
+    if let Some((seen, verdict)) = lock().get(name)
+        && seen.as_os_str() == value
     {
         return *verdict;
     }
     let verdict = is_secret_variable(name, value);
-    let mut verdicts = VERDICTS
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if verdicts.len() >= MAX_REMEMBERED {
+    let mut verdicts = lock();
+    if verdicts.len() >= MAX_REMEMBERED && !verdicts.contains_key(name) {
         verdicts.clear();
     }
-    verdicts.insert(key, verdict);
+    verdicts.insert(name.to_os_string(), (value.to_os_string(), verdict));
     verdict
 }
 
