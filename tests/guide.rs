@@ -32,15 +32,18 @@ use toolhost_e2e::guide_blocks::{Block, Guide};
 use toolhost_e2e::mcp_client::{StdioClient, tool_error};
 use toolhost_e2e::{repo_root, target_dir, test_cache_dir, toolhost_bin};
 
+/// The guide, read once.
 fn the_guide() -> &'static Guide {
     static GUIDE: OnceLock<Guide> = OnceLock::new();
     GUIDE.get_or_init(|| Guide::read("docs/writing-a-policy.md"))
 }
 
+/// The guide's file.
 fn guide_path() -> &'static Path {
     &the_guide().path
 }
 
+/// The guide's text.
 fn guide() -> &'static str {
     &the_guide().text
 }

@@ -150,7 +150,6 @@ pub(crate) async fn run(
     }
 }
 
-/// The MCP client capability that `ask` needs.
 /// The capabilities the required questions of `unaskable` need that the client did not declare
 /// (`missing`), each named once, in order of name.
 fn missing_capabilities(unaskable: &[Question], missing: super::CanAsk) -> Vec<String> {
@@ -164,6 +163,7 @@ fn missing_capabilities(unaskable: &[Question], missing: super::CanAsk) -> Vec<S
     names
 }
 
+/// The MCP client capability that `ask` needs.
 fn capability(ask: &super::Ask) -> &'static str {
     match ask {
         super::Ask::Form(_) => "elicitation",
@@ -324,6 +324,7 @@ mod tests {
     use crate::ask::{Ask, CanAsk, Form};
     use serde_json::json;
 
+    /// A question under `key`.
     fn question(key: &str, ask: Ask, required: bool) -> Question {
         Question {
             key: key.to_owned(),
@@ -332,6 +333,7 @@ mod tests {
         }
     }
 
+    /// A form without fields.
     fn form() -> Ask {
         Ask::Form(Form {
             message: "run it?".to_owned(),

@@ -153,6 +153,7 @@ struct StepTimes {
 }
 
 impl StepTimes {
+    /// Steps timed from now.
     fn new() -> StepTimes {
         StepTimes {
             last: std::time::Instant::now(),

@@ -122,7 +122,8 @@ pub fn project(name: &str, lang: Lang, world: World) -> Result<PluginProject, Sc
     }
     let guide = match lang {
         Lang::Python => "docs/writing-a-plugin-in-python.md",
-        Lang::Js | Lang::Rust => "docs/writing-a-plugin-in-javascript.md",
+        Lang::Js => "docs/writing-a-plugin-in-javascript.md",
+        Lang::Rust => "docs/writing-a-policy.md",
     };
     Ok(PluginProject::script(name, &lib_name, files, build, guide))
 }
