@@ -419,7 +419,7 @@ fn one_shot_timings(
         let result: Value = serde_json::from_slice(&output.stdout).expect("the result is JSON");
         if let Some(ms) = result["wall_duration_ms"].as_f64() {
             parts
-                .entry("the command, start to exit (its wall_duration_ms)".to_owned())
+                .entry("from the policy's start call to the exit (wall_duration_ms)".to_owned())
                 .or_default()
                 .push(ms);
         }
