@@ -320,7 +320,7 @@ impl PluginProject {
     /// What to do next, for people: the commands that build, test and install the project
     /// written to `root`, run in its directory.
     pub fn next_steps(&self, root: &Path) -> String {
-        let (root, built, manifest) = (root.display(), &self.built, self.manifest_file());
+        let (root, built, manifest) = (shell_word(root), &self.built, self.manifest_file());
         let guide = self.guide;
         let build: String = self
             .build
@@ -335,6 +335,21 @@ impl PluginProject {
              of `toolhost serve --plugins DIR`.\n\
              The guide: {guide} in the toolhost repository."
         )
+    }
+}
+
+/// `path` as one word of a POSIX shell: as it is when it holds only characters no shell treats
+/// specially, in single quotes otherwise (each single quote in it written `'\''`).
+fn shell_word(path: &Path) -> String {
+    let text = path.display().to_string();
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+,:@%=".contains(c));
+    if plain {
+        text
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
     }
 }
 

@@ -488,3 +488,16 @@ fn next_steps_of_script_projects_name_their_language_s_guide() {
         assert!(steps.contains(guide), "{lang:?}: {steps}");
     }
 }
+
+/// A project path with a space or a quote is one shell word in the next steps.
+#[test]
+fn next_steps_quote_a_path_a_shell_would_split() {
+    let project = PluginProject::new("my-policy").expect("name");
+    let steps = project.next_steps(Path::new("my projects/it's/my-policy"));
+    assert!(
+        steps.contains("cd 'my projects/it'\\''s/my-policy'\n"),
+        "{steps}"
+    );
+    let steps = project.next_steps(Path::new("./my-policy"));
+    assert!(steps.contains("cd ./my-policy\n"), "{steps}");
+}
