@@ -146,6 +146,8 @@ pub(crate) const TIMINGS: &str = "toolhost::timings";
 /// How long each step of [`build`] took, said in one debug line under [`TIMINGS`]
 /// (`layers built`, each step's milliseconds as a field of `steps`).
 struct StepTimes {
+    /// Whether debug lines of [`TIMINGS`] are wanted: nothing is timed otherwise.
+    on: bool,
     /// When the last step ended.
     last: std::time::Instant,
     /// Each step's name and time.
@@ -156,13 +158,17 @@ impl StepTimes {
     /// Steps timed from now.
     fn new() -> StepTimes {
         StepTimes {
+            on: tracing::enabled!(target: TIMINGS, tracing::Level::DEBUG),
             last: std::time::Instant::now(),
-            taken: Vec::with_capacity(8),
+            taken: Vec::new(),
         }
     }
 
     /// The step `name` ended now.
     fn done(&mut self, name: &'static str) {
+        if !self.on {
+            return;
+        }
         let now = std::time::Instant::now();
         self.taken.push((name, now.duration_since(self.last)));
         self.last = now;
@@ -170,7 +176,7 @@ impl StepTimes {
 
     /// Say the steps' times, where debug lines of [`TIMINGS`] are wanted.
     fn log(&self, scope: &str) {
-        if !tracing::enabled!(target: TIMINGS, tracing::Level::DEBUG) {
+        if !self.on {
             return;
         }
         let steps = self
