@@ -35,6 +35,7 @@
 use serde_json::{Value, json};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use toolhost::ToolHost;
@@ -360,14 +361,14 @@ const LAYERS: [(&str, OneShot, bool); 6] = [
     ),
 ];
 
-/// One run of `which`, in `project` (a directory holding one git repository).
-fn one_shot_once(which: OneShot, bin: &Path, state: &Path, project: &Path) -> Duration {
+/// The process of `which`, in `project` (a directory holding one git repository).
+fn one_shot_command(which: OneShot, bin: &Path, state: &Path, project: &Path) -> Command {
     let mut command = if which.sh {
-        let mut command = std::process::Command::new("sh");
+        let mut command = Command::new("sh");
         command.args(["-c", "true"]);
         command
     } else {
-        let mut command = std::process::Command::new(bin);
+        let mut command = Command::new(bin);
         let mut args: Vec<OsString> = vec!["--state-dir".into(), state.into()];
         args.extend(which.args.iter().map(OsString::from));
         args.extend(["call".into(), "execute".into(), ARGUMENTS.into()]);
@@ -382,6 +383,12 @@ fn one_shot_once(which: OneShot, bin: &Path, state: &Path, project: &Path) -> Du
         command
     };
     command.current_dir(project);
+    command
+}
+
+/// One run of `which`, in `project` (a directory holding one git repository).
+fn one_shot_once(which: OneShot, bin: &Path, state: &Path, project: &Path) -> Duration {
+    let mut command = one_shot_command(which, bin, state, project);
     let began = Instant::now();
     let output = command.output().expect("spawn the one-shot process");
     let elapsed = began.elapsed();
@@ -403,16 +410,10 @@ fn one_shot_timings(
     project: &Path,
 ) -> std::collections::BTreeMap<String, Vec<f64>> {
     let mut parts: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
-    let (cache_key, cache_value) = toolhost_e2e::cache_env();
     for _ in 0..ONE_SHOT_SAMPLES {
-        let output = std::process::Command::new(bin)
-            .arg("--state-dir")
-            .arg(state)
-            .args(["call", "execute", ARGUMENTS])
-            .env(cache_key, &cache_value)
+        let output = one_shot_command(CALL_CONFINED, bin, state, project)
             .env("TOOLHOST_LOG", "error,toolhost::timings=debug")
             .env("NO_COLOR", "1")
-            .current_dir(project)
             .output()
             .expect("spawn the timed one-shot process");
         assert!(output.status.success(), "the timed one-shot: {output:?}");
@@ -577,7 +578,7 @@ async fn run() {
     let one_shot_state = state_path("one-shot");
     // The one-shot calls run in a project with a git repository, as an agent's do.
     let project = state_path("project");
-    let init = std::process::Command::new("git")
+    let init = Command::new("git")
         .args(["init", "-q"])
         .current_dir(&project)
         .status()

@@ -278,13 +278,9 @@ async fn the_guide_works_as_written() {
 
     let started = Instant::now();
     succeeded("the install step", &run_step("install", crate_dir));
-    let mut changed = false;
-    while let Some(message) = client.next_notification(Duration::from_secs(20)).await {
-        if message["method"] == "notifications/tools/list_changed" {
-            changed = true;
-            break;
-        }
-    }
+    let changed = client
+        .wait_for("notifications/tools/list_changed", Duration::from_secs(20))
+        .await;
     assert!(
         changed,
         "no notifications/tools/list_changed after the install"

@@ -173,13 +173,9 @@ async fn follow(test: &str, relative: &str, tool: &str) {
         "the install step",
         &sh(&guide.block("run", "install").body, &project),
     );
-    let mut changed = false;
-    while let Some(message) = client.next_notification(Duration::from_secs(60)).await {
-        if message["method"] == "notifications/tools/list_changed" {
-            changed = true;
-            break;
-        }
-    }
+    let changed = client
+        .wait_for("notifications/tools/list_changed", Duration::from_secs(60))
+        .await;
     assert!(
         changed,
         "no notifications/tools/list_changed after the install"

@@ -210,6 +210,17 @@ impl StdioClient {
             .flatten()
     }
 
+    /// Wait up to `limit` between messages for a notification (or server request) named
+    /// `method`, passing over others; whether it came.
+    pub async fn wait_for(&mut self, method: &str, limit: Duration) -> bool {
+        while let Some(message) = self.next_notification(limit).await {
+            if message["method"] == method {
+                return true;
+            }
+        }
+        false
+    }
+
     /// Close the server's stdin (the client disconnects).
     pub fn close_stdin(&mut self) {
         self.stdin = None;
