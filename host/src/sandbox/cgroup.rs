@@ -9,7 +9,9 @@
 //! the keeper moves itself in before it starts the command, so everything the command starts
 //! is counted. Once its command's record is dropped, a session keeps a command's cgroup for a
 //! later command when it is clean (no limit of it reached, little memory still charged to
-//! it), and removes it otherwise.
+//! it), and removes it otherwise. A session keeps up to 16, so that one running many commands
+//! at once makes none in a steady state; the host keeps up to 256 over all sessions. A start
+//! takes the oldest kept cgroup that is empty, looking at two at most.
 //!
 //! The cgroups nest, so that memory is bounded per command, per session and for the host:
 //!
@@ -33,11 +35,12 @@
 //! (`systemd-run --user -p Delegate=yes`), or, as root, the root of a container's cgroup
 //! namespace. Anywhere else v2 is left alone and `toolhost sandbox` says the limits fall back.
 
+use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Where the host may create cgroups for each controller.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -214,12 +217,26 @@ pub(crate) struct ParentCgroups {
     dirs: Vec<PathBuf>,
     /// The memory limit set on it, in bytes.
     memory_limit: Option<u64>,
-    /// Its commands' cgroups that were left clean, for its next commands (at most [`KEPT`]).
-    kept: std::sync::Mutex<Vec<Kept>>,
+    /// Its commands' cgroups that were left clean, for its next commands, oldest first (at
+    /// most [`KEPT`]).
+    kept: std::sync::Mutex<VecDeque<Kept>>,
 }
 
-/// How many clean command cgroups a session keeps for its next commands.
-const KEPT: usize = 4;
+/// How many clean command cgroups a session keeps for its next commands. A session running
+/// many commands at once reuses them only if it keeps about as many as it runs at once;
+/// otherwise most of its commands make a cgroup and remove it.
+const KEPT: usize = 16;
+
+/// How many clean command cgroups the whole host keeps, over every session: each is a kernel
+/// object of a few kilobytes per controller.
+const KEPT_TOTAL: usize = 256;
+
+/// How many clean command cgroups the host keeps now, over every session.
+static KEPT_NOW: AtomicUsize = AtomicUsize::new(0);
+
+/// How many kept cgroups a start looks at for an empty one, oldest first. Each look reads a
+/// file; the oldest is the likeliest to be empty (the keeper of its last command reaped).
+const LOOKS: usize = 2;
 
 /// Above this much memory still charged to a command's cgroup once its command is gone (files
 /// it cached, kernel objects), the cgroup is removed rather than kept: the next command starts
@@ -316,7 +333,8 @@ impl ParentCgroups {
             .is_some_and(|(dir, v2)| own_limit_reached(dir, *v2))
     }
 
-    /// A kept command cgroup with exactly the controllers asked for, if the session has one.
+    /// A kept command cgroup with exactly the controllers asked for and empty, if the session
+    /// has one among the [`LOOKS`] oldest of those.
     fn take_kept(&self, pids: bool, memory: bool) -> Option<Kept> {
         let mut kept = self
             .kept
@@ -324,28 +342,42 @@ impl ParentCgroups {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let at = kept
             .iter()
-            .position(|k| k.pids.is_some() == pids && k.memory.is_some() == memory && k.empty())?;
-        Some(kept.swap_remove(at))
+            .enumerate()
+            .filter(|(_, k)| k.pids.is_some() == pids && k.memory.is_some() == memory)
+            .take(LOOKS)
+            .find(|(_, k)| k.empty())
+            .map(|(at, _)| at)?;
+        let taken = kept.remove(at)?;
+        KEPT_NOW.fetch_sub(1, Ordering::AcqRel);
+        Some(taken)
     }
 
-    /// Whether the session keeps fewer than [`KEPT`] command cgroups.
+    /// Whether the session keeps fewer than [`KEPT`] command cgroups, and the host fewer than
+    /// [`KEPT_TOTAL`].
     fn has_room(&self) -> bool {
         self.kept
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .len()
             < KEPT
+            && KEPT_NOW.load(Ordering::Acquire) < KEPT_TOTAL
     }
 
     /// Keep `kept` for a later command; removed instead when the session already keeps
-    /// [`KEPT`] (another command was kept meanwhile).
+    /// [`KEPT`] or the host [`KEPT_TOTAL`] (others were kept meanwhile).
     fn keep(&self, kept: Kept) {
         let mut all = self
             .kept
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if all.len() < KEPT {
-            all.push(kept);
+        let place = all.len() < KEPT
+            && KEPT_NOW
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
+                    (now < KEPT_TOTAL).then_some(now + 1)
+                })
+                .is_ok();
+        if place {
+            all.push_back(kept);
             return;
         }
         drop(all);
@@ -419,6 +451,7 @@ impl Drop for ParentCgroups {
                 .get_mut()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
+        KEPT_NOW.fetch_sub(kept.len(), Ordering::AcqRel);
         for kept in kept {
             kept.remove();
         }

@@ -1805,6 +1805,90 @@ async fn a_session_keeps_clean_command_cgroups_and_drops_one_whose_limit_was_rea
     }
 }
 
+/// A session that runs many commands at once keeps a cgroup for each, up to its bound: a
+/// second batch as large as the first runs in the first batch's cgroups, and makes none.
+#[tokio::test]
+async fn a_session_keeps_as_many_command_cgroups_as_it_ran_at_once() {
+    let Some(hierarchy) = sandbox::cgroup::hierarchies().pids.clone() else {
+        eprintln!("no pids cgroup here: commands get no cgroups to keep");
+        return;
+    };
+    const AT_ONCE: usize = 10;
+    // No keeper prepared ahead: each would take a cgroup of its own ahead of its command.
+    let (dir, manager) = manager_with(|config| {
+        config.sandbox.limits.processes = Some(8);
+        config.ready_keepers = 0;
+    });
+    let go = dir.path().join("go");
+    let command = format!(
+        "cat /proc/self/cgroup; while [ ! -e '{}' ]; do sleep 0.01; done",
+        go.display()
+    );
+    // The last part of the command's pids cgroup: its name below its session's.
+    let name_of = |text: &str| {
+        text.lines()
+            .find(|line| {
+                line.split(':')
+                    .nth(1)
+                    .is_some_and(|c| c.split(',').any(|c| c == "pids"))
+                    || line.starts_with("0::")
+            })
+            .and_then(|line| line.rsplit('/').next())
+            .map(str::to_owned)
+            .unwrap_or_default()
+    };
+    let batch = || async {
+        let mut ids = Vec::new();
+        for _ in 0..AT_ONCE {
+            ids.push(start(&manager, &command).await);
+        }
+        for id in &ids {
+            wait_for_output(&manager, id, "pids").await;
+        }
+        std::fs::write(&go, "").expect("go");
+        let mut names = std::collections::BTreeSet::new();
+        for id in &ids {
+            let done = manager
+                .wait(SCOPE, id, LONG, ReadFrom::All)
+                .await
+                .expect("wait");
+            assert_eq!(done.exit_code, Some(0), "{}", done.text);
+            names.insert(name_of(&done.text));
+        }
+        std::fs::remove_file(&go).expect("not yet");
+        names
+    };
+    let first = batch().await;
+    assert_eq!(first.len(), AT_ONCE, "one cgroup each: {first:?}");
+    // Every cgroup of the first batch, once empty (its keeper reaped), is free for a command.
+    let host_dir = hierarchy
+        .dir
+        .join(format!("toolhost-{}", std::process::id()));
+    let empty = || {
+        std::fs::read_dir(&host_dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .flat_map(|session| std::fs::read_dir(session.path()).into_iter().flatten())
+            .flatten()
+            .filter(|cgroup| first.contains(&cgroup.file_name().to_string_lossy().into_owned()))
+            .all(|cgroup| {
+                std::fs::read_to_string(cgroup.path().join("pids.current"))
+                    .is_ok_and(|count| count.trim() == "0")
+            })
+    };
+    assert!(
+        eventually(empty).await,
+        "the first batch's keepers were not reaped"
+    );
+    let second = batch().await;
+    let made: Vec<&String> = second.difference(&first).collect();
+    assert!(
+        made.is_empty(),
+        "the second batch made cgroups {made:?}, the first ran in {first:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_person_may_allow_only_askable_hosts_a_command_was_refused() {
     use crate::sandbox::network::{AllowList, AllowListId, Askable};
