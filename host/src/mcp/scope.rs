@@ -26,6 +26,22 @@ impl Principal {
     }
 }
 
+/// When an HTTP request's bearer token was found valid, in the request's extensions: the
+/// time a call's timing lines (`toolhost::timings`) count from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Arrived(pub(crate) std::time::Instant);
+
+impl Arrived {
+    /// When the HTTP request of `context` arrived, if it came over HTTP.
+    pub(super) fn of(context: &RequestContext<RoleServer>) -> Option<std::time::Instant> {
+        context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Arrived>())
+            .map(|arrived| arrived.0)
+    }
+}
+
 /// The address of the peer an HTTP request came from, in the request's extensions.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PeerAddress(pub(crate) std::net::SocketAddr);

@@ -204,6 +204,15 @@ impl ToolServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        // Over HTTP, how long the request waited to reach the call (a busy runtime queues it).
+        let arrived = super::scope::Arrived::of(&context);
+        if let Some(arrived) = arrived {
+            tracing::debug!(
+                target: crate::sandbox::TIMINGS,
+                queued = arrived.elapsed().as_secs_f64() * 1e3,
+                "call entered"
+            );
+        }
         let resume = asking::resume(&request);
         let arguments = match request.arguments {
             Some(object) => serde_json::Value::Object(object).to_string(),
@@ -279,6 +288,13 @@ impl ToolServer {
             .permit(admission)
             .output()
             .await;
+        if let Some(arrived) = arrived {
+            tracing::debug!(
+                target: crate::sandbox::TIMINGS,
+                total = arrived.elapsed().as_secs_f64() * 1e3,
+                "call answered"
+            );
+        }
         // The sinks went away with the call options; let the last updates and log lines go
         // out first so that none arrives after the result.
         let flushed = async {
