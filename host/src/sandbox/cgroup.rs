@@ -9,9 +9,10 @@
 //! the keeper moves itself in before it starts the command, so everything the command starts
 //! is counted. Once its command's record is dropped, a session keeps a command's cgroup for a
 //! later command when it is clean (no limit of it reached, little memory still charged to
-//! it), and removes it otherwise. A session keeps up to 16, so that one running many commands
-//! at once makes none in a steady state; the host keeps up to 256 over all sessions. A start
-//! takes the oldest kept cgroup that is empty, looking at two at most.
+//! it), and removes it otherwise. A session keeps up to 16. So a session running up to 16
+//! commands at once makes none in a steady state. The host keeps up to 256 over all sessions.
+//! A start takes the oldest kept cgroup with its controllers that is empty, looking at two at
+//! most.
 //!
 //! The cgroups nest, so that memory is bounded per command, per session and for the host:
 //!
@@ -235,7 +236,7 @@ const KEPT_TOTAL: usize = 256;
 static KEPT_NOW: AtomicUsize = AtomicUsize::new(0);
 
 /// How many kept cgroups a start looks at for an empty one, oldest first. Each look reads a
-/// file; the oldest is the likeliest to be empty (the keeper of its last command reaped).
+/// file. The oldest is the likeliest to be empty, with the keeper of its last command reaped.
 const LOOKS: usize = 2;
 
 /// Above this much memory still charged to a command's cgroup once its command is gone (files
@@ -334,22 +335,34 @@ impl ParentCgroups {
     }
 
     /// A kept command cgroup with exactly the controllers asked for and empty, if the session
-    /// has one among the [`LOOKS`] oldest of those.
+    /// has one among the [`LOOKS`] oldest of those. One looked at and not empty yet goes to the
+    /// back, so that a cgroup whose last processes linger does not stand in front of the others.
     fn take_kept(&self, pids: bool, memory: bool) -> Option<Kept> {
         let mut kept = self
             .kept
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let at = kept
-            .iter()
-            .enumerate()
-            .filter(|(_, k)| k.pids.is_some() == pids && k.memory.is_some() == memory)
-            .take(LOOKS)
-            .find(|(_, k)| k.empty())
-            .map(|(at, _)| at)?;
-        let taken = kept.remove(at)?;
-        KEPT_NOW.fetch_sub(1, Ordering::AcqRel);
-        Some(taken)
+        let (mut at, mut looked) = (0, 0);
+        while at < kept.len() && looked < LOOKS {
+            let Some(candidate) = kept.get(at) else {
+                break;
+            };
+            if candidate.pids.is_some() != pids || candidate.memory.is_some() != memory {
+                at += 1;
+                continue;
+            }
+            looked += 1;
+            let empty = candidate.empty();
+            let Some(taken) = kept.remove(at) else {
+                break;
+            };
+            if empty {
+                KEPT_NOW.fetch_sub(1, Ordering::AcqRel);
+                return Some(taken);
+            }
+            kept.push_back(taken);
+        }
+        None
     }
 
     /// Whether the session keeps fewer than [`KEPT`] command cgroups, and the host fewer than
@@ -831,12 +844,12 @@ fn counter(file: &Path, key: &str) -> bool {
 }
 
 impl Drop for CommandCgroups {
-    /// Keep the cgroups for the session's next command when they are clean and the session
-    /// keeps fewer than [`KEPT`]; remove them otherwise.
+    /// Keep the cgroups for the session's next command when they are clean, the session keeps
+    /// fewer than [`KEPT`] and the host fewer than [`KEPT_TOTAL`]. Remove them otherwise.
     fn drop(&mut self) {
         let clean = match &self.parent {
             Some(parent) if parent.has_room() => self.clean(),
-            Some(_) => Err("their session keeps enough"),
+            Some(_) => Err("their session or the host keeps enough"),
             None => Err("they are in no session's cgroup"),
         };
         if let Err(why) = clean {

@@ -1843,7 +1843,7 @@ async fn a_session_keeps_as_many_command_cgroups_as_it_ran_at_once() {
             ids.push(start(&manager, &command).await);
         }
         for id in &ids {
-            wait_for_output(&manager, id, "pids").await;
+            wait_for_output(&manager, id, "toolhost-").await;
         }
         std::fs::write(&go, "").expect("go");
         let mut names = std::collections::BTreeSet::new();
