@@ -32,7 +32,7 @@ impl Principal {
 pub(crate) struct Arrived(pub(crate) std::time::Instant);
 
 impl Arrived {
-    /// When the HTTP request of `context` arrived, if it came over HTTP.
+    /// When the bearer token of `context`'s HTTP request was found valid, if it came over HTTP.
     pub(super) fn of(context: &RequestContext<RoleServer>) -> Option<std::time::Instant> {
         context
             .extensions

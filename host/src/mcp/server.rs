@@ -204,7 +204,8 @@ impl ToolServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        // Over HTTP, how long the request waited to reach the call (a busy runtime queues it).
+        // Over HTTP, how long the request took from its token's check to the call: the
+        // transport's parsing and routing, and the wait for a runtime thread.
         let arrived = super::scope::Arrived::of(&context);
         if let Some(arrived) = arrived {
             tracing::debug!(
@@ -288,6 +289,8 @@ impl ToolServer {
             .permit(admission)
             .output()
             .await;
+        // Only a call that ran here is timed to its end: a refused call, and one run as a
+        // task, returned above.
         if let Some(arrived) = arrived {
             tracing::debug!(
                 target: crate::sandbox::TIMINGS,
