@@ -513,13 +513,9 @@ async fn tool_list_changes_are_announced() {
     std::fs::write(&partial, toolhost::bundled::DEFAULT.bytes).expect("component");
     std::fs::rename(&partial, dir.path().join("policy.wasm")).expect("install");
 
-    let mut announced = false;
-    while let Some(message) = client.next_notification(Duration::from_secs(15)).await {
-        if message["method"] == "notifications/tools/list_changed" {
-            announced = true;
-            break;
-        }
-    }
+    let announced = client
+        .wait_for("notifications/tools/list_changed", Duration::from_secs(15))
+        .await;
     assert!(announced, "no notifications/tools/list_changed");
     let after = client.request("tools/list", json!({})).await;
     assert_eq!(
@@ -531,12 +527,12 @@ async fn tool_list_changes_are_announced() {
 
 /// Wait for the next `notifications/tools/list_changed`.
 async fn list_changed(client: &mut StdioClient) {
-    while let Some(message) = client.next_notification(Duration::from_secs(15)).await {
-        if message["method"] == "notifications/tools/list_changed" {
-            return;
-        }
-    }
-    panic!("no notifications/tools/list_changed");
+    assert!(
+        client
+            .wait_for("notifications/tools/list_changed", Duration::from_secs(15))
+            .await,
+        "no notifications/tools/list_changed"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -284,13 +284,9 @@ async fn arrives_after_its_compile(example: &Example, plugins: &Path) {
         !named(&first),
         "{tool} was listed before its compile could finish: {first}"
     );
-    let mut announced = false;
-    while let Some(message) = client.next_notification(BUILD_LIMIT).await {
-        if message["method"] == "notifications/tools/list_changed" {
-            announced = true;
-            break;
-        }
-    }
+    let announced = client
+        .wait_for("notifications/tools/list_changed", BUILD_LIMIT)
+        .await;
     assert!(announced, "no notifications/tools/list_changed for {tool}");
     let list = client.request("tools/list", json!({})).await;
     assert!(
@@ -321,13 +317,9 @@ async fn dropped_into_a_running_server(example: &Example, wasm: &Path) {
     let partial = empty.path().join(format!(".{tool}.partial"));
     std::fs::copy(wasm, &partial).expect("copy the component");
     std::fs::rename(&partial, empty.path().join(format!("{tool}.wasm"))).expect("rename it in");
-    let mut announced = false;
-    while let Some(message) = client.next_notification(BUILD_LIMIT).await {
-        if message["method"] == "notifications/tools/list_changed" {
-            announced = true;
-            break;
-        }
-    }
+    let announced = client
+        .wait_for("notifications/tools/list_changed", BUILD_LIMIT)
+        .await;
     assert!(
         announced,
         "no notifications/tools/list_changed after dropping {tool} in"
