@@ -14,6 +14,12 @@
 //! the host's p99 against it at the same N (what the host adds, apart from what the machine
 //! cannot do natively either).
 //!
+//! Beside the rates, confined against `--sandbox off` at each N: the machine's busy CPU time
+//! (`/proc/stat`) from the load's start until every call was answered, divided by the calls
+//! that ran. Below overload both modes run every call offered. There the ratio of those
+//! figures says what the rates would be at the machine's limit. It moves much less from run
+//! to run than the rates past that limit.
+//!
 //! Targets on the 2-core machine: p99 at N = 100 within 3x of N = 1; at most 256 KiB of host
 //! memory per idle session; descriptors and threads back to their baseline once the sessions
 //! end; no error but a configured cap's refusal.
@@ -126,6 +132,30 @@ struct Figures {
     errors: BTreeMap<String, usize>,
     /// How long the server took to stop on SIGTERM (`None`: over a minute).
     stopped: Option<Duration>,
+    /// The machine's busy CPU time from the load's start until every call was answered,
+    /// divided by the calls that ran: the streamers and the load client are in it.
+    cpu_per_call: Option<Duration>,
+}
+
+/// The machine's busy CPU time so far (`/proc/stat`: user, nice, system, irq, softirq and
+/// steal of all CPUs).
+fn busy_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let ticks: Vec<u64> = stat
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .map(|field| field.parse().ok())
+        .collect::<Option<_>>()?;
+    let busy: u64 = [0, 1, 2, 5, 6, 7]
+        .iter()
+        .filter_map(|&at| ticks.get(at))
+        .sum();
+    // SAFETY: sysconf reads a configuration value; no pointer is passed.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let per_second = u64::try_from(per_second).ok().filter(|&n| n > 0)?;
+    Some(Duration::from_secs_f64(busy as f64 / per_second as f64))
 }
 
 async fn open_sessions(server: &HttpServer, n: usize) -> Vec<Arc<Session>> {
@@ -190,6 +220,7 @@ async fn measure(n: usize, extra: &[&str], secs: u64) -> Figures {
     // The open loop: a call per session every 100 ms, on schedule. Said on stderr, with the
     // host's pid, for a profiler to attach to the load alone.
     eprintln!("http_load: load begins, N={n}, host pid {pid}");
+    let busy_before = busy_cpu();
     let began = Instant::now();
     let length = Duration::from_secs(secs);
     let mut calls = Vec::new();
@@ -214,6 +245,9 @@ async fn measure(n: usize, extra: &[&str], secs: u64) -> Figures {
         }
     }
     let elapsed = began.elapsed();
+    let busy = busy_before
+        .zip(busy_cpu())
+        .map(|(before, after)| after.saturating_sub(before));
     let mut latencies: Vec<Duration> = samples.iter().filter_map(|s| s.clone().ok()).collect();
     latencies.sort();
     for error in samples.iter().filter_map(|s| s.clone().err()) {
@@ -247,6 +281,9 @@ async fn measure(n: usize, extra: &[&str], secs: u64) -> Figures {
         after,
         baseline,
         errors,
+        cpu_per_call: busy
+            .filter(|_| !latencies.is_empty())
+            .map(|busy| busy.div_f64(latencies.len() as f64)),
     }
 }
 
@@ -519,6 +556,14 @@ async fn run() {
                 ratio(confined.p50, off.p50),
                 ratio(confined.p99, off.p99)
             );
+            // Below overload the rates are the offered one in both modes; what each call
+            // costs the machine then says what the rates would be at its limit.
+            if let (Some(confined_cpu), Some(off_cpu)) = (confined.cpu_per_call, off.cpu_per_call) {
+                println!(
+                    "        machine CPU per call {confined_cpu:.2?} against {off_cpu:.2?} (off / confined {:.2})",
+                    off_cpu.as_secs_f64() / confined_cpu.as_secs_f64()
+                );
+            }
         }
     }
 }
