@@ -11,6 +11,7 @@
 //! later command when it is clean (no limit of it reached, little memory still charged to
 //! it), and removes it otherwise. A session keeps up to 16. So a session running up to 16
 //! commands at once makes none in a steady state. The host keeps up to 256 over all sessions.
+//! Each session's bound is an equal share of those 256, at least 4 and at most 16.
 //! A start takes the oldest kept cgroup with its controllers that is empty, looking at two at
 //! most.
 //!
@@ -221,12 +222,33 @@ pub(crate) struct ParentCgroups {
     /// Its commands' cgroups that were left clean, for its next commands, oldest first (at
     /// most [`KEPT`]).
     kept: std::sync::Mutex<VecDeque<Kept>>,
+    /// A session's, counted in [`SESSIONS`] until it is dropped.
+    session: bool,
 }
 
-/// How many clean command cgroups a session keeps for its next commands. A session running
-/// many commands at once reuses them only if it keeps about as many as it runs at once;
-/// otherwise most of its commands make a cgroup and remove it.
+/// How many clean command cgroups a session keeps for its next commands, at most. A session
+/// running many commands at once reuses them only if it keeps about as many as it runs at
+/// once. Otherwise most of its commands make a cgroup and remove it.
 const KEPT: usize = 16;
+
+/// How many clean command cgroups a session may keep however many sessions share the host's
+/// [`KEPT_TOTAL`].
+const KEPT_LEAST: usize = 4;
+
+/// How many sessions have cgroups of their own now.
+static SESSIONS: AtomicUsize = AtomicUsize::new(0);
+
+/// How many clean command cgroups a session may keep now: an equal share of [`KEPT_TOTAL`]
+/// among the sessions, from [`KEPT_LEAST`] to [`KEPT`]. So the first sessions cannot take
+/// the host's whole bound.
+fn kept_share() -> usize {
+    share_among(SESSIONS.load(Ordering::Acquire))
+}
+
+/// A session's share of [`KEPT_TOTAL`] among `sessions`, from [`KEPT_LEAST`] to [`KEPT`].
+fn share_among(sessions: usize) -> usize {
+    (KEPT_TOTAL / sessions.max(1)).clamp(KEPT_LEAST, KEPT)
+}
 
 /// How many clean command cgroups the whole host keeps, over every session: each is a kernel
 /// object of a few kilobytes per controller.
@@ -318,7 +340,10 @@ impl ParentCgroups {
     pub(crate) fn scope(&self, memory: Option<u64>) -> io::Result<ParentCgroups> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let name = format!("session-{}", NEXT.fetch_add(1, Ordering::Relaxed));
-        ParentCgroups::create(&self.bases(), &name, memory)
+        let mut made = ParentCgroups::create(&self.bases(), &name, memory)?;
+        made.session = true;
+        SESSIONS.fetch_add(1, Ordering::AcqRel);
+        Ok(made)
     }
 
     /// The memory limit set on it.
@@ -365,25 +390,25 @@ impl ParentCgroups {
         None
     }
 
-    /// Whether the session keeps fewer than [`KEPT`] command cgroups, and the host fewer than
-    /// [`KEPT_TOTAL`].
+    /// Whether the session keeps fewer command cgroups than its share ([`kept_share`]), and the
+    /// host fewer than [`KEPT_TOTAL`].
     fn has_room(&self) -> bool {
         self.kept
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .len()
-            < KEPT
+            < kept_share()
             && KEPT_NOW.load(Ordering::Acquire) < KEPT_TOTAL
     }
 
-    /// Keep `kept` for a later command; removed instead when the session already keeps
-    /// [`KEPT`] or the host [`KEPT_TOTAL`] (others were kept meanwhile).
+    /// Keep `kept` for a later command. It is removed instead when the session already keeps
+    /// its share or the host [`KEPT_TOTAL`] (others were kept meanwhile).
     fn keep(&self, kept: Kept) {
         let mut all = self
             .kept
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let place = all.len() < KEPT
+        let place = all.len() < kept_share()
             && KEPT_NOW
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
                     (now < KEPT_TOTAL).then_some(now + 1)
@@ -465,6 +490,9 @@ impl Drop for ParentCgroups {
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
         KEPT_NOW.fetch_sub(kept.len(), Ordering::AcqRel);
+        if self.session {
+            SESSIONS.fetch_sub(1, Ordering::AcqRel);
+        }
         for kept in kept {
             kept.remove();
         }
@@ -845,7 +873,7 @@ fn counter(file: &Path, key: &str) -> bool {
 
 impl Drop for CommandCgroups {
     /// Keep the cgroups for the session's next command when they are clean, the session keeps
-    /// fewer than [`KEPT`] and the host fewer than [`KEPT_TOTAL`]. Remove them otherwise.
+    /// fewer than its share and the host fewer than [`KEPT_TOTAL`]. Remove them otherwise.
     fn drop(&mut self) {
         let clean = match &self.parent {
             Some(parent) if parent.has_room() => self.clean(),
@@ -888,6 +916,19 @@ mod tests {
 
     /// A simulated v2 tree (plain directories: this checks the decisions and the files
     /// written, not the kernel's enforcement).
+    #[test]
+    fn a_session_keeps_an_equal_share_of_the_hosts_kept_cgroups() {
+        assert_eq!(share_among(0), KEPT);
+        assert_eq!(share_among(1), KEPT);
+        assert_eq!(share_among(16), 16);
+        assert_eq!(share_among(32), 8);
+        assert_eq!(
+            share_among(100),
+            KEPT_LEAST,
+            "256 / 100 is below the least share"
+        );
+    }
+
     #[test]
     fn a_delegated_v2_cgroup_gets_the_host_moved_into_a_leaf() {
         let tree = tempfile::tempdir().expect("tree");
