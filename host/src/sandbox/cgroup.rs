@@ -231,6 +231,10 @@ pub(crate) struct ParentCgroups {
 /// once. Otherwise most of its commands make a cgroup and remove it.
 const KEPT: usize = 16;
 
+/// How many clean command cgroups the whole host keeps, over every session: each is a kernel
+/// object of a few kilobytes per controller.
+const KEPT_TOTAL: usize = 256;
+
 /// How many clean command cgroups a session may keep however many sessions share the host's
 /// [`KEPT_TOTAL`].
 const KEPT_LEAST: usize = 4;
@@ -249,10 +253,6 @@ fn kept_share() -> usize {
 fn share_among(sessions: usize) -> usize {
     (KEPT_TOTAL / sessions.max(1)).clamp(KEPT_LEAST, KEPT)
 }
-
-/// How many clean command cgroups the whole host keeps, over every session: each is a kernel
-/// object of a few kilobytes per controller.
-const KEPT_TOTAL: usize = 256;
 
 /// How many clean command cgroups the host keeps now, over every session.
 static KEPT_NOW: AtomicUsize = AtomicUsize::new(0);
@@ -368,20 +368,17 @@ impl ParentCgroups {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let (mut at, mut looked) = (0, 0);
-        while at < kept.len() && looked < LOOKS {
-            let Some(candidate) = kept.get(at) else {
-                break;
-            };
+        while looked < LOOKS
+            && let Some(candidate) = kept.get(at)
+        {
             if candidate.pids.is_some() != pids || candidate.memory.is_some() != memory {
                 at += 1;
                 continue;
             }
             looked += 1;
-            let empty = candidate.empty();
-            let Some(taken) = kept.remove(at) else {
-                break;
-            };
-            if empty {
+            // Taken out either way: to be used, or to go to the back.
+            let taken = kept.remove(at)?;
+            if taken.empty() {
                 KEPT_NOW.fetch_sub(1, Ordering::AcqRel);
                 return Some(taken);
             }
@@ -914,8 +911,6 @@ mod tests {
         )
     }
 
-    /// A simulated v2 tree (plain directories: this checks the decisions and the files
-    /// written, not the kernel's enforcement).
     #[test]
     fn a_session_keeps_an_equal_share_of_the_hosts_kept_cgroups() {
         assert_eq!(share_among(0), KEPT);
@@ -929,6 +924,8 @@ mod tests {
         );
     }
 
+    /// A simulated v2 tree (plain directories: this checks the decisions and the files
+    /// written, not the kernel's enforcement).
     #[test]
     fn a_delegated_v2_cgroup_gets_the_host_moved_into_a_leaf() {
         let tree = tempfile::tempdir().expect("tree");

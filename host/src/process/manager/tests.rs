@@ -1733,6 +1733,20 @@ async fn what_an_unconfined_command_left_after_killing_its_keeper_is_found_and_s
     }
 }
 
+/// The line of the pids cgroup (or the v2 one) in `text`, a `/proc/self/cgroup` the command
+/// printed; empty when there is none.
+fn pids_cgroup(text: &str) -> String {
+    text.lines()
+        .find(|line| {
+            line.split(':')
+                .nth(1)
+                .is_some_and(|c| c.split(',').any(|c| c == "pids"))
+                || line.starts_with("0::")
+        })
+        .map(str::to_owned)
+        .unwrap_or_default()
+}
+
 /// A session's commands run in cgroups it keeps for them, not made for each; a cgroup whose
 /// process limit was reached is not kept, so no later command is said to have reached it.
 #[tokio::test]
@@ -1742,17 +1756,6 @@ async fn a_session_keeps_clean_command_cgroups_and_drops_one_whose_limit_was_rea
         return;
     }
     let (_dir, manager) = manager_with(|config| config.sandbox.limits.processes = Some(8));
-    let pids_cgroup = |text: &str| {
-        text.lines()
-            .find(|line| {
-                line.split(':')
-                    .nth(1)
-                    .is_some_and(|c| c.split(',').any(|c| c == "pids"))
-                    || line.starts_with("0::")
-            })
-            .map(str::to_owned)
-            .unwrap_or_default()
-    };
     let mut seen = std::collections::BTreeSet::new();
     for _ in 0..8 {
         let done = run(&manager, "cat /proc/self/cgroup").await;
@@ -1826,14 +1829,9 @@ async fn a_session_keeps_as_many_command_cgroups_as_it_ran_at_once() {
     );
     // The last part of the command's pids cgroup: its name below its session's.
     let name_of = |text: &str| {
-        text.lines()
-            .find(|line| {
-                line.split(':')
-                    .nth(1)
-                    .is_some_and(|c| c.split(',').any(|c| c == "pids"))
-                    || line.starts_with("0::")
-            })
-            .and_then(|line| line.rsplit('/').next())
+        pids_cgroup(text)
+            .rsplit('/')
+            .next()
             .map(str::to_owned)
             .unwrap_or_default()
     };
