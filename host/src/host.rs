@@ -317,6 +317,7 @@ impl ToolHostBuilder {
             ),
             _watcher: watcher,
             seals,
+            pages: crate::ask::page::PageServer::default(),
             ask_mode: self.ask_mode,
             ask_timeout: self.ask_timeout,
         })
@@ -450,6 +451,8 @@ pub struct ToolHost {
     _watcher: Option<notify::RecommendedWatcher>,
     /// Signs the records of relayed questions.
     seals: Seals,
+    /// The pages where the person types secrets (served from the first secret question).
+    pages: crate::ask::page::PageServer,
     /// Whether tools may ask anybody.
     ask_mode: AskMode,
     /// How long a round of questions waits.
@@ -653,7 +656,15 @@ impl ToolHost {
             let plugin = plugin.clone();
             Box::pin(async move { plugin.call(scope, tool, arguments, options, answers).await })
         });
-        let outcome = rounds::run(round, options, &self.seals, binding, ask_timeout).await;
+        let outcome = rounds::run(
+            round,
+            options,
+            &self.seals,
+            &self.pages,
+            binding,
+            ask_timeout,
+        )
+        .await;
         // The session's log (an MCP client that set a level sees these).
         match &outcome {
             Err(error @ CallError::Limit { .. }) => {

@@ -22,7 +22,7 @@ fn the_version_names_every_served_wit_version() {
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("(serves WIT toolhost:plugin 0.5.0, 0.4.0, 0.3.0, 0.2.0, 0.1.0)"),
+        text.contains("(serves WIT toolhost:plugin 0.6.0, 0.5.0, 0.4.0, 0.3.0, 0.2.0, 0.1.0)"),
         "{text}"
     );
 }

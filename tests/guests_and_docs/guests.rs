@@ -75,7 +75,7 @@ fn policy_sdk_binds_the_repository_wit() {
         contract.display(),
         copy.strip_prefix(repo_root()).unwrap_or(&copy).display()
     );
-    // Only the current contract: the SDK builds 0.4.0 components.
+    // Only the current contract: the SDK builds 0.6.0 components.
     let files: Vec<_> = std::fs::read_dir(sdk_dir().join("wit"))
         .expect("the SDK has a wit directory")
         .map(|entry| entry.expect("readable entry").file_name())

@@ -1,7 +1,8 @@
 //! Asking the person (WIT 0.5.0 `needs-input`): the guarded policy asks before a command its
 //! rules match, within the call (a 2025-era client) or by relaying the questions with the
 //! host's signed record (a 2026-07-28 client); nobody to ask, declines, time-outs and
-//! "from now on" answers; tools that ask without end or out of bounds.
+//! "from now on" answers; tools that ask without end or out of bounds; a secret typed on the
+//! host's page (WIT 0.6.0).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -74,6 +75,7 @@ fn forms() -> Asking {
             form: true,
             ..CanAsk::default()
         },
+        "",
         "",
     )
 }
@@ -339,6 +341,7 @@ async fn a_tool_that_asks_without_end_or_out_of_bounds_gets_a_tool_error() {
                 ..CanAsk::default()
             },
             "no forms here",
+            "no secrets here",
         ),
         asker: Some(roots.clone()),
         ..CallOptions::default()
@@ -541,4 +544,204 @@ async fn a_required_question_the_client_did_not_declare_ends_the_call() {
         text.content.iter().any(|item| matches!(item, toolhost::ContentItem::Text(t) if t.contains("Nobody could be asked"))),
         "{text:?}"
     );
+}
+
+/// Do what the person does on the host's page for secrets: open `url`, type `secret` (or
+/// decline, with `None`) and send the form from the page, as a browser does.
+async fn on_the_page(url: &str, secret: Option<&str>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("http://").expect("an http link");
+    let (host, path) = rest.split_once('/').expect("a path");
+    let path = format!("/{path}");
+    let exchange = |request: String| async move {
+        let mut stream = tokio::net::TcpStream::connect(host).await.expect("connect");
+        stream.write_all(request.as_bytes()).await.expect("send");
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.expect("read");
+        answer
+    };
+    let page = exchange(format!(
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    ))
+    .await;
+    let start = page.find("name=\"form\" value=\"").expect("a form") + 19;
+    let token = page[start..].split('"').next().expect("its token");
+    let body = match secret {
+        Some(secret) => format!("form={token}&secret={secret}&action=give"),
+        None => format!("form={token}&action=decline"),
+    };
+    let answer = exchange(format!(
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nOrigin: http://{host}\r\n\
+         Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    ))
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+/// A person who types `secret` (declines, with `None`) on the page of every secret question
+/// and tells the client yes.
+struct Typist {
+    secret: Option<String>,
+    asked: Mutex<Vec<Question>>,
+}
+
+impl Asker for Typist {
+    fn ask<'a>(
+        &'a self,
+        questions: &'a [Question],
+        _deadline: tokio::time::Instant,
+    ) -> BoxFuture<'a, Vec<Answer>> {
+        Box::pin(async move {
+            self.asked
+                .lock()
+                .expect("lock")
+                .extend_from_slice(questions);
+            let mut answers = Vec::new();
+            for question in questions {
+                let toolhost::ask::Ask::Secret(secret) = &question.ask else {
+                    continue;
+                };
+                let page = secret.page.as_ref().expect("the host opened a page");
+                on_the_page(&page.url, self.secret.as_deref()).await;
+                answers.push(Answer {
+                    key: question.key.clone(),
+                    reply: Reply::SecretGiven(String::new()),
+                });
+            }
+            answers
+        })
+    }
+}
+
+fn secrets_asked() -> Asking {
+    Asking::of(
+        CanAsk {
+            form: true,
+            secret: true,
+            ..CanAsk::default()
+        },
+        "",
+        "",
+    )
+}
+
+const SECRET: &str = "hunter2-in-process";
+
+fn with_secret() -> String {
+    json!({
+        "command": "echo \"token: $API_TOKEN\"; printf %s \"$API_TOKEN\" | wc -c",
+        "secrets": {"API_TOKEN": "a token for the test"},
+    })
+    .to_string()
+}
+
+/// A secret typed on the host's page reaches the one command that asked for it, as its
+/// variable, and its output has `[secret]` in its place; the next command does not get it. The
+/// same through a relaying caller (2026-07-28): the retry with the signed record waits on the
+/// page. Declined on the page, the command is refused and does not run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_typed_on_the_page_reaches_one_command_and_no_result() {
+    let builder = ToolHost::builder()
+        .bundled_policy(Some("default"))
+        .ask_mode(AskMode::Risky);
+    let (host, _state) = toolhost_e2e::real_host_with(builder).await;
+    let host = Arc::new(host);
+    let typist = Arc::new(Typist {
+        secret: Some(SECRET.to_owned()),
+        asked: Mutex::default(),
+    });
+    let options = CallOptions {
+        asking: secrets_asked(),
+        asker: Some(typist.clone()),
+        ..CallOptions::default()
+    };
+    let text = host
+        .call("s", "execute", &with_secret())
+        .options(options)
+        .output()
+        .await
+        .expect("it ran")
+        .text;
+    assert!(!text.contains(SECRET), "{text}");
+    assert!(text.contains("token: [secret]"), "{text}");
+    assert!(text.contains(&SECRET.len().to_string()), "{text}");
+    let asked = typist.asked.lock().expect("lock").clone();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    let toolhost::ask::Ask::Secret(question) = &asked[0].ask else {
+        panic!("not a secret question: {asked:?}");
+    };
+    assert!(
+        question.message.contains("API_TOKEN"),
+        "{}",
+        question.message
+    );
+
+    let next = host
+        .call("s", "execute", r#"{"command":"echo \"[$API_TOKEN]\""}"#)
+        .await
+        .expect("it ran");
+    assert!(next.contains("[]"), "{next}");
+
+    // A relaying caller: the questions come back with the page's link.
+    let relayed = CallOptions {
+        asking: secrets_asked(),
+        ..CallOptions::default()
+    };
+    let first = host
+        .call("s", "execute", &with_secret())
+        .options(relayed.clone())
+        .output()
+        .await
+        .expect("asked");
+    let relay = first.needs_input.expect("questions relayed");
+    let toolhost::ask::Ask::Secret(question) = &relay.questions[0].ask else {
+        panic!("not a secret question: {:?}", relay.questions);
+    };
+    let page = question.page.clone().expect("a page");
+    assert!(
+        !relay.sealed.contains(&page.url),
+        "the link is in the signed record"
+    );
+    let key = relay.questions[0].key.clone();
+    let retry = tokio::spawn({
+        let host = host.clone();
+        async move {
+            host.call("s", "execute", &with_secret())
+                .options(CallOptions {
+                    resume: Some(Resume {
+                        replies: vec![(key, json!({"action": "accept"}))],
+                        sealed: Some(relay.sealed),
+                    }),
+                    ..relayed
+                })
+                .output()
+                .await
+        }
+    });
+    // The retry waits on the page until the person types.
+    on_the_page(&page.url, Some(SECRET)).await;
+    let text = retry.await.expect("joined").expect("it ran").text;
+    assert!(
+        text.contains("token: [secret]") && !text.contains(SECRET),
+        "{text}"
+    );
+
+    // Declined on the page: refused, and nothing ran.
+    let decliner = Arc::new(Typist {
+        secret: None,
+        asked: Mutex::default(),
+    });
+    let error = host
+        .call("s", "execute", &with_secret())
+        .options(CallOptions {
+            asking: secrets_asked(),
+            asker: Some(decliner),
+            ..CallOptions::default()
+        })
+        .output()
+        .await
+        .expect_err("declined: refused");
+    assert!(error.to_string().contains("declined"), "{error}");
 }

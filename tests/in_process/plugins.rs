@@ -7,7 +7,7 @@ use toolhost::testing::{FakeProcesses, Script};
 use toolhost::{CallError, ToolHost, bundled};
 use toolhost_e2e::{
     Gate, future_version_component, json, legacy_policy_component, policy_0_2_0_component,
-    policy_0_3_0_component, test_cache_dir, tools_0_4_0_component,
+    policy_0_3_0_component, test_cache_dir, tools_0_4_0_component, tools_0_5_0_component,
 };
 
 const GRANT: &str = "[grants]\nprocess = true\n";
@@ -235,8 +235,9 @@ async fn a_component_of_another_wit_version_is_refused_naming_every_served_one()
     let message = err.to_string();
     assert!(
         message.contains("built against toolhost:plugin@0.99.0")
-            && message
-                .contains("implements toolhost:plugin@0.5.0, @0.4.0, @0.3.0, @0.2.0 and @0.1.0"),
+            && message.contains(
+                "implements toolhost:plugin@0.6.0, @0.5.0, @0.4.0, @0.3.0, @0.2.0 and @0.1.0"
+            ),
         "{message}"
     );
     assert!(message.contains("future"), "{message}");
@@ -512,7 +513,7 @@ async fn a_0_3_0_component_works_beside_newer_ones() {
     let operator = toolhost::sandbox::SandboxSettings::default();
     let host = host_with(dir.path(), fake.clone(), operator, Some("default"))
         .await
-        .expect("0.3.0 and 0.5.0 components load in one host");
+        .expect("0.3.0 and 0.6.0 components load in one host");
     let run = host
         .tools()
         .into_iter()
@@ -534,7 +535,7 @@ async fn a_0_3_0_component_works_beside_newer_ones() {
 }
 
 #[tokio::test]
-async fn a_0_4_0_component_works_beside_0_5_0_ones() {
+async fn a_0_4_0_component_works_beside_0_6_0_ones() {
     let dir = tempfile::tempdir().expect("dir");
     let bytes = std::fs::read(tools_0_4_0_component()).expect("fixture");
     install(dir.path(), "frozen", &bytes, None);
@@ -545,9 +546,9 @@ async fn a_0_4_0_component_works_beside_0_5_0_ones() {
         Some("default"),
     )
     .await
-    .expect("0.4.0 and 0.5.0 components load in one host");
+    .expect("0.4.0 and 0.6.0 components load in one host");
     assert!(host.tools().iter().any(|t| t.name == "execute"));
-    // Its content items and its progress reach the caller as a 0.5.0 component's do.
+    // Its content items and its progress reach the caller as a 0.6.0 component's do.
     let output = host
         .call("s", "test_image_content", "{}")
         .output()
@@ -572,6 +573,78 @@ async fn a_0_4_0_component_works_beside_0_5_0_ones() {
         .await
         .expect("progress");
     assert_eq!(*progress.lock().expect("lock"), [0.0, 50.0, 100.0]);
+}
+
+/// Accepts every question with `run` set to yes.
+struct Yes;
+
+impl toolhost::ask::Asker for Yes {
+    fn ask<'a>(
+        &'a self,
+        questions: &'a [toolhost::ask::Question],
+        _deadline: tokio::time::Instant,
+    ) -> toolhost::ask::BoxFuture<'a, Vec<toolhost::ask::Answer>> {
+        let yes = toolhost::ask::Reply::Accepted(vec![(
+            "run".to_owned(),
+            toolhost::ask::Value::YesNo(true),
+        )]);
+        Box::pin(async move {
+            questions
+                .iter()
+                .map(|q| toolhost::ask::Answer {
+                    key: q.key.clone(),
+                    reply: yes.clone(),
+                })
+                .collect()
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_0_5_0_component_works_beside_0_6_0_ones() {
+    let dir = tempfile::tempdir().expect("dir");
+    let bytes = std::fs::read(tools_0_5_0_component()).expect("fixture");
+    install(dir.path(), "frozen", &bytes, None);
+    let host = ToolHost::builder()
+        .bundled_policy(Some("default"))
+        .plugin_dir(dir.path())
+        .process_backend(FakeProcesses::new())
+        .cache_dir(Some(test_cache_dir()))
+        .ask_mode(toolhost::ask::AskMode::Risky)
+        .build()
+        .await
+        .expect("0.5.0 and 0.6.0 components load in one host");
+    assert!(host.tools().iter().any(|t| t.name == "execute"));
+    let output = host
+        .call("s", "test_simple_text", "{}")
+        .output()
+        .await
+        .expect("a 0.5.0 tool's result");
+    assert!(
+        matches!(&output.content[..], [toolhost::ContentItem::Text(text)] if text.contains("simple text")),
+        "{output:?}"
+    );
+    // It asks as a 0.6.0 component does, and is never told a secret could be asked.
+    let can = toolhost::ask::CanAsk {
+        form: true,
+        secret: true,
+        ..Default::default()
+    };
+    let options = toolhost::CallOptions {
+        asking: toolhost::ask::Asking::of(can, "", ""),
+        asker: Some(std::sync::Arc::new(Yes)),
+        ..Default::default()
+    };
+    let output = host
+        .call("s", "ask_to_go", "{}")
+        .options(options)
+        .output()
+        .await
+        .expect("a 0.5.0 tool's questions and its result");
+    assert!(
+        matches!(&output.content[..], [toolhost::ContentItem::Text(text)] if text == "can: form; reply: accepted"),
+        "{output:?}"
+    );
 }
 
 /// The same 0.2.0 component on the real process manager: its command runs, and what it reads

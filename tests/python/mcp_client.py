@@ -58,6 +58,7 @@ import threading
 import time
 import traceback
 import urllib.error
+import urllib.parse
 import urllib.request
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -308,16 +309,18 @@ async def stdio_session(
     list_roots_callback: Any = None,
     elicitation_callback: Any = None,
     cwd: str | None = None,
+    errlog: Any = None,
 ) -> AsyncIterator[ClientSession]:
     """A session with a fresh `toolhost serve [EXTRA...]` over stdio, started in `cwd` (None:
     this process's). With `list_roots_callback` the SDK declares the `roots` capability, with
-    `elicitation_callback` the `elicitation` one."""
+    `elicitation_callback` the `elicitation` one (form and URL mode). The server's stderr goes
+    to `errlog` (None: this process's)."""
     # The SDK passes only a few variables by default; the cache location and log level matter.
     params = StdioServerParameters(
         command=binary, args=["serve", *extra], env=dict(os.environ), cwd=cwd
     )
     async with (
-        stdio_client(params) as (read, write),
+        stdio_client(params, errlog=errlog or sys.stderr) as (read, write),
         ClientSession(
             read,
             write,
@@ -1297,10 +1300,11 @@ async def modern_stdio_client(
 
 @asynccontextmanager
 async def modern_http_client(
-    server: HttpServer, extension: Any = None
+    server: HttpServer, extension: Any = None, elicitation_callback: Any = None
 ) -> AsyncIterator[tuple[Any, WireTap]]:
     """The SDK's `Client` on `server` over its streamable HTTP transport, in the 2026 era:
-    no session (no `Mcp-Session-Id` is ever given)."""
+    no session (no `Mcp-Session-Id` is ever given). With `elicitation_callback` it declares
+    elicitation (form and URL mode) and answers a call's `input_required` through it."""
     check(Client is not None, "the 2026-07-28 groups need the 2.x SDK")
     from mcp.shared._httpx_utils import create_mcp_http_client
 
@@ -1317,6 +1321,7 @@ async def modern_http_client(
             tapped(_streamable_http.streamable_http_client(server.url, http_client=http), tap),
             mode="auto",
             extensions=[extension] if extension is not None else None,
+            elicitation_callback=elicitation_callback,
         )
         async with client:
             check_modern(client)
@@ -1733,6 +1738,125 @@ async def check_asking(binary: str, state: str) -> None:
         log(f"  without elicitation: {text[:160]!r}")
 
 
+def give_on_page(url: str, secret: str) -> None:
+    """Do what the person does on the host's page for secrets: open the link, type `secret`,
+    press "Give". The form goes back with the page's origin, as a browser sends it."""
+    # The page is on loopback: never through a proxy of the environment.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(url, timeout=30) as response:
+        page = response.read().decode()
+    token = re.search(r'name="form" value="([^"]+)"', page)
+    check(token is not None, f"no form on the page: {page[:300]}")
+    assert token is not None
+    origin = "/".join(url.split("/")[:3])
+    body = urllib.parse.urlencode({"form": token.group(1), "secret": secret, "action": "give"})
+    request = urllib.request.Request(
+        url,
+        data=body.encode(),
+        headers={"Origin": origin, "Content-Type": "application/x-www-form-urlencoded"},
+        method="POST",
+    )
+    with opener.open(request, timeout=30) as response:
+        answer = response.read().decode()
+    check("received" in answer.lower(), f"the page did not take it: {answer[:300]}")
+
+
+async def check_secret(binary: str, state: str) -> None:
+    """`execute` with `secrets` under `--ask risky`: the SDK's elicitation callback gets a
+    URL-mode request with the link of the host's page; the person gives the secret there; the
+    command gets it as its variable, and its output, the result, the record and the host's log
+    hold `[secret]` in its place. The next command does not get it. A client without the
+    callback (no URL-mode elicitation) gets a refusal saying why."""
+    record = os.path.join(state, "commands.jsonl")
+    host_log = os.path.join(state, "host.log")
+    secret = "hunter2-" + os.urandom(8).hex()
+    asked: list[Any] = []
+
+    async def elicit(_context: Any, params: Any) -> Any:
+        asked.append(params)
+        if getattr(params, "mode", "form") != "url":
+            return elicit_result("decline", None)
+        await anyio.to_thread.run_sync(give_on_page, params.url, secret)
+        return elicit_result("accept", None)
+
+    command = 'printf %s "$API_TOKEN" | wc -c; echo "token: $API_TOKEN"'
+    arguments = {"command": command, "secrets": {"API_TOKEN": "the test's API token"}}
+    flags = ["--ask", "risky", "--record", record]
+    os.environ["TOOLHOST_LOG"] = "debug"
+    try:
+        with open(host_log, "w", encoding="utf-8") as errlog:
+            async with stdio_session(
+                binary, *flags, elicitation_callback=elicit, cwd=state, errlog=errlog
+            ) as session:
+                given = await execute(session, arguments)
+                check(len(asked) == 1, f"asked {len(asked)} times: {asked}")
+                question = asked[0]
+                check(question.mode == "url", f"not URL mode: {question}")
+                check(question.url.startswith("http://127.0.0.1:"), f"the link: {question.url}")
+                check("API_TOKEN" in question.message, f"the message: {question.message}")
+                check(question.elicitation_id, f"no elicitationId: {question}")
+                text = json.dumps(given)
+                check(secret not in text, f"the secret is in the result: {text}")
+                check("token: [secret]" in given["output"], f"not replaced: {given}")
+                check(first_line(given) == str(len(secret)), f"the variable's length: {given}")
+                log(f"  given on the page: {given['output']!r}")
+
+                again = await execute(session, {"command": 'echo "[$API_TOKEN]"'})
+                check(first_line(again) == "[]", f"the next command got it: {again}")
+                log("  the next command does not get it")
+    finally:
+        os.environ.pop("TOOLHOST_LOG", None)
+    with open(record, encoding="utf-8") as file:
+        check(secret not in file.read(), "the secret is in the record")
+    with open(host_log, encoding="utf-8") as file:
+        logged = file.read()
+    check(secret not in logged, "the secret is in the host's log")
+    check(logged.strip() != "", "the host logged nothing at debug level")
+    log(f"  not in the record, nor in {len(logged)} bytes of the host's log")
+
+    async with stdio_session(binary, *flags, cwd=state) as session:
+        refused = await session.call_tool("execute", arguments)
+        text = all_text(refused)
+        check(field(refused, "is_error", "isError"), f"no elicitation, yet a result: {text}")
+        check("URL-mode elicitation" in text, f"the refusal says why: {text}")
+        log(f"  without elicitation: {text[:160]!r}")
+
+
+async def check_secret_2026(binary: str) -> None:
+    """The same over HTTP in revision 2026-07-28, with the SDK's `Client`: the call's result is
+    `input_required` with a URL-mode request; the callback gives the secret on the page and
+    accepts; the SDK retries the call with the signed `requestState`, which waits on the page
+    and runs the command with the secret."""
+    secret = "hunter2-" + os.urandom(8).hex()
+    asked: list[Any] = []
+
+    async def elicit(_context: Any, params: Any) -> Any:
+        asked.append(params)
+        if getattr(params, "mode", "form") != "url":
+            return elicit_result("decline", None)
+        await anyio.to_thread.run_sync(give_on_page, params.url, secret)
+        return elicit_result("accept", None)
+
+    arguments = {
+        "command": 'echo "token: $API_TOKEN"; printf %s "$API_TOKEN" | wc -c',
+        "secrets": {"API_TOKEN": "the test's API token"},
+    }
+    async with (
+        http_server(binary, "--ask", "risky") as server,
+        modern_http_client(server, elicitation_callback=elicit) as (client, tap),
+    ):
+        out = result_json(await client.call_tool("execute", arguments))
+        check(len(asked) == 1 and asked[0].mode == "url", f"asked: {asked}")
+        check(asked[0].url.startswith("http://127.0.0.1:"), f"the link: {asked[0].url}")
+        check(first_line(out) == "token: [secret]", f"not replaced: {out}")
+        check(str(len(secret)) in out["output"], f"the variable's length: {out}")
+        check(secret not in json.dumps(out), f"the secret is in the result: {out}")
+        wire = json.dumps([tap.sent, tap.received], default=str)
+        check(secret not in wire, "the secret is in an MCP message")
+        check('"input_required"' in wire, "the call did not go through input_required")
+        log(f"  2026-07-28 over HTTP: {out['output']!r}")
+
+
 def namespaces_missing(binary: str) -> str | None:
     """Why `--network allow=...` cannot run here (no namespaces layer), or None when it can."""
     probe = subprocess.run(
@@ -2010,9 +2134,14 @@ async def group_roots(binary: str) -> None:
 
 async def group_asking(binary: str) -> None:
     """13: the person in the loop over stdio (revision 2025-11-25): elicitation in form mode
-    within the call, before a forced push and for a host the network gate refused."""
+    within the call, before a forced push and for a host the network gate refused, and in URL
+    mode for a secret typed on the host's page."""
     with tempfile.TemporaryDirectory(prefix="toolhost-py-ask-", dir=workspaces_root()) as state:
         await check_asking(binary, os.path.realpath(state))
+    with tempfile.TemporaryDirectory(prefix="toolhost-py-ask-", dir=workspaces_root()) as state:
+        await check_secret(binary, os.path.realpath(state))
+    if Client is not None:
+        await check_secret_2026(binary)
     missing = namespaces_missing(binary)
     if missing:
         log(f"SKIPPED the network question: no namespaces here ({missing})")

@@ -45,9 +45,15 @@ pub fn tools_0_4_0_component() -> PathBuf {
     component("tools_0_4_0")
 }
 
+/// The tools-0-5-0 fixture (`guest-tools/fixtures/tools-0-5-0`): a tool plugin built against
+/// the frozen `toolhost:plugin@0.5.0`, with a tool that asks a form.
+pub fn tools_0_5_0_component() -> PathBuf {
+    component("tools_0_5_0")
+}
+
 /// The conformance fixture (`guest-tools/fixtures/conformance-tools`): the MCP conformance
 /// suite's fixture tools, with content items, progress and log lines (WIT 0.4.0), and tools
-/// that ask their client first (WIT 0.5.0).
+/// that ask their client first (WIT 0.5.0), built against the current WIT.
 pub fn conformance_tools_component() -> PathBuf {
     component("conformance_tools")
 }

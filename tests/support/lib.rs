@@ -32,6 +32,7 @@ pub use commands::{Gate, Stoppable, rendezvous_command};
 pub use fixtures::{
     conformance_tools_component, future_version_component, hostile_component,
     legacy_policy_component, policy_0_2_0_component, policy_0_3_0_component, tools_0_4_0_component,
+    tools_0_5_0_component,
 };
 pub use hosts::{
     UnprivilegedHost, fake_host, fake_host_error, plugin_dir, policy_host, real_host,

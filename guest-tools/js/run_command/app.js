@@ -6,7 +6,7 @@
 // (`npm run build`, see README.md). The host makes a fresh instance for every call, so nothing
 // here keeps state between calls.
 
-import { start, wait, sendSignal } from "toolhost:plugin/process@0.5.0";
+import { start, wait, sendSignal } from "toolhost:plugin/process@0.6.0";
 
 /** The tool's name. */
 const NAME = "run_command_run";
@@ -110,6 +110,7 @@ export const tool = {
         background: false,
         confinement: undefined,
         stdin: { tag: "closed" },
+        secrets: [],
       });
       output = wait(id, BigInt(timeoutMs), { tag: "all" });
       timedOut = output.running;

@@ -4,8 +4,8 @@
 //
 // OUTPUT.wasm defaults to `js_word_count.wasm` in the current directory. WIT_DIR defaults to
 // the repository's `wit/` directory (three levels up from this file), whose `toolhost.wit` is
-// the current contract (toolhost:plugin@0.5.0). Its frozen older versions in `v0.1.0/` to
-// `v0.4.0/` do not get in the way: a WIT directory's subdirectories are not
+// the current contract (toolhost:plugin@0.6.0). Its frozen older versions in `v0.1.0/` to
+// `v0.5.0/` do not get in the way: a WIT directory's subdirectories are not
 // read, only `deps/` is, and there is none. So the build reads the WIT where it is, without a copy.
 //
 // The `http` and `fetch-event` features are disabled: they import wasi:http, which the host

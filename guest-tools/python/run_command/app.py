@@ -101,6 +101,7 @@ class Tool(exports.Tool):
             background=False,
             confinement=None,
             stdin=process.StdinMode_Closed(),
+            secrets=[],
         )
         try:
             id = process.start(request)

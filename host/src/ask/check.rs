@@ -98,6 +98,7 @@ pub fn needs_input(needs: &NeedsInput) -> Result<(), BadQuestions> {
                 }
             }
             Ask::Roots => {}
+            Ask::Secret(secret) => text("message", &secret.message, MAX_MESSAGE_BYTES)?,
         }
     }
     Ok(())

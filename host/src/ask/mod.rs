@@ -28,8 +28,12 @@
 
 pub(crate) mod approvals;
 pub(crate) mod check;
+pub(crate) mod page;
 pub(crate) mod rounds;
 pub(crate) mod seal;
+pub mod secrets;
+
+pub use secrets::{CallSecrets, Secret};
 
 use std::future::Future;
 use std::pin::Pin;
@@ -65,6 +69,8 @@ pub struct CanAsk {
     pub sample: bool,
     /// The client's roots.
     pub roots: bool,
+    /// A secret typed on the host's page (MCP elicitation, URL mode).
+    pub secret: bool,
 }
 
 impl CanAsk {
@@ -74,12 +80,13 @@ impl CanAsk {
             form: !self.form,
             sample: !self.sample,
             roots: !self.roots,
+            secret: !self.secret,
         }
     }
 
     /// Whether nothing can be asked.
     pub fn is_empty(&self) -> bool {
-        !(self.form || self.sample || self.roots)
+        !(self.form || self.sample || self.roots || self.secret)
     }
 
     /// Whether `ask` is of a kind that can be asked.
@@ -88,6 +95,7 @@ impl CanAsk {
             Ask::Form(_) => self.form,
             Ask::Sample(_) => self.sample,
             Ask::Roots => self.roots,
+            Ask::Secret(_) => self.secret,
         }
     }
 }
@@ -99,6 +107,8 @@ pub struct Asking {
     pub can: CanAsk,
     /// Why a form cannot be asked, for the tool's note to the model.
     pub unavailable: Option<String>,
+    /// Why a secret cannot be asked, for the tool's note to the model.
+    pub secret_unavailable: Option<String>,
     /// What an MCP client did not declare it can be asked (its capabilities); empty for
     /// other callers and where the operator turned asking off.
     pub missing: CanAsk,
@@ -116,15 +126,18 @@ impl Asking {
         Asking {
             can: CanAsk::default(),
             unavailable: Some(why.to_owned()),
+            secret_unavailable: Some(why.to_owned()),
             missing: CanAsk::default(),
         }
     }
 
-    /// `can` may be asked; `why_no_form` says why a form may not, when it may not.
-    pub fn of(can: CanAsk, why_no_form: &str) -> Self {
+    /// `can` may be asked; `why_no_form` says why a form may not, and `why_no_secret` why a
+    /// secret may not, when they may not.
+    pub fn of(can: CanAsk, why_no_form: &str, why_no_secret: &str) -> Self {
         Asking {
             can,
             unavailable: (!can.form).then(|| why_no_form.to_owned()),
+            secret_unavailable: (!can.secret).then(|| why_no_secret.to_owned()),
             missing: CanAsk::default(),
         }
     }
@@ -178,6 +191,24 @@ pub struct Sample {
     pub max_tokens: u32,
 }
 
+/// A secret for the person to type on the host's page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretAsk {
+    /// What the person is asked for, and why.
+    pub message: String,
+    /// The page opened for it, set by the host when it asks; `None` from a tool.
+    pub page: Option<PageLink>,
+}
+
+/// A page opened for a secret question ([`page`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageLink {
+    /// The page's id: MCP's `elicitationId`. It names the page; it does not open it.
+    pub id: String,
+    /// The page's whole URL, with the unguessable part that opens it.
+    pub url: String,
+}
+
 /// One thing to ask.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ask {
@@ -187,15 +218,19 @@ pub enum Ask {
     Sample(Sample),
     /// The client's roots.
     Roots,
+    /// A secret typed on the host's page.
+    Secret(SecretAsk),
 }
 
 impl Ask {
-    /// Its kind in one word (`form`, `sample`, `roots`), as the sealed state records it.
+    /// Its kind in one word (`form`, `sample`, `roots`, `secret`), as the sealed state
+    /// records it.
     pub fn kind(&self) -> &'static str {
         match self {
             Ask::Form(_) => "form",
             Ask::Sample(_) => "sample",
             Ask::Roots => "roots",
+            Ask::Secret(_) => "secret",
         }
     }
 }
@@ -260,6 +295,10 @@ pub enum Reply {
     Roots(Vec<Root>),
     /// The client's reply did not fit the question.
     Unusable(String),
+    /// The person typed the secret on the host's page: the page's id. The value is in the
+    /// call's [`CallSecrets`] under the question's key once the round collects it; the tool
+    /// gets no value.
+    SecretGiven(String),
 }
 
 impl Reply {
@@ -275,6 +314,7 @@ impl Reply {
             Reply::Sampled(_) => "sampled",
             Reply::Roots(_) => "roots",
             Reply::Unusable(_) => "unusable",
+            Reply::SecretGiven(_) => "secret given",
         }
     }
 }
@@ -311,4 +351,11 @@ pub trait Asker: Send + Sync {
         questions: &'a [Question],
         deadline: tokio::time::Instant,
     ) -> BoxFuture<'a, Vec<Answer>>;
+
+    /// The person gave the secret of page `page_id` (a question this asker asked): an MCP
+    /// session tells its client (`notifications/elicitation/complete`). Nothing by default.
+    fn secret_received<'a>(&'a self, page_id: &'a str) -> BoxFuture<'a, ()> {
+        let _ = page_id;
+        Box::pin(std::future::ready(()))
+    }
 }

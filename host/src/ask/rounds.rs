@@ -14,12 +14,19 @@
 //!    cancelled call that asks again ends with a tool error.
 //! 6. Without one, the questions and the signed record of the round are the call's output,
 //!    for the caller to relay.
+//!
+//! A secret question gets a page ([`page`](super::page)) before it is asked (step 5 or 6).
+//! A reply that the person went to the page is waited for there: the secret goes into the
+//! call's [`CallSecrets`](super::CallSecrets) for the next round, and is dropped when that
+//! round ends ([`secrets`](super::secrets)).
 
 use std::time::Duration;
 
-use super::BoxFuture;
+use super::page::PageServer;
 use super::seal::{Binding, OpenError, Pending, Seals};
-use super::{Answer, Answers, MAX_ROUNDS, NeedsInput, Question, Reply, Root, Value};
+use super::secrets::{Owner, Taken};
+use super::{Answer, Answers, Ask, MAX_ROUNDS, NeedsInput, PageLink, Question, Reply, Root, Value};
+use super::{Asker, BoxFuture};
 use crate::guest::{CallError, CallOptions, CallOutput, Outcome, Relay, Resume};
 
 /// How long past the deadline the host waits for an asker that does not keep to it.
@@ -38,18 +45,40 @@ pub(crate) async fn run(
     round: Round<'_>,
     mut options: CallOptions,
     seals: &Seals,
+    pages: &PageServer,
     binding: Binding<'_>,
     ask_timeout: Duration,
 ) -> Result<CallOutput, CallError> {
+    let owner = Owner {
+        principal: binding.principal.map(str::to_owned),
+        scope: binding.scope.to_owned(),
+    };
     let (mut answers, mut rounds) = match options.resume.take() {
         None => (None, 0),
         Some(resume) => {
-            let (answers, rounds) = resumed(resume, seals, binding)?;
+            let Resumed {
+                mut answers,
+                pages: pages_asked,
+                rounds,
+            } = resumed(resume, seals, binding)?;
+            let secrets = Secrets {
+                pages,
+                owner: &owner,
+                options: &options,
+                asker: None,
+            };
+            let deadline = tokio::time::Instant::now() + ask_timeout;
+            secrets
+                .collect(&mut answers.replies, &pages_asked, deadline)
+                .await;
             (Some(answers), rounds)
         }
     };
     loop {
-        let needs = match round(options.clone(), answers.take()).await? {
+        let outcome = round(options.clone(), answers.take()).await;
+        // A secret no command of that round took is gone with it.
+        options.secrets.clear();
+        let needs = match outcome? {
             Outcome::Done(output) => return Ok(output),
             Outcome::NeedsInput(needs) => needs,
         };
@@ -66,7 +95,7 @@ pub(crate) async fn run(
             )));
         }
         let NeedsInput { questions, state } = needs;
-        let (askable, unaskable): (Vec<Question>, Vec<Question>) = questions
+        let (mut askable, unaskable): (Vec<Question>, Vec<Question>) = questions
             .into_iter()
             .partition(|question| options.asking.can.allows(&question.ask));
         // A required question the client did not declare it can be asked ends the call.
@@ -81,6 +110,41 @@ pub(crate) async fn run(
                 reply: Reply::NobodyToAsk,
             })
             .collect();
+        // Each secret question gets its page; one that cannot is not asked.
+        let mut unopened = Vec::new();
+        for question in &mut askable {
+            if let Ask::Secret(secret) = &mut question.ask {
+                match pages
+                    .open(&secret.message, owner.clone(), ask_timeout)
+                    .await
+                {
+                    Ok((id, url)) => secret.page = Some(PageLink { id, url }),
+                    Err(why) => {
+                        tracing::warn!(
+                            scope = binding.scope,
+                            "a secret question was not asked: {why}"
+                        );
+                        unopened.push(Answer {
+                            key: question.key.clone(),
+                            reply: Reply::Unusable(format!(
+                                "the host could not open a page for the secret: {why}"
+                            )),
+                        });
+                    }
+                }
+            }
+        }
+        askable.retain(|question| !unopened.iter().any(|a| a.key == question.key));
+        replies.extend(unopened);
+        let pages_asked: Vec<(String, String)> = askable
+            .iter()
+            .filter_map(|question| match &question.ask {
+                Ask::Secret(super::SecretAsk {
+                    page: Some(page), ..
+                }) => Some((question.key.clone(), page.id.clone())),
+                _ => None,
+            })
+            .collect();
         if askable.is_empty() {
             answers = Some(Answers {
                 replies,
@@ -90,7 +154,7 @@ pub(crate) async fn run(
             continue;
         }
         let Some(asker) = options.asker.clone() else {
-            let pending = Pending::new(
+            let mut pending = Pending::new(
                 rounds,
                 state,
                 askable
@@ -99,6 +163,7 @@ pub(crate) async fn run(
                     .collect(),
                 unaskable.iter().map(|q| q.key.clone()).collect(),
             );
+            pending.pages = pages_asked;
             let sealed = seals
                 .seal(pending, binding, ask_timeout)
                 .map_err(|e| CallError::Tool(e.to_string()))?;
@@ -127,6 +192,7 @@ pub(crate) async fn run(
         };
         let is_cancelled = options.cancel.as_ref().is_some_and(|c| c.is_cancelled());
         let given = given.unwrap_or_default();
+        let first = replies.len();
         for question in &askable {
             let reply = given
                 .iter()
@@ -142,11 +208,82 @@ pub(crate) async fn run(
                 reply,
             });
         }
+        let secrets = Secrets {
+            pages,
+            owner: &owner,
+            options: &options,
+            asker: Some(asker.as_ref()),
+        };
+        secrets
+            .collect(&mut replies[first..], &pages_asked, deadline)
+            .await;
         answers = Some(Answers {
             replies,
             state,
             checked: true,
         });
+    }
+}
+
+/// What collecting a round's secrets needs.
+struct Secrets<'a> {
+    pages: &'a PageServer,
+    owner: &'a Owner,
+    options: &'a CallOptions,
+    /// The asker that asked, told of each secret received.
+    asker: Option<&'a dyn Asker>,
+}
+
+impl Secrets<'_> {
+    /// For each secret question asked (`asked`: key and page id): a client's "accepted" is
+    /// waited for on its page until `deadline` (or the call's cancellation). A secret given
+    /// goes into the call's secrets under its key; the page's other ends replace the reply.
+    /// A page whose question was not accepted is closed.
+    async fn collect(
+        &self,
+        replies: &mut [Answer],
+        asked: &[(String, String)],
+        deadline: tokio::time::Instant,
+    ) {
+        for answer in replies.iter_mut() {
+            let Some((_, id)) = asked.iter().find(|(key, _)| *key == answer.key) else {
+                continue;
+            };
+            if !matches!(answer.reply, Reply::SecretGiven(_)) {
+                self.pages.pages().close(id);
+                continue;
+            }
+            let cancelled = async {
+                match &self.options.cancel {
+                    Some(cancel) => cancel.cancelled().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let taken = tokio::select! {
+                taken = self.pages.pages().take(id, self.owner, deadline) => Some(taken),
+                () = cancelled => None,
+            };
+            answer.reply = match taken {
+                Some(Taken::Given(secret)) => {
+                    self.options.secrets.put(&answer.key, secret);
+                    if let Some(asker) = self.asker {
+                        asker.secret_received(id).await;
+                    }
+                    Reply::SecretGiven(id.clone())
+                }
+                Some(Taken::Declined) => Reply::Declined,
+                Some(Taken::TimedOut) => Reply::TimedOut,
+                Some(Taken::Unknown) => Reply::Unusable(
+                    "the page for this secret is gone: it expired, or its question belongs to \
+                     another caller"
+                        .to_owned(),
+                ),
+                None => {
+                    self.pages.pages().close(id);
+                    Reply::Cancelled
+                }
+            };
+        }
     }
 }
 
@@ -164,20 +301,26 @@ fn missing_capabilities(unaskable: &[Question], missing: super::CanAsk) -> Vec<S
 }
 
 /// The MCP client capability that `ask` needs.
-fn capability(ask: &super::Ask) -> &'static str {
+fn capability(ask: &Ask) -> &'static str {
     match ask {
-        super::Ask::Form(_) => "elicitation",
-        super::Ask::Sample(_) => "sampling",
-        super::Ask::Roots => "roots",
+        Ask::Form(_) | Ask::Secret(_) => "elicitation",
+        Ask::Sample(_) => "sampling",
+        Ask::Roots => "roots",
     }
 }
 
-/// The answers a retry carries, and the rounds asked before it.
-fn resumed(
-    resume: Resume,
-    seals: &Seals,
-    binding: Binding<'_>,
-) -> Result<(Answers, u32), CallError> {
+/// What a retry carries.
+struct Resumed {
+    /// The replies.
+    answers: Answers,
+    /// The pages of its secret questions: key and page id.
+    pages: Vec<(String, String)>,
+    /// The rounds asked before it.
+    rounds: u32,
+}
+
+/// The answers a retry carries, with what goes with them.
+fn resumed(resume: Resume, seals: &Seals, binding: Binding<'_>) -> Result<Resumed, CallError> {
     for (key, value) in &resume.replies {
         if !value.is_object() {
             return Err(CallError::Answers(format!(
@@ -215,7 +358,11 @@ fn resumed(
             state: None,
             checked: false,
         };
-        return Ok((answers, 0));
+        return Ok(Resumed {
+            answers,
+            pages: Vec::new(),
+            rounds: 0,
+        });
     };
     let pending = seals.open(&sealed, binding).map_err(|error| match error {
         // The host's condition, not the client's request.
@@ -227,9 +374,16 @@ fn resumed(
         .iter()
         .filter_map(|(key, kind)| {
             let value = resume.replies.iter().find(|(k, _)| k == key)?;
+            let mut reply = read(kind, &value.1);
+            // The person went to the page: its id is in the signed record.
+            if let Reply::SecretGiven(id) = &mut reply
+                && let Some((_, page)) = pending.pages.iter().find(|(k, _)| k == key)
+            {
+                page.clone_into(id);
+            }
             Some(Answer {
                 key: key.clone(),
-                reply: read(kind, &value.1),
+                reply,
             })
         })
         .collect();
@@ -242,13 +396,25 @@ fn resumed(
         state: pending.state,
         checked: true,
     };
-    Ok((answers, pending.round))
+    Ok(Resumed {
+        answers,
+        pages: pending.pages,
+        rounds: pending.round,
+    })
 }
 
-/// A client's reply to a question of `kind` (`form`, `sample`, `roots`), as MCP shapes it.
+/// A client's reply to a question of `kind` (`form`, `sample`, `roots`, `secret`), as MCP
+/// shapes it. A secret question's "accept" (the person is going to the page) reads as
+/// [`Reply::SecretGiven`] with no page id yet: the caller sets it and waits on the page.
 pub(crate) fn read(kind: &str, value: &serde_json::Value) -> Reply {
     let unusable = |why: &str| Reply::Unusable(why.to_owned());
     match kind {
+        "secret" => match value.get("action").and_then(|a| a.as_str()) {
+            Some("accept") => Reply::SecretGiven(String::new()),
+            Some("decline") => Reply::Declined,
+            Some("cancel") => Reply::Cancelled,
+            _ => unusable("a secret's reply has no action of accept, decline or cancel"),
+        },
         "form" => match value.get("action").and_then(|a| a.as_str()) {
             Some("accept") => {
                 let Some(content) = value
@@ -355,6 +521,7 @@ mod tests {
             form: true,
             sample: true,
             roots: true,
+            secret: false,
         };
         assert_eq!(
             missing_capabilities(&unaskable, missing),

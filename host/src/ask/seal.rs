@@ -32,6 +32,9 @@ pub struct Pending {
     pub asked: Vec<(String, String)>,
     /// The keys of questions that could not be sent (their reply is nobody-to-ask).
     pub unasked: Vec<String>,
+    /// The pages opened for the secret questions sent: key and page id.
+    #[serde(default)]
+    pub pages: Vec<(String, String)>,
     /// Makes this record single-use.
     nonce: String,
     /// When the record expires, in milliseconds since the Unix epoch: its nonce is kept
@@ -53,6 +56,7 @@ impl Pending {
             state,
             asked,
             unasked,
+            pages: Vec::new(),
             nonce: String::new(),
             expires_ms: 0,
         }

@@ -7,7 +7,7 @@ use super::cache::ComponentCache;
 use super::errors::EngineError;
 use super::state::CallState;
 use super::wit::latest::ShellTools;
-use super::wit::{v0_1_0, v0_2_0, v0_3_0, v0_4_0};
+use super::wit::{v0_1_0, v0_2_0, v0_3_0, v0_4_0, v0_5_0};
 use crate::process::ProcessBackend;
 use crate::sandbox::SandboxSettings;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -59,8 +59,10 @@ impl Loader {
         let mut linker: Linker<CallState> = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_error)?;
         ShellTools::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).map_err(engine_error)?;
-        // The frozen 0.4.0, 0.3.0, 0.2.0 and 0.1.0 imports, beside the current ones (their
-        // names carry the version).
+        // The frozen 0.5.0, 0.4.0, 0.3.0, 0.2.0 and 0.1.0 imports, beside the current ones
+        // (their names carry the version).
+        v0_5_0::ShellTools::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
+            .map_err(engine_error)?;
         v0_4_0::ShellTools::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
             .map_err(engine_error)?;
         v0_3_0::ShellTools::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)

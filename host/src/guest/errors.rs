@@ -38,8 +38,8 @@ pub enum LoadError {
     BadTools { plugin: String, reason: String },
 }
 
-/// The versions this host serves, for a message: `toolhost:plugin@0.5.0, @0.4.0, @0.3.0,
-/// @0.2.0 and @0.1.0`.
+/// The versions this host serves, for a message: `toolhost:plugin@0.6.0, @0.5.0, @0.4.0,
+/// @0.3.0, @0.2.0 and @0.1.0`.
 fn served_versions() -> String {
     let mut text = String::new();
     for (i, version) in WIT_VERSIONS.iter().enumerate() {

@@ -1,7 +1,7 @@
 //! The guest runtime: how one plugin component is compiled, checked, pre-linked and run.
 //!
-//! - `wit`: the served WIT versions (0.5.0, and the frozen 0.4.0, 0.3.0, 0.2.0 and 0.1.0
-//!   served by delegating to it), each with its bindings, and the host impls of the WIT
+//! - `wit`: the served WIT versions (0.6.0, and the frozen 0.5.0, 0.4.0, 0.3.0, 0.2.0 and
+//!   0.1.0 served by delegating to it), each with its bindings, and the host impls of the WIT
 //!   imports, one file per interface.
 //! - `engine`: the engine, the linker with every import, the epoch ticker ([`Loader`]).
 //! - `cache`: compiling, through the private on-disk cache of compiled components (and of
@@ -38,6 +38,7 @@ pub(crate) use wit::latest::ToolDefinition;
 
 /// The versions of the `toolhost:plugin` WIT package this host serves, newest first.
 pub const WIT_VERSIONS: &[&str] = &[
+    wit::v0_6_0::WIT_VERSION,
     wit::v0_5_0::WIT_VERSION,
     wit::v0_4_0::WIT_VERSION,
     wit::v0_3_0::WIT_VERSION,

@@ -1,7 +1,7 @@
 //! One loaded guest component: compiled once (through the on-disk cache), checked against its
 //! grants and the WIT version, pre-linked once, and instantiated afresh in its own limited
-//! [`Store`] for every call. Components of the current contract (0.5.0) and of the frozen
-//! 0.4.0, 0.3.0, 0.2.0 and 0.1.0 are served side by side ([`Pre`]).
+//! [`Store`] for every call. Components of the current contract (0.6.0) and of the frozen
+//! 0.5.0, 0.4.0, 0.3.0, 0.2.0 and 0.1.0 are served side by side ([`Pre`]).
 
 use super::cache;
 use super::content;
@@ -12,7 +12,7 @@ use super::state::{CallOptions, CallOutput, CallState, Metered, ProcessGrant};
 use super::wit::latest::{
     CallContext, ShellTools, ShellToolsPre, ToolDefinition, WIT_VERSION, wit_sandbox, wit_tool,
 };
-use super::wit::{self, WIT_PACKAGE, v0_1_0, v0_2_0, v0_3_0, v0_4_0};
+use super::wit::{self, WIT_PACKAGE, v0_1_0, v0_2_0, v0_3_0, v0_4_0, v0_5_0};
 use crate::ask::{self, approvals::Approvals};
 use crate::sandbox;
 use std::pin::Pin;
@@ -61,8 +61,10 @@ pub(crate) enum Outcome {
 /// A component pre-linked against the contract version it was built for.
 #[derive(Clone)]
 enum Pre {
-    /// `toolhost:plugin@0.5.0`.
+    /// `toolhost:plugin@0.6.0`.
     Current(ShellToolsPre<CallState>),
+    /// `toolhost:plugin@0.5.0`: it never asks a secret, and its commands get none.
+    V0_5_0(v0_5_0::ShellToolsPre<CallState>),
     /// `toolhost:plugin@0.4.0`: it never asks, and gets no `approvals`.
     V0_4_0(v0_4_0::ShellToolsPre<CallState>),
     /// `toolhost:plugin@0.3.0`: its results are JSON text alone, and it reports nothing
@@ -78,6 +80,7 @@ enum Pre {
 /// One instance of a component, of any served version.
 enum Instance {
     Current(ShellTools),
+    V0_5_0(v0_5_0::ShellTools),
     V0_4_0(v0_4_0::ShellTools),
     V0_3_0(v0_3_0::ShellTools),
     V0_2_0(v0_2_0::ShellTools),
@@ -88,6 +91,7 @@ impl Pre {
     fn engine(&self) -> &wasmtime::Engine {
         match self {
             Pre::Current(pre) => pre.engine(),
+            Pre::V0_5_0(pre) => pre.engine(),
             Pre::V0_4_0(pre) => pre.engine(),
             Pre::V0_3_0(pre) => pre.engine(),
             Pre::V0_2_0(pre) => pre.engine(),
@@ -98,6 +102,7 @@ impl Pre {
     async fn instantiate(&self, store: &mut Store<CallState>) -> wasmtime::Result<Instance> {
         Ok(match self {
             Pre::Current(pre) => Instance::Current(pre.instantiate_async(store).await?),
+            Pre::V0_5_0(pre) => Instance::V0_5_0(pre.instantiate_async(store).await?),
             Pre::V0_4_0(pre) => Instance::V0_4_0(pre.instantiate_async(store).await?),
             Pre::V0_3_0(pre) => Instance::V0_3_0(pre.instantiate_async(store).await?),
             Pre::V0_2_0(pre) => Instance::V0_2_0(pre.instantiate_async(store).await?),
@@ -120,6 +125,11 @@ impl Instance {
                     .call_tools(store, config, settings)
                     .await
             }
+            Instance::V0_5_0(instance) => Ok(instance
+                .toolhost_plugin_tool()
+                .call_tools(store, config, &settings.clone().into())
+                .await?
+                .map(|tools| tools.into_iter().map(Into::into).collect())),
             Instance::V0_4_0(instance) => Ok(instance
                 .toolhost_plugin_tool()
                 .call_tools(store, config, &settings.clone().into())
@@ -158,23 +168,29 @@ impl Instance {
                 needs_input: None,
             })
         };
+        let outcome = |outcome: wit_tool::CallOutcome| match outcome {
+            wit_tool::CallOutcome::Done(result) => Ok(done(
+                result.output,
+                result.full_output,
+                content::from_guest(result.content)?,
+            )),
+            wit_tool::CallOutcome::NeedsInput(needs) => {
+                let needs = ask::NeedsInput::from(needs);
+                ask::check::needs_input(&needs).map_err(|e| e.to_string())?;
+                Ok(Outcome::NeedsInput(needs))
+            }
+        };
         match self {
             Instance::Current(instance) => Ok(instance
                 .toolhost_plugin_tool()
                 .call_call(store, tool, arguments, context)
                 .await?
-                .and_then(|outcome| match outcome {
-                    wit_tool::CallOutcome::Done(result) => Ok(done(
-                        result.output,
-                        result.full_output,
-                        content::from_guest(result.content)?,
-                    )),
-                    wit_tool::CallOutcome::NeedsInput(needs) => {
-                        let needs = ask::NeedsInput::from(needs);
-                        ask::check::needs_input(&needs).map_err(|e| e.to_string())?;
-                        Ok(Outcome::NeedsInput(needs))
-                    }
-                })),
+                .and_then(outcome)),
+            Instance::V0_5_0(instance) => Ok(instance
+                .toolhost_plugin_tool()
+                .call_call(store, tool, arguments, &context.clone().into())
+                .await?
+                .and_then(|result: v0_5_0::CallOutcome| outcome(result.into()))),
             Instance::V0_4_0(instance) => Ok(instance
                 .toolhost_plugin_tool()
                 .call_call(store, tool, arguments, &context.clone().into())
@@ -334,6 +350,9 @@ impl Plugin {
             .map_err(link_error)?;
         let pre = match version.as_str() {
             WIT_VERSION => Pre::Current(ShellToolsPre::new(pre).map_err(link_error)?),
+            v0_5_0::WIT_VERSION => {
+                Pre::V0_5_0(v0_5_0::ShellToolsPre::new(pre).map_err(link_error)?)
+            }
             v0_4_0::WIT_VERSION => {
                 Pre::V0_4_0(v0_4_0::ShellToolsPre::new(pre).map_err(link_error)?)
             }

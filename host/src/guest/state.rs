@@ -189,6 +189,9 @@ pub struct CallOptions {
     /// How long one round of questions may wait for its replies. Absent: the host's
     /// (`--ask-timeout`, by default [`crate::ask::DEFAULT_ASK_TIMEOUT`]).
     pub ask_timeout: Option<Duration>,
+    /// The secrets the person gave for this round of the call, by question key; a command's
+    /// start takes each out (WIT 0.6.0 `start-request.secrets`). Set by the host.
+    pub secrets: crate::ask::CallSecrets,
 }
 
 /// Store data of one call: a fresh one per call, dropped with the instance.

@@ -10,6 +10,11 @@
 //!   that state ([`resume`]).
 //!
 //! A question of a kind the client did not declare is never sent ([`asking`]).
+//!
+//! A secret question is an elicitation in URL mode: the client is sent the link of the host's
+//! page ([`crate::ask::page`]), which the person opens to type the secret. It is asked only of
+//! a client that declared `elicitation.url` and runs on this machine (the page listens on
+//! loopback).
 
 // Sampling and roots are deprecated from revision 2026-07-28 on (SEP-2577), where they are
 // still allowed as input requests; 2025-era clients offer them as before.
@@ -17,12 +22,13 @@
 
 use rmcp::ErrorData;
 use rmcp::model::{
-    CallToolRequestParams, CreateMessageRequestParams, ElicitRequestParams, InputRequest,
-    InputRequests, InputRequiredResult,
+    CallToolRequestParams, CreateMessageRequestParams, CustomNotification, ElicitRequestParams,
+    InputRequest, InputRequests, InputRequiredResult, ServerNotification,
 };
 use rmcp::service::{Peer, RequestContext, RoleServer};
 use serde_json::{Value, json};
 
+use super::scope::PeerAddress;
 use crate::ask::rounds::read;
 use crate::ask::{Answer, Ask, Asker, Asking, BoxFuture, CanAsk, FieldKind, Form, Question, Reply};
 use crate::{Relay, Resume};
@@ -31,15 +37,29 @@ use crate::{Relay, Resume};
 const NO_ELICITATION: &str =
     "the MCP client declared no elicitation capability (it cannot show the person a form)";
 
+/// Why a secret cannot be asked of a client that did not declare URL-mode elicitation.
+const NO_URL_ELICITATION: &str = "the MCP client declared no URL-mode elicitation (it cannot \
+     send the person to the host's page for secrets)";
+
+/// Why a secret cannot be asked of a client on another machine.
+const NOT_LOCAL: &str = "the MCP client is not on this machine, and the host's page for \
+     secrets listens on this machine's loopback only";
+
 /// What the client of `context`'s request declared it can be asked: its session's
 /// capabilities, or in revision 2026-07-28 the request's own.
 pub(super) fn asking(context: &RequestContext<RoleServer>) -> Asking {
     let Some(capabilities) = context.client_capabilities() else {
         return Asking {
             missing: CanAsk::default().complement(),
+            secret_unavailable: Some(NO_URL_ELICITATION.to_owned()),
             ..Asking::nobody(NO_ELICITATION)
         };
     };
+    let url = capabilities
+        .elicitation
+        .as_ref()
+        .is_some_and(|e| e.url.is_some());
+    let local = PeerAddress::is_local(context);
     // An empty `elicitation: {}` (revision 2025-06-18) means form mode.
     let form = capabilities
         .elicitation
@@ -50,10 +70,13 @@ pub(super) fn asking(context: &RequestContext<RoleServer>) -> Asking {
         form,
         sample: capabilities.sampling.is_some(),
         roots: capabilities.roots.is_some(),
+        secret: url && local,
     };
+    let declared = CanAsk { secret: url, ..can };
+    let why_no_secret = if url { NOT_LOCAL } else { NO_URL_ELICITATION };
     Asking {
-        missing: can.complement(),
-        ..Asking::of(can, NO_ELICITATION)
+        missing: declared.complement(),
+        ..Asking::of(can, NO_ELICITATION, why_no_secret)
     }
 }
 
@@ -72,6 +95,21 @@ pub(super) fn request(ask: &Ask) -> (&'static str, Value) {
             ("sampling/createMessage", params)
         }
         Ask::Roots => ("roots/list", json!({})),
+        Ask::Secret(secret) => {
+            let (url, id) = secret
+                .page
+                .as_ref()
+                .map_or(("", ""), |page| (page.url.as_str(), page.id.as_str()));
+            (
+                "elicitation/create",
+                json!({
+                    "mode": "url",
+                    "message": secret.message,
+                    "url": url,
+                    "elicitationId": id,
+                }),
+            )
+        }
     }
 }
 
@@ -182,6 +220,16 @@ impl PeerAsker {
                 .await
                 .map_err(|e| failed(&e))
                 .and_then(|r| serde_json::to_value(r).map_err(|e| failed(&e))),
+            // The client says whether the person goes to the page; the round waits there.
+            Ask::Secret(_) => match serde_json::from_value::<ElicitRequestParams>(params) {
+                Ok(params) => self
+                    .peer
+                    .create_elicitation(params)
+                    .await
+                    .map_err(|e| failed(&e))
+                    .and_then(|r| serde_json::to_value(r).map_err(|e| failed(&e))),
+                Err(e) => Err(failed(&e)),
+            },
         };
         match given {
             Ok(value) => read(ask.kind(), &value),
@@ -211,6 +259,19 @@ impl Asker for PeerAsker {
                 });
             }
             answers
+        })
+    }
+
+    /// Tell the client the person is done on the page (`notifications/elicitation/complete`).
+    fn secret_received<'a>(&'a self, page_id: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let notification = ServerNotification::CustomNotification(CustomNotification::new(
+                "notifications/elicitation/complete",
+                Some(json!({ "elicitationId": page_id })),
+            ));
+            if let Err(error) = self.peer.send_notification(notification).await {
+                tracing::debug!(%error, "the client was not told a secret was received");
+            }
         })
     }
 }

@@ -280,6 +280,7 @@ impl ToolServer {
             asker,
             resume,
             ask_timeout: None,
+            secrets: Default::default(),
         };
         let outcome = self
             .session

@@ -40,6 +40,10 @@ pub struct StartRequest {
     pub stdin: Stdin,
     /// Who asked for the command, for the record; set by the host, never by a guest.
     pub origin: Origin,
+    /// Secrets the person gave in the call, as variables of this command only: name and
+    /// value. They win over `env` and the host's variables; the command's output has each
+    /// value replaced with `[secret]`.
+    pub secrets: Vec<(String, crate::ask::Secret)>,
 }
 
 /// Who asked for a command: the plugin whose policy started it and the principal whose call

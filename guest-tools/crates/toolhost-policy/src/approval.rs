@@ -203,7 +203,7 @@ fn question(
 }
 
 /// A state: `first`, then an `approved:RULE` line per rule in `approved`.
-fn state_lines(first: &str, approved: &[String]) -> String {
+pub(crate) fn state_lines(first: &str, approved: &[String]) -> String {
     std::iter::once(first.to_owned())
         .chain(approved.iter().map(|name| format!("{APPROVED}{name}")))
         .collect::<Vec<_>>()

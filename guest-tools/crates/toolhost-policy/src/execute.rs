@@ -46,6 +46,7 @@ const ARGS: &[&str] = &[
     "rows",
     "cols",
     "stdin",
+    "secrets",
 ];
 
 /// The environment of a command on a terminal: [`NON_INTERACTIVE_ENV`] with a terminal type
@@ -211,6 +212,12 @@ pub fn definition(
                 "type": "string",
                 "enum": ["closed", "open"],
                 "description": "\"open\": give the command a stdin pipe to write with process_input (execute returns when it exits or waits for input). Default \"closed\" (empty stdin)."
+            },
+            "secrets": {
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+                "maxProperties": crate::secrets::MAX_SECRETS,
+                "description": "Environment variables the person types in for this command only, each with what it is for, e.g. {\"GH_TOKEN\": \"a token to create the release\"}. The person enters each value on a page on their machine; you never see it, and the output shows [secret] in its place. Use it for passwords, API keys and tokens; never ask the person to paste one into the conversation."
             }
         },
         "required": ["command"],
@@ -299,6 +306,7 @@ pub(crate) fn run(
     let workdir = args.string("workdir")?.map(str::to_string);
     let background = args.bool("run_in_background")?.unwrap_or(false);
     let stdin = crate::interactive::stdin_mode(&args)?;
+    let wanted = crate::secrets::parse(args.value("secrets"))?;
 
     // 1. A command deny rules match runs only once the person allowed it past each of them.
     let mut approved = crate::approval::carried(cx);
@@ -314,6 +322,13 @@ pub(crate) fn run(
         crate::approval::Rerun::No => None,
         crate::approval::Rerun::Allowed(note) => Some(note),
         crate::approval::Rerun::Refused(message) => return Err(message),
+    };
+    // 3. Secrets the person types for this command: asked for first, then given to it.
+    let carried = crate::approval::state_lines("secrets", &approved);
+    let secrets = match crate::secrets::decide(command, &wanted, cx, Some(carried)) {
+        crate::secrets::Secrets::Give(secrets) => secrets,
+        crate::secrets::Secrets::Ask(questions) => return Ok(crate::Reply::ask(questions)),
+        crate::secrets::Secrets::Refuse(message) => return Err(message),
     };
 
     let plan = plan(command, background);
@@ -355,6 +370,7 @@ pub(crate) fn run(
         background: plan.background,
         confinement: policy.confinement.request(),
         stdin: stdin.unwrap_or(host::StdinMode::Closed),
+        secrets,
     })
     .map_err(process_error)?;
 
@@ -445,7 +461,7 @@ pub(crate) fn run(
         }
     }
 
-    // 3. A first run the network gate refused hosts the person may allow: ask, and run it
+    // 4. A first run the network gate refused hosts the person may allow: ask, and run it
     //    again in the next round if they do.
     if !waiting
         && !timed_out

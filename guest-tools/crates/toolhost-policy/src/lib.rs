@@ -5,7 +5,7 @@
 //!
 //! A policy is a WebAssembly component (`wasm32-wasip2`) that exports the
 //! `toolhost:plugin/tool` interface of the host's WIT contract (`wit/toolhost.wit` in this
-//! crate, `toolhost:plugin@0.5.0`). With this crate a policy crate is a `cdylib` with a
+//! crate, `toolhost:plugin@0.6.0`). With this crate a policy crate is a `cdylib` with a
 //! [`Policy`] constant and one [`export!`] line:
 //!
 //! ```
@@ -58,6 +58,7 @@
 //!     asking: toolhost_policy::Asking {
 //!         can: toolhost_policy::CanAsk::empty(),
 //!         unavailable: Some("nobody is here".into()),
+//!         secret_unavailable: Some("nobody is here".into()),
 //!     },
 //!     answers: None,
 //! };
@@ -122,6 +123,7 @@ mod interactive;
 mod notes;
 mod process_tools;
 mod render;
+mod secrets;
 mod settings;
 mod texts;
 mod tool;

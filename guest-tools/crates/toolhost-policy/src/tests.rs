@@ -31,6 +31,7 @@ fn cx(config: &str) -> CallContext {
         asking: crate::Asking {
             can: crate::CanAsk::empty(),
             unavailable: Some("nobody is here".into()),
+            secret_unavailable: Some("nobody is here".into()),
         },
         answers: None,
     }

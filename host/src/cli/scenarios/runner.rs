@@ -195,8 +195,10 @@ impl Runner {
                         form: true,
                         sample: true,
                         roots: true,
+                        secret: false,
                     },
                     "",
+                    "a scenario does not script secrets",
                 ),
                 asker: Some(person.clone() as Arc<dyn Asker>),
                 ..options
@@ -405,6 +407,7 @@ impl Asker for ScriptedPerson {
                     Ask::Form(form) => form.message.clone(),
                     Ask::Sample(sample) => sample.prompt.clone(),
                     Ask::Roots => String::new(),
+                    Ask::Secret(secret) => secret.message.clone(),
                 };
                 lock(&self.asked).push(json!({
                     "key": question.key,

@@ -3,12 +3,12 @@
 //! call's memory budget when created and given back when dropped, so a guest cannot grow past
 //! its memory limit through buffers either.
 //!
-//! The older interfaces (0.4.0, 0.3.0, 0.2.0, then 0.1.0), at the end, delegate to the current
-//! one.
+//! The older interfaces (0.5.0, 0.4.0, 0.3.0, 0.2.0, then 0.1.0), at the end, delegate to the
+//! current one.
 
 use super::latest::{GuestBuffer, wit_buffer};
 use super::v0_1_0::{old_buffer, truncation};
-use super::{v0_2_0, v0_3_0, v0_4_0};
+use super::{v0_2_0, v0_3_0, v0_4_0, v0_5_0};
 use crate::buffer::HeadTailBuffer;
 use crate::guest::state::CallState;
 use wasmtime::component::Resource;
@@ -67,7 +67,7 @@ impl wit_buffer::HostHeadTailBuffer for CallState {
     }
 }
 
-// The 0.4.0, 0.3.0 and 0.2.0 interfaces: the same buffers, delegated to the current
+// The 0.5.0, 0.4.0, 0.3.0 and 0.2.0 interfaces: the same buffers, delegated to the current
 // interface.
 
 /// Serve the `output-buffer` interface of frozen version `$version`, the current one under
@@ -115,6 +115,7 @@ macro_rules! same_as_current {
     };
 }
 
+same_as_current!(v0_5_0);
 same_as_current!(v0_4_0);
 same_as_current!(v0_3_0);
 same_as_current!(v0_2_0);

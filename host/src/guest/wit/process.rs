@@ -4,12 +4,17 @@
 //! `max_timeout`; processes inherit only the host variables it was granted. While the guest
 //! waits, progress reaches the caller and a cancelled call ends the wait.
 //!
-//! The older interfaces (0.4.0, 0.3.0, 0.2.0, then 0.1.0), at the end, delegate to the current
-//! one.
+//! A start request's secrets (0.6.0) are taken out of the call only once every other check
+//! passed, so a refused request leaves them for another one ([`CallState::take_secrets`]).
+//! Their values are never logged nor put in a message.
+//!
+//! The older interfaces (0.5.0, 0.4.0, 0.3.0, 0.2.0, then 0.1.0), at the end, delegate to the
+//! current one.
 
 use super::latest::{wit_process, wit_sandbox};
 use super::v0_1_0::{old_process, output, process_error, read_from};
-use super::{v0_2_0, v0_3_0, v0_4_0};
+use super::{v0_2_0, v0_3_0, v0_4_0, v0_5_0};
+use crate::ask::Secret;
 use crate::guest::state::{CallOptions, CallState, ProcessGrant, Progress};
 use crate::process::{
     MAX_LOG_PAGE_BYTES, Origin, OutputSnapshot, ProcessBackend, ProcessError, ReadFrom,
@@ -32,6 +37,10 @@ const HEARTBEAT: Duration = Duration::from_secs(4);
 const MAX_HIDDEN: usize = 64;
 /// Most hosts one request's allow-list may name.
 const MAX_ALLOWED_HOSTS: usize = 64;
+/// Longest name of a secret's variable, in bytes.
+const MAX_VARIABLE_NAME: usize = 128;
+/// Most bytes of a guest's key or name quoted in a message.
+const MAX_QUOTED: usize = 64;
 
 impl CallState {
     /// The plugin's process grant, or a trap for a guest that has none.
@@ -83,7 +92,55 @@ impl CallState {
             profile: Some(Self::profile(grant, request.confinement, owner)?),
             stdin: request.stdin.into(),
             origin: Origin::default(),
+            secrets: Vec::new(),
         })
+    }
+
+    /// The secrets `wanted` names, taken out of the call's: each variable's name and its
+    /// secret. Every name must be a valid variable name and every key must appear once. An
+    /// unknown key, or one a command took already, refuses the request, and the secrets taken
+    /// before it go back to the call.
+    fn take_secrets(
+        &self,
+        wanted: Vec<wit_process::SecretVariable>,
+    ) -> Result<Vec<(String, Secret)>, wit_process::ProcessError> {
+        let invalid = wit_process::ProcessError::InvalidRequest;
+        let mut names = std::collections::HashSet::new();
+        let mut keys = std::collections::HashSet::new();
+        for variable in &wanted {
+            variable_name(&variable.name).map_err(|why| invalid(format!("secrets: {why}")))?;
+            if !names.insert(variable.name.as_str()) {
+                return Err(invalid(format!(
+                    "secrets: the variable `{}` is named twice",
+                    quoted(&variable.name)
+                )));
+            }
+            if !keys.insert(variable.key.as_str()) {
+                return Err(invalid(format!(
+                    "secrets: the key `{}` is named twice (a secret goes to one variable)",
+                    quoted(&variable.key)
+                )));
+            }
+        }
+        let secrets = &self.options.secrets;
+        let mut taken: Vec<(String, String, Secret)> = Vec::with_capacity(wanted.len());
+        for variable in wanted {
+            let Some(secret) = secrets.take(&variable.key) else {
+                for (_, key, secret) in taken {
+                    secrets.put(&key, secret);
+                }
+                return Err(invalid(format!(
+                    "no secret under the key `{}` in this call: a secret is given to one command \
+                     of the round that got the reply `secret-given`",
+                    quoted(&variable.key)
+                )));
+            };
+            taken.push((variable.name, variable.key, secret));
+        }
+        Ok(taken
+            .into_iter()
+            .map(|(name, _, secret)| (name, secret))
+            .collect())
     }
 
     /// The profile a command runs under: the plugin's bound, tightened by the policy's
@@ -141,13 +198,19 @@ impl wit_process::Host for CallState {
         request: wit_process::StartRequest,
     ) -> wasmtime::Result<Result<String, wit_process::ProcessError>> {
         let grant = self.grant()?;
-        let request = match Self::check_request(grant, request, self.reports.plugin()) {
-            Ok(r) => StartRequest {
+        let mut request = request;
+        let wanted = std::mem::take(&mut request.secrets);
+        // The secrets last: a request refused for anything else leaves them in the call.
+        let checked = Self::check_request(grant, request, self.reports.plugin())
+            .and_then(|r| self.take_secrets(wanted).map(|secrets| (r, secrets)));
+        let request = match checked {
+            Ok((r, secrets)) => StartRequest {
                 origin: Origin {
                     plugin: Some(self.reports.plugin().to_owned()),
                     principal: self.options.principal.clone(),
                     answers: self.answered.clone(),
                 },
+                secrets,
                 ..r
             },
             Err(e) => {
@@ -370,6 +433,38 @@ impl wit_process::Host for CallState {
 /// Most keys in one `write-input` call (each is a few bytes; the byte limit applies too).
 const MAX_KEYS: usize = 4096;
 
+/// Whether `name` is a valid environment variable name (ASCII letters, digits and `_`, not
+/// starting with a digit, at most [`MAX_VARIABLE_NAME`] bytes), and if not, why.
+fn variable_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("a variable name is empty".to_owned());
+    }
+    if name.len() > MAX_VARIABLE_NAME {
+        return Err(format!(
+            "a variable name is {} bytes long; at most {MAX_VARIABLE_NAME}",
+            name.len()
+        ));
+    }
+    let valid = name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if !valid || name.starts_with(|c: char| c.is_ascii_digit()) {
+        return Err(format!(
+            "`{}` is not a variable name (ASCII letters, digits and `_`, not starting with a \
+             digit)",
+            quoted(name)
+        ));
+    }
+    Ok(())
+}
+
+/// A guest's `text` as a message quotes it: at most [`MAX_QUOTED`] bytes, cut on a character
+/// boundary, with `...` where it was cut.
+fn quoted(text: &str) -> String {
+    if text.len() <= MAX_QUOTED {
+        return text.to_owned();
+    }
+    format!("{}...", &text[..text.floor_char_boundary(MAX_QUOTED)])
+}
+
 impl CallState {
     /// Run `f` on the backend within the caller's scope, charged to the host's time.
     async fn on_backend<T, F>(
@@ -554,14 +649,17 @@ async fn wait_with_options(
     backend.read(scope, id, from)
 }
 
-// The 0.4.0 and 0.3.0 interfaces: the same as the current one, under their own types.
+// The 0.5.0, 0.4.0 and 0.3.0 interfaces: the same as the current one, under their own
+// types. A 0.5.0 start request names no secret (its conversion); 0.5.0 has `allow-host`.
 
 /// Serve the `process` interface of frozen version `$version`, which is the current one under
 /// its own types: each function converts its arguments, calls the current one, and converts
-/// what it returns.
+/// what it returns. The functions it has besides follow its name.
 macro_rules! same_as_current {
-    ($version:ident) => {
+    ($version:ident $(, $($more:tt)+)?) => {
         impl $version::process::Host for CallState {
+            $($($more)+)?
+
             async fn start(
                 &mut self,
                 request: $version::process::StartRequest,
@@ -673,6 +771,16 @@ macro_rules! same_as_current {
     };
 }
 
+same_as_current!(
+    v0_5_0,
+    async fn allow_host(
+        &mut self,
+        host: String,
+    ) -> wasmtime::Result<Result<Vec<String>, v0_5_0::process::ProcessError>> {
+        let result = wit_process::Host::allow_host(self, host).await?;
+        Ok(result.map_err(Into::into))
+    }
+);
 same_as_current!(v0_4_0);
 same_as_current!(v0_3_0);
 
@@ -795,6 +903,7 @@ impl old_process::Host for CallState {
             background: request.background,
             confinement: None,
             stdin: wit_process::StdinMode::Closed,
+            secrets: Vec::new(),
         };
         let result = wit_process::Host::start(self, request).await?;
         Ok(result.map_err(process_error))
@@ -849,5 +958,84 @@ impl old_process::Host for CallState {
         };
         let result = wit_process::Host::send_signal(self, id, signal).await?;
         Ok(result.map_err(process_error))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ask::CallSecrets;
+    use crate::guest::limits::CallLimits;
+
+    fn state(secrets: &CallSecrets) -> CallState {
+        let options = CallOptions {
+            secrets: secrets.clone(),
+            ..CallOptions::default()
+        };
+        CallState::new("p", "s", &CallLimits::default(), None, options)
+    }
+
+    fn variable(name: &str, key: &str) -> wit_process::SecretVariable {
+        wit_process::SecretVariable {
+            name: name.to_owned(),
+            key: key.to_owned(),
+        }
+    }
+
+    /// The message of a refusal, which must not hold `value`.
+    fn refusal(result: Result<Vec<(String, Secret)>, wit_process::ProcessError>) -> String {
+        match result {
+            Err(wit_process::ProcessError::InvalidRequest(why)) => {
+                assert!(!why.contains("hunter2"), "{why}");
+                why
+            }
+            Err(other) => panic!("not an invalid request: {other:?}"),
+            Ok(taken) => panic!("taken: {taken:?}"),
+        }
+    }
+
+    #[test]
+    fn a_secrets_variable_name_is_a_variable_name() {
+        let longest = "A".repeat(MAX_VARIABLE_NAME);
+        for name in ["A", "_x", "GH_TOKEN2", longest.as_str()] {
+            assert_eq!(variable_name(name), Ok(()), "{name}");
+        }
+        let too_long = "A".repeat(MAX_VARIABLE_NAME + 1);
+        for name in ["", "1A", "A-B", "A B", "A=B", "Ä", too_long.as_str()] {
+            assert!(variable_name(name).is_err(), "{name}");
+        }
+        assert_eq!(quoted(&"é".repeat(40)), format!("{}...", "é".repeat(32)));
+    }
+
+    #[test]
+    fn a_secret_goes_to_one_command_and_a_refused_request_takes_none() {
+        let secrets = CallSecrets::default();
+        secrets.put("token", Secret::new("hunter2".to_owned()));
+        let state = state(&secrets);
+        // An unknown key refuses the request, and puts back the secret taken before it.
+        let why = refusal(
+            state.take_secrets(vec![variable("TOKEN", "token"), variable("OTHER", "nope")]),
+        );
+        assert!(why.contains("no secret under the key `nope`"), "{why}");
+        for wanted in [
+            vec![variable("A", "token"), variable("B", "token")],
+            vec![variable("A", "token"), variable("A", "other")],
+            vec![variable("1A", "token")],
+        ] {
+            refusal(state.take_secrets(wanted));
+        }
+        let taken = state
+            .take_secrets(vec![variable("GH_TOKEN", "token")])
+            .expect("taken");
+        assert_eq!(taken.len(), 1);
+        assert_eq!(taken[0].0, "GH_TOKEN");
+        assert_eq!(taken[0].1.expose(), "hunter2");
+        // Taken: no other command gets it.
+        let why = refusal(state.take_secrets(vec![variable("GH_TOKEN", "token")]));
+        assert!(why.contains("`secret-given`"), "{why}");
+        assert_eq!(
+            state.take_secrets(Vec::new()).ok().map(|t| t.len()),
+            Some(0)
+        );
     }
 }

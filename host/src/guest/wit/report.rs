@@ -10,11 +10,11 @@
 //! 4. Once the tool has sent progress, the host's own updates (while the guest waits on a
 //!    process) stop, so the two never interleave ([`Reports::tool_progress`]).
 //!
-//! The 0.4.0 interface, at the end, delegates to the current one; older contracts have no
-//! such interface.
+//! The 0.5.0 and 0.4.0 interfaces, at the end, delegate to the current one; older contracts
+//! have no such interface.
 
 use super::latest::wit_report;
-use super::v0_4_0;
+use super::{v0_4_0, v0_5_0};
 use crate::guest::state::{CallOptions, CallState, LogLevel, Progress, ProgressSink, ToolLog};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -140,22 +140,35 @@ impl wit_report::Host for CallState {
     }
 }
 
-// The 0.4.0 interface: the same as the current one.
+// The 0.5.0 and 0.4.0 interfaces: the same as the current one.
 
-impl v0_4_0::report::Host for CallState {
-    async fn progress(
-        &mut self,
-        done: f64,
-        total: Option<f64>,
-        message: Option<String>,
-    ) -> wasmtime::Result<()> {
-        wit_report::Host::progress(self, done, total, message).await
-    }
+/// Serve the `report` interface of frozen version `$version`, the current one under its own
+/// types.
+macro_rules! same_as_current {
+    ($version:ident) => {
+        impl $version::report::Host for CallState {
+            async fn progress(
+                &mut self,
+                done: f64,
+                total: Option<f64>,
+                message: Option<String>,
+            ) -> wasmtime::Result<()> {
+                wit_report::Host::progress(self, done, total, message).await
+            }
 
-    async fn log(&mut self, level: v0_4_0::report::Level, message: String) -> wasmtime::Result<()> {
-        wit_report::Host::log(self, level.into(), message).await
-    }
+            async fn log(
+                &mut self,
+                level: $version::report::Level,
+                message: String,
+            ) -> wasmtime::Result<()> {
+                wit_report::Host::log(self, level.into(), message).await
+            }
+        }
+    };
 }
+
+same_as_current!(v0_5_0);
+same_as_current!(v0_4_0);
 
 #[cfg(test)]
 mod tests {

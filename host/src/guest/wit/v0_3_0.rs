@@ -59,6 +59,8 @@ impl From<process::StartRequest> for wit_process::StartRequest {
             background: r.background,
             confinement: r.confinement.map(Into::into),
             stdin: r.stdin.into(),
+            // 0.3.0 has no secrets.
+            secrets: Vec::new(),
         }
     }
 }

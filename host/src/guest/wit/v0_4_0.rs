@@ -132,6 +132,8 @@ impl From<process::StartRequest> for wit_process::StartRequest {
             background: r.background,
             confinement: r.confinement.map(Into::into),
             stdin: r.stdin.into(),
+            // 0.4.0 has no secrets.
+            secrets: Vec::new(),
         }
     }
 }

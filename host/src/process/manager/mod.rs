@@ -106,6 +106,7 @@ mod record;
 mod request;
 mod resident;
 mod scope;
+mod scrub;
 mod spawner;
 mod spec;
 mod stdio;
@@ -208,8 +209,23 @@ impl Choosing {
 struct Checked {
     what: What,
     env: Vec<(String, String)>,
+    /// The person's secrets for this command: name and value.
+    secrets: Vec<(String, crate::ask::Secret)>,
     inherit_env: Option<Vec<String>>,
     stdin: Stdin,
+}
+
+/// A start's variables, whose values are zeroed when it is dropped (some are the person's
+/// secrets).
+struct ZeroedEnv(Vec<(String, String)>);
+
+impl Drop for ZeroedEnv {
+    fn drop(&mut self) {
+        use zeroize::Zeroize as _;
+        for (_, value) in &mut self.0 {
+            value.zeroize();
+        }
+    }
 }
 
 /// What a start runs, as its record shows it.
@@ -527,10 +543,24 @@ impl ProcessManager {
         }
         let Checked {
             what,
-            mut env,
+            env,
+            secrets,
             inherit_env,
             stdin,
         } = self.check(&held, request)?;
+        // The secrets win over every other variable; each value copied here is zeroed when
+        // the start is done.
+        let mut env = ZeroedEnv(env);
+        env.0
+            .retain(|(name, _)| !secrets.iter().any(|(secret, _)| secret == name));
+        env.0.extend(
+            secrets
+                .iter()
+                .map(|(name, value)| (name.clone(), value.expose().to_owned())),
+        );
+        let scrubber =
+            scrub::Scrubber::new(&secrets.iter().map(|(_, value)| value).collect::<Vec<_>>());
+        drop(secrets);
         let owner = held.owner.get().cloned();
         let reservation = self.records.reserve(scope, owner.as_ref(), self.limits())?;
         let checked = Instant::now();
@@ -542,14 +572,14 @@ impl ProcessManager {
         if what.profile.mode == sandbox::SandboxMode::Off {
             // Nothing keeps an unconfined command from killing its keeper: what it started is
             // then found by this mark, which its processes inherit.
-            env.push(descendants::owner_mark(&id));
+            env.0.push(descendants::owner_mark(&id));
         }
         let stdio = stdio::open(stdin)?;
         let started = (Instant::now(), unix_ms());
         let launch = Launch {
             shell: &self.config.shell,
             command: &what.command,
-            env: &env,
+            env: &env.0,
             inherit: inherit_env.as_deref(),
             workdir: &what.workdir,
             stdio: stdio.child,
@@ -588,7 +618,13 @@ impl ProcessManager {
             let _ = entry.signal_all(Signal::Kill);
             entry.removed.send_replace(true);
         }
-        self.monitor(&held, &entry, launched.spawned, status, stdio.output);
+        self.monitor(
+            &held,
+            &entry,
+            launched.spawned,
+            status,
+            (stdio.output, scrubber),
+        );
         if let (Ok(()), Some(prepared)) = (&admitted, &prepared) {
             (self.launcher).prepare_ahead(&held, &entry.spec.profile, prepared, &entry);
         }
@@ -641,6 +677,12 @@ impl ProcessManager {
         }
         validate_command(&request.command)?;
         validate_env(&request.env)?;
+        let secret_names: Vec<(String, String)> = request
+            .secrets
+            .iter()
+            .map(|(name, _)| (name.clone(), String::new()))
+            .collect();
+        validate_env(&secret_names)?;
         if let Stdin::Terminal(size) = request.stdin {
             size.check().map_err(ProcessError::InvalidRequest)?;
         }
@@ -665,6 +707,7 @@ impl ProcessManager {
                 origin: request.origin,
             },
             env: request.env,
+            secrets: request.secrets,
             inherit_env: request.inherit_env,
             stdin: request.stdin,
         })
@@ -679,7 +722,7 @@ impl ProcessManager {
         entry: &Arc<Entry>,
         mut spawned: Spawned,
         status: pipe::Receiver,
-        output: pipe::Receiver,
+        (output, scrubber): (pipe::Receiver, Option<scrub::Scrubber>),
     ) {
         let log = match &self.log_dir {
             Some(dir) => LogSlot::Pending(LogTarget {
@@ -702,6 +745,7 @@ impl ProcessManager {
                 pipe: output,
                 buf: vec![0u8; FIRST_READ_CHUNK],
                 log,
+                scrubber,
             },
             drain_timeout: self.config.drain_timeout,
             retention: self.config.retention,

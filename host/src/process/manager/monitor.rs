@@ -133,7 +133,7 @@ impl Monitor {
             None => entry.ended_now((&mut exit).await),
         };
         if let Some(reader) = &mut output {
-            reader.flush().await;
+            reader.flush(&entry).await;
         }
         if let Some(note) = entry.notes(ended.exit) {
             entry.append(note.as_bytes());
@@ -255,6 +255,8 @@ pub(super) struct OutputReader {
     /// Small at first, grown when reads fill it.
     pub(super) buf: Vec<u8>,
     pub(super) log: LogSlot,
+    /// Replaces the person's secrets the command was given (`scrub.rs`); `None` without.
+    pub(super) scrubber: Option<super::scrub::Scrubber>,
 }
 
 impl OutputReader {
@@ -269,7 +271,26 @@ impl OutputReader {
     /// buffer when a read filled it (small first, so that quiet processes cost little
     /// memory).
     async fn record(&mut self, entry: &Entry, n: usize) {
-        let data = &self.buf[..n];
+        let buf = std::mem::take(&mut self.buf);
+        match self
+            .scrubber
+            .as_mut()
+            .map(|scrubber| scrubber.feed(&buf[..n]))
+        {
+            Some(scrubbed) => self.take(entry, &scrubbed).await,
+            None => self.take(entry, &buf[..n]).await,
+        }
+        self.buf = buf;
+        if n == self.buf.len() && self.buf.len() < READ_CHUNK {
+            self.buf.resize((self.buf.len() * 4).min(READ_CHUNK), 0);
+        }
+    }
+
+    /// Take `data`: into the record's buffer and the log.
+    async fn take(&mut self, entry: &Entry, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
         // The log first: whoever sees the output in the record finds it in the file too.
         if let LogSlot::Pending(target) = &self.log {
             self.log = match entry.create_log(target) {
@@ -282,13 +303,13 @@ impl OutputReader {
             entry.log_bytes.store(file.written(), Ordering::Release);
         }
         entry.record_output(data);
-        if n == self.buf.len() && self.buf.len() < READ_CHUNK {
-            self.buf.resize((self.buf.len() * 4).min(READ_CHUNK), 0);
-        }
     }
 
-    /// Flush the log file.
-    async fn flush(&mut self) {
+    /// Take what the scrubber held back, and flush the log file.
+    async fn flush(&mut self, entry: &Entry) {
+        if let Some(held) = self.scrubber.as_mut().map(super::scrub::Scrubber::finish) {
+            self.take(entry, &held).await;
+        }
         if let LogSlot::Open(log) = &mut self.log {
             log.finish().await;
         }
@@ -321,7 +342,7 @@ async fn take_read(output: &mut Option<OutputReader>, entry: &Entry, read: io::R
             tracing::warn!(id = %entry.spec.id, %error, "cannot read process output");
         }
     }
-    reader.flush().await;
+    reader.flush(entry).await;
     *output = None;
 }
 
