@@ -1782,6 +1782,7 @@ async def check_secret(binary: str, state: str) -> None:
     command = 'printf %s "$API_TOKEN" | wc -c; echo "token: $API_TOKEN"'
     arguments = {"command": command, "secrets": {"API_TOKEN": "the test's API token"}}
     flags = ["--ask", "risky", "--record", record]
+    level = os.environ.get("TOOLHOST_LOG")
     os.environ["TOOLHOST_LOG"] = "debug"
     try:
         with open(host_log, "w", encoding="utf-8") as errlog:
@@ -1805,7 +1806,10 @@ async def check_secret(binary: str, state: str) -> None:
                 check(first_line(again) == "[]", f"the next command got it: {again}")
                 log("  the next command does not get it")
     finally:
-        os.environ.pop("TOOLHOST_LOG", None)
+        if level is None:
+            os.environ.pop("TOOLHOST_LOG", None)
+        else:
+            os.environ["TOOLHOST_LOG"] = level
     with open(record, encoding="utf-8") as file:
         check(secret not in file.read(), "the secret is in the record")
     with open(host_log, encoding="utf-8") as file:

@@ -305,6 +305,6 @@ fn python_sdk_roots_and_workdir_choose_workspaces() {
 }
 
 #[test]
-fn python_sdk_elicitation_asks_before_a_forced_push() {
+fn python_sdk_elicitation_asks_before_a_forced_push_and_for_a_secret() {
     run_group("asking");
 }
