@@ -28,7 +28,8 @@
 //!    holds a [`CallPermit`] already.
 //!    A call beyond the host's or its scope's limit is refused, and nothing of it runs.
 //! 3. Whom the call may ask is settled: nobody under [`AskMode::Never`], else what the
-//!    caller says ([`CallOptions::asking`]).
+//!    caller says ([`CallOptions::asking`]). A call that can ask a form lets its scope's
+//!    commands wait on a host the person may allow while it runs (`--network ask`).
 //! 4. The plugin runs the call in a fresh guest instance, in the caller's scope; a tool that
 //!    ends with questions has them asked or relayed, and runs again in a fresh instance with
 //!    the replies ([`crate::ask`]'s rounds).
@@ -651,6 +652,21 @@ impl ToolHost {
             scope,
             tool,
             arguments,
+        };
+        // While the call runs, a connection of its scope's commands to a host the person may
+        // allow waits for their answer, where the call can ask a form (step 3).
+        let _held = match &options.asker {
+            Some(asker) if options.asking.can.form => {
+                let question = crate::ask::hosts::AskerQuestion {
+                    asker: asker.clone(),
+                    timeout: ask_timeout,
+                };
+                self.registry
+                    .loader()
+                    .backend
+                    .hold_host_question(scope, Arc::new(question))
+            }
+            _ => None,
         };
         let round: rounds::Round<'_> = Box::new(|options, answers| {
             let plugin = plugin.clone();

@@ -1876,10 +1876,11 @@ def namespaces_missing(binary: str) -> str | None:
 
 
 async def check_network_asking(binary: str, state: str) -> None:
-    """`--network allow=allowed.test --network ask=*.test --ask risky`: a command refused
-    `asked.test` gets the question through the SDK's elicitation callback; allowed, the host is
-    allowed for the session and the command runs again and reaches it; the next command reaches
-    it without a question; a host declined is refused with the first run named. The servers
+    """`--network allow=allowed.test --network ask=*.test --ask risky`: a command's connection
+    to `asked.test` waits while the question goes through the SDK's elicitation callback;
+    allowed, the host is allowed for the session and the first run reaches it; the next command
+    reaches it without a question; a host declined is refused, and not asked about again after
+    the run. The servers
     listen on the host's loopback, named by the test-only resolver map of a debug build."""
     import http.server
 
@@ -1911,22 +1912,25 @@ async def check_network_asking(binary: str, state: str) -> None:
     fetch = f"curl -sS --max-time 10 http://asked.test:{port}/"
     try:
         async with stdio_session(binary, *flags, elicitation_callback=elicit, cwd=state) as session:
+            # Asked while the connection waits: the first run reaches it.
             first = await execute(session, {"command": fetch})
             check("reached-through-the-gate" in first["output"], f"not reached: {first}")
-            check(f"allowed asked.test:{port}" in first.get("note", ""), f"the note: {first}")
+            check("ran again" not in first.get("note", ""), f"run twice: {first}")
             check(len(asked) == 1 and f"asked.test:{port}" in asked[0].message, f"asked: {asked}")
-            log(f"  allowed, run again: {first['note'][:100]!r}")
+            check("waiting to connect" in asked[0].message, f"not while it waits: {asked[0]}")
+            log(f"  allowed while the connection waited: {first['output'][:60]!r}")
             again = await execute(session, {"command": fetch})
             check("reached-through-the-gate" in again["output"], f"not reached again: {again}")
             check(len(asked) == 1, "asked again for a host allowed for the session")
             log("  the next command reaches it without a question")
-            declined = await session.call_tool(
-                "execute", {"command": f"curl -sS --max-time 10 http://declined.test:{port}/"}
+            # Declined while the connection waits: refused, and not asked again after the run.
+            declined = await execute(
+                session, {"command": f"curl -sS --max-time 10 http://declined.test:{port}/"}
             )
-            text = all_text(declined)
-            check(field(declined, "is_error", "isError"), f"declined, yet a result: {text}")
-            check("declined" in text and "process_output" in text, f"the refusal: {text}")
-            log(f"  declined: {text[:120]!r}")
+            check("reached-through-the-gate" not in declined["output"], f"reached: {declined}")
+            check(f"declined.test:{port}" in json.dumps(declined), f"no refusal named: {declined}")
+            check(len(asked) == 2, f"asked {len(asked)} times: {asked}")
+            log(f"  declined while the connection waited: {declined['output'][:120]!r}")
     finally:
         server.shutdown()
         for name in ("TOOLHOST_TEST_RESOLVE", "TOOLHOST_TEST_PUBLIC"):

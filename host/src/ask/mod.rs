@@ -28,6 +28,7 @@
 
 pub(crate) mod approvals;
 pub(crate) mod check;
+pub(crate) mod hosts;
 pub(crate) mod page;
 pub(crate) mod rounds;
 pub(crate) mod seal;

@@ -8,8 +8,8 @@
 //! 3. `POST /secret/LINK` takes the form. It is accepted only when:
 //!    - the `Host` header names this listener (a page reached through another name, as in DNS
 //!      rebinding, is refused);
-//!    - the `Origin` header is this listener's own (a form posted from another site is
-//!      refused);
+//!    - the `Origin` header is this listener's own, or `null` with `Sec-Fetch-Site:
+//!      same-origin` (a form posted from another site is refused);
 //!    - the body is a form of at most [`MAX_BODY`] bytes carrying the page's form token.
 //! 4. The secret goes into [`SecretPages`]; the link is used up. The round waiting for it
 //!    takes it from there ([`secrets`](super::secrets)).
@@ -37,13 +37,13 @@ use super::secrets::{SecretPages, SubmitError};
 pub(crate) const MAX_BODY: usize = 64 * 1024;
 
 /// The most connections served at once; more wait to be accepted.
-const MAX_CONNECTIONS: usize = 16;
+const MAX_CONNECTIONS: usize = 64;
 
 /// Longest a request head may take to arrive.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(20);
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Longest a whole request body may take to arrive.
-const BODY_TIMEOUT: Duration = Duration::from_secs(20);
+const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The path every link starts with.
 const PREFIX: &str = "/secret/";
@@ -95,10 +95,25 @@ impl PageServer {
                 let origin = format!("http://127.0.0.1:{port}");
                 tracing::info!(%origin, "serving the page for secrets on loopback");
                 tokio::spawn(accept(listener, self.pages.clone(), origin.clone()));
+                tokio::spawn(sweep(self.pages.clone()));
                 Ok(origin)
             })
             .await
             .clone()
+    }
+}
+
+/// How often expired pages are dropped, so that a secret given on a page nobody takes does
+/// not stay in memory.
+const SWEEP_EVERY: Duration = Duration::from_secs(15);
+
+/// Drop expired pages every [`SWEEP_EVERY`], for as long as the host lives.
+async fn sweep(pages: SecretPages) {
+    let mut ticks = tokio::time::interval(SWEEP_EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        pages.sweep();
     }
 }
 
@@ -194,9 +209,10 @@ impl Site {
         let body = format!(
             "<p>A tool of <b>toolhost</b> asks you for a secret:</p>\
              <blockquote>{message}</blockquote>\
-             <p>It goes to the one command that asked for it, and is replaced with \
-             <code>[secret]</code> in that command's output. The model and the MCP client \
-             never see it.</p>\
+             <p>It goes to that one command as a variable. toolhost does not pass it to the \
+             tool, the model or the MCP client, and replaces it with <code>[secret]</code> in \
+             the command's output. The command itself can still reveal it (encoded, or \
+             written to a file): give it only to a command you trust.</p>\
              <form method=\"post\" action=\"{PREFIX}{link}\">\
              <input type=\"hidden\" name=\"form\" value=\"{token}\">\
              <p><input type=\"password\" name=\"secret\" autocomplete=\"off\" autofocus \
@@ -214,9 +230,15 @@ impl Site {
     /// A form posted to the page.
     async fn submit(&self, link: &str, request: Request<Incoming>) -> Response<Full<Bytes>> {
         let headers = request.headers();
-        let same_origin = headers
-            .get(header::ORIGIN)
-            .is_some_and(|origin| origin.to_str().ok() == Some(self.origin.as_str()));
+        let header_is = |name: &str, value: &str| {
+            headers
+                .get(name)
+                .is_some_and(|given| given.to_str().ok() == Some(value))
+        };
+        // A browser may send `Origin: null` for its own page's form; it then says the form is
+        // this page's own in `Sec-Fetch-Site`, which no other site's page can set.
+        let same_origin = header_is("origin", &self.origin)
+            || (header_is("origin", "null") && header_is("sec-fetch-site", "same-origin"));
         if !same_origin {
             return page(
                 StatusCode::FORBIDDEN,
@@ -272,6 +294,13 @@ impl Site {
         let given = match action.as_deref() {
             Some("decline") => None,
             Some("give") => match secret {
+                Some(secret) if secret.expose().contains('\0') => {
+                    return page(
+                        StatusCode::BAD_REQUEST,
+                        "Refused",
+                        "<p>A secret cannot hold a NUL character: no variable can.</p>",
+                    );
+                }
                 Some(secret) if !secret.expose().is_empty() => Some(secret),
                 _ => {
                     return page(
@@ -335,7 +364,8 @@ fn page(status: StatusCode, title: &str, body: &str) -> Response<Full<Bytes>> {
          <meta name=\"viewport\" content=\"width=device-width\">\
          <title>{title}</title>\
          <style>body{{font-family:sans-serif;max-width:40em;margin:3em auto;padding:0 1em}}\
-         blockquote{{border-left:3px solid #888;margin-left:0;padding-left:1em}}</style>\
+         blockquote{{border-left:3px solid #888;margin-left:0;padding-left:1em;\
+         white-space:pre-wrap;overflow-wrap:anywhere;font-family:monospace}}</style>\
          </head><body><h1>{title}</h1>{body}</body></html>\n",
         title = escape(title),
     );
@@ -345,7 +375,8 @@ fn page(status: StatusCode, title: &str, body: &str) -> Response<Full<Bytes>> {
     for (name, value) in [
         (header::CONTENT_TYPE, "text/html; charset=utf-8"),
         (header::CACHE_CONTROL, "no-store"),
-        (header::REFERRER_POLICY, "no-referrer"),
+        // `no-referrer` would make a browser send `Origin: null` with the page's own form.
+        (header::REFERRER_POLICY, "same-origin"),
         (header::X_FRAME_OPTIONS, "DENY"),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
         (
@@ -480,8 +511,17 @@ mod tests {
         .await;
         assert_eq!(status, 404);
 
-        // Its own form: received once; the link is used up.
-        let (status, html) = send(&origin, post(&path, &host, Some(&origin), &body)).await;
+        // Another site's page may send `Origin: null` too, but not `Sec-Fetch-Site: same-origin`.
+        let (status, _) = send(&origin, post(&path, &host, Some("null"), &body)).await;
+        assert_eq!(status, 403);
+
+        // Its own form, as a browser may send it: received once; the link is used up.
+        let browser = post(&path, &host, Some("null"), &body).replacen(
+            "Origin: null\r\n",
+            "Origin: null\r\nSec-Fetch-Site: same-origin\r\n",
+            1,
+        );
+        let (status, html) = send(&origin, browser).await;
         assert_eq!(status, 200, "{html}");
         assert!(!html.contains("hunter2"));
         let (status, _) = send(&origin, post(&path, &host, Some(&origin), &body)).await;

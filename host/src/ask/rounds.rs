@@ -225,6 +225,20 @@ pub(crate) async fn run(
     }
 }
 
+/// Closes the pages of a round's secret questions when dropped.
+struct ClosePages<'a> {
+    pages: &'a PageServer,
+    asked: &'a [(String, String)],
+}
+
+impl Drop for ClosePages<'_> {
+    fn drop(&mut self) {
+        for (_, id) in self.asked {
+            self.pages.pages().close(id);
+        }
+    }
+}
+
 /// What collecting a round's secrets needs.
 struct Secrets<'a> {
     pages: &'a PageServer,
@@ -245,6 +259,12 @@ impl Secrets<'_> {
         asked: &[(String, String)],
         deadline: tokio::time::Instant,
     ) {
+        // Every page asked is closed once its secret is taken or not, also when this wait is
+        // dropped (the call or its session ended).
+        let _close = ClosePages {
+            pages: self.pages,
+            asked,
+        };
         for answer in replies.iter_mut() {
             let Some((_, id)) = asked.iter().find(|(key, _)| *key == answer.key) else {
                 continue;

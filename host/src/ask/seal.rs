@@ -28,7 +28,7 @@ pub struct Pending {
     pub round: u32,
     /// The tool's own state.
     pub state: Option<String>,
-    /// The questions sent: key and kind (`form`, `sample`, `roots`).
+    /// The questions sent: key and kind (`form`, `sample`, `roots`, `secret`).
     pub asked: Vec<(String, String)>,
     /// The keys of questions that could not be sent (their reply is nobody-to-ask).
     pub unasked: Vec<String>,

@@ -12,8 +12,9 @@
 //! 4. A command the tool starts names the key (WIT `start-request.secrets`): the host takes
 //!    the secret out of the call's [`CallSecrets`] and sets it as the command's variable. No
 //!    other command can get it, and the command's output has it replaced.
-//! 5. Secrets no command took are dropped with the round. Every copy the host drops is
-//!    overwritten with zeroes first ([`zeroize`]).
+//! 5. Secrets no command took are dropped with the round. A page is dropped when it expires
+//!    (`--ask-timeout` after it was opened), given or not. A [`Secret`] is overwritten with
+//!    zeroes when it is dropped ([`zeroize`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -152,6 +153,14 @@ struct Entry {
 /// saying so.
 pub(crate) const MAX_PAGES: usize = 256;
 
+/// The most pages open at once for one caller (principal and scope).
+pub(crate) const MAX_PAGES_PER_OWNER: usize = 16;
+
+/// Drop the pages of `entries` that expired, given or not.
+fn sweep(entries: &mut HashMap<String, Entry>, now: Instant) {
+    entries.retain(|_, entry| entry.expires > now);
+}
+
 /// The pages open for secret questions (see the module documentation). Clones share them.
 #[derive(Clone, Default)]
 pub struct SecretPages {
@@ -189,10 +198,20 @@ impl SecretPages {
         let form_token = random_text(32)?;
         let now = Instant::now();
         let mut entries = crate::lock(&self.entries);
-        entries.retain(|_, entry| entry.expires > now);
+        sweep(&mut entries, now);
         if entries.len() >= MAX_PAGES {
             return Err(std::io::Error::other(format!(
                 "the host has {MAX_PAGES} pages for secrets open already"
+            )));
+        }
+        if entries
+            .values()
+            .filter(|entry| entry.owner == owner)
+            .count()
+            >= MAX_PAGES_PER_OWNER
+        {
+            return Err(std::io::Error::other(format!(
+                "this caller has {MAX_PAGES_PER_OWNER} pages for secrets open already"
             )));
         }
         entries.insert(
@@ -213,7 +232,8 @@ impl SecretPages {
     /// The page behind `link`, for showing it; `None` when there is none (or it expired).
     pub(crate) fn view(&self, link: &str) -> Option<PageView> {
         let now = Instant::now();
-        let entries = crate::lock(&self.entries);
+        let mut entries = crate::lock(&self.entries);
+        sweep(&mut entries, now);
         let entry = entries
             .values()
             .find(|entry| entry.expires > now && constant_eq(&entry.link, link))?;
@@ -234,6 +254,7 @@ impl SecretPages {
     ) -> Result<(), SubmitError> {
         let now = Instant::now();
         let mut entries = crate::lock(&self.entries);
+        sweep(&mut entries, now);
         let entry = entries
             .values_mut()
             .find(|entry| entry.expires > now && constant_eq(&entry.link, link))
@@ -260,6 +281,14 @@ impl SecretPages {
         loop {
             let changed = {
                 let mut entries = crate::lock(&self.entries);
+                // An expired page is gone, given or not.
+                if entries
+                    .get(id)
+                    .is_some_and(|entry| entry.expires <= Instant::now())
+                {
+                    entries.remove(id);
+                    return Taken::TimedOut;
+                }
                 let Some(entry) = entries.get(id) else {
                     return Taken::Unknown;
                 };
@@ -302,6 +331,13 @@ impl SecretPages {
     /// client).
     pub(crate) fn close(&self, id: &str) {
         crate::lock(&self.entries).remove(id);
+    }
+
+    /// Drop the pages that expired, given or not; whether any page is left.
+    pub(crate) fn sweep(&self) -> bool {
+        let mut entries = crate::lock(&self.entries);
+        sweep(&mut entries, Instant::now());
+        !entries.is_empty()
     }
 }
 

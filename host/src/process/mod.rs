@@ -77,7 +77,7 @@ pub const MAX_INPUT_BYTES: usize = 64 * 1024;
 
 /// The most hosts a scope's person may allow beyond the network allow-list
 /// ([`ProcessBackend::allow_host`]).
-pub const MAX_ALLOWED_HOSTS: usize = 64;
+pub const MAX_ALLOWED_HOSTS: usize = crate::sandbox::network::MAX_ALLOWED_HOSTS;
 
 /// What [`ProcessBackend::wait_until`] waits for, besides the exit and the timeout.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -315,6 +315,19 @@ pub trait ProcessBackend: Send + Sync + 'static {
         Err(ProcessError::InvalidRequest(
             "this process backend cannot let a session reach more hosts".to_owned(),
         ))
+    }
+
+    /// Let the commands of `scope` ask `question` while it is held: a connection to a host the
+    /// person may allow (`--network ask`) then waits for their answer instead of being
+    /// refused. `None`: nothing to hold (no `--network ask`, or a backend without a network
+    /// gate, the default).
+    fn hold_host_question(
+        &self,
+        scope: &str,
+        question: std::sync::Arc<dyn crate::sandbox::network::HostQuestion>,
+    ) -> Option<crate::sandbox::network::HeldQuestion> {
+        let _ = (scope, question);
+        None
     }
 
     /// Note that `scope` belongs to `owner` (a principal of an HTTP server): its processes

@@ -306,6 +306,15 @@ impl ScopeSandbox {
             .ok_or_else(|| format!("this session allowed {max} hosts already, the most it may"))
     }
 
+    /// Let the session's commands ask `question` while it is held (see
+    /// [`Approved::hold`]).
+    pub(crate) fn hold_host_question(
+        &self,
+        question: Arc<dyn super::network::HostQuestion>,
+    ) -> super::network::HeldQuestion {
+        self.approved.hold(question)
+    }
+
     /// The context the scope's layers are built with.
     pub(crate) fn context(&self) -> Arc<Context> {
         lock(&self.context).clone()

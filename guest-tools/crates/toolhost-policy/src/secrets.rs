@@ -5,7 +5,7 @@
 //! value on the host's page; the tool never sees a value, and hands each to the command by
 //! its question's key.
 //!
-//! 1. No `secrets`: nothing to do.
+//! 1. No `secrets`: nothing to do. A command too long to show whole gets none.
 //! 2. A checked reply for every variable ([`key`]): each `secret-given` one goes to the command
 //!    ([`Secrets::Give`]); any other refuses the command, saying how the person answered.
 //! 3. Where no secret can be asked, the command is refused, saying why.
@@ -28,7 +28,7 @@ const MAX_NAME: usize = 57;
 /// The longest "what it is for" text.
 const MAX_WHY: usize = 500;
 
-/// The most characters of the command a question shows.
+/// The most characters of a command given secrets (its question shows it whole).
 const MAX_COMMAND_SHOWN: usize = 500;
 
 /// What to do about a command's secrets.
@@ -113,9 +113,15 @@ pub(crate) fn decide(
     cx: &CallContext,
     state: Option<String>,
 ) -> Secrets {
-    // 1. Nothing wanted.
+    // 1. Nothing wanted; a command too long to show the person whole gets no secret.
     if wanted.is_empty() {
         return Secrets::Give(Vec::new());
+    }
+    if command.chars().count() > MAX_COMMAND_SHOWN {
+        return Secrets::Refuse(format!(
+            "not run: a command given secrets is shown whole to the person, so it may have at \
+             most {MAX_COMMAND_SHOWN} characters; put the rest in a script file and run that"
+        ));
     }
     // 2. The replies, when the host checked them and every variable has one.
     let replies = cx
@@ -168,12 +174,7 @@ pub(crate) fn decide(
             names.join(", ")
         ));
     }
-    // 4. Ask, naming the command (its first part, when long: a question's message is
-    //    bounded).
-    let command = match command.char_indices().nth(MAX_COMMAND_SHOWN) {
-        Some((cut, _)) => format!("{}...", &command[..cut]),
-        None => command.to_owned(),
-    };
+    // 4. Ask, showing the command whole: the person decides what gets the secret.
     Secrets::Ask(NeedsInput {
         questions: wanted
             .iter()
@@ -277,6 +278,12 @@ mod tests {
             "{}",
             secret.message
         );
+        // Too long to show whole: refused.
+        let long = "x".repeat(MAX_COMMAND_SHOWN + 1);
+        assert!(matches!(
+            decide(&long, &wanted(), &cx(CanAsk::SECRET, None), None),
+            Secrets::Refuse(why) if why.contains("shown whole")
+        ));
         // Given: the variable names its question's key.
         let given = cx(
             CanAsk::SECRET,

@@ -5,7 +5,8 @@
 //! waits, progress reaches the caller and a cancelled call ends the wait.
 //!
 //! A start request's secrets (0.6.0) are taken out of the call only once every other check
-//! passed, so a refused request leaves them for another one ([`CallState::take_secrets`]).
+//! here passed, so a request refused here leaves them for another one
+//! ([`CallState::take_secrets`]); one the process backend refuses has used them up.
 //! Their values are never logged nor put in a message.
 //!
 //! The older interfaces (0.5.0, 0.4.0, 0.3.0, 0.2.0, then 0.1.0), at the end, delegate to the

@@ -202,6 +202,19 @@ impl ProcessBackend for ProcessManager {
         }
     }
 
+    /// Held only where the person may allow hosts (`--network ask`) on an allow-list.
+    fn hold_host_question(
+        &self,
+        scope: &str,
+        question: Arc<dyn crate::sandbox::network::HostQuestion>,
+    ) -> Option<crate::sandbox::network::HeldQuestion> {
+        let sandbox = &self.config.sandbox;
+        if sandbox.network_ask.is_none() || sandbox.network.allow_list().is_none() {
+            return None;
+        }
+        Some(self.scope(scope).sandbox.hold_host_question(question))
+    }
+
     fn set_owner(&self, scope: &str, owner: &str) {
         let held = self.scope(scope);
         // The first owner noted stays.

@@ -193,7 +193,7 @@ impl Entry {
     /// of it is left (no `/proc` scan then).
     pub(super) fn left_running(&self) -> Vec<Leftover> {
         if self.keeper_lost.load(std::sync::atomic::Ordering::Acquire) {
-            return self
+            let marked = self
                 .marked_processes()
                 .into_iter()
                 .filter_map(|pid| {
@@ -203,12 +203,13 @@ impl Entry {
                     })
                 })
                 .collect();
+            return self.redacted(marked);
         }
         if self.is_running() || !self.has_leftovers() {
             return Vec::new();
         }
         let keeper = crate::lock(&self.keeper).pid.as_ref().map(KeeperPid::pid);
-        keeper.map_or_else(Vec::new, left_running)
+        self.redacted(keeper.map_or_else(Vec::new, left_running))
     }
 
     /// The processes that carry this command's mark (an unconfined command's, found this way
@@ -249,7 +250,7 @@ impl Entry {
     /// command's processes see them.
     pub(super) fn processes(&self) -> Vec<Leftover> {
         let keeper = crate::lock(&self.keeper).pid.as_ref().map(KeeperPid::pid);
-        keeper.map_or_else(Vec::new, left_running)
+        self.redacted(keeper.map_or_else(Vec::new, left_running))
     }
 
     /// The output the command has so far, as a read of all of it shows it.

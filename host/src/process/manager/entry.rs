@@ -67,6 +67,8 @@ pub(super) struct Entry {
     pub(super) unix_refused: Mutex<Vec<String>>,
     /// What the confinement refused the command, once it ended ([`Entry::notes`]).
     pub(super) refused: Mutex<Vec<Refused>>,
+    /// Replaces the person's secrets it was given in the command lines of its processes.
+    redactor: Option<Arc<super::scrub::Redactor>>,
 }
 
 /// The host's hold on a process's keeper.
@@ -150,9 +152,25 @@ pub(super) struct Held {
     pub(super) buffer: HeadTailBuffer,
     /// Its stdin pipe or terminal.
     pub(super) input: InputSide,
+    /// Replaces the person's secrets it was given in the command lines of its processes.
+    pub(super) redactor: Option<Arc<super::scrub::Redactor>>,
 }
 
 impl Entry {
+    /// `leftovers` with the person's secrets the command was given replaced in their command
+    /// lines.
+    pub(super) fn redacted(
+        &self,
+        mut leftovers: Vec<crate::process::Leftover>,
+    ) -> Vec<crate::process::Leftover> {
+        if let Some(redactor) = &self.redactor {
+            for leftover in &mut leftovers {
+                leftover.command = redactor.text(&leftover.command);
+            }
+        }
+        leftovers
+    }
+
     /// A running process's record, not yet counted in its scope.
     pub(super) fn new(spec: EntrySpec, held: Held) -> Arc<Self> {
         Arc::new(Self {
@@ -182,6 +200,7 @@ impl Entry {
             output_bytes: AtomicU64::new(0),
             unix_refused: Mutex::new(Vec::new()),
             refused: Mutex::new(Vec::new()),
+            redactor: held.redactor,
         })
     }
 

@@ -558,8 +558,10 @@ impl ProcessManager {
                 .iter()
                 .map(|(name, value)| (name.clone(), value.expose().to_owned())),
         );
-        let scrubber =
-            scrub::Scrubber::new(&secrets.iter().map(|(_, value)| value).collect::<Vec<_>>());
+        let values: Vec<&crate::ask::Secret> = secrets.iter().map(|(_, value)| value).collect();
+        let scrubber = scrub::Scrubber::new(&values);
+        let redactor = scrub::Redactor::new(&values).map(Arc::new);
+        drop(values);
         drop(secrets);
         let owner = held.owner.get().cloned();
         let reservation = self.records.reserve(scope, owner.as_ref(), self.limits())?;
@@ -608,6 +610,7 @@ impl ProcessManager {
             control: launched.control,
             buffer: HeadTailBuffer::new(self.config.head_bytes, self.config.tail_bytes),
             input: stdio.input,
+            redactor,
         };
         let spec = self.spec(scope, (seq, &id), what, confinement, started);
         let entry = Entry::new(spec, held_parts);

@@ -132,8 +132,9 @@ impl Monitor {
             // End-of-file before the exit (the process closed its output): wait for the exit.
             None => entry.ended_now((&mut exit).await),
         };
+        // Leftovers may still write: what the scrubber holds back waits for the end.
         if let Some(reader) = &mut output {
-            reader.flush(&entry).await;
+            reader.flush_log().await;
         }
         if let Some(note) = entry.notes(ended.exit) {
             entry.append(note.as_bytes());
@@ -305,11 +306,16 @@ impl OutputReader {
         entry.record_output(data);
     }
 
-    /// Take what the scrubber held back, and flush the log file.
-    async fn flush(&mut self, entry: &Entry) {
+    /// At the end of the output: take what the scrubber held back, and flush the log file.
+    async fn finish(&mut self, entry: &Entry) {
         if let Some(held) = self.scrubber.as_mut().map(super::scrub::Scrubber::finish) {
             self.take(entry, &held).await;
         }
+        self.flush_log().await;
+    }
+
+    /// Flush the log file.
+    async fn flush_log(&mut self) {
         if let LogSlot::Open(log) = &mut self.log {
             log.finish().await;
         }
@@ -342,7 +348,7 @@ async fn take_read(output: &mut Option<OutputReader>, entry: &Entry, read: io::R
             tracing::warn!(id = %entry.spec.id, %error, "cannot read process output");
         }
     }
-    reader.flush(entry).await;
+    reader.finish(entry).await;
     *output = None;
 }
 

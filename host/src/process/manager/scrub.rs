@@ -8,7 +8,8 @@
 //! 2. Every whole occurrence is replaced (the longest one where two start at the same byte).
 //! 3. An end of the bytes that could still grow into a secret with the next read is held
 //!    back; the rest goes on.
-//! 4. At the end of the output, what is held back goes on as it is: it was no whole secret.
+//! 4. At the end of the output, what is held back goes on, with any whole secret in it
+//!    replaced.
 //!
 //! Only the values themselves are found: a secret the command changed (encoded, split by
 //! other output, in another case) goes through as it was written.
@@ -20,6 +21,41 @@ use crate::ask::Secret;
 
 /// What a secret in the output becomes.
 pub(super) const REPLACEMENT: &[u8] = b"[secret]";
+
+/// Replaces a command's secrets in the host's text about it: the command lines of what it
+/// left running, which the shell may have given a secret as an argument.
+pub(super) struct Redactor {
+    finder: AhoCorasick,
+}
+
+impl Redactor {
+    /// A redactor for `secrets`; `None` when there is nothing to find.
+    pub(super) fn new(secrets: &[&Secret]) -> Option<Self> {
+        let needles: Vec<&[u8]> = secrets
+            .iter()
+            .map(|secret| secret.expose().as_bytes())
+            .filter(|value| !value.is_empty())
+            .collect();
+        if needles.is_empty() {
+            return None;
+        }
+        let finder = AhoCorasick::builder()
+            .match_kind(MatchKind::LeftmostLongest)
+            .build(needles)
+            .ok()?;
+        Some(Redactor { finder })
+    }
+
+    /// `text` with every whole secret replaced.
+    pub(super) fn text(&self, text: &str) -> String {
+        let mut out = String::with_capacity(text.len());
+        self.finder.replace_all_with(text, &mut out, |_, _, dst| {
+            dst.push_str("[secret]");
+            true
+        });
+        out
+    }
+}
 
 /// Replaces a command's secrets in its output (see the module documentation).
 pub(super) struct Scrubber {
@@ -83,9 +119,19 @@ impl Scrubber {
         out
     }
 
-    /// What is held back, at the end of the output: no whole secret.
+    /// What is held back, at the end of the output, with the secrets in it replaced (a
+    /// shorter secret held back in case a longer one grew from it).
     pub(super) fn finish(&mut self) -> Vec<u8> {
-        std::mem::take(&mut *self.held)
+        let held = Zeroizing::new(std::mem::take(&mut *self.held));
+        let mut out = Vec::with_capacity(held.len());
+        let mut pos = 0;
+        for found in self.finder.find_iter(held.as_slice()) {
+            out.extend_from_slice(&held[pos..found.start()]);
+            out.extend_from_slice(REPLACEMENT);
+            pos = found.end();
+        }
+        out.extend_from_slice(&held[pos..]);
+        out
     }
 
     /// Whether `tail` is the start of a secret longer than it.
@@ -137,11 +183,23 @@ mod tests {
     }
 
     #[test]
+    fn a_command_line_has_its_secrets_replaced() {
+        let secret = Secret::new("hunter2".into());
+        let redactor = Redactor::new(&[&secret]).expect("a redactor");
+        assert_eq!(
+            redactor.text("curl -H 'Authorization: Bearer hunter2' x"),
+            "curl -H 'Authorization: Bearer [secret]' x"
+        );
+    }
+
+    #[test]
     fn the_longest_of_two_secrets_that_start_alike_is_replaced() {
         assert_eq!(scrub(&["abc", "abcdef"], &[b"xabcdefy"]), b"x[secret]y");
         assert_eq!(scrub(&["abc", "abcdef"], &[b"xabc", b"dy"]), b"x[secret]dy");
         assert_eq!(scrub(&["abc", "abcdef"], &[b"xabc", b"def"]), b"x[secret]");
         assert_eq!(scrub(&["abc", "abcdef"], &[b"xabcde", b"f"]), b"x[secret]");
+        // The shorter one, held back in case the longer grew from it, at the end.
+        assert_eq!(scrub(&["abc", "abcdef"], &[b"xabc"]), b"x[secret]");
         assert!(Scrubber::new(&[]).is_none());
     }
 }

@@ -41,8 +41,8 @@ impl ChildStdio {
 }
 
 /// What a command is, whichever keeper runs it: made once per start, and taken by both the
-/// keeper prepared ahead ([`StartMessage`]) and the one made for it ([`ChildSpec`]).
-#[derive(Debug)]
+/// keeper prepared ahead ([`StartMessage`]) and the one made for it ([`ChildSpec`]). Its
+/// `Debug` names the variables without their values (some are the person's secrets).
 pub(super) struct Launch<'a> {
     /// The shell that runs the command (without a `/`: looked up in `PATH`).
     pub(super) shell: &'a Path,
@@ -56,6 +56,20 @@ pub(super) struct Launch<'a> {
     pub(super) workdir: &'a Path,
     /// Its stdio.
     pub(super) stdio: ChildStdio,
+}
+
+impl std::fmt::Debug for Launch<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.env.iter().map(|(name, _)| name.as_str()).collect();
+        f.debug_struct("Launch")
+            .field("shell", &self.shell)
+            .field("command", &self.command)
+            .field("env", &names)
+            .field("inherit", &self.inherit)
+            .field("workdir", &self.workdir)
+            .field("stdio", &self.stdio)
+            .finish()
+    }
 }
 
 /// Everything a child needs, prepared by the parent: between `clone` and `exec` the child

@@ -14,6 +14,12 @@
 //!
 //! [`allow`] parses and matches the list; [`resolve`] decides where an allowed name may be
 //! reached.
+//!
+//! Under `--network ask`, a connection to a host the person may allow waits while a call of
+//! the session that can ask a form is in progress ([`HostQuestion`], held with
+//! [`Approved::hold`]): the person is asked, and on "allow" the host is allowed for the
+//! session and the connection goes on. With nobody to ask now, it is refused, and the
+//! refusal is marked askable for the policy to ask after the command.
 
 mod allow;
 mod dns;
@@ -146,6 +152,52 @@ const NOT_LISTED: &str = "not in the allow-list";
 /// Most askable refusals a session remembers (the oldest go first).
 const MAX_ASKABLE: usize = 256;
 
+/// The most hosts a session's person may allow beyond the allow-list.
+pub const MAX_ALLOWED_HOSTS: usize = 64;
+
+/// The future a [`HostQuestion`] returns.
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Asks a session's person, while one of its commands waits on a connection, whether the
+/// session may reach a host its gate would refuse.
+pub trait HostQuestion: Send + Sync {
+    /// Whether the person allows `host` (`example.com:443`) for the rest of the session.
+    /// `false` for any other answer, or none within the asker's time.
+    fn allow<'a>(&'a self, host: &'a str) -> BoxFuture<'a, bool>;
+}
+
+/// Who can be asked while a command runs: the calls in progress that can ask, newest last.
+#[derive(Default)]
+struct Live {
+    next: u64,
+    questions: Vec<(u64, Arc<dyn HostQuestion>)>,
+}
+
+impl std::fmt::Debug for Live {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Live")
+            .field("questions", &self.questions.len())
+            .finish()
+    }
+}
+
+/// Keeps a [`HostQuestion`] askable while it lives ([`Approved::hold`]).
+#[derive(Debug)]
+pub struct HeldQuestion {
+    approved: std::sync::Weak<Approved>,
+    id: u64,
+}
+
+impl Drop for HeldQuestion {
+    fn drop(&mut self) {
+        if let Some(approved) = self.approved.upgrade() {
+            lock(&approved.live)
+                .questions
+                .retain(|(id, _)| *id != self.id);
+        }
+    }
+}
+
 /// The hosts a session's person allowed beyond its allow-list, for the session's gates that
 /// apply the operator's own list (a gate narrowed by a plugin's grant or a request is never
 /// widened: it gets none).
@@ -157,6 +209,14 @@ pub(crate) struct Approved {
     /// The askable hosts the session's gates refused, as they named them (`example.com:443`):
     /// the only hosts that may be allowed.
     refused: Mutex<VecDeque<String>>,
+    /// Who can be asked while a command waits on a connection.
+    live: Mutex<Live>,
+    /// One question at a time: a connection to a host being asked about waits for that
+    /// question's answer.
+    asking: tokio::sync::Mutex<()>,
+    /// The hosts asked about while a command waited, with the answer: each is asked once a
+    /// session (at most [`MAX_ASKABLE`] kept).
+    asked: Mutex<VecDeque<(String, bool)>>,
 }
 
 impl Approved {
@@ -214,6 +274,55 @@ impl Approved {
     pub(crate) fn patterns(&self) -> Vec<Pattern> {
         lock(&self.patterns).clone()
     }
+
+    /// Let `question` be asked while it is held (by a call in progress that can ask a form).
+    pub(crate) fn hold(self: &Arc<Self>, question: Arc<dyn HostQuestion>) -> HeldQuestion {
+        let mut live = lock(&self.live);
+        live.next += 1;
+        let id = live.next;
+        live.questions.push((id, question));
+        HeldQuestion {
+            approved: Arc::downgrade(self),
+            id,
+        }
+    }
+
+    /// Whether `host` was asked about while a command waited (the person answered then, or
+    /// did not in time): it is not asked again.
+    fn was_asked(&self, host: &str) -> bool {
+        lock(&self.asked).iter().any(|(asked, _)| asked == host)
+    }
+
+    /// Ask the person now whether the session may reach `host` (a connection waits), refused
+    /// for `reason`: `Some(true)` when it is allowed now, `Some(false)` when they did not
+    /// allow it, `None` when nobody can be asked now (no call holds a question, or `host`
+    /// is none the person may allow).
+    pub(crate) async fn ask_now(&self, host: &str, reason: &str) -> Option<bool> {
+        if !self.may_allow(host, reason) {
+            return None;
+        }
+        let question = lock(&self.live).questions.last().map(|(_, q)| q.clone())?;
+        let _turn = self.asking.lock().await;
+        // Answered while this connection waited for its turn.
+        if let Some((_, allowed)) = lock(&self.asked).iter().find(|(asked, _)| asked == host) {
+            return Some(*allowed);
+        }
+        let pattern = Pattern::parse(host).ok()?;
+        let allowed = question.allow(host).await && self.add(pattern, MAX_ALLOWED_HOSTS).is_some();
+        let mut asked = lock(&self.asked);
+        if asked.len() == MAX_ASKABLE {
+            asked.pop_front();
+        }
+        asked.push_back((host.to_owned(), allowed));
+        drop(asked);
+        if allowed {
+            tracing::info!(
+                host,
+                "a session's person allowed a host while a command waited on it"
+            );
+        }
+        Some(allowed)
+    }
 }
 
 /// What the proxy and the stub share.
@@ -249,7 +358,8 @@ impl Shared {
         // A connection may be allowed by the person; a lookup of the program's own never is
         // (the proxy is the only way out).
         let askable = matches!(protocol, owner::Protocol::Tcp { .. })
-            && self.approved.may_allow(&host, &reason);
+            && self.approved.may_allow(&host, &reason)
+            && !self.approved.was_asked(&host);
         if askable {
             self.approved.note_refused(&host);
         }
@@ -435,6 +545,64 @@ pub(crate) fn refusal(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A person who answers every host question with `allow`, and counts the questions.
+    struct Answering {
+        allow: bool,
+        asked: std::sync::atomic::AtomicUsize,
+    }
+
+    impl HostQuestion for Answering {
+        fn allow<'a>(&'a self, _host: &'a str) -> BoxFuture<'a, bool> {
+            self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Box::pin(std::future::ready(self.allow))
+        }
+    }
+
+    fn answering(allow: bool) -> Arc<Answering> {
+        Arc::new(Answering {
+            allow,
+            asked: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
+
+    /// A connection to a host the person may allow waits for their answer while a call holds
+    /// a question: allowed, the session reaches it; each host is asked once; declined, it is
+    /// not askable after the command either; with no question held, nobody is asked.
+    #[tokio::test]
+    async fn a_held_question_allows_a_host_while_its_connection_waits() {
+        let approved = Arc::new(Approved::new(Some(Askable::Any)));
+        assert_eq!(approved.ask_now("a.test:443", NOT_LISTED).await, None);
+
+        let yes = answering(true);
+        let held = approved.hold(yes.clone());
+        assert_eq!(approved.ask_now("a.test:443", NOT_LISTED).await, Some(true));
+        assert_eq!(approved.ask_now("a.test:443", NOT_LISTED).await, Some(true));
+        assert_eq!(yes.asked.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(
+            approved.patterns(),
+            vec![Pattern::parse("a.test:443").expect("pattern")]
+        );
+        // Refused for another reason, or an address: never asked.
+        assert_eq!(
+            approved
+                .ask_now("b.test:443", "an address that is not public")
+                .await,
+            None
+        );
+        assert_eq!(approved.ask_now("10.0.0.1:443", NOT_LISTED).await, None);
+        drop(held);
+        assert_eq!(approved.ask_now("c.test:443", NOT_LISTED).await, None);
+
+        let no = answering(false);
+        let _held = approved.hold(no.clone());
+        assert_eq!(
+            approved.ask_now("c.test:443", NOT_LISTED).await,
+            Some(false)
+        );
+        assert!(approved.was_asked("c.test:443"));
+        assert_eq!(approved.patterns().len(), 1);
+    }
 
     /// The note of [`refusal`].
     fn note(

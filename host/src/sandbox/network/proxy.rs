@@ -123,9 +123,21 @@ async fn handle(request: Request<Incoming>, shared: Arc<Shared>, client: Client)
             format!("`{host_text}` is not a host name or address"),
         );
     };
-    // 2. The decision.
-    let allowed = shared.allowed();
-    let destinations = match shared.resolver.destinations(&allowed, &host, port).await {
+    // 2. The decision; a host the person may allow is asked about now, where a call of the
+    //    session can ask (the connection waits for the answer).
+    let mut allowed = shared.allowed();
+    let mut decided = shared.resolver.destinations(&allowed, &host, port).await;
+    if let Err(Refused::Policy(reason)) = &decided
+        && shared
+            .approved
+            .ask_now(&format!("{host}:{port}"), reason)
+            .await
+            == Some(true)
+    {
+        allowed = shared.allowed();
+        decided = shared.resolver.destinations(&allowed, &host, port).await;
+    }
+    let destinations = match decided {
         Ok(destinations) => destinations,
         Err(Refused::Policy(reason)) => {
             let protocol = super::owner::Protocol::Tcp {
