@@ -94,9 +94,9 @@ pub struct Call {
 
 /// A scripted reply to the question under `key`: `action` is `accept` (with `content`, the
 /// form's fields), `decline`, `cancel`, `timeout` (nobody answers), `sample` (with `text`, the
-/// model's completion) or `roots` (with `roots`, their URIs). A question without one times
-/// out.
-#[derive(Debug, Clone, Deserialize)]
+/// model's completion), `roots` (with `roots`, their URIs) or `give` (with `secret`, what the
+/// person types on the page of a secret question). A question without one times out.
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Answer {
     /// The question's key.
@@ -111,6 +111,22 @@ pub struct Answer {
     /// The roots' URIs.
     #[serde(default)]
     pub roots: Vec<String>,
+    /// What the person types on a secret question's page.
+    pub secret: Option<String>,
+}
+
+impl std::fmt::Debug for Answer {
+    /// The `secret` typed is not shown.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Answer")
+            .field("key", &self.key)
+            .field("action", &self.action)
+            .field("content", &self.content)
+            .field("text", &self.text)
+            .field("roots", &self.roots)
+            .field("secret", &self.secret.as_ref().map(|_| "[secret]"))
+            .finish()
+    }
 }
 
 /// The expectations of a call.
@@ -122,7 +138,7 @@ pub struct Expect {
     /// The call fails with a tool error whose message matches this string.
     pub error: Option<String>,
     /// The processes this call started, in order: each request matches its entry (`command`,
-    /// `workdir`, `env`, `background`, `stdin`).
+    /// `workdir`, `env`, `background`, `stdin`, `secrets`: the names of its secrets).
     pub starts: Option<Vec<toml::Value>>,
     /// The signals this call sent, in order (`{ process = "p1", signal = "SIGKILL" }`).
     pub signals: Option<Vec<toml::Value>>,

@@ -43,7 +43,8 @@
 //! - `expect.result`: the call's result (a JSON object, or its text);
 //! - `expect.error`: the message of its tool error;
 //! - `expect.starts`: the start requests the call made (`command`, `workdir`, `env`,
-//!   `background`, `stdin` and the `id` handed out; `stdin` is `closed`, `pipe` or `terminal`);
+//!   `background`, `stdin`, the names of its `secrets` and the `id` handed out; `stdin` is
+//!   `closed`, `pipe` or `terminal`);
 //! - `expect.signals`: the signals it sent (`process`, and `signal`: `terminate`, `kill` or
 //!   `interrupt`);
 //! - `expect.inputs`: the input it wrote (`process`, `text`);

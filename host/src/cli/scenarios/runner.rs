@@ -195,10 +195,10 @@ impl Runner {
                         form: true,
                         sample: true,
                         roots: true,
-                        secret: false,
+                        secret: true,
                     },
                     "",
-                    "a scenario does not script secrets",
+                    "",
                 ),
                 asker: Some(person.clone() as Arc<dyn Asker>),
                 ..options
@@ -255,6 +255,7 @@ impl Runner {
                         "workdir": request.workdir.as_ref().map(|d| d.display().to_string()),
                         "env": env,
                         "background": request.background,
+                        "secrets": request.secrets.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>(),
                         "stdin": match request.stdin {
                             Stdin::Closed => "closed",
                             Stdin::Pipe => "pipe",
@@ -415,14 +416,98 @@ impl Asker for ScriptedPerson {
                     "message": message,
                 }));
                 if let Some(answer) = self.answers.iter().find(|a| a.key == question.key) {
+                    let reply = match (&question.ask, answer.action.as_str()) {
+                        (Ask::Secret(secret), "give") => give_on_page(secret, answer).await,
+                        (Ask::Secret(_), "accept") => Reply::Unusable(
+                            "a secret question is answered with `give` and `secret`".to_owned(),
+                        ),
+                        (_, "give") => {
+                            Reply::Unusable("`give` answers only a secret question".to_owned())
+                        }
+                        _ => scripted(answer),
+                    };
                     given.push(Given {
                         key: question.key.clone(),
-                        reply: scripted(answer),
+                        reply,
                     });
                 }
             }
             given
         })
+    }
+}
+
+/// The longest the scripted person's use of a secret's page may take.
+const PAGE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Do what the scripted person does for a secret question: open its page, type the answer's
+/// `secret` and send the form, as a browser does. The reply says the person went to the page
+/// (the round then takes the secret from it), or why the page could not be used.
+async fn give_on_page(question: &ask::SecretAsk, answer: &Answer) -> Reply {
+    let Some(secret) = &answer.secret else {
+        return Reply::Unusable("the scenario's `give` answer has no `secret`".to_owned());
+    };
+    let Some(page) = &question.page else {
+        return Reply::Unusable("the host opened no page for the secret".to_owned());
+    };
+    match tokio::time::timeout(PAGE_WAIT, post_on_page(&page.url, secret)).await {
+        Ok(Ok(())) => Reply::SecretGiven(String::new()),
+        Ok(Err(why)) => Reply::Unusable(format!("the page for the secret: {why}")),
+        Err(_) => Reply::Unusable(format!(
+            "the page for the secret did not answer within {PAGE_WAIT:?}"
+        )),
+    }
+}
+
+/// `GET url`, then `POST` its form with `secret`; an error unless the page took it.
+async fn post_on_page(url: &str, secret: &str) -> Result<(), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("not an http link: {url}"))?;
+    let (host, path) = rest
+        .split_once('/')
+        .ok_or_else(|| format!("no path in {url}"))?;
+    let exchange = |request: String| async move {
+        let mut stream = tokio::net::TcpStream::connect(host)
+            .await
+            .map_err(|e| e.to_string())?;
+        stream
+            .write_all(request.as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut answer = String::new();
+        stream
+            .read_to_string(&mut answer)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>(answer)
+    };
+    let page = exchange(format!(
+        "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    ))
+    .await?;
+    const FIELD: &str = "name=\"form\" value=\"";
+    let token = page
+        .find(FIELD)
+        .and_then(|start| page[start + FIELD.len()..].split('"').next())
+        .ok_or("the page has no form")?;
+    let body = form_urlencoded::Serializer::new(String::new())
+        .append_pair("form", token)
+        .append_pair("secret", secret)
+        .append_pair("action", "give")
+        .finish();
+    let answer = exchange(format!(
+        "POST /{path} HTTP/1.1\r\nHost: {host}\r\nOrigin: http://{host}\r\n\
+         Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    ))
+    .await?;
+    if answer.starts_with("HTTP/1.1 200") {
+        Ok(())
+    } else {
+        Err(answer.lines().next().unwrap_or("no answer").to_owned())
     }
 }
 
@@ -461,7 +546,7 @@ fn scripted(answer: &Answer) -> Reply {
         ),
         other => Reply::Unusable(format!(
             "the scenario's answer action `{other}` is none of accept, decline, cancel, \
-             timeout, sample, roots"
+             timeout, sample, roots, give (for a secret question)"
         )),
     }
 }

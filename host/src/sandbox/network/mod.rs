@@ -166,11 +166,24 @@ pub trait HostQuestion: Send + Sync {
     fn allow<'a>(&'a self, host: &'a str) -> BoxFuture<'a, bool>;
 }
 
+/// The most questions a session's commands may put to the person while waiting on a
+/// connection; past them, a connection is refused at once (and its host is askable after the
+/// command).
+pub const MAX_WAITING_QUESTIONS: usize = 16;
+
+/// A question held by a call in progress, and what its end cancels.
+struct HeldEntry {
+    id: u64,
+    question: Arc<dyn HostQuestion>,
+    /// Cancelled when the call that held it ends: a question pending then is dropped.
+    ended: tokio_util::sync::CancellationToken,
+}
+
 /// Who can be asked while a command runs: the calls in progress that can ask, newest last.
 #[derive(Default)]
 struct Live {
     next: u64,
-    questions: Vec<(u64, Arc<dyn HostQuestion>)>,
+    questions: Vec<HeldEntry>,
 }
 
 impl std::fmt::Debug for Live {
@@ -189,11 +202,15 @@ pub struct HeldQuestion {
 }
 
 impl Drop for HeldQuestion {
+    /// The call ended: its question is asked no more, and one pending is dropped.
     fn drop(&mut self) {
         if let Some(approved) = self.approved.upgrade() {
-            lock(&approved.live)
-                .questions
-                .retain(|(id, _)| *id != self.id);
+            lock(&approved.live).questions.retain(|held| {
+                if held.id == self.id {
+                    held.ended.cancel();
+                }
+                held.id != self.id
+            });
         }
     }
 }
@@ -211,12 +228,12 @@ pub(crate) struct Approved {
     refused: Mutex<VecDeque<String>>,
     /// Who can be asked while a command waits on a connection.
     live: Mutex<Live>,
-    /// One question at a time: a connection to a host being asked about waits for that
-    /// question's answer.
+    /// One question at a time: a connection waits for the question before it, whatever its
+    /// host.
     asking: tokio::sync::Mutex<()>,
     /// The hosts asked about while a command waited, with the answer: each is asked once a
-    /// session (at most [`MAX_ASKABLE`] kept).
-    asked: Mutex<VecDeque<(String, bool)>>,
+    /// session, and at most [`MAX_WAITING_QUESTIONS`] are.
+    asked: Mutex<Vec<(String, bool)>>,
 }
 
 impl Approved {
@@ -280,7 +297,11 @@ impl Approved {
         let mut live = lock(&self.live);
         live.next += 1;
         let id = live.next;
-        live.questions.push((id, question));
+        live.questions.push(HeldEntry {
+            id,
+            question,
+            ended: tokio_util::sync::CancellationToken::new(),
+        });
         HeldQuestion {
             approved: Arc::downgrade(self),
             id,
@@ -295,31 +316,59 @@ impl Approved {
 
     /// Ask the person now whether the session may reach `host` (a connection waits), refused
     /// for `reason`: `Some(true)` when it is allowed now, `Some(false)` when they did not
-    /// allow it, `None` when nobody can be asked now (no call holds a question, or `host`
-    /// is none the person may allow).
-    pub(crate) async fn ask_now(&self, host: &str, reason: &str) -> Option<bool> {
+    /// allow it, `None` when nobody can be asked now (no call holds a question, `host` is
+    /// none the person may allow, [`MAX_ALLOWED_HOSTS`] are allowed or
+    /// [`MAX_WAITING_QUESTIONS`] were asked already, or the call that held the question
+    /// ended first).
+    ///
+    /// 1. The question is asked on a task of its own, so that its answer is kept even when the
+    ///    connection that asked closes meanwhile.
+    /// 2. It waits for its turn: one question at a time in a session.
+    /// 3. A host answered meanwhile gets that answer; else the newest call in progress asks.
+    /// 4. The answer is kept: the host is asked no more in the session.
+    pub(crate) async fn ask_now(self: &Arc<Self>, host: &str, reason: &str) -> Option<bool> {
         if !self.may_allow(host, reason) {
             return None;
         }
-        let question = lock(&self.live).questions.last().map(|(_, q)| q.clone())?;
+        let approved = Arc::clone(self);
+        let host = host.to_owned();
+        tokio::spawn(async move { approved.ask_in_turn(&host).await })
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// Steps 2 to 4 of [`Approved::ask_now`].
+    async fn ask_in_turn(&self, host: &str) -> Option<bool> {
         let _turn = self.asking.lock().await;
-        // Answered while this connection waited for its turn.
         if let Some((_, allowed)) = lock(&self.asked).iter().find(|(asked, _)| asked == host) {
             return Some(*allowed);
         }
-        let pattern = Pattern::parse(host).ok()?;
-        let allowed = question.allow(host).await && self.add(pattern, MAX_ALLOWED_HOSTS).is_some();
-        let mut asked = lock(&self.asked);
-        if asked.len() == MAX_ASKABLE {
-            asked.pop_front();
+        if lock(&self.asked).len() >= MAX_WAITING_QUESTIONS
+            || lock(&self.patterns).len() >= MAX_ALLOWED_HOSTS
+        {
+            return None;
         }
-        asked.push_back((host.to_owned(), allowed));
-        drop(asked);
+        let (question, ended) = {
+            let live = lock(&self.live);
+            let held = live.questions.last()?;
+            (held.question.clone(), held.ended.clone())
+        };
+        let pattern = Pattern::parse(host).ok()?;
+        let yes = tokio::select! {
+            yes = question.allow(host) => yes,
+            () = ended.cancelled() => return None,
+        };
+        let allowed = yes && self.add(pattern, MAX_ALLOWED_HOSTS).is_some();
+        lock(&self.asked).push((host.to_owned(), allowed));
         if allowed {
             tracing::info!(
                 host,
                 "a session's person allowed a host while a command waited on it"
             );
+        } else {
+            // Declined: not a host the person may allow later in the session either.
+            lock(&self.refused).retain(|known| known != host);
         }
         Some(allowed)
     }
@@ -602,6 +651,34 @@ mod tests {
         );
         assert!(approved.was_asked("c.test:443"));
         assert_eq!(approved.patterns().len(), 1);
+    }
+
+    /// A person who never answers.
+    struct Silent;
+
+    impl HostQuestion for Silent {
+        fn allow<'a>(&'a self, _host: &'a str) -> BoxFuture<'a, bool> {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    /// The call that held a question ends while it is pending: the connection is refused at
+    /// once, and the host stays askable after the command.
+    #[tokio::test]
+    async fn a_question_pending_when_its_call_ends_is_dropped() {
+        let approved = Arc::new(Approved::new(Some(Askable::Any)));
+        let held = approved.hold(Arc::new(Silent));
+        let asking = {
+            let approved = Arc::clone(&approved);
+            tokio::spawn(async move { approved.ask_now("d.test:443", NOT_LISTED).await })
+        };
+        // The question is pending once the turn is taken.
+        while approved.asking.try_lock().is_ok() {
+            tokio::task::yield_now().await;
+        }
+        drop(held);
+        assert_eq!(asking.await.expect("joined"), None);
+        assert!(!approved.was_asked("d.test:443"));
     }
 
     /// The note of [`refusal`].
