@@ -806,6 +806,65 @@ async function networkAskOverHttp() {
   }
 }
 
+/** What the person does on the host's page for a secret: open the link, type `secret`, press
+ *  "Give". The form goes back with the page's origin, as a browser sends it. */
+async function giveOnPage(url, secret) {
+  const page = await (await fetch(url)).text();
+  const token = /name="form" value="([^"]+)"/.exec(page)?.[1];
+  assert.ok(token, `no form on the page: ${page.slice(0, 200)}`);
+  const answer = await fetch(url, {
+    method: 'POST',
+    body: new URLSearchParams({ form: token, secret, action: 'give' }),
+    headers: { Origin: new URL(url).origin, 'Content-Type': 'application/x-www-form-urlencoded' },
+  });
+  assert.equal(answer.status, 200, await answer.text());
+}
+
+/** `execute` with `secrets` over HTTP in 2026-07-28: the call comes back `input_required` with
+ *  a URL-mode request, which the SDK hands to its `elicitation/create` handler (the client
+ *  declares `elicitation.url`); the handler gives the secret on the host's page and accepts;
+ *  the SDK retries the call, and the command gets the variable, with `[secret]` in its output
+ *  and the value in no message. */
+async function secretOverHttp() {
+  const server = await httpServer(['--ask', 'risky']);
+  let client;
+  try {
+    const transport = new StreamableHTTPClientTransport(new URL(server.url), {
+      authProvider: { token: async () => TOKEN },
+    });
+    const tap = wireTap(transport);
+    client = new Client(
+      { name: 'toolhost-ts-2026', version: '0.0.0' },
+      { versionNegotiation: { mode: 'auto' }, capabilities: { elicitation: { form: {}, url: {} } } },
+    );
+    const secret = `hunter2-${process.pid}-${Date.now()}`;
+    const asked = [];
+    client.setRequestHandler('elicitation/create', async (request) => {
+      asked.push(request.params);
+      assert.equal(request.params.mode, 'url', JSON.stringify(request.params));
+      await giveOnPage(request.params.url, secret);
+      return { action: 'accept' };
+    });
+    await within(30000, client.connect(transport), 'connecting over HTTP in the 2026 era');
+    const out = resultJson(
+      await execute(client, {
+        command: 'echo "token: $API_TOKEN"',
+        secrets: { API_TOKEN: 'a token for the test' },
+      }),
+    );
+    assert.equal(out.output, 'token: [secret]\n', JSON.stringify(out));
+    assert.equal(asked.length, 1);
+    assert.match(asked[0].url, /^http:\/\/127\.0\.0\.1:\d+\/secret\//);
+    assert.match(asked[0].message, /API_TOKEN/);
+    const wire = JSON.stringify([tap.sent, tap.received]);
+    assert.ok(!wire.includes(secret), 'the secret is in an MCP message');
+    assert.ok(wire.includes('"input_required"'), 'the call did not go through input_required');
+  } finally {
+    await client?.close().catch(() => {});
+    await server.stop();
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 
 const GROUPS = {
@@ -818,6 +877,7 @@ const GROUPS = {
   asking: [
     ['http 2026-07-28: the guarded policy asks through input_required', askingOverHttp],
     ['http 2026-07-28: a refused host is allowed for the scope and the command runs again', networkAskOverHttp],
+    ['http 2026-07-28: a secret typed on the host\'s page reaches the command', secretOverHttp],
   ],
   tasks: [
     ['stdio tasks: execute outlives its timeout, completes with the result', taskOutlivesItsTimeout],
