@@ -5,9 +5,10 @@
 //! its terminal's screen.
 //!
 //! 1. Each read is appended to the bytes held back from the reads before.
-//! 2. Every whole occurrence is replaced (the longest one where two start at the same byte).
-//! 3. An end of the bytes that could still grow into a secret with the next read is held
-//!    back; the rest goes on.
+//! 2. The end of the bytes that could still grow into a secret with the next read is held
+//!    back, a whole shorter secret inside it included.
+//! 3. Before it, every whole occurrence is replaced (the longest one where two start at the
+//!    same byte), and the rest goes on.
 //! 4. At the end of the output, what is held back goes on, with any whole secret in it
 //!    replaced.
 //!
@@ -100,23 +101,34 @@ impl Scrubber {
         buf.extend_from_slice(data);
         let mut out = Vec::with_capacity(buf.len());
         let mut pos = 0;
+        // Where the bytes that could still grow into a secret start: nothing from there on
+        // goes out yet, not even a whole shorter secret inside them.
+        let mut hold = self.hold_from(&buf, 0);
         for found in self.finder.find_iter(buf.as_slice()) {
-            // A whole secret, but a longer one could start here once more bytes arrive: wait.
-            if self.could_grow(&buf[found.start()..]) {
+            if found.start() >= hold {
                 break;
             }
             out.extend_from_slice(&buf[pos..found.start()]);
             out.extend_from_slice(REPLACEMENT);
             pos = found.end();
+            if pos > hold {
+                hold = self.hold_from(&buf, pos);
+            }
         }
-        // Only the last bytes, fewer than the longest secret, can start one.
-        let first = pos.max(buf.len().saturating_sub(self.longest));
-        let hold_from = (first..buf.len())
-            .find(|&start| self.could_grow(&buf[start..]))
-            .unwrap_or(buf.len());
-        out.extend_from_slice(&buf[pos..hold_from]);
-        self.held.extend_from_slice(&buf[hold_from..]);
+        let hold = hold.max(pos);
+        out.extend_from_slice(&buf[pos..hold]);
+        self.held.extend_from_slice(&buf[hold..]);
         out
+    }
+
+    /// The first index from `from` on where the rest of `buf` could grow into a secret with
+    /// more bytes; `buf.len()` when none. Only the last bytes, fewer than the longest secret,
+    /// can.
+    fn hold_from(&self, buf: &[u8], from: usize) -> usize {
+        let first = from.max(buf.len().saturating_sub(self.longest));
+        (first..buf.len())
+            .find(|&start| self.could_grow(&buf[start..]))
+            .unwrap_or(buf.len())
     }
 
     /// What is held back, at the end of the output, with the secrets in it replaced (a
@@ -200,6 +212,15 @@ mod tests {
         assert_eq!(scrub(&["abc", "abcdef"], &[b"xabcde", b"f"]), b"x[secret]");
         // The shorter one, held back in case the longer grew from it, at the end.
         assert_eq!(scrub(&["abc", "abcdef"], &[b"xabc"]), b"x[secret]");
+        // A shorter one inside a longer one that may still come is held back with it.
+        assert_eq!(scrub(&["cd", "abcdef"], &[b"abcde", b"f"]), b"[secret]");
+        let text = b"zabcdefz cd abcd";
+        let whole = scrub(&["cd", "abcdef"], &[text]);
+        assert_eq!(whole, b"z[secret]z [secret] ab[secret]");
+        for split in 0..text.len() {
+            let (a, b) = text.split_at(split);
+            assert_eq!(scrub(&["cd", "abcdef"], &[a, b]), whole, "split at {split}");
+        }
         assert!(Scrubber::new(&[]).is_none());
     }
 }
