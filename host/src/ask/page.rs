@@ -36,6 +36,10 @@ use super::secrets::{SecretPages, SubmitError};
 /// The most bytes a form's body may have.
 pub(crate) const MAX_BODY: usize = 64 * 1024;
 
+/// The longest secret, in bytes: the scrubbing of a command's output holds back at most this
+/// much, and its work grows with it.
+pub(crate) const MAX_SECRET: usize = 4096;
+
 /// The most connections served at once; more wait to be accepted.
 const MAX_CONNECTIONS: usize = 64;
 
@@ -294,6 +298,13 @@ impl Site {
         let given = match action.as_deref() {
             Some("decline") => None,
             Some("give") => match secret {
+                Some(secret) if secret.expose().len() > MAX_SECRET => {
+                    return page(
+                        StatusCode::BAD_REQUEST,
+                        "Refused",
+                        &format!("<p>A secret may have at most {MAX_SECRET} bytes.</p>"),
+                    );
+                }
                 Some(secret) if secret.expose().contains('\0') => {
                     return page(
                         StatusCode::BAD_REQUEST,
