@@ -1761,6 +1761,20 @@ def give_on_page(url: str, secret: str) -> None:
     check("received" in answer.lower(), f"the page did not take it: {answer[:300]}")
 
 
+def page_person(secret: str, asked: list[Any]) -> Any:
+    """An elicitation callback that gives `secret` on the page of each URL-mode question and
+    accepts, declines any other question, and notes every question in `asked`."""
+
+    async def elicit(_context: Any, params: Any) -> Any:
+        asked.append(params)
+        if getattr(params, "mode", "form") != "url":
+            return elicit_result("decline", None)
+        await anyio.to_thread.run_sync(give_on_page, params.url, secret)
+        return elicit_result("accept", None)
+
+    return elicit
+
+
 async def check_secret(binary: str, state: str) -> None:
     """`execute` with `secrets` under `--ask risky`: the SDK's elicitation callback gets a
     URL-mode request with the link of the host's page; the person gives the secret there; the
@@ -1771,13 +1785,7 @@ async def check_secret(binary: str, state: str) -> None:
     host_log = os.path.join(state, "host.log")
     secret = "hunter2-" + os.urandom(8).hex()
     asked: list[Any] = []
-
-    async def elicit(_context: Any, params: Any) -> Any:
-        asked.append(params)
-        if getattr(params, "mode", "form") != "url":
-            return elicit_result("decline", None)
-        await anyio.to_thread.run_sync(give_on_page, params.url, secret)
-        return elicit_result("accept", None)
+    elicit = page_person(secret, asked)
 
     command = 'printf %s "$API_TOKEN" | wc -c; echo "token: $API_TOKEN"'
     arguments = {"command": command, "secrets": {"API_TOKEN": "the test's API token"}}
@@ -1833,13 +1841,7 @@ async def check_secret_2026(binary: str) -> None:
     and runs the command with the secret."""
     secret = "hunter2-" + os.urandom(8).hex()
     asked: list[Any] = []
-
-    async def elicit(_context: Any, params: Any) -> Any:
-        asked.append(params)
-        if getattr(params, "mode", "form") != "url":
-            return elicit_result("decline", None)
-        await anyio.to_thread.run_sync(give_on_page, params.url, secret)
-        return elicit_result("accept", None)
+    elicit = page_person(secret, asked)
 
     arguments = {
         "command": 'echo "token: $API_TOKEN"; printf %s "$API_TOKEN" | wc -c',

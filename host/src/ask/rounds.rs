@@ -394,16 +394,9 @@ fn resumed(resume: Resume, seals: &Seals, binding: Binding<'_>) -> Result<Resume
         .iter()
         .filter_map(|(key, kind)| {
             let value = resume.replies.iter().find(|(k, _)| k == key)?;
-            let mut reply = read(kind, &value.1);
-            // The person went to the page: its id is in the signed record.
-            if let Reply::SecretGiven(id) = &mut reply
-                && let Some((_, page)) = pending.pages.iter().find(|(k, _)| k == key)
-            {
-                page.clone_into(id);
-            }
             Some(Answer {
                 key: key.clone(),
-                reply,
+                reply: read(kind, &value.1),
             })
         })
         .collect();

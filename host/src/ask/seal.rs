@@ -224,16 +224,21 @@ fn unix_ms() -> u64 {
 }
 
 /// Fill `bytes` from the kernel's random source.
-fn random(bytes: &mut [u8]) -> Result<(), SealError> {
+pub(crate) fn fill_random(bytes: &mut [u8]) -> std::io::Result<()> {
     let mut filled = 0;
     while filled < bytes.len() {
         match rustix::rand::getrandom(&mut bytes[filled..], rustix::rand::GetRandomFlags::empty()) {
             Ok(n) => filled += n,
             Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(SealError(format!("no random bytes: {e}"))),
+            Err(e) => return Err(e.into()),
         }
     }
     Ok(())
+}
+
+/// [`fill_random`], failing as a seal does.
+fn random(bytes: &mut [u8]) -> Result<(), SealError> {
+    fill_random(bytes).map_err(|e| SealError(format!("no random bytes: {e}")))
 }
 
 #[cfg(test)]

@@ -172,14 +172,7 @@ pub struct SecretPages {
 fn random_text(bytes: usize) -> std::io::Result<String> {
     use base64::Engine as _;
     let mut buf = vec![0u8; bytes];
-    let mut filled = 0;
-    while filled < buf.len() {
-        match rustix::rand::getrandom(&mut buf[filled..], rustix::rand::GetRandomFlags::empty()) {
-            Ok(n) => filled += n,
-            Err(rustix::io::Errno::INTR) => {}
-            Err(error) => return Err(error.into()),
-        }
-    }
+    super::seal::fill_random(&mut buf)?;
     Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&buf))
 }
 
@@ -312,16 +305,11 @@ impl SecretPages {
             let notified = changed.notified();
             // Checked again under the lock after registering, so a submission between the
             // check above and here is not missed.
-            let open = crate::lock(&self.entries)
+            let until = crate::lock(&self.entries)
                 .get(id)
-                .is_some_and(|entry| matches!(entry.state, State::Open));
-            if open {
-                let until = {
-                    let entries = crate::lock(&self.entries);
-                    entries
-                        .get(id)
-                        .map_or(deadline, |entry| deadline.min(entry.expires))
-                };
+                .filter(|entry| matches!(entry.state, State::Open))
+                .map(|entry| deadline.min(entry.expires));
+            if let Some(until) = until {
                 let _ = tokio::time::timeout_at(until, notified).await;
             }
         }

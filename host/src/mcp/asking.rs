@@ -196,15 +196,19 @@ impl PeerAsker {
             Reply::Unusable(format!("the client answered with an error: {error}"))
         };
         let given = match ask {
-            Ask::Form(_) => match serde_json::from_value::<ElicitRequestParams>(params) {
-                Ok(params) => self
-                    .peer
-                    .create_elicitation(params)
-                    .await
-                    .map_err(|e| failed(&e))
-                    .and_then(|r| serde_json::to_value(r).map_err(|e| failed(&e))),
-                Err(e) => Err(failed(&e)),
-            },
+            // For a secret, the client says whether the person goes to the page; the round
+            // waits there.
+            Ask::Form(_) | Ask::Secret(_) => {
+                match serde_json::from_value::<ElicitRequestParams>(params) {
+                    Ok(params) => self
+                        .peer
+                        .create_elicitation(params)
+                        .await
+                        .map_err(|e| failed(&e))
+                        .and_then(|r| serde_json::to_value(r).map_err(|e| failed(&e))),
+                    Err(e) => Err(failed(&e)),
+                }
+            }
             Ask::Sample(_) => match serde_json::from_value::<CreateMessageRequestParams>(params) {
                 Ok(params) => self
                     .peer
@@ -220,16 +224,6 @@ impl PeerAsker {
                 .await
                 .map_err(|e| failed(&e))
                 .and_then(|r| serde_json::to_value(r).map_err(|e| failed(&e))),
-            // The client says whether the person goes to the page; the round waits there.
-            Ask::Secret(_) => match serde_json::from_value::<ElicitRequestParams>(params) {
-                Ok(params) => self
-                    .peer
-                    .create_elicitation(params)
-                    .await
-                    .map_err(|e| failed(&e))
-                    .and_then(|r| serde_json::to_value(r).map_err(|e| failed(&e))),
-                Err(e) => Err(failed(&e)),
-            },
         };
         match given {
             Ok(value) => read(ask.kind(), &value),

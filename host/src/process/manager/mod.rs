@@ -560,7 +560,9 @@ impl ProcessManager {
         );
         let values: Vec<&crate::ask::Secret> = secrets.iter().map(|(_, value)| value).collect();
         let scrubber = scrub::Scrubber::new(&values);
-        let redactor = scrub::Redactor::new(&values).map(Arc::new);
+        let redactor = scrubber
+            .as_ref()
+            .map(|scrubber| Arc::new(scrubber.redactor()));
         drop(values);
         drop(secrets);
         let owner = held.owner.get().cloned();

@@ -30,23 +30,6 @@ pub(super) struct Redactor {
 }
 
 impl Redactor {
-    /// A redactor for `secrets`; `None` when there is nothing to find.
-    pub(super) fn new(secrets: &[&Secret]) -> Option<Self> {
-        let needles: Vec<&[u8]> = secrets
-            .iter()
-            .map(|secret| secret.expose().as_bytes())
-            .filter(|value| !value.is_empty())
-            .collect();
-        if needles.is_empty() {
-            return None;
-        }
-        let finder = AhoCorasick::builder()
-            .match_kind(MatchKind::LeftmostLongest)
-            .build(needles)
-            .ok()?;
-        Some(Redactor { finder })
-    }
-
     /// `text` with every whole secret replaced.
     pub(super) fn text(&self, text: &str) -> String {
         let mut out = String::with_capacity(text.len());
@@ -95,6 +78,13 @@ impl Scrubber {
         })
     }
 
+    /// A redactor of the same secrets, for the host's text about the command.
+    pub(super) fn redactor(&self) -> Redactor {
+        Redactor {
+            finder: self.finder.clone(),
+        }
+    }
+
     /// `data`, read next, with the secrets replaced: what can go on now.
     pub(super) fn feed(&mut self, data: &[u8]) -> Vec<u8> {
         let mut buf = Zeroizing::new(std::mem::take(&mut *self.held));
@@ -136,13 +126,11 @@ impl Scrubber {
     pub(super) fn finish(&mut self) -> Vec<u8> {
         let held = Zeroizing::new(std::mem::take(&mut *self.held));
         let mut out = Vec::with_capacity(held.len());
-        let mut pos = 0;
-        for found in self.finder.find_iter(held.as_slice()) {
-            out.extend_from_slice(&held[pos..found.start()]);
-            out.extend_from_slice(REPLACEMENT);
-            pos = found.end();
-        }
-        out.extend_from_slice(&held[pos..]);
+        self.finder
+            .replace_all_with_bytes(held.as_slice(), &mut out, |_, _, dst| {
+                dst.extend_from_slice(REPLACEMENT);
+                true
+            });
         out
     }
 
@@ -197,7 +185,7 @@ mod tests {
     #[test]
     fn a_command_line_has_its_secrets_replaced() {
         let secret = Secret::new("hunter2".into());
-        let redactor = Redactor::new(&[&secret]).expect("a redactor");
+        let redactor = Scrubber::new(&[&secret]).expect("a scrubber").redactor();
         assert_eq!(
             redactor.text("curl -H 'Authorization: Bearer hunter2' x"),
             "curl -H 'Authorization: Bearer [secret]' x"
