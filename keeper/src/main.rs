@@ -45,6 +45,7 @@ mod fds;
 mod namespaces;
 mod network;
 mod resident;
+mod spawn;
 mod start;
 mod tree;
 mod unix;
@@ -57,9 +58,15 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+
+/// The allocator: dlmalloc keeps freed memory for the next allocation. musl's own allocator
+/// maps and unmaps pages for small allocations: about 15 `mmap` and 12 `munmap` calls a
+/// command in a keeper forked from a resident, each `munmap` splitting the address space's
+/// mappings and flushing the TLB.
+#[global_allocator]
+static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 
 /// The keeper carrying on inside a PID namespace, in the process that only waits for it.
 static INNER: AtomicI32 = AtomicI32::new(0);
@@ -103,6 +110,10 @@ extern "C" fn on_signal(signal: libc::c_int) {
 }
 
 fn main() -> ExitCode {
+    // SAFETY: called once, first, while this process has one thread: the allocator's lock is
+    // taken around every `fork` from now on, so a child never finds it held by a thread that
+    // the fork left behind.
+    unsafe { dlmalloc::enable_alloc_after_fork() };
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -276,31 +287,23 @@ fn run() -> io::Result<()> {
     };
     let channel = supervision.as_ref().map(|(_, child)| child.as_raw_fd());
     let places = confinement.unix.clone();
-    let mut command = Command::new(&program);
-    if let [argv0, rest @ ..] = argv.as_slice() {
-        command.arg0(argv0).args(rest);
-    }
-    if let Some(env) = env {
-        command.env_clear().envs(env);
-    }
-    // SAFETY: the closure runs in the forked child before exec. The keeper is
-    // single-threaded, so no lock or allocator state is held by another thread at the fork;
-    // setsid(2), ioctl(2) and what `Confinement::apply` does are safe there.
-    unsafe {
-        command.pre_exec(move || {
-            if libc::setsid() == -1 {
-                return Err(io::Error::last_os_error());
-            }
-            // The new session's controlling terminal: `/dev/tty`, job control and the
-            // terminal's signals (Ctrl-C) reach the command.
-            if terminal && libc::ioctl(0, libc::TIOCSCTTY, 0) == -1 {
-                return Err(io::Error::last_os_error());
-            }
-            confinement.apply(channel)
-        });
-    }
-    let child = match command.spawn() {
-        Ok(child) => child,
+    // The command's process, between its clone and its `exec` (`spawn.rs`): a session of its
+    // own, with the terminal as its controlling one, then the confinement.
+    let mut prepare = || {
+        // SAFETY: integer arguments; makes the command's process a session leader.
+        if unsafe { libc::setsid() } == -1 {
+            return Err(io::Error::last_os_error());
+        }
+        // The new session's controlling terminal: `/dev/tty`, job control and the
+        // terminal's signals (Ctrl-C) reach the command.
+        // SAFETY: integer arguments on stdin, which is the terminal when `terminal` is set.
+        if terminal && unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0) } == -1 {
+            return Err(io::Error::last_os_error());
+        }
+        confinement.apply(channel)
+    };
+    let leader = match spawn::spawn(&program, &argv, env.as_deref(), &mut prepare) {
+        Ok(leader) => leader,
         Err(error) => {
             let program = std::path::Path::new(&program);
             eprintln!("toolhost-keeper: cannot run {}: {error}", program.display());
@@ -308,8 +311,6 @@ fn run() -> io::Result<()> {
             return Ok(());
         }
     };
-    let leader = i32::try_from(child.id()).map_err(io::Error::other)?;
-    drop(child);
     let mut supervisor = None;
     if let Some((keeper_end, child_end)) = supervision {
         drop(child_end);

@@ -111,10 +111,14 @@ pub fn repo_root() -> &'static Path {
 }
 
 /// The `toolhost` binary of the profile these tests were built with, built (once per test
-/// binary) with `cargo build` so it is never stale.
+/// binary) with `cargo build` so it is never stale. `TOOLHOST_BIN` names another binary
+/// instead, used as it is: a bench run against an earlier build compares two commits.
 pub fn toolhost_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
+        if let Some(bin) = std::env::var_os("TOOLHOST_BIN") {
+            return PathBuf::from(bin);
+        }
         let profile_dir = profile_dir();
         let target_dir = target_dir();
         let profile = profile_dir
