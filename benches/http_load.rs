@@ -25,7 +25,8 @@
 //! end; no error but a configured cap's refusal.
 //!
 //! Run with `cargo bench -p toolhost-e2e --bench http_load` (`TOOLHOST_LOAD_N=1,10` for other
-//! session counts, `TOOLHOST_LOAD_SECS` for the length of each load phase, default 3).
+//! session counts, `TOOLHOST_LOAD_SECS` for the length of each load phase, default 3,
+//! `TOOLHOST_LOAD_ARGS` for server options of both modes, `TOOLHOST_BIN` for another build).
 
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -524,11 +525,16 @@ async fn run() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3);
+    // Server options for both modes, e.g. `TOOLHOST_LOAD_ARGS="--max-connections 2048"`.
+    let common = std::env::var("TOOLHOST_LOAD_ARGS").unwrap_or_default();
+    let common: Vec<&str> = common.split_whitespace().collect();
     let mut both: Vec<Vec<Figures>> = Vec::new();
-    for (label, extra) in [
+    for (label, mode) in [
         ("confined, the default profile", &[][..]),
         ("--sandbox off", &["--sandbox", "off"][..]),
     ] {
+        let extra: Vec<&str> = common.iter().chain(mode).copied().collect();
+        let extra = extra.as_slice();
         println!("http_load ({label}), {secs} s of load per N:");
         let mut figures: Vec<Figures> = Vec::new();
         let mut natives: Vec<NativeFigures> = Vec::new();

@@ -1,4 +1,4 @@
-//! Confinement the keeper applies to the command between `fork` and `exec`, so that the keeper
+//! Confinement the keeper applies to the command between its `clone` and `exec`, so that the keeper
 //! itself stays outside it (a confined command cannot signal or trace its keeper).
 //!
 //! The host prepares the layers once per scope and profile and passes them as descriptors:

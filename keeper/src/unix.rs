@@ -6,7 +6,7 @@
 //! kind that reaches a pathname socket without `connect`.
 //! Every `connect` then goes through the keeper:
 //!
-//! 1. The command's process, between `fork` and `exec`, installs [`program`](filter::program) with
+//! 1. The command's process, between its `clone` and `exec`, installs [`program`](filter::program) with
 //!    `SECCOMP_FILTER_FLAG_NEW_LISTENER` ([`install`]), sends the listener to the keeper over a
 //!    socket pair and closes it: the command never holds it.
 //! 2. The keeper's main loop receives each notification ([`Supervisor::receive`]), and a
