@@ -155,18 +155,20 @@ impl Confinement {
         Ok(self.namespaces.contains(&NamespaceKind::Pid))
     }
 
-    /// Apply everything else, in the forked child just before `exec`. The keeper is single-threaded,
-    /// so the child may allocate; on failure it says which step failed on its stderr (the
-    /// command's output) before the error goes back to the keeper.
-    /// `supervisor`: the child's end of the socket pair the listener of the `connect`
-    /// supervision goes over (with `--unix-supervise`).
-    pub(crate) fn apply(&self, supervisor: Option<std::os::fd::RawFd>) -> io::Result<()> {
+    /// Apply everything else, in the command's process just before `exec`. That process runs
+    /// in the keeper's memory (`spawn.rs`), so nothing here allocates; on failure it says
+    /// which step failed on its stderr (the command's output) before the error goes back to
+    /// the keeper. `supervisor`: the `connect` supervision to install (with
+    /// `--unix-supervise`).
+    pub(crate) fn apply(&self, supervisor: Option<Supervision<'_>>) -> io::Result<()> {
+        // Said on the command's output without allocating: this runs in the keeper's memory
+        // (`spawn.rs`).
         let step = |name: &str, ok: bool| -> io::Result<()> {
             if ok {
                 return Ok(());
             }
             let error = io::Error::last_os_error();
-            eprintln!("toolhost: cannot confine the command: {name}: {error}");
+            say_failed(name, error.raw_os_error().unwrap_or(0));
             Err(error)
         };
         if let Some(seconds) = self.cpu_seconds {
@@ -204,8 +206,8 @@ impl Confinement {
             }
             step("seccomp(SECCOMP_SET_MODE_FILTER)", install(program))?;
         }
-        if let Some(channel) = supervisor {
-            let supervised = crate::unix::install(channel).is_ok();
+        if let Some(Supervision { channel, filter }) = supervisor {
+            let supervised = crate::unix::install(channel, filter).is_ok();
             step("seccomp(SECCOMP_FILTER_FLAG_NEW_LISTENER)", supervised)?;
             // SAFETY: closing the child's end of the pair, which the command must not hold.
             unsafe { libc::close(channel) };
@@ -235,6 +237,48 @@ impl Confinement {
         self.shared_installed = true;
         Ok(())
     }
+}
+
+/// The `connect` supervision a command's process installs (with `--unix-supervise`).
+#[derive(Clone, Copy)]
+pub(crate) struct Supervision<'a> {
+    /// The child's end of the socket pair the listener goes over.
+    pub(crate) channel: std::os::fd::RawFd,
+    /// The filter ([`crate::unix::program`]), built by the keeper before the clone.
+    pub(crate) filter: &'a [libc::sock_filter],
+}
+
+/// Write `toolhost: cannot confine the command: NAME: REASON (os error ERRNO)` to stderr
+/// with `write(2)` alone: no allocation, no lock, no panic on a closed stderr.
+fn say_failed(name: &str, errno: i32) {
+    let write = |bytes: &[u8]| {
+        // SAFETY: `bytes` is a valid buffer of its length; a failed write is ignored.
+        unsafe { libc::write(libc::STDERR_FILENO, bytes.as_ptr().cast(), bytes.len()) };
+    };
+    write(b"toolhost: cannot confine the command: ");
+    write(name.as_bytes());
+    write(b": ");
+    // SAFETY: strerror returns a NUL-terminated string the C library holds.
+    let reason = unsafe { std::ffi::CStr::from_ptr(libc::strerror(errno)) };
+    write(reason.to_bytes());
+    write(b" (os error ");
+    let mut digits = [0u8; 12];
+    let mut at = digits.len();
+    let mut value = errno.unsigned_abs();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    if errno < 0 {
+        at -= 1;
+        digits[at] = b'-';
+    }
+    write(&digits[at..]);
+    write(b")\n");
 }
 
 /// Install `program` on this process; `false` on failure (`errno` says why).

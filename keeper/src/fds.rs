@@ -19,14 +19,29 @@ const MAX_FDS: usize = if start::MAX_FDS > resident::MAX_FDS {
     resident::MAX_FDS
 };
 
-/// Send `bytes` on the socket `socket` with `fds` attached to them (`SCM_RIGHTS`).
+/// The most descriptors [`send_with_fds`] attaches to one message.
+const SEND_MAX_FDS: usize = 16;
+
+/// Send `bytes` on the socket `socket` with `fds` attached to them (`SCM_RIGHTS`), at most
+/// [`SEND_MAX_FDS`]. It allocates nothing: the command's process calls it between its clone
+/// and its `exec`, in the keeper's memory (see `spawn.rs`).
 pub(crate) fn send_with_fds(socket: RawFd, bytes: &[u8], fds: &[impl AsRawFd]) -> io::Result<()> {
-    let raw: Vec<libc::c_int> = fds.iter().map(AsRawFd::as_raw_fd).collect();
-    let data_len = size_of_val(raw.as_slice());
+    if fds.len() > SEND_MAX_FDS {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let mut raw = [0 as libc::c_int; SEND_MAX_FDS];
+    for (slot, fd) in raw.iter_mut().zip(fds) {
+        *slot = fd.as_raw_fd();
+    }
+    let raw = &raw[..fds.len()];
+    let data_len = size_of_val(raw);
     // SAFETY: a pure size computation.
     let space = unsafe { libc::CMSG_SPACE(data_len as u32) } as usize;
-    // u64 units: aligned as a `cmsghdr`.
-    let mut buffer = vec![0u64; space.div_ceil(8)];
+    // u64 units: aligned as a `cmsghdr`. Room for a header and SEND_MAX_FDS descriptors.
+    let mut buffer = [0u64; 16];
+    if space > size_of_val(&buffer) {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
     let mut iov = libc::iovec {
         iov_base: bytes.as_ptr().cast_mut().cast(),
         iov_len: bytes.len(),

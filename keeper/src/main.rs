@@ -285,7 +285,15 @@ fn run() -> io::Result<()> {
     } else {
         None
     };
-    let channel = supervision.as_ref().map(|(_, child)| child.as_raw_fd());
+    // The supervision's filter, built here: the command's process allocates nothing.
+    let filter = supervision.as_ref().map(|_| unix::program());
+    let supervise = supervision
+        .as_ref()
+        .zip(filter.as_deref())
+        .map(|((_, child), filter)| confine::Supervision {
+            channel: child.as_raw_fd(),
+            filter,
+        });
     let places = confinement.unix.clone();
     // The command's process, between its clone and its `exec` (`spawn.rs`): a session of its
     // own, with the terminal as its controlling one, then the confinement.
@@ -300,7 +308,7 @@ fn run() -> io::Result<()> {
         if terminal && unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0) } == -1 {
             return Err(io::Error::last_os_error());
         }
-        confinement.apply(channel)
+        confinement.apply(supervise)
     };
     let leader = match spawn::spawn(&program, &argv, env.as_deref(), &mut prepare) {
         Ok(leader) => leader,

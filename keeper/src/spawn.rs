@@ -10,26 +10,33 @@
 //! 1. The keeper prepares everything the child needs: the C strings of the program (each place
 //!    on `PATH` it may be), the arguments and the environment.
 //! 2. It blocks every signal, so that no handler of the keeper runs in the child, and clones.
-//! 3. The child resets the handled signals and `SIGPIPE` to their default, unblocks every
-//!    signal, runs the `prepare` closure (the session, the terminal, the confinement), and
-//!    `exec`s the program at each place in turn.
-//! 4. If `prepare` or every `exec` failed, the child writes the error number into the shared
+//! 3. The child resets the handled signals and `SIGPIPE` to their default and runs the
+//!    `prepare` closure (the session, the terminal, the confinement) with every signal still
+//!    blocked, so that it is not killed half-way through. Just before the `exec` it unblocks
+//!    them, and it `exec`s the program at each place in turn, as `execvp` does.
+//! 4. If `prepare` or the `exec` failed, the child writes the error number into the shared
 //!    [`Child`] and exits with 127; the keeper, running again, reaps it and returns the error.
 //! 5. The keeper restores its signal mask.
 //!
-//! The child shares the keeper's memory, so the keeper must have one thread at the call, and
-//! `prepare` must not unwind or leave a lock held.
+//! The child shares the keeper's memory (and its thread pointer: `abort` in the child would
+//! signal the keeper), so the keeper must have one thread at the call, and `prepare` must not
+//! allocate, take a lock or panic (a panic is caught, and the child exits). Its stack has a
+//! guard page: an overflow kills the child, not the keeper's data.
 
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 
 /// The child's stack. A static, so that nothing is allocated for it; it is used by one child
-/// at a time, while the keeper waits.
+/// at a time, while the keeper waits. Its lowest page is the guard (no access).
 const STACK_SIZE: usize = 256 * 1024;
 
-/// 16-byte aligned, as the x86-64 and AArch64 ABIs want the stack.
-#[repr(C, align(16))]
+/// The guard's size: a page on the machines the keeper runs on.
+const GUARD: usize = 4096;
+
+/// Page-aligned, for the guard (and 16-byte aligned, as the x86-64 and AArch64 ABIs want the
+/// stack).
+#[repr(C, align(4096))]
 struct Stack([u8; STACK_SIZE]);
 
 static mut STACK: Stack = Stack([0; STACK_SIZE]);
@@ -67,25 +74,20 @@ pub(crate) fn spawn(
         .iter()
         .map(|arg| c_string(arg.as_bytes()))
         .collect::<io::Result<_>>()?;
-    let env: Vec<CString> = match env {
-        Some(env) => env
-            .iter()
-            .map(|(name, value)| {
-                let mut pair = name.as_bytes().to_vec();
-                pair.push(b'=');
-                pair.extend_from_slice(value.as_bytes());
-                c_string(&pair)
-            })
-            .collect::<io::Result<_>>()?,
-        None => std::env::vars_os()
-            .map(|(name, value)| {
-                let mut pair = name.as_bytes().to_vec();
-                pair.push(b'=');
-                pair.extend_from_slice(value.as_bytes());
-                c_string(&pair)
-            })
-            .collect::<io::Result<_>>()?,
+    // A name given twice takes its last value, as `std`'s `Command` did.
+    let merged: std::collections::BTreeMap<OsString, OsString> = match env {
+        Some(env) => env.iter().cloned().collect(),
+        None => std::env::vars_os().collect(),
     };
+    let env: Vec<CString> = merged
+        .iter()
+        .map(|(name, value)| {
+            let mut pair = name.as_bytes().to_vec();
+            pair.push(b'=');
+            pair.extend_from_slice(value.as_bytes());
+            c_string(&pair)
+        })
+        .collect::<io::Result<_>>()?;
     let places = places(program, &env, c_string)?;
     let argv_pointers: Vec<*const libc::c_char> = argv
         .iter()
@@ -105,6 +107,19 @@ pub(crate) fn spawn(
         error: 0,
     };
 
+    // The guard page: no access, so an overflow faults in the child.
+    // SAFETY: the first page of the stack's static, which holds no data of the keeper's;
+    // page-aligned by `Stack`'s alignment.
+    let guarded = unsafe {
+        libc::mprotect(
+            (&raw mut STACK).cast::<libc::c_void>(),
+            GUARD,
+            libc::PROT_NONE,
+        )
+    };
+    if guarded == -1 {
+        return Err(io::Error::last_os_error());
+    }
     // 2. Every signal blocked across the clone.
     // SAFETY: sigset_t is plain data, filled by sigfillset/pthread_sigmask before use.
     let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
@@ -138,7 +153,9 @@ pub(crate) fn spawn(
     if child.error != 0 {
         let mut status = 0;
         // SAFETY: `status` is a valid out-pointer; the child has exited (or is about to).
-        unsafe { libc::waitpid(pid, &raw mut status, 0) };
+        while unsafe { libc::waitpid(pid, &raw mut status, 0) } == -1
+            && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+        {}
         return Err(io::Error::from_raw_os_error(child.error));
     }
     Ok(pid)
@@ -195,19 +212,28 @@ extern "C" fn run_child(arg: *mut libc::c_void) -> libc::c_int {
             unsafe { libc::sigaction(signal, &raw const action, std::ptr::null_mut()) };
         }
     }
+    // A panic must not unwind out of this function (it would abort, and `abort` here signals
+    // the keeper's thread): it is caught, and the child exits.
+    let prepared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (child.prepare)()));
+    if let Err(failed) =
+        prepared.unwrap_or_else(|_| Err(io::Error::from_raw_os_error(libc::EINVAL)))
+    {
+        child.error = failed
+            .raw_os_error()
+            .filter(|&errno| errno != 0)
+            .unwrap_or(libc::EINVAL);
+        // SAFETY: ends this child without running anything of the keeper's exit.
+        unsafe { libc::_exit(127) };
+    }
     // SAFETY: sigset_t is plain data, emptied before use.
     let mut none: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointers; unblocks every signal in this child.
+    // SAFETY: valid pointers; unblocks every signal in this child, just before the `exec`.
     unsafe {
         libc::sigemptyset(&raw mut none);
         libc::pthread_sigmask(libc::SIG_SETMASK, &raw const none, std::ptr::null_mut());
     }
-    if let Err(error) = (child.prepare)() {
-        child.error = error.raw_os_error().unwrap_or(libc::EINVAL);
-        // SAFETY: ends this child without running anything of the keeper's exit.
-        unsafe { libc::_exit(127) };
-    }
-    // As `execvp`: the first error but "not found" is what is said.
+    // As `execvp`: a place that is not there (or not a directory) is passed over, one that
+    // cannot be run for want of permission is remembered, any other failure ends the search.
     let mut error = libc::ENOENT;
     for place in child.places {
         // SAFETY: `place`, `argv` and `envp` are NUL-terminated strings and null-terminated
@@ -215,9 +241,19 @@ extern "C" fn run_child(arg: *mut libc::c_void) -> libc::c_int {
         unsafe { libc::execve(place.as_ptr(), child.argv.as_ptr(), child.envp.as_ptr()) };
         let failed = io::Error::last_os_error()
             .raw_os_error()
+            .filter(|&errno| errno != 0)
             .unwrap_or(libc::ENOENT);
-        if error == libc::ENOENT && failed != libc::ENOTDIR {
+        if child.places.len() == 1 {
             error = failed;
+            break;
+        }
+        match failed {
+            libc::ENOENT | libc::ENOTDIR => {}
+            libc::EACCES => error = libc::EACCES,
+            other => {
+                error = other;
+                break;
+            }
         }
     }
     child.error = error;
@@ -357,6 +393,118 @@ mod tests {
         assert!(
             libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGTERM,
             "the program did not die of its SIGTERM: {status:#x}"
+        );
+    }
+
+    #[test]
+    fn a_name_given_twice_takes_its_last_value() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let mut env = env("/usr/bin:/bin");
+        env.push(("TWICE".into(), "first".into()));
+        env.push(("TWICE".into(), "last".into()));
+        let pid = spawn(
+            OsStr::new("sh"),
+            &argv(&["sh", "-c", "test \"$TWICE\" = last"]),
+            Some(&env),
+            &mut || Ok(()),
+        )
+        .expect("sh starts");
+        let status = wait(pid);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "{status:#x}"
+        );
+    }
+
+    #[test]
+    fn a_place_that_cannot_be_run_is_passed_over_and_said_when_no_other_is() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = std::env::temp_dir().join(format!("toolhost-spawn-path-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a directory");
+        // A file named `sh` that is not executable comes first on the path.
+        std::fs::write(dir.join("sh"), "not a program").expect("a file");
+        let path = format!("{}:/usr/bin:/bin", dir.display());
+        let pid = spawn(
+            OsStr::new("sh"),
+            &argv(&["sh", "-c", "exit 3"]),
+            Some(&env(&path)),
+            &mut || Ok(()),
+        )
+        .expect("the sh further on runs");
+        let status = wait(pid);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 3,
+            "{status:#x}"
+        );
+        let error = spawn(
+            OsStr::new("sh"),
+            &argv(&["sh"]),
+            Some(&env(&dir.display().to_string())),
+            &mut || Ok(()),
+        )
+        .expect_err("only a file that cannot be run");
+        assert_eq!(error.kind(), io::ErrorKind::PermissionDenied, "{error}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_panic_in_the_preparation_ends_the_child_only() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let error = spawn(
+            OsStr::new("/bin/sh"),
+            &argv(&["sh", "-c", "exit 0"]),
+            None,
+            &mut || panic!("a preparation that panics"),
+        )
+        .expect_err("the preparation panicked");
+        assert_eq!(error.raw_os_error(), Some(libc::EINVAL), "{error}");
+    }
+
+    #[test]
+    fn an_overflow_of_the_childs_stack_kills_the_child_only() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        /// Use 4 KiB of stack a level, `levels` deep.
+        fn deep(levels: usize) -> u8 {
+            let page = std::hint::black_box([levels as u8; 4096]);
+            if levels == 0 {
+                return page[0];
+            }
+            deep(levels - 1).wrapping_add(std::hint::black_box(page)[4095])
+        }
+        let spawned = spawn(
+            OsStr::new("/bin/sh"),
+            &argv(&["sh", "-c", "exit 0"]),
+            None,
+            &mut || {
+                // Twice the stack: without its guard page, this writes over whatever lies
+                // below the stack in the keeper's memory.
+                std::hint::black_box(deep(2 * STACK_SIZE / 4096));
+                Ok(())
+            },
+        );
+        let status = wait(spawned.expect("the child was started"));
+        assert!(
+            libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSEGV,
+            "the child did not fault: {status:#x}"
+        );
+        // It faulted on the guard: the stack's lowest page is mapped without access.
+        let guard = (&raw const STACK) as usize;
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("the mappings");
+        let holding = maps
+            .lines()
+            .find(|line| {
+                let range = line.split(' ').next().unwrap_or_default();
+                let (start, end) = range.split_once('-').unwrap_or_default();
+                let parse = |hex: &str| usize::from_str_radix(hex, 16).unwrap_or_default();
+                parse(start) <= guard && guard < parse(end)
+            })
+            .expect("the stack is mapped");
+        assert!(
+            holding
+                .split(' ')
+                .nth(1)
+                .is_some_and(|perms| perms.starts_with("---")),
+            "the guard page is accessible: {holding}"
         );
     }
 

@@ -43,6 +43,6 @@ mod places;
 mod sock_diag;
 mod supervisor;
 
-pub(crate) use filter::{install, receive_listener};
+pub(crate) use filter::{install, program, receive_listener};
 pub(crate) use places::Places;
 pub(crate) use supervisor::{Received, Supervisor, serve};

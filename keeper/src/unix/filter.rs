@@ -77,10 +77,10 @@ pub(crate) fn program() -> Vec<libc::sock_filter> {
     program
 }
 
-/// Step 1, in the command's process before `exec`: install [`program`] and send its listener
-/// over `channel` (the child's end of a socket pair), then close it. `NO_NEW_PRIVS` is set.
-pub(crate) fn install(channel: RawFd) -> io::Result<()> {
-    let filter = program();
+/// Step 1, in the command's process before `exec`: install `filter` ([`program`], built by
+/// the keeper before the clone: this allocates nothing) and send its listener over `channel`
+/// (the child's end of a socket pair), then close it. `NO_NEW_PRIVS` is set.
+pub(crate) fn install(channel: RawFd, filter: &[libc::sock_filter]) -> io::Result<()> {
     let fprog = libc::sock_fprog {
         len: u16::try_from(filter.len()).unwrap_or(u16::MAX),
         filter: filter.as_ptr().cast_mut(),

@@ -384,7 +384,7 @@ mod tests {
             // SAFETY: prctl with PR_SET_NO_NEW_PRIVS affects this thread only (and what it
             // would start); the thread ends right after.
             unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
-            super::super::filter::install(theirs.as_raw_fd())
+            super::super::filter::install(theirs.as_raw_fd(), &super::super::filter::program())
         });
         installer
             .join()
