@@ -249,36 +249,25 @@ pub(crate) struct Supervision<'a> {
 }
 
 /// Write `toolhost: cannot confine the command: NAME: REASON (os error ERRNO)` to stderr
-/// with `write(2)` alone: no allocation, no lock, no panic on a closed stderr.
+/// from a buffer on the stack, with one `write(2)`: no allocation, no lock, no panic on a
+/// closed stderr. A message longer than the buffer is cut.
 fn say_failed(name: &str, errno: i32) {
-    let write = |bytes: &[u8]| {
-        // SAFETY: `bytes` is a valid buffer of its length; a failed write is ignored.
-        unsafe { libc::write(libc::STDERR_FILENO, bytes.as_ptr().cast(), bytes.len()) };
-    };
-    write(b"toolhost: cannot confine the command: ");
-    write(name.as_bytes());
-    write(b": ");
+    use std::io::Write as _;
+    const ROOM: usize = 512;
+    let mut buffer = [0u8; ROOM];
+    let mut rest = &mut buffer[..];
     // SAFETY: strerror returns a NUL-terminated string the C library holds.
     let reason = unsafe { std::ffi::CStr::from_ptr(libc::strerror(errno)) };
-    write(reason.to_bytes());
-    write(b" (os error ");
-    let mut digits = [0u8; 12];
-    let mut at = digits.len();
-    let mut value = errno.unsigned_abs();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (value % 10) as u8;
-        value /= 10;
-        if value == 0 {
-            break;
-        }
-    }
-    if errno < 0 {
-        at -= 1;
-        digits[at] = b'-';
-    }
-    write(&digits[at..]);
-    write(b")\n");
+    // Writing into a slice fails only when it is full: the message is cut there.
+    let _ = rest
+        .write_all(b"toolhost: cannot confine the command: ")
+        .and_then(|()| rest.write_all(name.as_bytes()))
+        .and_then(|()| rest.write_all(b": "))
+        .and_then(|()| rest.write_all(reason.to_bytes()))
+        .and_then(|()| writeln!(rest, " (os error {errno})"));
+    let written = ROOM - rest.len();
+    // SAFETY: the first `written` bytes of `buffer` are initialised; a failed write is ignored.
+    unsafe { libc::write(libc::STDERR_FILENO, buffer.as_ptr().cast(), written) };
 }
 
 /// Install `program` on this process; `false` on failure (`errno` says why).

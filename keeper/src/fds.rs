@@ -37,8 +37,9 @@ pub(crate) fn send_with_fds(socket: RawFd, bytes: &[u8], fds: &[impl AsRawFd]) -
     let data_len = size_of_val(raw);
     // SAFETY: a pure size computation.
     let space = unsafe { libc::CMSG_SPACE(data_len as u32) } as usize;
-    // u64 units: aligned as a `cmsghdr`. Room for a header and SEND_MAX_FDS descriptors.
-    let mut buffer = [0u64; 16];
+    // u64 units: aligned as a `cmsghdr`. Room for a header (two units on 64-bit Linux) and
+    // SEND_MAX_FDS descriptors (two a unit); checked below.
+    let mut buffer = [0u64; 2 + SEND_MAX_FDS.div_ceil(2)];
     if space > size_of_val(&buffer) {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }

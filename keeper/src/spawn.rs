@@ -66,10 +66,6 @@ pub(crate) fn spawn(
     prepare: &mut dyn FnMut() -> io::Result<()>,
 ) -> io::Result<libc::pid_t> {
     // 1. Everything the child needs, prepared here.
-    let c_string = |bytes: &[u8]| {
-        CString::new(bytes)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in the command"))
-    };
     let argv: Vec<CString> = argv
         .iter()
         .map(|arg| c_string(arg.as_bytes()))
@@ -88,7 +84,7 @@ pub(crate) fn spawn(
             c_string(&pair)
         })
         .collect::<io::Result<_>>()?;
-    let places = places(program, &env, c_string)?;
+    let places = places(program, &env)?;
     let argv_pointers: Vec<*const libc::c_char> = argv
         .iter()
         .map(|arg| arg.as_ptr())
@@ -161,13 +157,15 @@ pub(crate) fn spawn(
     Ok(pid)
 }
 
+/// `bytes` as a C string; a NUL byte in them is refused.
+fn c_string(bytes: &[u8]) -> io::Result<CString> {
+    CString::new(bytes)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in the command"))
+}
+
 /// The places to `exec` `program` at: itself when it holds a `/`, else each directory of the
 /// command's `PATH` (musl's default when it has none), as `execvp` would look.
-fn places(
-    program: &OsStr,
-    env: &[CString],
-    c_string: impl Fn(&[u8]) -> io::Result<CString>,
-) -> io::Result<Vec<CString>> {
+fn places(program: &OsStr, env: &[CString]) -> io::Result<Vec<CString>> {
     let bytes = program.as_bytes();
     if bytes.is_empty() {
         return Err(io::Error::from_raw_os_error(libc::ENOENT));
@@ -508,12 +506,8 @@ mod tests {
         );
     }
 
-    fn c_string(bytes: &[u8]) -> io::Result<CString> {
-        CString::new(bytes).map_err(io::Error::other)
-    }
-
     fn places_of(program: &str, env: &[CString]) -> Vec<String> {
-        places(OsStr::new(program), env, c_string)
+        places(OsStr::new(program), env)
             .expect("places")
             .into_iter()
             .map(|place| place.to_string_lossy().into_owned())
@@ -530,6 +524,6 @@ mod tests {
             ["/usr/local/bin/tool", "/bin/tool", "/usr/bin/tool"],
             "musl's default path"
         );
-        assert!(places(OsStr::new(""), &env, c_string).is_err());
+        assert!(places(OsStr::new(""), &env).is_err());
     }
 }
