@@ -19,8 +19,31 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// The default of [`crate::ToolHostBuilder::max_calls_total`].
-pub const DEFAULT_MAX_CALLS_TOTAL: usize = 256;
+/// Calls in progress at once per CPU the host may use, by default
+/// ([`default_max_calls_total`]).
+///
+/// A call's start and end take the host's CPU (the guest, the command's launch, its notes).
+/// Past about this many calls a CPU, a host under more calls than it can run spends its time
+/// on calls it cannot finish in time instead of refusing them at once: on the 2-core machine
+/// of docs/performance.md, 128 calls in progress halved the confined call rate against 64.
+pub const DEFAULT_CALLS_PER_CPU: usize = 32;
+
+/// The most calls in progress [`default_max_calls_total`] gives, whatever the CPUs.
+pub const DEFAULT_MAX_CALLS_CEILING: usize = 256;
+
+/// The default of [`crate::ToolHostBuilder::max_calls_total`] and `--max-calls-total`:
+/// [`DEFAULT_CALLS_PER_CPU`] for each CPU the host may use (its affinity and cgroup quota
+/// count), at most [`DEFAULT_MAX_CALLS_CEILING`].
+pub fn default_max_calls_total() -> usize {
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    calls_for_cpus(cpus)
+}
+
+/// [`default_max_calls_total`] for `cpus` CPUs.
+fn calls_for_cpus(cpus: usize) -> usize {
+    cpus.saturating_mul(DEFAULT_CALLS_PER_CPU)
+        .clamp(DEFAULT_CALLS_PER_CPU, DEFAULT_MAX_CALLS_CEILING)
+}
 
 /// The default of [`crate::ToolHostBuilder::max_calls_per_session`]: as many as the processes
 /// a session may run at once.
@@ -192,6 +215,18 @@ fn refused(scope: &str, refusal: &CallError) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_limit_follows_the_cpus_within_its_bounds() {
+        assert_eq!(calls_for_cpus(0), DEFAULT_CALLS_PER_CPU);
+        assert_eq!(calls_for_cpus(1), 32);
+        assert_eq!(calls_for_cpus(2), 64);
+        assert_eq!(calls_for_cpus(8), 256);
+        assert_eq!(calls_for_cpus(64), DEFAULT_MAX_CALLS_CEILING);
+        assert_eq!(calls_for_cpus(usize::MAX), DEFAULT_MAX_CALLS_CEILING);
+        let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+        assert_eq!(default_max_calls_total(), calls_for_cpus(cpus));
+    }
 
     #[test]
     fn places_are_limited_per_scope_and_per_host_and_given_back() {

@@ -38,7 +38,7 @@
 //! 6. The place is given back when the call ends.
 
 use crate::admission::{
-    Admissions, CallPermit, DEFAULT_MAX_CALLS_PER_SESSION, DEFAULT_MAX_CALLS_TOTAL,
+    Admissions, CallPermit, DEFAULT_MAX_CALLS_PER_SESSION, default_max_calls_total,
 };
 use crate::ask::seal::{Binding, Seals};
 use crate::ask::{AskMode, Asking, DEFAULT_ASK_TIMEOUT, rounds};
@@ -135,7 +135,7 @@ impl Default for ToolHostBuilder {
             cache_dir: default_cache_dir(),
             watch: false,
             defer_uncompiled: false,
-            max_calls_total: DEFAULT_MAX_CALLS_TOTAL,
+            max_calls_total: default_max_calls_total(),
             max_calls_per_session: DEFAULT_MAX_CALLS_PER_SESSION,
             max_calls_per_principal: usize::MAX,
             ask_mode: AskMode::default(),
@@ -213,7 +213,7 @@ impl ToolHostBuilder {
     /// MCP tasks count too.
     /// The CLI sets it with `--max-calls-total`.
     /// A call beyond is refused at once with [`CallError::Busy`], before anything of it runs.
-    /// The default is [`DEFAULT_MAX_CALLS_TOTAL`]; the least is 1.
+    /// The default is [`default_max_calls_total`]: 32 a CPU, at most 256. The least is 1.
     /// It bounds the guest instances alive for calls, and so their memory.
     /// That memory is at most this many times the largest memory limit of a plugin.
     /// Guests that list a plugin's tools while it loads are not counted.

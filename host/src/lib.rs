@@ -45,7 +45,10 @@ pub mod sandbox;
 pub mod terminal;
 pub mod testing;
 
-pub use admission::{CallPermit, DEFAULT_MAX_CALLS_PER_SESSION, DEFAULT_MAX_CALLS_TOTAL};
+pub use admission::{
+    CallPermit, DEFAULT_CALLS_PER_CPU, DEFAULT_MAX_CALLS_CEILING, DEFAULT_MAX_CALLS_PER_SESSION,
+    default_max_calls_total,
+};
 pub use error::HostError;
 pub use error::ManifestError;
 pub use guest::{

@@ -218,7 +218,7 @@ mod tests {
             "5",
             "tools",
         ]);
-        assert_eq!(new, (Some(3), 4, Some(64 * 1024 * 1024), Some(5)));
+        assert_eq!(new, (Some(3), Some(4), Some(64 * 1024 * 1024), Some(5)));
         let old = parse(&[
             "toolhost",
             "--max-processes",
@@ -241,7 +241,7 @@ mod tests {
             "--max-calls",
             "4",
         ]);
-        assert_eq!((after.0, after.1), (Some(3), 4));
+        assert_eq!((after.0, after.1), (Some(3), Some(4)));
         // The old spellings work, but the help shows only the new ones.
         let help = Cli::command().render_long_help().to_string();
         for new in [

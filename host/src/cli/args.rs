@@ -66,9 +66,11 @@ pub(crate) struct Cli {
     /// Most tool calls in progress at once on the whole host, all sessions together (MCP tasks
     /// included); a call beyond is refused at once with a message saying so, nothing of it
     /// run. It also bounds the memory of the guests running calls (at most this many times the
-    /// largest memory limit of a plugin).
-    #[arg(long, alias = "max-calls", value_name = "N", default_value_t = toolhost::DEFAULT_MAX_CALLS_TOTAL as u32, global = true, value_parser = clap::value_parser!(u32).range(1..))]
-    pub(crate) max_calls_total: u32,
+    /// largest memory limit of a plugin). Default: 32 for each CPU the host may use, at most
+    /// 256 (a host given more calls than its CPUs can run refuses the rest at once rather than
+    /// slow every call down).
+    #[arg(long, alias = "max-calls", value_name = "N", global = true, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) max_calls_total: Option<u32>,
 
     /// Most tool calls in progress at once in one session; a call beyond is refused at once
     /// with a message saying so, nothing of it run, while other sessions go on (see
@@ -367,6 +369,14 @@ pub(crate) enum Format {
     Openai,
     /// Anthropic tools: `{name, description, input_schema}`.
     Anthropic,
+}
+
+impl Cli {
+    /// `--max-calls-total`, or its default for this machine's CPUs.
+    pub(crate) fn calls_total(&self) -> usize {
+        self.max_calls_total
+            .map_or_else(toolhost::default_max_calls_total, |n| n as usize)
+    }
 }
 
 /// The command line, with a version text that names the WIT versions this host serves.

@@ -77,7 +77,7 @@ pub(crate) async fn build_host_with(cli: &Cli, shares: Option<Shares>) -> Result
     }
     builder = builder
         .process_config(config)
-        .max_calls_total(cli.max_calls_total as usize)
+        .max_calls_total(cli.calls_total())
         .max_calls_per_session(cli.max_calls_per_session as usize)
         .ask_mode(if cli.ask == "risky" {
             toolhost::ask::AskMode::Risky

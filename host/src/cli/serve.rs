@@ -116,7 +116,7 @@ pub(crate) async fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode> {
     let shares = http.as_ref().map(|options| super::options::Shares {
         calls: max_calls_per_principal
             .map(|n| n as usize)
-            .unwrap_or_else(|| options.session_share(cli.max_calls_total as usize)),
+            .unwrap_or_else(|| options.session_share(cli.calls_total())),
         processes: max_processes_per_principal.map(|n| n as usize),
         several: options.tokens.len() > 1,
     });
