@@ -37,6 +37,7 @@
 //! (`systemd-run --user -p Delegate=yes`), or, as root, the root of a container's cgroup
 //! namespace. Anywhere else v2 is left alone and `toolhost sandbox` says the limits fall back.
 
+use super::small_file::read_small;
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -293,8 +294,7 @@ impl Kept {
     /// cgroup's list of processes where there is no pids cgroup).
     fn empty(&self) -> bool {
         match (&self.pids, &self.memory) {
-            (Some((dir, _)), _) => std::fs::read_to_string(dir.join("pids.current"))
-                .is_ok_and(|count| count.trim() == "0"),
+            (Some((dir, _)), _) => number(&dir.join("pids.current")) == Some(0),
             (None, Some((dir, v2))) => {
                 std::fs::read_to_string(dir.join(if *v2 { "cgroup.procs" } else { "tasks" }))
                     .is_ok_and(|tasks| tasks.trim().is_empty())
@@ -689,11 +689,7 @@ impl CommandCgroups {
     /// checked when they are taken again ([`Kept::empty`]): a keeper forked by a resident
     /// keeper is counted until the resident reaps it, after its command's record is gone.
     fn clean(&self) -> Result<(), &'static str> {
-        let read = |dir: &Path, name: &str| {
-            std::fs::read_to_string(dir.join(name))
-                .ok()
-                .and_then(|text| text.trim().parse::<u64>().ok())
-        };
+        let read = |dir: &Path, name: &str| number(&dir.join(name));
         if self.pids.is_some() && self.process_limit_hit() {
             return Err("their process limit was reached");
         }
@@ -839,11 +835,7 @@ fn own_limit_reached(dir: &Path, v2: bool) -> bool {
     if v2 {
         return counter(&dir.join("memory.events.local"), "oom ");
     }
-    let read = |name: &str| {
-        std::fs::read_to_string(dir.join(name))
-            .ok()
-            .and_then(|text| text.trim().parse::<u64>().ok())
-    };
+    let read = |name: &str| number(&dir.join(name));
     // Memory alone, or memory and swap together (the limit set on both).
     ["memory", "memory.memsw"].iter().any(|counter| {
         match (
@@ -858,14 +850,18 @@ fn own_limit_reached(dir: &Path, v2: bool) -> bool {
 
 /// Whether the line of `file` starting with `key` holds a count above zero.
 fn counter(file: &Path, key: &str) -> bool {
-    std::fs::read_to_string(file)
-        .ok()
-        .and_then(|text| {
-            text.lines()
-                .find_map(|line| line.strip_prefix(key))
-                .and_then(|count| count.trim().parse::<u64>().ok())
-        })
-        .is_some_and(|count| count > 0)
+    read_small(file, |text| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(key))
+            .and_then(|count| count.trim().parse::<u64>().ok())
+    })
+    .flatten()
+    .is_some_and(|count| count > 0)
+}
+
+/// The number `file` holds (`memory.current`, `pids.current`, ...).
+fn number(file: &Path) -> Option<u64> {
+    read_small(file, |text| text.trim().parse::<u64>().ok()).flatten()
 }
 
 impl Drop for CommandCgroups {
@@ -903,6 +899,21 @@ impl Drop for CommandCgroups {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counters_are_read_from_small_files() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let events = dir.path().join("memory.events");
+        std::fs::write(&events, "low 0\nhigh 0\nmax 3\noom 1\noom_kill 2\n").expect("write");
+        assert!(counter(&events, "oom_kill "));
+        assert!(counter(&events, "max "));
+        assert!(!counter(&events, "low "));
+        assert!(!counter(&events, "absent "));
+        let current = dir.path().join("pids.current");
+        std::fs::write(&current, "7\n").expect("write");
+        assert_eq!(number(&current), Some(7));
+        assert_eq!(number(&dir.path().join("missing")), None);
+    }
 
     fn mounts(dir: &Path) -> String {
         format!(

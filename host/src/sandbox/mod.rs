@@ -37,6 +37,7 @@ pub mod probe;
 mod profile;
 mod seccomp;
 pub mod secrets;
+mod small_file;
 pub mod unix;
 
 pub use cgroup::MemoryKill;

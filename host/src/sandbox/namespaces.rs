@@ -148,14 +148,13 @@ impl TmpView {
 /// `/proc/PID/stat` (field 9). A process whose stat cannot be read counts as exiting.
 fn exiting(pid: libc::pid_t) -> bool {
     const PF_EXITING: u64 = 0x4;
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return true;
-    };
     // After the command name (in parentheses, which may hold anything): state, ppid, pgrp,
-    // session, tty_nr, tpgid, flags.
-    stat.rsplit_once(") ")
-        .and_then(|(_, rest)| rest.split_whitespace().nth(6)?.parse::<u64>().ok())
-        .is_none_or(|flags| flags & PF_EXITING != 0)
+    // session, tty_nr, tpgid, flags. Read at every confined command's start.
+    let flags = super::small_file::read_small(Path::new(&format!("/proc/{pid}/stat")), |stat| {
+        stat.rsplit_once(") ")
+            .and_then(|(_, rest)| rest.split_whitespace().nth(6)?.parse::<u64>().ok())
+    });
+    flags.flatten().is_none_or(|flags| flags & PF_EXITING != 0)
 }
 
 impl Namespaces {

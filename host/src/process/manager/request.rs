@@ -26,13 +26,13 @@ impl PathRoots {
                 .paths
                 .iter()
                 .chain(&context.protected)
-                .map(|path| canonical(path))
+                .map(|path| sandbox::normalize(&canonical(path)))
                 .collect(),
             visible: context
                 .workdir
                 .iter()
                 .chain(&context.writable)
-                .map(|path| canonical(path))
+                .map(|path| sandbox::normalize(&canonical(path)))
                 .collect(),
         }
     }
@@ -99,17 +99,32 @@ impl PathRoots {
             .unwrap_or_else(|| path.to_path_buf());
         let forms = [sandbox::normalize(path), sandbox::normalize(&resolved)];
         let roots = self;
-        let requested: Vec<PathBuf> = profile.hidden.iter().map(|path| canonical(path)).collect();
+        let requested: Vec<PathBuf> = profile
+            .hidden
+            .iter()
+            .map(|path| sandbox::normalize(&canonical(path)))
+            .collect();
         roots.hidden.iter().chain(&requested).any(|hidden| {
             forms.iter().any(|form| {
-                form.starts_with(hidden)
+                within(form, hidden)
                     && !roots
                         .visible
                         .iter()
-                        .any(|root| root.starts_with(hidden) && form.starts_with(root))
+                        .any(|root| within(root, hidden) && within(form, root))
             })
         })
     }
+}
+
+/// Whether `path` is `root` or lies below it, for paths as [`sandbox::normalize`] leaves them
+/// (no `.`, `..`, doubled or trailing separator): the answer of `Path::starts_with`, from one
+/// comparison of bytes instead of a walk over both paths' components. Each start compares its
+/// directory with every hidden path this way.
+fn within(path: &Path, root: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let (path, root) = (path.as_os_str().as_bytes(), root.as_os_str().as_bytes());
+    path.strip_prefix(root)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(b"/") || root.ends_with(b"/"))
 }
 
 /// The command is not empty and holds no NUL byte.
@@ -143,4 +158,53 @@ pub(super) fn validate_env(env: &[(String, String)]) -> Result<(), ProcessError>
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn within_answers_as_starts_with_for_normalized_paths() {
+        let paths = [
+            "/",
+            "/a",
+            "/a/b",
+            "/a/bc",
+            "/ab",
+            "/a/b/c",
+            "/a/b/c/d",
+            "/home/u/.ssh",
+            "/home/u/.ssh2",
+            "/home/u/.ss",
+            "/home/u",
+            "/home/u/.ssh/id_ed25519",
+        ];
+        for path in paths {
+            for root in paths {
+                let (path, root) = (
+                    sandbox::normalize(Path::new(path)),
+                    sandbox::normalize(Path::new(root)),
+                );
+                assert_eq!(
+                    within(&path, &root),
+                    path.starts_with(&root),
+                    "{} within {}",
+                    path.display(),
+                    root.display()
+                );
+            }
+        }
+        // What normalizing a root takes away: a trailing or doubled separator, `.` and `..`.
+        for (written, path) in [
+            ("/a/b/", "/a/b"),
+            ("/a//b", "/a/b/c"),
+            ("/a/./b/../b", "/a/b"),
+        ] {
+            assert!(within(
+                Path::new(path),
+                &sandbox::normalize(Path::new(written))
+            ));
+        }
+    }
 }
