@@ -58,7 +58,7 @@ pub(crate) struct Cli {
 
     /// Most processes running at once on the whole host, all sessions together (a finished
     /// command's leftovers count while they run); a start beyond is refused with a message
-    /// saying so (default: half the host's descriptor limit, `ulimit -n`, at 12 descriptors a
+    /// saying so (default: half the host's descriptor limit, `ulimit -n`, at 14 descriptors a
     /// process, at most 2048).
     #[arg(long, alias = "max-processes", value_name = "N", global = true, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_processes_total: Option<u32>,

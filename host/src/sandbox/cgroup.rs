@@ -37,10 +37,11 @@
 //! (`systemd-run --user -p Delegate=yes`), or, as root, the root of a container's cgroup
 //! namespace. Anywhere else v2 is left alone and `toolhost sandbox` says the limits fall back.
 
-use super::small_file::read_small;
+use super::small_file::{read_small, read_small_at};
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -271,6 +272,8 @@ const KEPT_CHARGE_BYTES: u64 = 1 << 20;
 #[derive(Debug)]
 struct Kept {
     dirs: Vec<PathBuf>,
+    /// Each of `dirs`, open (`O_PATH`), for its counters.
+    dir_fds: Vec<OwnedFd>,
     procs: Vec<File>,
     memory: Option<(PathBuf, bool)>,
     pids: Option<(PathBuf, bool)>,
@@ -283,6 +286,7 @@ impl Kept {
     /// Remove the cgroups (each must be empty of processes).
     fn remove(self) {
         drop(self.procs);
+        drop(self.dir_fds);
         for dir in &self.dirs {
             if let Err(error) = std::fs::remove_dir(dir) {
                 tracing::debug!(dir = %dir.display(), %error, "cannot remove a command's cgroup");
@@ -294,7 +298,9 @@ impl Kept {
     /// cgroup's list of processes where there is no pids cgroup).
     fn empty(&self) -> bool {
         match (&self.pids, &self.memory) {
-            (Some((dir, _)), _) => number(&dir.join("pids.current")) == Some(0),
+            (Some((dir, _)), _) => {
+                number_in(&self.dirs, &self.dir_fds, dir, "pids.current") == Some(0)
+            }
             (None, Some((dir, v2))) => {
                 std::fs::read_to_string(dir.join(if *v2 { "cgroup.procs" } else { "tasks" }))
                     .is_ok_and(|tasks| tasks.trim().is_empty())
@@ -525,6 +531,9 @@ fn remove_tree(dir: &Path) {
 #[derive(Debug)]
 pub(crate) struct CommandCgroups {
     dirs: Vec<PathBuf>,
+    /// Each of `dirs`, open (`O_PATH`): its counters are read by their names in it, at every
+    /// command's end, without a walk of the whole path.
+    dir_fds: Vec<OwnedFd>,
     /// `tasks` (v1) or `cgroup.procs` (v2) of each, for the keeper.
     procs: Vec<File>,
     /// The memory and pids cgroups, and whether each is v2.
@@ -587,6 +596,7 @@ impl CommandCgroups {
         );
         let mut cgroups = CommandCgroups {
             dirs: Vec::new(),
+            dir_fds: Vec::new(),
             procs: Vec::new(),
             memory: None,
             pids: None,
@@ -638,6 +648,7 @@ impl CommandCgroups {
     ) -> io::Result<CommandCgroups> {
         let cgroups = CommandCgroups {
             dirs: kept.dirs,
+            dir_fds: kept.dir_fds,
             procs: kept.procs,
             memory: kept.memory,
             pids: kept.pids,
@@ -689,7 +700,10 @@ impl CommandCgroups {
     /// checked when they are taken again ([`Kept::empty`]): a keeper forked by a resident
     /// keeper is counted until the resident reaps it, after its command's record is gone.
     fn clean(&self) -> Result<(), &'static str> {
-        let read = |dir: &Path, name: &str| number(&dir.join(name));
+        let read = |dir: &Path, name: &str| number_in(&self.dirs, &self.dir_fds, dir, name);
+        let counter = |dir: &Path, name: &str, key: &str| {
+            counter_in(&self.dirs, &self.dir_fds, dir, name, key)
+        };
         if self.pids.is_some() && self.process_limit_hit() {
             return Err("their process limit was reached");
         }
@@ -699,8 +713,8 @@ impl CommandCgroups {
         let (usage, limit_reached) = if *v2 {
             (
                 read(dir, "memory.current"),
-                counter(&dir.join("memory.events.local"), "oom ")
-                    || counter(&dir.join("memory.events"), "oom_kill "),
+                counter(dir, "memory.events.local", "oom ")
+                    || counter(dir, "memory.events", "oom_kill "),
             )
         } else {
             (
@@ -737,7 +751,13 @@ impl CommandCgroups {
             std::fs::remove_dir(&dir)?;
             std::fs::create_dir(&dir)?;
         }
+        let opened = rustix::fs::open(
+            &dir,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )?;
         self.dirs.push(dir.clone());
+        self.dir_fds.push(opened);
         self.procs
             .push(OpenOptions::new().write(true).open(dir.join(if v2 {
                 "cgroup.procs"
@@ -757,7 +777,7 @@ impl CommandCgroups {
         let Some((dir, _)) = &self.pids else {
             return false;
         };
-        counter(&dir.join("pids.events"), "max ")
+        counter_in(&self.dirs, &self.dir_fds, dir, "pids.events", "max ")
     }
 
     /// Whose limit killed a process of the command, if the kernel's OOM killer killed one:
@@ -787,9 +807,10 @@ impl CommandCgroups {
     /// Whether the kernel's OOM killer killed a process of the command (it counted a kill in
     /// its cgroup), whichever limit it was for.
     fn memory_limit_hit(&self) -> bool {
+        let (dirs, fds) = (&self.dirs, &self.dir_fds);
         match &self.memory {
-            Some((dir, true)) => counter(&dir.join("memory.events"), "oom_kill "),
-            Some((dir, false)) => counter(&dir.join("memory.oom_control"), "oom_kill "),
+            Some((dir, true)) => counter_in(dirs, fds, dir, "memory.events", "oom_kill "),
+            Some((dir, false)) => counter_in(dirs, fds, dir, "memory.oom_control", "oom_kill "),
             None => false,
         }
     }
@@ -864,6 +885,37 @@ fn number(file: &Path) -> Option<u64> {
     read_small(file, |text| text.trim().parse::<u64>().ok()).flatten()
 }
 
+/// [`counter`] of the file `name` in `dir`, one of a command's cgroups `dirs`: read by its name
+/// in the directory's open descriptor (the one at the same place in `fds`).
+fn counter_in(dirs: &[PathBuf], fds: &[OwnedFd], dir: &Path, name: &str, key: &str) -> bool {
+    let count = |text: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(key))
+            .and_then(|count| count.trim().parse::<u64>().ok())
+    };
+    match opened(dirs, fds, dir) {
+        Some(at) => read_small_at(at, name, count).flatten(),
+        None => read_small(&dir.join(name), count).flatten(),
+    }
+    .is_some_and(|count| count > 0)
+}
+
+/// [`number`] of the file `name` in `dir`, one of a command's cgroups `dirs`, as
+/// [`counter_in`] reads it.
+fn number_in(dirs: &[PathBuf], fds: &[OwnedFd], dir: &Path, name: &str) -> Option<u64> {
+    let parse = |text: &str| text.trim().parse::<u64>().ok();
+    match opened(dirs, fds, dir) {
+        Some(at) => read_small_at(at, name, parse).flatten(),
+        None => read_small(&dir.join(name), parse).flatten(),
+    }
+}
+
+/// The open descriptor of `dir` among a command's cgroups `dirs` and their `fds`.
+fn opened<'a>(dirs: &[PathBuf], fds: &'a [OwnedFd], dir: &Path) -> Option<BorrowedFd<'a>> {
+    let place = dirs.iter().position(|made| made == dir)?;
+    fds.get(place).map(AsFd::as_fd)
+}
+
 impl Drop for CommandCgroups {
     /// Keep the cgroups for the session's next command when they are clean, the session keeps
     /// fewer than its share and the host fewer than [`KEPT_TOTAL`]. Remove them otherwise.
@@ -879,6 +931,7 @@ impl Drop for CommandCgroups {
         if let (Some(parent), Ok(())) = (&self.parent, clean) {
             parent.keep(Kept {
                 dirs: std::mem::take(&mut self.dirs),
+                dir_fds: std::mem::take(&mut self.dir_fds),
                 procs: std::mem::take(&mut self.procs),
                 memory: self.memory.take(),
                 pids: self.pids.take(),
@@ -888,6 +941,7 @@ impl Drop for CommandCgroups {
             return;
         }
         self.procs.clear();
+        self.dir_fds.clear();
         for dir in &self.dirs {
             if let Err(error) = std::fs::remove_dir(dir) {
                 tracing::debug!(dir = %dir.display(), %error, "cannot remove a command's cgroup");
@@ -913,6 +967,52 @@ mod tests {
         std::fs::write(&current, "7\n").expect("write");
         assert_eq!(number(&current), Some(7));
         assert_eq!(number(&dir.path().join("missing")), None);
+    }
+
+    #[test]
+    fn a_commands_counters_are_read_in_its_open_directories() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (pids, memory) = (dir.path().join("pids"), dir.path().join("memory"));
+        for (made, file, text) in [
+            (&pids, "pids.events", "max 2\n"),
+            (&memory, "memory.usage_in_bytes", "4096\n"),
+        ] {
+            std::fs::create_dir(made).expect("mkdir");
+            std::fs::write(made.join(file), text).expect("write");
+        }
+        let open = |made: &Path| {
+            rustix::fs::open(
+                made,
+                rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY,
+                rustix::fs::Mode::empty(),
+            )
+            .expect("open the directory")
+        };
+        let dirs = vec![pids.clone(), memory.clone()];
+        let fds = vec![open(&pids), open(&memory)];
+        // Moved away: only the open directories still lead to the files.
+        let moved = dir.path().join("moved");
+        std::fs::create_dir(&moved).expect("mkdir");
+        std::fs::rename(&pids, moved.join("pids")).expect("rename");
+        std::fs::rename(&memory, moved.join("memory")).expect("rename");
+        assert!(counter_in(&dirs, &fds, &pids, "pids.events", "max "));
+        assert_eq!(
+            number_in(&dirs, &fds, &memory, "memory.usage_in_bytes"),
+            Some(4096)
+        );
+        assert_eq!(number_in(&dirs, &fds, &memory, "pids.events"), None);
+        // A directory that is not one of them is read by its path.
+        assert_eq!(
+            number_in(&dirs, &fds, &moved.join("memory"), "memory.usage_in_bytes"),
+            Some(4096)
+        );
+        assert!(!counter_in(
+            &dirs,
+            &fds,
+            &dir.path().join("other"),
+            "pids.events",
+            "max "
+        ));
     }
 
     fn mounts(dir: &Path) -> String {

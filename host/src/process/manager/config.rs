@@ -151,13 +151,14 @@ impl ProcessManagerConfig {
 }
 
 /// File descriptors the host holds per running process (its keeper's channels, status and
-/// output pipes, cgroup files, pidfd) and per request waiting on it, with room to spare.
-pub const DESCRIPTORS_PER_PROCESS: u64 = 12;
+/// output pipes, its cgroups' `tasks` files and directories, pidfd) and per request waiting on
+/// it, with room to spare.
+pub const DESCRIPTORS_PER_PROCESS: u64 = 14;
 
 /// The default of [`ProcessManagerConfig::max_running_total`]: as many as the descriptor limit
 /// leaves room for (half kept for everything else: connections, sessions, logs), between 16
 /// and 2048. Measured under overload (`benches/http_load.rs`): about 10 per process, and a
-/// connection per call waiting.
+/// connection per call waiting; two more since each command's cgroup directories are held open.
 pub fn default_max_running_total() -> usize {
     let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
         .current
