@@ -213,7 +213,7 @@ impl ToolHostBuilder {
     /// MCP tasks count too.
     /// The CLI sets it with `--max-calls-total`.
     /// A call beyond is refused at once with [`CallError::Busy`], before anything of it runs.
-    /// The default is [`default_max_calls_total`]: 32 a CPU, at most 256. The least is 1.
+    /// The default is [`default_max_calls_total`]: 24 a CPU, at most 256. The least is 1.
     /// It bounds the guest instances alive for calls, and so their memory.
     /// That memory is at most this many times the largest memory limit of a plugin.
     /// Guests that list a plugin's tools while it loads are not counted.

@@ -358,7 +358,7 @@ fn thread_count() -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_waiting_guests_cost_no_thread_each() {
-    // Room for the fifty whatever the machine's CPUs (the default is 32 a CPU).
+    // Room for the fifty whatever the machine's CPUs (the default is 24 a CPU).
     let builder = ToolHost::builder()
         .bundled_policy(Some("default"))
         .max_calls_total(64);

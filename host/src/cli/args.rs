@@ -66,7 +66,7 @@ pub(crate) struct Cli {
     /// Most tool calls in progress at once on the whole host, all sessions together (MCP tasks
     /// included); a call beyond is refused at once with a message saying so, nothing of it
     /// run. It also bounds the memory of the guests running calls (at most this many times the
-    /// largest memory limit of a plugin). Default: 32 for each CPU the host may use, at most
+    /// largest memory limit of a plugin). Default: 24 for each CPU the host may use, at most
     /// 256 (a host given more calls than its CPUs can run refuses the rest at once rather than
     /// slow every call down).
     #[arg(long, alias = "max-calls", value_name = "N", global = true, value_parser = clap::value_parser!(u32).range(1..))]
