@@ -731,7 +731,8 @@ impl CommandCgroups {
         }
     }
 
-    /// Make the cgroup `name` under `base` and open the file the keeper writes itself into.
+    /// Make the cgroup `name` under `base`, open it (for its counters) and open the file the
+    /// keeper writes itself into.
     ///
     /// On cgroup v1 that file is `tasks`, not `cgroup.procs`: a write of "0" to `tasks` moves
     /// only the writing thread, and the kernel moves one thread writing for itself without
@@ -751,13 +752,13 @@ impl CommandCgroups {
             std::fs::remove_dir(&dir)?;
             std::fs::create_dir(&dir)?;
         }
-        let opened = rustix::fs::open(
+        // Counted first, so that a failure below still removes it with the others.
+        self.dirs.push(dir.clone());
+        self.dir_fds.push(rustix::fs::open(
             &dir,
             rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
             rustix::fs::Mode::empty(),
-        )?;
-        self.dirs.push(dir.clone());
-        self.dir_fds.push(opened);
+        )?);
         self.procs
             .push(OpenOptions::new().write(true).open(dir.join(if v2 {
                 "cgroup.procs"
