@@ -287,11 +287,7 @@ impl Kept {
     fn remove(self) {
         drop(self.procs);
         drop(self.dir_fds);
-        for dir in &self.dirs {
-            if let Err(error) = std::fs::remove_dir(dir) {
-                tracing::debug!(dir = %dir.display(), %error, "cannot remove a command's cgroup");
-            }
-        }
+        remove_command_dirs(&self.dirs);
     }
 
     /// Whether no process is counted in them any more (`pids.current`, or the memory
@@ -701,7 +697,7 @@ impl CommandCgroups {
     /// keeper is counted until the resident reaps it, after its command's record is gone.
     fn clean(&self) -> Result<(), &'static str> {
         let read = |dir: &Path, name: &str| number_in(&self.dirs, &self.dir_fds, dir, name);
-        let counter = |dir: &Path, name: &str, key: &str| {
+        let hit = |dir: &Path, name: &str, key: &str| {
             counter_in(&self.dirs, &self.dir_fds, dir, name, key)
         };
         if self.pids.is_some() && self.process_limit_hit() {
@@ -713,8 +709,7 @@ impl CommandCgroups {
         let (usage, limit_reached) = if *v2 {
             (
                 read(dir, "memory.current"),
-                counter(dir, "memory.events.local", "oom ")
-                    || counter(dir, "memory.events", "oom_kill "),
+                hit(dir, "memory.events.local", "oom ") || hit(dir, "memory.events", "oom_kill "),
             )
         } else {
             (
@@ -872,42 +867,51 @@ fn own_limit_reached(dir: &Path, v2: bool) -> bool {
 
 /// Whether the line of `file` starting with `key` holds a count above zero.
 fn counter(file: &Path, key: &str) -> bool {
-    read_small(file, |text| {
-        text.lines()
-            .find_map(|line| line.strip_prefix(key))
-            .and_then(|count| count.trim().parse::<u64>().ok())
-    })
-    .flatten()
-    .is_some_and(|count| count > 0)
+    read_small(file, |text| count_above_zero(text, key)).unwrap_or(false)
 }
 
 /// The number `file` holds (`memory.current`, `pids.current`, ...).
 fn number(file: &Path) -> Option<u64> {
-    read_small(file, |text| text.trim().parse::<u64>().ok()).flatten()
+    read_small(file, the_number).flatten()
+}
+
+/// Whether the line of a counter file's `text` starting with `key` holds a count above zero.
+fn count_above_zero(text: &str, key: &str) -> bool {
+    text.lines()
+        .find_map(|line| line.strip_prefix(key))
+        .and_then(|count| count.trim().parse::<u64>().ok())
+        .is_some_and(|count| count > 0)
+}
+
+/// The number a file's `text` holds.
+fn the_number(text: &str) -> Option<u64> {
+    text.trim().parse::<u64>().ok()
 }
 
 /// [`counter`] of the file `name` in `dir`, one of a command's cgroups `dirs`: read by its name
 /// in the directory's open descriptor (the one at the same place in `fds`).
 fn counter_in(dirs: &[PathBuf], fds: &[OwnedFd], dir: &Path, name: &str, key: &str) -> bool {
-    let count = |text: &str| {
-        text.lines()
-            .find_map(|line| line.strip_prefix(key))
-            .and_then(|count| count.trim().parse::<u64>().ok())
-    };
-    match opened(dirs, fds, dir) {
-        Some(at) => read_small_at(at, name, count).flatten(),
-        None => read_small(&dir.join(name), count).flatten(),
-    }
-    .is_some_and(|count| count > 0)
+    read_in(dirs, fds, dir, name, |text| count_above_zero(text, key)).unwrap_or(false)
 }
 
 /// [`number`] of the file `name` in `dir`, one of a command's cgroups `dirs`, as
 /// [`counter_in`] reads it.
 fn number_in(dirs: &[PathBuf], fds: &[OwnedFd], dir: &Path, name: &str) -> Option<u64> {
-    let parse = |text: &str| text.trim().parse::<u64>().ok();
+    read_in(dirs, fds, dir, name, the_number).flatten()
+}
+
+/// `parse` of the file `name` in `dir`: by its name in the directory's open descriptor when
+/// `dir` is one of `dirs`, else by its path.
+fn read_in<T>(
+    dirs: &[PathBuf],
+    fds: &[OwnedFd],
+    dir: &Path,
+    name: &str,
+    parse: impl FnOnce(&str) -> T,
+) -> Option<T> {
     match opened(dirs, fds, dir) {
-        Some(at) => read_small_at(at, name, parse).flatten(),
-        None => read_small(&dir.join(name), parse).flatten(),
+        Some(at) => read_small_at(at, name, parse),
+        None => read_small(&dir.join(name), parse),
     }
 }
 
@@ -943,10 +947,16 @@ impl Drop for CommandCgroups {
         }
         self.procs.clear();
         self.dir_fds.clear();
-        for dir in &self.dirs {
-            if let Err(error) = std::fs::remove_dir(dir) {
-                tracing::debug!(dir = %dir.display(), %error, "cannot remove a command's cgroup");
-            }
+        remove_command_dirs(&self.dirs);
+    }
+}
+
+/// Remove a command's cgroup `dirs`, once their open files are closed (each must be empty of
+/// processes).
+fn remove_command_dirs(dirs: &[PathBuf]) {
+    for dir in dirs {
+        if let Err(error) = std::fs::remove_dir(dir) {
+            tracing::debug!(dir = %dir.display(), %error, "cannot remove a command's cgroup");
         }
     }
 }
